@@ -1,0 +1,282 @@
+/*
+ * kvq.h - public API of kvq, a small C library for quantised KV caches.
+ *
+ * The API has four layers, each usable without the ones above it:
+ *   1. value types  : one table of type traits (sizes, quantise, dequantise,
+ *                     dot product, accumulate) shared by cache and weights;
+ *   2. rotation     : the fast Walsh-Hadamard transform and the rule that
+ *                     decides which block size Q/K and V are rotated with;
+ *   3. cache        : per layer and KV head, packed K and V rows plus an
+ *                     exact tail and sink, and attention that reads them;
+ *   4. model        : GGUF models (llama, qwen2, qwen3) evaluated on CPU.
+ *
+ * Conventions: no global mutable state (the CPU-feature choice is computed
+ * once and is read-only afterwards); functions that can fail return a
+ * kvq_status and write a message into a caller-provided kvq_error.
+ */
+#ifndef KVQ_H
+#define KVQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVQ_VERSION "0.1.0"
+
+/* ------------------------------------------------------------------ errors */
+
+typedef enum kvq_status {
+    KVQ_OK = 0,
+    KVQ_ERR_ARG,       /* invalid argument from the caller          */
+    KVQ_ERR_IO,        /* file cannot be opened / read / written    */
+    KVQ_ERR_FORMAT,    /* file is corrupt, truncated or unsupported */
+    KVQ_ERR_NOMEM,     /* allocation failed                          */
+    KVQ_ERR_UNSUPPORTED
+} kvq_status;
+
+typedef struct kvq_error {
+    kvq_status code;
+    char msg[256];
+} kvq_error;
+
+/* ------------------------------------------------------------ value types */
+
+/*
+ * Every storage type kvq knows: the cache types of FORMATS.md §1-2 and the
+ * weight-only types of GGUF files (K-quants).  The order is kvq's own; the
+ * GGUF/ggml numbering is a column of the trait table (ggml_id).
+ */
+typedef enum kvq_type {
+    KVQ_TYPE_F32 = 0,
+    KVQ_TYPE_F16,
+    KVQ_TYPE_BF16,
+    KVQ_TYPE_Q8_0,
+    KVQ_TYPE_Q6_0,
+    KVQ_TYPE_Q6_1,
+    KVQ_TYPE_Q5_0,
+    KVQ_TYPE_Q5_1,
+    KVQ_TYPE_Q4_0,
+    KVQ_TYPE_Q4_1,
+    KVQ_TYPE_IQ4_NL,
+    KVQ_TYPE_Q3_0,
+    KVQ_TYPE_Q3_1,
+    KVQ_TYPE_Q2_0,
+    KVQ_TYPE_Q2_1,
+    /* weight-only types (GGUF K-quants, 256 values per super-block) */
+    KVQ_TYPE_Q4_K,
+    KVQ_TYPE_Q5_K,
+    KVQ_TYPE_Q6_K,
+    KVQ_TYPE_COUNT
+} kvq_type;
+
+/* Row kernels.  `n` is always a multiple of the type's block size here;
+ * the kvq_*_row wrappers below accept any n and pad the last block. */
+typedef void  (*kvq_quantize_fn)(const float *x, void *dst, int64_t n);
+typedef void  (*kvq_dequantize_fn)(const void *src, float *y, int64_t n);
+typedef float (*kvq_dot_fn)(const void *row, const float *x, int64_t n);
+typedef void  (*kvq_axpy_fn)(float w, const void *row, float *y, int64_t n);
+
+typedef struct kvq_type_traits {
+    const char *name;        /* "q4_0": the name used by -ctk/-ctv        */
+    int block_size;          /* values per block                           */
+    int block_bytes;         /* bytes per block                            */
+    int ggml_id;             /* GGUF tensor type id, -1 if none            */
+    bool is_cache_type;      /* usable as a KV-cache type (-ctk/-ctv)      */
+    bool is_block_quant;     /* a quantised block type (rotation applies)  */
+    kvq_quantize_fn   quantize;    /* NULL for weight-only types           */
+    kvq_dequantize_fn dequantize;
+    kvq_dot_fn        dot;         /* sum_i row[i] * x[i]                  */
+    kvq_axpy_fn       axpy;        /* y[i] += w * row[i]                   */
+} kvq_type_traits;
+
+/* The active traits: SIMD kernels where the CPU has them, unless the
+ * environment variable KVQ_FORCE_SCALAR=1 was set at first use. */
+const kvq_type_traits *kvq_type_get(kvq_type t);
+/* The scalar reference kernels: the oracle of every test. */
+const kvq_type_traits *kvq_type_get_scalar(kvq_type t);
+/* Name of the SIMD level in use: "scalar", "avx2", "avx512". */
+const char *kvq_simd_level(void);
+
+const char *kvq_type_name(kvq_type t);
+/* Returns KVQ_TYPE_COUNT when the name is unknown. */
+kvq_type kvq_type_from_name(const char *name);
+/* Returns KVQ_TYPE_COUNT when the GGUF id has no kvq equivalent. */
+kvq_type kvq_type_from_ggml_id(int ggml_id);
+/* Bits per stored value, metadata included (q4_0: 4.5). */
+double kvq_type_bpv(kvq_type t);
+
+/* Bytes of one row of n values: whole blocks, the last one zero-padded. */
+size_t kvq_row_bytes(kvq_type t, int64_t n);
+/* Row operations for any n >= 1 (padding handled).  NaN/Inf inputs are
+ * not rejected: they propagate into the block scale as IEEE arithmetic
+ * dictates; callers that need finite caches check their inputs. */
+void  kvq_quantize_row(kvq_type t, const float *x, void *dst, int64_t n);
+void  kvq_dequantize_row(kvq_type t, const void *src, float *y, int64_t n);
+float kvq_dot_row(kvq_type t, const void *row, const float *x, int64_t n);
+void  kvq_axpy_row(kvq_type t, float w, const void *row, float *y, int64_t n);
+
+/* IEEE half and bfloat16 conversions (round to nearest even). */
+uint16_t kvq_fp32_to_fp16(float f);
+float    kvq_fp16_to_fp32(uint16_t h);
+uint16_t kvq_fp32_to_bf16(float f);
+float    kvq_bf16_to_fp32(uint16_t h);
+
+/* --------------------------------------------------------------- rotation */
+
+/* In-place normalised fast Walsh-Hadamard transform of n values (n a power
+ * of two, 1..4096); H = H^T = H^-1, so applying it twice is the identity. */
+void kvq_fwht(float *x, int n);
+/* Apply the normalised Hadamard block-diagonally: x has n values, block
+ * divides n.  signs (may be NULL) is a +-1 diagonal of `block` entries
+ * applied before H (randomised Hadamard); the inverse is
+ * kvq_rotate_row_inverse. */
+void kvq_rotate_row(float *x, int n, int block, const int8_t *signs);
+void kvq_rotate_row_inverse(float *x, int n, int block, const int8_t *signs);
+/* Deterministic +-1 signs from a seed (splitmix64 stream). */
+void kvq_random_signs(int8_t *signs, int n, uint64_t seed);
+
+typedef enum kvq_rot_mode { KVQ_ROT_AUTO = 0, KVQ_ROT_ON, KVQ_ROT_OFF } kvq_rot_mode;
+
+typedef struct kvq_rot_request {
+    int head_dim_k, head_dim_v;
+    kvq_type type_k, type_v;
+    kvq_rot_mode mode, mode_k, mode_v;   /* command line; AUTO = not given */
+    bool env_disable, env_disable_k, env_disable_v; /* LLAMA_ATTN_ROT_*  */
+    bool is_mla;                          /* MLA caches are never rotated   */
+} kvq_rot_request;
+
+typedef struct kvq_rot_plan {
+    int block_k;          /* Hadamard block for Q and K; 0 = no rotation */
+    int block_v;          /* Hadamard block for V;       0 = no rotation */
+    char reason[200];     /* one line saying what was chosen and why     */
+} kvq_rot_plan;
+
+/* Fill a request's env_* fields from the LLAMA_ATTN_ROT_* variables. */
+void kvq_rot_request_from_env(kvq_rot_request *req);
+/* The rule of ATTENTION.md §1 (see src/rotation_rule.c for its text). */
+kvq_rot_plan kvq_rot_choose(const kvq_rot_request *req);
+/* Largest power-of-two block >= min_block dividing n (at most 512), 0 if none. */
+int kvq_rot_block_for(int n, int min_block);
+
+
+/* ---------------------------------------------------------------- threads */
+
+/* A fixed pool of worker threads; the calling thread takes part, so a pool
+ * of n threads starts n-1 workers.  kvq_pool_run blocks until every task
+ * of the job ran; tasks are handed out dynamically. */
+typedef struct kvq_pool kvq_pool;
+typedef void (*kvq_task_fn)(void *ctx, int task, int thread);
+kvq_pool *kvq_pool_create(int n_threads);          /* NULL on failure   */
+void kvq_pool_free(kvq_pool *pool);
+int  kvq_pool_threads(const kvq_pool *pool);        /* 1 for a NULL pool */
+/* Runs fn(ctx, task, thread) for task in [0, n_tasks); pool may be NULL
+ * (runs inline).  thread is in [0, kvq_pool_threads). */
+void kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *ctx, int n_tasks);
+
+/* ------------------------------------------------------------------ cache */
+
+/*
+ * The KV cache: per layer and KV head, K and V rows stored in any cache
+ * type, rotated as the rotation plan says, plus exact copies of the first
+ * sink_tokens positions and of the most recent tail_tokens positions.
+ * All memory is allocated once, at creation, from n_ctx.
+ */
+typedef struct kvq_cache kvq_cache;
+
+typedef struct kvq_cache_params {
+    int n_layer, n_head_kv;
+    int head_dim_k, head_dim_v;
+    int n_ctx;                    /* positions the cache can hold          */
+    int max_batch;                /* most tokens written by one call       */
+    kvq_type type_k, type_v;      /* -ctk / -ctv                           */
+    const kvq_type *layer_type_k; /* optional: n_layer overrides, or NULL  */
+    const kvq_type *layer_type_v;
+    int tail_tokens;              /* exact recent positions (0 = none)     */
+    kvq_type tail_type;           /* f32, f16 or bf16                      */
+    int sink_tokens;              /* exact first positions (0 = none)      */
+    kvq_rot_request rot;          /* head dims / types are filled in       */
+    bool rot_random_signs;        /* randomised Hadamard (fixed seed)      */
+} kvq_cache_params;
+
+/* Defaults: f16/f16, no tail, no sink, rotation AUTO with the environment. */
+void kvq_cache_params_default(kvq_cache_params *p);
+
+kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_error *err);
+void kvq_cache_free(kvq_cache *c);
+void kvq_cache_clear(kvq_cache *c);             /* empty, keep memory */
+
+/* Store n tokens' K and V of one layer at positions pos..pos+n-1 (they
+ * must follow the positions already stored).  k: [n][n_head_kv][head_dim_k],
+ * v: [n][n_head_kv][head_dim_v], after RoPE, not rotated: the cache
+ * rotates and quantises them. */
+kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n,
+                           const float *k, const float *v, kvq_error *err);
+
+/* Causal attention of n query rows at positions pos..pos+n-1 (query i
+ * sees keys 0..pos+i) over what layer holds.  q: [n][n_head][head_dim_k]
+ * (after RoPE, not rotated), out: [n][n_head][head_dim_v], softmax scale
+ * `scale`.  n_head must be a multiple of n_head_kv (GQA). */
+kvq_status kvq_cache_attend(kvq_cache *c, int layer, int pos, int n, int n_head,
+                            const float *q, float scale, float *out,
+                            kvq_pool *pool, kvq_error *err);
+
+typedef struct kvq_cache_bytes {
+    size_t k, v;       /* quantised bodies                    */
+    size_t tail, sink; /* exact copies (both sides)           */
+    size_t total;
+} kvq_cache_bytes;
+void kvq_cache_memory(const kvq_cache *c, kvq_cache_bytes *b);
+/* Bytes per token of K (or V) rows of one layer for a type and head shape. */
+size_t kvq_cache_row_bytes(kvq_type t, int n_head_kv, int head_dim);
+const kvq_rot_plan *kvq_cache_rotation(const kvq_cache *c);
+
+/* ------------------------------------------------------------------ model */
+
+typedef struct kvq_model kvq_model;
+
+typedef enum kvq_arch { KVQ_ARCH_LLAMA = 0, KVQ_ARCH_QWEN2, KVQ_ARCH_QWEN3 } kvq_arch;
+
+typedef struct kvq_model_info {
+    kvq_arch arch;
+    const char *arch_name;
+    int n_embd, n_layer, n_head, n_head_kv;
+    int head_dim_k, head_dim_v;
+    int n_ff, n_vocab, n_ctx_train;
+    float rope_base, rms_eps;
+    bool rope_neox;               /* half-split pairs (qwen) vs adjacent */
+    int bos_id, eos_id;           /* -1 when absent                      */
+    bool add_bos;
+} kvq_model_info;
+
+kvq_status kvq_model_load(const char *path, kvq_model **out, kvq_error *err);
+void kvq_model_free(kvq_model *m);
+const kvq_model_info *kvq_model_get_info(const kvq_model *m);
+
+/* Tokenizer of the model's vocabulary.  Returns the number of tokens (it
+ * may exceed cap: then call again with a larger buffer), or -1 on error. */
+int kvq_tokenize(const kvq_model *m, const char *text, size_t len, bool add_bos,
+                 bool parse_special, int32_t *out, int cap);
+/* The bytes a token stands for (byte tokens decoded, ▁ as space); returns
+ * the length written (<= cap, not NUL-terminated). */
+int kvq_token_to_piece(const kvq_model *m, int32_t token, char *buf, int cap);
+
+/* An evaluation context: a model, its cache, scratch memory and threads. */
+typedef struct kvq_ctx kvq_ctx;
+kvq_status kvq_ctx_create(const kvq_model *m, const kvq_cache_params *cache,
+                          int n_threads, kvq_ctx **out, kvq_error *err);
+void kvq_ctx_free(kvq_ctx *ctx);
+kvq_cache *kvq_ctx_cache(kvq_ctx *ctx);
+/* Evaluate n tokens at positions pos..pos+n-1 (n <= cache max_batch).
+ * logits: NULL, or [n][n_vocab] (all rows), or with last_only the row of
+ * the last token only. */
+kvq_status kvq_ctx_eval(kvq_ctx *ctx, const int32_t *tokens, int n, int pos,
+                        float *logits, bool last_only, kvq_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVQ_H */

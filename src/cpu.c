@@ -1,0 +1,33 @@
+/* cpu.c - run-time CPU feature detection.
+ *
+ * SIMD kernels are compiled into separate files with their own ISA flags
+ * and only reached through the trait table after this check, so the same
+ * binary runs on any x86-64 (and elsewhere, where only scalar exists).
+ * KVQ_FORCE_SCALAR=1 in the environment forces the reference path, which
+ * is how benchmarks compare scalar with SIMD in one binary. */
+#include "kvq_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+static kvq_cpu g_cpu;
+static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
+
+static void detect(void) {
+    const char *force = getenv("KVQ_FORCE_SCALAR");
+    if (force && *force && *force != '0') return;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    g_cpu.avx2 = __builtin_cpu_supports("avx2");
+    g_cpu.fma = __builtin_cpu_supports("fma");
+    g_cpu.f16c = g_cpu.avx2; /* every AVX2 CPU shipped has F16C */
+    g_cpu.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    if (!g_cpu.fma) g_cpu.avx2 = g_cpu.avx512 = false;
+#endif
+}
+
+const kvq_cpu *kvq_cpu_features(void) {
+    pthread_once(&g_cpu_once, detect);
+    return &g_cpu;
+}

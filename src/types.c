@@ -1,0 +1,154 @@
+/*
+ * types.c - the table of type traits: one row per storage type.
+ *
+ * Adding a type is adding a row here (plus its kernels).  The table below
+ * holds the scalar reference kernels; kvq_type_get() returns a copy in
+ * which the SIMD files have replaced what they implement for this CPU.
+ */
+#include "quant_block.h"
+#include "simd.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#define ROW(T, NAME, BS, BYTES, GGML, CACHE, BLOCKQ, K)                        \
+    [T] = { NAME, BS, BYTES, GGML, CACHE, BLOCKQ,                              \
+            kvq_##K##_quantize, kvq_##K##_dequantize, kvq_##K##_dot, kvq_##K##_axpy }
+
+/* Weight-only rows have no quantiser: kvq reads them, it never writes them. */
+#define WROW(T, NAME, BS, BYTES, GGML, K)                                      \
+    [T] = { NAME, BS, BYTES, GGML, false, false,                               \
+            NULL, kvq_##K##_dequantize, kvq_##K##_dot, kvq_##K##_axpy }
+
+static const kvq_type_traits g_scalar[KVQ_TYPE_COUNT] = {
+    /*   type             name      block bytes ggml cache blockq kernels */
+    ROW(KVQ_TYPE_F32,    "f32",     1,   4,    0, true, false, f32),
+    ROW(KVQ_TYPE_F16,    "f16",     1,   2,    1, true, false, f16),
+    ROW(KVQ_TYPE_BF16,   "bf16",    1,   2,   30, true, false, bf16),
+    ROW(KVQ_TYPE_Q8_0,   "q8_0",   32,  34,    8, true, true,  q8_0),
+    ROW(KVQ_TYPE_Q6_0,   "q6_0",   32,  26,   -1, true, true,  q6_0),
+    ROW(KVQ_TYPE_Q6_1,   "q6_1",   32,  28,   -1, true, true,  q6_1),
+    ROW(KVQ_TYPE_Q5_0,   "q5_0",   32,  22,    6, true, true,  q5_0),
+    ROW(KVQ_TYPE_Q5_1,   "q5_1",   32,  24,    7, true, true,  q5_1),
+    ROW(KVQ_TYPE_Q4_0,   "q4_0",   32,  18,    2, true, true,  q4_0),
+    ROW(KVQ_TYPE_Q4_1,   "q4_1",   32,  20,    3, true, true,  q4_1),
+    ROW(KVQ_TYPE_IQ4_NL, "iq4_nl", 32,  18,   20, true, true,  iq4_nl),
+    ROW(KVQ_TYPE_Q3_0,   "q3_0",   32,  14,   -1, true, true,  q3_0),
+    ROW(KVQ_TYPE_Q3_1,   "q3_1",   32,  16,   -1, true, true,  q3_1),
+    ROW(KVQ_TYPE_Q2_0,   "q2_0",   32,  10,   -1, true, true,  q2_0),
+    ROW(KVQ_TYPE_Q2_1,   "q2_1",   32,  12,   -1, true, true,  q2_1),
+};
+
+static kvq_type_traits g_active[KVQ_TYPE_COUNT];
+static const char *g_level = "scalar";
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_active(void) {
+    memcpy(g_active, g_scalar, sizeof g_active);
+    const kvq_cpu *cpu = kvq_cpu_features();
+#if defined(__x86_64__)
+    if (cpu->avx2) { kvq_simd_install_avx2(g_active); g_level = "avx2"; }
+    if (cpu->avx512) { kvq_simd_install_avx512(g_active); g_level = "avx512"; }
+#else
+    (void)cpu;
+#endif
+}
+
+static bool valid(kvq_type t) { return (unsigned)t < KVQ_TYPE_COUNT && g_scalar[t].name; }
+
+const kvq_type_traits *kvq_type_get(kvq_type t) {
+    if (!valid(t)) return NULL;
+    pthread_once(&g_once, init_active);
+    return &g_active[t];
+}
+
+const kvq_type_traits *kvq_type_get_scalar(kvq_type t) { return valid(t) ? &g_scalar[t] : NULL; }
+
+const char *kvq_simd_level(void) {
+    pthread_once(&g_once, init_active);
+    return g_level;
+}
+
+const char *kvq_type_name(kvq_type t) { return valid(t) ? g_scalar[t].name : "?"; }
+
+kvq_type kvq_type_from_name(const char *name) {
+    if (!name) return KVQ_TYPE_COUNT;
+    for (int t = 0; t < KVQ_TYPE_COUNT; t++)
+        if (g_scalar[t].name && strcmp(g_scalar[t].name, name) == 0) return (kvq_type)t;
+    return KVQ_TYPE_COUNT;
+}
+
+kvq_type kvq_type_from_ggml_id(int id) {
+    for (int t = 0; t < KVQ_TYPE_COUNT; t++)
+        if (g_scalar[t].name && g_scalar[t].ggml_id == id && id >= 0) return (kvq_type)t;
+    return KVQ_TYPE_COUNT;
+}
+
+double kvq_type_bpv(kvq_type t) {
+    if (!valid(t)) return 0.0;
+    return 8.0 * g_scalar[t].block_bytes / g_scalar[t].block_size;
+}
+
+size_t kvq_row_bytes(kvq_type t, int64_t n) {
+    if (!valid(t) || n <= 0) return 0;
+    const kvq_type_traits *tr = &g_scalar[t];
+    return (size_t)((n + tr->block_size - 1) / tr->block_size) * (size_t)tr->block_bytes;
+}
+
+/* The kernels take whole blocks; the tail of a row that is not a multiple
+ * of the block size goes through a zero-padded block on the stack. */
+enum { MAX_BLOCK = 256 };
+
+void kvq_quantize_row(kvq_type t, const float *x, void *dst, int64_t n) {
+    const kvq_type_traits *tr = kvq_type_get(t);
+    if (!tr || !tr->quantize || n <= 0) return;
+    const int64_t full = n / tr->block_size * tr->block_size;
+    if (full) tr->quantize(x, dst, full);
+    if (full < n) {
+        float pad[MAX_BLOCK] = {0};
+        memcpy(pad, x + full, (size_t)(n - full) * sizeof(float));
+        tr->quantize(pad, (uint8_t *)dst + full / tr->block_size * tr->block_bytes, tr->block_size);
+    }
+}
+
+void kvq_dequantize_row(kvq_type t, const void *src, float *y, int64_t n) {
+    const kvq_type_traits *tr = kvq_type_get(t);
+    if (!tr || n <= 0) return;
+    const int64_t full = n / tr->block_size * tr->block_size;
+    if (full) tr->dequantize(src, y, full);
+    if (full < n) {
+        float pad[MAX_BLOCK];
+        tr->dequantize((const uint8_t *)src + full / tr->block_size * tr->block_bytes, pad, tr->block_size);
+        memcpy(y + full, pad, (size_t)(n - full) * sizeof(float));
+    }
+}
+
+float kvq_dot_row(kvq_type t, const void *row, const float *x, int64_t n) {
+    const kvq_type_traits *tr = kvq_type_get(t);
+    if (!tr || n <= 0) return 0.0f;
+    const int64_t full = n / tr->block_size * tr->block_size;
+    float s = full ? tr->dot(row, x, full) : 0.0f;
+    if (full < n) {
+        float xpad[MAX_BLOCK] = {0};
+        memcpy(xpad, x + full, (size_t)(n - full) * sizeof(float));
+        s += tr->dot((const uint8_t *)row + full / tr->block_size * tr->block_bytes, xpad, tr->block_size);
+    }
+    return s;
+}
+
+void kvq_axpy_row(kvq_type t, float w, const void *row, float *y, int64_t n) {
+    const kvq_type_traits *tr = kvq_type_get(t);
+    if (!tr || n <= 0) return;
+    const int64_t full = n / tr->block_size * tr->block_size;
+    if (full) tr->axpy(w, row, y, full);
+    if (full < n) {
+        float pad[MAX_BLOCK] = {0};
+        tr->axpy(w, (const uint8_t *)row + full / tr->block_size * tr->block_bytes, pad, tr->block_size);
+        for (int64_t i = full; i < n; i++) y[i] += pad[i - full];
+    }
+}
+
+uint16_t kvq_fp32_to_fp16(float f) { return kvq_float_to_half(f); }
+float kvq_fp16_to_fp32(uint16_t h) { return kvq_half_to_float(h); }
+uint16_t kvq_fp32_to_bf16(float f) { return kvq_float_to_bfloat(f); }
+float kvq_bf16_to_fp32(uint16_t h) { return kvq_bfloat_to_float(h); }

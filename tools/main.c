@@ -1,0 +1,35 @@
+/* main.c - the kvq command-line tool: dispatch to one subcommand. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command g_commands[] = {
+    { "quant-test", cmd_quant_test, "round-trip error of every cache type (Gaussian, outliers, rotation)" },
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "kvq %s - quantised KV caches for language models\n\nusage: kvq COMMAND [options]\n\n", KVQ_VERSION);
+    for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", g_commands[i].name, g_commands[i].summary);
+    fprintf(f, "\n'kvq COMMAND --help' describes each command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return 1; }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) { printf("kvq %s\n", KVQ_VERSION); return 0; }
+    for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
+        if (!strcmp(argv[1], g_commands[i].name)) return g_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "kvq: error: unknown command '%s' (try 'kvq --help')\n", argv[1]);
+    return 1;
+}
