@@ -423,6 +423,14 @@ TEST(cli_quant_test) {
     CHECK(rc == 0 && strstr(out, "\"type\": \"q4_0\"") && strstr(out, "\"rot_block\": 16") &&
           !strstr(out, "\"type\": \"q8_0\""), "'%s' exited %d: %s", cmd, rc, out);
 
+    /* rows shorter than a block, or not a multiple of one, are padded */
+    static const char *odd[] = { "--dim 1", "--dim 33 --seed 7", "--dim 12 --json" };
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s quant-test --rows 2 %s", bin, odd[i]);
+        rc = test_run(cmd, out, sizeof out);
+        CHECK(rc == 0 && strstr(out, "q4_0"), "'%s' exited %d: %s", cmd, rc, out);
+    }
+
     static const char *bad[] = { "--bogus", "--dim 0", "--dim abc", "--rows", "--type q4_k", "--seed -1" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s quant-test %s", bin, bad[i]);

@@ -21,7 +21,7 @@
 
 static const char *CMD = "quant-test";
 
-enum { MAX_DIM = 16384, MAX_ROWS = 100000, DEFAULT_ROWS = 512, OUTLIER_SCALE = 10 };
+enum { MAX_DIM = 16384, MAX_ROWS = 100000, DEFAULT_ROWS = 256, OUTLIER_SCALE = 10 };
 
 typedef struct qt_options {
     int type;            /* a kvq_type, or -1 for every cache type */
@@ -234,6 +234,17 @@ static void print_json(const qt_options *o, const qt_result *res, int n, int blo
 
 /* ---- the command ---- */
 
+/* The packed row buffer must hold the largest type's row, and with a
+ * short, padded row that is not f32's (dim 1: 4 bytes, q8_0: 34). */
+static size_t max_row_bytes(int dim) {
+    size_t most = 0;
+    for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
+        const size_t bytes = kvq_row_bytes((kvq_type)t, dim);
+        if (bytes > most) most = bytes;
+    }
+    return most;
+}
+
 static qt_pair measure(kvq_type t, const float *x, int rows, int dim, int block, qt_scratch *s) {
     qt_pair p = { round_trip(t, x, rows, dim, 0, s), { 0, 0 } };
     if (block) p.rotated = round_trip(t, x, rows, dim, block, s);
@@ -248,7 +259,7 @@ int cmd_quant_test(int argc, char **argv) {
     const size_t n = (size_t)o.rows * (size_t)o.dim;
     float *gauss = malloc(n * sizeof(float)), *outl = malloc(n * sizeof(float));
     qt_scratch s = { malloc((size_t)o.dim * sizeof(float)), malloc((size_t)o.dim * sizeof(float)),
-                     malloc(kvq_row_bytes(KVQ_TYPE_F32, o.dim)) };
+                     malloc(max_row_bytes(o.dim)) };
     qt_result *res = malloc(KVQ_TYPE_COUNT * sizeof *res);
     int status = 0;
     if (!gauss || !outl || !s.work || !s.decoded || !s.packed || !res) {
