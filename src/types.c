@@ -8,6 +8,7 @@
 #include "quant_block.h"
 #include "quant_kquants.h"
 #include "simd.h"
+#include "kquants_simd.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -52,7 +53,9 @@ static void init_active(void) {
     const kvq_cpu *cpu = kvq_cpu_features();
 #if defined(__x86_64__)
     if (cpu->avx2) { kvq_simd_install_avx2(g_active); g_level = "avx2"; }
+    if (cpu->avx2) kvq_kquants_install_avx2(g_active);
     if (cpu->avx512) { kvq_simd_install_avx512(g_active); g_level = "avx512"; }
+    if (cpu->avx512) kvq_kquants_install_avx512(g_active);
 #else
     (void)cpu;
 #endif
