@@ -130,15 +130,9 @@ static void sweep_scales(const float *x, float sign, double sxx, scale_choice *b
     if (local.sse < best->sse) { best->sse = local.sse; best->d = sign * local.d; }
 }
 
-static bool block_is_finite(const float *x) {
-    for (int j = 0; j < KVQ_BLOCK; j++)
-        if ((kvq_f32_bits(x[j]) & 0x7fffffffu) >= 0x7f800000u) return false;
-    return true;
-}
-
 static void encode_block(const float *x, uint8_t *dst) {
-    if (!block_is_finite(x)) {               /* docs/formats.md: poisoned block */
-        kvq_wr16(dst, 0x7e00u);
+    if (!kvq_block_is_finite(x)) {               /* docs/formats.md: poisoned block */
+        kvq_wr16(dst, KVQ_HALF_NAN);
         memset(dst + 2, 0, 16);
         return;
     }
