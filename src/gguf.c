@@ -319,15 +319,12 @@ static kvq_status read_alignment(gguf_file *f, kvq_error *err) {
 
 /* --------------------------------------------------------------- tensors */
 
-/* Elements of the tensor, or an error when a dim is 0 or the product
- * overflows int64. */
+/* Elements of the tensor (dims already checked > 0), or an error when the
+ * product overflows int64. */
 static kvq_status tensor_elements(parser *p, const gguf_tensor *t, uint64_t *n_out) {
     uint64_t n = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
         uint64_t ne = (uint64_t)t->ne[d];
-        if (t->ne[d] <= 0)
-            return kvq_fail(p->err, KVQ_ERR_FORMAT, "gguf: %s: dimension %u is %lld (must be > 0)",
-                            p->where, d, (long long)t->ne[d]);
         if (n > (uint64_t)INT64_MAX / ne)
             return kvq_fail(p->err, KVQ_ERR_FORMAT, "gguf: %s: element count overflows (shape too large)", p->where);
         n *= ne;
@@ -367,11 +364,16 @@ static kvq_status parse_tensor_info(parser *p, uint64_t i, gguf_tensor *t) {
     for (uint32_t d = 0; d < t->n_dims; d++) {
         uint64_t ne;
         if ((s = read_u64(p, "dimension", &ne))) return s;
-        t->ne[d] = ne > (uint64_t)INT64_MAX ? -1 : (int64_t)ne;   /* -1: rejected below */
+        if (ne == 0 || ne > (uint64_t)INT64_MAX)
+            return kvq_fail(p->err, KVQ_ERR_FORMAT, "gguf: %s: dimension %u is %llu (must be 1..2^63-1)",
+                            p->where, d, (unsigned long long)ne);
+        t->ne[d] = (int64_t)ne;
     }
     uint32_t type;
     if ((s = read_u32(p, "tensor type", &type))) return s;
-    t->ggml_type = type > INT32_MAX ? -1 : (int)type;
+    if (type > INT32_MAX)
+        return kvq_fail(p->err, KVQ_ERR_FORMAT, "gguf: %s: unknown or unsupported ggml tensor type %u", p->where, type);
+    t->ggml_type = (int)type;
     if ((s = read_u64(p, "data offset", &t->offset))) return s;
     uint64_t n_elements = 0;
     if ((s = tensor_elements(p, t, &n_elements))) return s;
