@@ -3,14 +3,13 @@
  * scalar reference, and each gemm tile kernel against double sums. */
 #include "test.h"
 #include "kvq.h"
-#include "kquants_simd.h"
 #include "matmul.h"
+#include "simd.h"
 
 #include <string.h>
 
 typedef struct level {
     const char *name;
-    void (*install)(kvq_type_traits *table);
     kvq_gemm_tile (*tile)(void);
     bool available;
 } level;
@@ -18,10 +17,10 @@ typedef struct level {
 static int levels(level out[3]) {
     const kvq_cpu *cpu = kvq_cpu_features();
     int n = 0;
-    out[n++] = (level){ "scalar", NULL, kvq_gemm_tile_scalar, true };
+    out[n++] = (level){ "scalar", kvq_gemm_tile_scalar, true };
 #if defined(__x86_64__)
-    out[n++] = (level){ "avx2", kvq_kquants_install_avx2, kvq_gemm_tile_avx2, cpu->avx2 };
-    out[n++] = (level){ "avx512", kvq_kquants_install_avx512, kvq_gemm_tile_avx512, cpu->avx512 };
+    out[n++] = (level){ "avx2", kvq_gemm_tile_avx2, cpu->avx2 };
+    out[n++] = (level){ "avx512", kvq_gemm_tile_avx512, cpu->avx512 };
 #else
     (void)cpu;
 #endif
@@ -57,8 +56,7 @@ TEST(kquant_simd_levels_match_scalar) {
     for (int l = 1; l < nl; l++) {
         if (!lv[l].available) continue;
         kvq_type_traits table[KVQ_TYPE_COUNT];
-        for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) table[ty] = *kvq_type_get_scalar((kvq_type)ty);
-        lv[l].install(table);
+        CHECK(kvq_simd_table(lv[l].name, table), "no %s table", lv[l].name);
         for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
             const kvq_type ty = types[i];
             const kvq_type_traits *sc = kvq_type_get_scalar(ty), *simd = &table[ty];
