@@ -96,7 +96,10 @@ TEST(tok_unicode_classes) {
         {0x6771, UC_LETTER} /* 東 */, {0x3042, UC_LETTER} /* あ */, {0x30FC, UC_LETTER} /* ー */,
         {0xAC00, UC_LETTER} /* 가 */, {0xFF11, UC_NUMBER}, {0x3000, UC_SPACE}, {0x2013, UC_OTHER} /* – */,
         {0x1F642, UC_OTHER} /* 🙂 */, {0x0663, UC_NUMBER}, {0x05D0, UC_LETTER}, {0x20000, UC_LETTER},
-        {0x301, UC_OTHER} /* combining acute */, {0xFFFD, UC_OTHER},
+        {0x301, UC_OTHER} /* combining acute */, {0xFFFD, UC_OTHER}, {0x1200, UC_LETTER} /* Ethiopic */,
+        {0x0915, UC_LETTER} /* क */, {0x093E, UC_OTHER} /* Devanagari vowel sign */, {0x0E01, UC_LETTER} /* Thai */,
+        {0x0E31, UC_OTHER} /* Thai vowel mark */, {0x16EE, UC_NUMBER} /* runic numeral */, {0x2028, UC_SPACE},
+        {0x200B, UC_OTHER} /* zero-width space is not \s */, {0x10FFFF, UC_OTHER},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
         CHECK(uc_classify(c[i].cp) == c[i].cls, "U+%04X classified %d, want %d", c[i].cp, uc_classify(c[i].cp), c[i].cls);
