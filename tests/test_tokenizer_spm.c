@@ -6,6 +6,7 @@
 #include "tokenizer.h"
 
 #include <string.h>
+#include <unistd.h>
 
 /* ---- the golden file: "# comments", then per entry a JSON string line
  * and an ids line. */
@@ -321,4 +322,41 @@ TEST(tok_create_rejects_bad_descriptions) {
     d.n_vocab = 1; d.tokens = &one; d.bos = 1;
     kvq_status bad_bos = kvq_tokenizer_create(&d, &tok, &err);
     CHECK(bad_bos != KVQ_OK && tok == NULL && strstr(err.msg, "outside"), "bos 1 of 1 token: %d (%s)", bad_bos, err.msg);
+}
+
+/* ---- the `kvq tokenize` command against the golden (its last, longest
+ * entry, written to a file as raw bytes) */
+TEST(tok_cli_tokenize_matches_golden) {
+    char gpath[512], mpath[512];
+    const char *bin = test_kvq_bin();
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(gpath, sizeof gpath, "golden/tok512.tokens.txt") ||
+        !test_shared_path(mpath, sizeof mpath, "models/stories260K.gguf"))
+        SKIP("../shared absent");
+    golden_entry e[16];
+    int n = read_golden(gpath, e, 16);
+    CHECK(n == 10, "golden has %d entries", n);
+    char tmp[] = "/tmp/kvq_tok_XXXXXX";
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    bool written = f && fwrite(e[9].text, 1, e[9].len, f) == e[9].len;
+    if (f) fclose(f);
+    char cmd[2048], *out = malloc(1 << 16);
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s -f %s --ids", bin, mpath, tmp);
+    int rc = written && out ? test_run(cmd, out, 1 << 16) : -1;
+    remove(tmp);
+    int same = rc == 0 && out[0] == '[', k = 0;
+    for (char *p = out + 1; same && k < e[9].n_ids; k++) {
+        char *q;
+        long v = strtol(p, &q, 10);
+        same = q != p && v == e[9].ids[k];
+        p = q + (*q == ',' ? 1 : 0);
+    }
+    free_golden(e, n);
+    free(out);
+    CHECK(same, "kvq tokenize rc %d: ids differ from the golden at index %d", rc, k - 1);
+    snprintf(cmd, sizeof cmd, "%s tokenize -p hello --ids", bin);
+    char msg[512];
+    rc = test_run(cmd, msg, sizeof msg);
+    CHECK(rc != 0 && strstr(msg, "no model"), "missing -m: rc %d, \"%s\"", rc, msg);
 }
