@@ -213,8 +213,10 @@ int kvq_tokenizer_piece(const kvq_tokenizer *t, int32_t id, char *buf, int cap) 
     int byte = ty == KVQ_TOKTYPE_BYTE ? tok_parse_byte_token(s, len) : -1;
     if (ty == KVQ_TOKTYPE_CONTROL) {
         /* nothing: control tokens stand for no text */
-    } else if (ty == KVQ_TOKTYPE_USER_DEFINED || ty == KVQ_TOKTYPE_UNKNOWN) {
-        tok_put(&o, s, len);
+    } else if (t->kind == KVQ_TOK_SPM && ty == KVQ_TOKTYPE_UNKNOWN) {
+        tok_put(&o, "\xE2\x96\x85", 3);            /* U+2585 "▅", as llama.cpp prints <unk> */
+    } else if (t->kind == KVQ_TOK_BPE && (ty == KVQ_TOKTYPE_USER_DEFINED || ty == KVQ_TOKTYPE_UNKNOWN)) {
+        tok_put(&o, s, len);                          /* added tokens are stored as plain text */
     } else if (byte >= 0) {
         char c = (char)byte;
         tok_put(&o, &c, 1);

@@ -304,8 +304,11 @@ TEST(tok_spm_no_space_prefix_and_pieces) {
     bool space_a = l1 == 2 && memcmp(buf, " a", 2) == 0;
     int l2 = kvq_tokenizer_piece(tok, 3 + 0xC3, buf, sizeof buf);
     bool byte = l2 == 1 && (uint8_t)buf[0] == 0xC3;
+    int l4 = kvq_tokenizer_piece(tok, 0, buf, sizeof buf);        /* <unk> prints as llama.cpp's ▅ */
+    bool unk = l4 == 3 && memcmp(buf, "\xE2\x96\x85", 3) == 0;
     int l3 = kvq_tokenizer_piece(tok, V_SPACE_A, buf, 1);         /* short buffer: full length */
     kvq_tokenizer_free(tok);
+    CHECK(unk, "<unk> decodes to %d bytes", l4);
     CHECK(space_a, "▁a decodes to %d bytes", l1);
     CHECK(byte, "<0xC3> decodes to %d bytes (%02x)", l2, (uint8_t)buf[0]);
     CHECK(l3 == 2 && buf[0] == ' ', "cap 1 gave %d", l3);
