@@ -163,7 +163,7 @@ kvq_status kvq_tokenizer_create(const kvq_tokenizer_desc *d, kvq_tokenizer **out
 
 /* ---- ids -> bytes */
 
-typedef struct tok_out { char *buf; int cap, n; } tok_out;
+typedef struct tok_out { char *buf; int cap, n; } tok_out;   /* n counts past cap */
 static void tok_put(tok_out *o, const char *p, size_t len) {
     for (size_t i = 0; i < len; i++, o->n++)
         if (o->n < o->cap) o->buf[o->n] = p[i];
@@ -225,7 +225,7 @@ int kvq_tokenizer_piece(const kvq_tokenizer *t, int32_t id, char *buf, int cap) 
     } else {
         tok_piece_bpe(s, len, &o);
     }
-    return o.n;
+    return KVQ_MIN(o.n, o.cap);
 }
 
 /* ---- accessors */

@@ -306,12 +306,13 @@ TEST(tok_spm_no_space_prefix_and_pieces) {
     bool byte = l2 == 1 && (uint8_t)buf[0] == 0xC3;
     int l4 = kvq_tokenizer_piece(tok, 0, buf, sizeof buf);        /* <unk> prints as llama.cpp's ▅ */
     bool unk = l4 == 3 && memcmp(buf, "\xE2\x96\x85", 3) == 0;
-    int l3 = kvq_tokenizer_piece(tok, V_SPACE_A, buf, 1);         /* short buffer: full length */
+    buf[1] = 'x';
+    int l3 = kvq_tokenizer_piece(tok, V_SPACE_A, buf, 1);         /* short buffer: cut, never overrun */
     kvq_tokenizer_free(tok);
     CHECK(unk, "<unk> decodes to %d bytes", l4);
     CHECK(space_a, "▁a decodes to %d bytes", l1);
     CHECK(byte, "<0xC3> decodes to %d bytes (%02x)", l2, (uint8_t)buf[0]);
-    CHECK(l3 == 2 && buf[0] == ' ', "cap 1 gave %d", l3);
+    CHECK(l3 == 1 && buf[0] == ' ' && buf[1] == 'x', "cap 1 gave %d", l3);
 }
 
 TEST(tok_create_rejects_bad_descriptions) {
