@@ -104,8 +104,7 @@ static void free_golden(golden_entry *e, int n) {
     for (int i = 0; i < n; i++) { free(e[i].text); free(e[i].ids); }
 }
 
-static kvq_tokenizer *load_stories(test_ctx *t, gguf_file **gf) {
-    (void)t;
+static kvq_tokenizer *load_stories(gguf_file **gf) {
     char path[1024];
     kvq_error err;
     kvq_tokenizer *tok = NULL;
@@ -122,7 +121,7 @@ TEST(tok_spm_golden_tok512) {
         SKIP("../shared (golden/tok512.tokens.txt, models/stories260K.gguf) absent");
     test_shared_path(gpath, sizeof gpath, "golden/tok512.tokens.txt");
     gguf_file *gf = NULL;
-    kvq_tokenizer *tok = load_stories(t, &gf);
+    kvq_tokenizer *tok = load_stories(&gf);
     CHECK(tok, "cannot load the stories260K tokenizer");
     golden_entry e[16];
     int n = read_golden(gpath, e, 16);
@@ -150,7 +149,7 @@ TEST(tok_spm_golden_decodes_to_input) {
     char gpath[1024];
     if (!test_shared_path(gpath, sizeof gpath, "golden/tok512.tokens.txt")) SKIP("../shared absent");
     gguf_file *gf = NULL;
-    kvq_tokenizer *tok = load_stories(t, &gf);
+    kvq_tokenizer *tok = load_stories(&gf);
     CHECK(tok, "cannot load the stories260K tokenizer");
     golden_entry e[16];
     int n = read_golden(gpath, e, 16), checked = 0, bad = -1;
@@ -178,7 +177,7 @@ TEST(tok_spm_golden_decodes_to_input) {
 TEST(tok_spm_stories_accessors_and_bad_ids) {
     gguf_file *gf = NULL;
     if (!test_shared_dir()) SKIP("../shared absent");
-    kvq_tokenizer *tok = load_stories(t, &gf);
+    kvq_tokenizer *tok = load_stories(&gf);
     CHECK(tok, "cannot load the stories260K tokenizer");
     int nv = kvq_tokenizer_n_vocab(tok), bos = kvq_tokenizer_bos(tok), eos = kvq_tokenizer_eos(tok);
     bool add_bos = kvq_tokenizer_add_bos(tok);
