@@ -5,13 +5,11 @@
  * attention.c; the layout is described in cache.h.
  */
 #include "cache.h"
+#include "hadamard.h"
 
 #include <stdlib.h>
 
 enum { MAX_HEAD_DIM = 512 };
-/* Fixed seeds of the randomised Hadamard diagonals (ATTENTION.md §1). */
-#define SIGN_SEED_K 0x6b76712d6b000001ULL
-#define SIGN_SEED_V 0x6b76712d76000002ULL
 
 void kvq_cache_params_default(kvq_cache_params *p) {
     memset(p, 0, sizeof *p);
@@ -136,11 +134,11 @@ static kvq_status choose_rotation(kvq_cache *c, kvq_error *err) {
     if (!p->rot_random_signs) return KVQ_OK;
     if (c->plan.block_k) {
         if (!(c->signs_k = malloc((size_t)c->plan.block_k))) goto nomem;
-        kvq_random_signs(c->signs_k, c->plan.block_k, SIGN_SEED_K);
+        kvq_random_signs(c->signs_k, c->plan.block_k, KVQ_ROT_SEED_QK);
     }
     if (c->plan.block_v) {
         if (!(c->signs_v = malloc((size_t)c->plan.block_v))) goto nomem;
-        kvq_random_signs(c->signs_v, c->plan.block_v, SIGN_SEED_V);
+        kvq_random_signs(c->signs_v, c->plan.block_v, KVQ_ROT_SEED_V);
     }
     return KVQ_OK;
 nomem:
