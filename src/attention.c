@@ -199,14 +199,19 @@ static void merge_splits(const attn_job *jb, int i, int head, float *acc) {
 
 /* ------------------------------------------------------------- set-up */
 
+/* The row kernels of type t: from the caller's table, or the active ones. */
+static const kvq_type_traits *traits_of(const kvq_type_traits *table, kvq_type t) {
+    return table ? &table[t] : kvq_type_get(t);
+}
+
 static attn_source make_source(const kvq_cache *c, const kvq_cache_side *k, const kvq_cache_side *v,
-                               kvq_cache_part part, kvq_traits_fn traits) {
+                               kvq_cache_part part, const kvq_type_traits *table) {
     attn_source s;
     memset(&s, 0, sizeof s);
     const bool body = part == KVQ_PART_BODY;
     const int rows = body ? c->p.n_ctx : part == KVQ_PART_RING ? c->ring_rows : c->sink_rows;
-    s.k = traits(body ? k->type : c->p.tail_type);
-    s.v = traits(body ? v->type : c->p.tail_type);
+    s.k = traits_of(table, body ? k->type : c->p.tail_type);
+    s.v = traits_of(table, body ? v->type : c->p.tail_type);
     s.k_rows = body ? k->body : part == KVQ_PART_RING ? k->ring : k->sink;
     s.v_rows = body ? v->body : part == KVQ_PART_RING ? v->ring : v->sink;
     s.k_stride = body ? k->row_bytes : k->exact_row_bytes;
@@ -274,7 +279,7 @@ kvq_status kvq_cache_attend_opts(kvq_cache *c, int layer, int pos, int n, int n_
                                  kvq_error *err) {
     kvq_status st = check_attend(c, layer, pos, n, n_head, q, out, err);
     if (st != KVQ_OK) return st;
-    const kvq_traits_fn traits = opts && opts->traits ? opts->traits : kvq_type_get;
+    const kvq_type_traits *table = opts ? opts->table : NULL;
     const kvq_cache_side *k = &c->k[layer], *v = &c->v[layer];
     attn_job jb;
     memset(&jb, 0, sizeof jb);
@@ -285,8 +290,8 @@ kvq_status kvq_cache_attend_opts(kvq_cache *c, int layer, int pos, int n, int n_
     jb.sink_rows = c->sink_rows;
     jb.tail_tokens = c->ring_rows ? c->p.tail_tokens : 0;
     jb.scale = scale;
-    for (int part = 0; part < 3; part++) jb.src[part] = make_source(c, k, v, (kvq_cache_part)part, traits);
-    const int exact_block = traits(c->p.tail_type)->block_size;
+    for (int part = 0; part < 3; part++) jb.src[part] = make_source(c, k, v, (kvq_cache_part)part, table);
+    const int exact_block = traits_of(table, c->p.tail_type)->block_size;
     jb.q_stride = (int)round_up(k->head_dim, lcm(jb.src[KVQ_PART_BODY].k->block_size, exact_block));
     jb.acc_stride = (int)round_up(v->head_dim, lcm(jb.src[KVQ_PART_BODY].v->block_size, exact_block));
     jb.head_dim_v = v->head_dim;

@@ -55,13 +55,13 @@ struct kvq_cache {
 kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cache_part part,
                               int head, int pos, float *out, kvq_error *err);
 
-/* Attention with explicit kernels: `traits` maps a type to the row kernels
- * to use (kvq_type_get for the active table, kvq_type_get_scalar for the
- * reference); key_splits > 0 forces that many key ranges (merged by
- * log-sum-exp), 0 lets the kernel choose from the thread count. */
-typedef const kvq_type_traits *(*kvq_traits_fn)(kvq_type t);
+/* Attention with explicit kernels: `table` is a whole trait table
+ * (indexed by kvq_type, e.g. one filled by kvq_simd_table) whose row
+ * kernels are used, NULL for the active one (kvq_type_get); key_splits > 0
+ * forces that many key ranges (merged by log-sum-exp), 0 lets the kernel
+ * choose from the thread count. */
 typedef struct kvq_attend_opts {
-    kvq_traits_fn traits;
+    const kvq_type_traits *table;
     int key_splits;
 } kvq_attend_opts;
 

@@ -2,6 +2,7 @@
  * against the plain formula and against the formula over the values the
  * cache holds. */
 #include "attn_ref.h"
+#include "simd.h"
 
 #include <string.h>
 
@@ -18,7 +19,7 @@ static void case_init(attn_case *ac, const attn_data *d, kvq_type tk, kvq_type t
     memset(ac, 0, sizeof *ac);
     attn_params(&ac->p, d->n_head_kv, d->hd_k, d->hd_v, d->n_tok, tk, tv, rot);
     ac->batch = d->n_tok;
-    ac->opts.traits = kvq_type_get;
+    ac->opts.table = NULL;   /* active kernels */
 }
 
 /* Build the cache, attend, and return it (NULL on failure, message in msg). */
@@ -353,34 +354,76 @@ TEST(attention_rotation_of_f32_cache_is_rounding_only) {
     CHECK(worst < 1e-5, "rotation changed an f32 cache's output by %.3g", worst);
 }
 
-/* Same cache, scalar reference kernels vs the active (SIMD) table. */
-TEST(attention_scalar_and_active_kernels_agree) {
+static float zero_dot(const void *row, const float *x, int64_t n) { (void)row; (void)x; (void)n; return 0.0f; }
+
+/* The kernels of the table passed in are the ones used: a table whose
+ * dot is broken (every score 0: uniform weights) changes the output. */
+TEST(attention_uses_the_given_trait_table) {
+    static kvq_type_traits broken[KVQ_TYPE_COUNT];
+    CHECK(kvq_simd_table("scalar", broken), "no scalar table");
+    broken[KVQ_TYPE_Q4_0].dot = zero_dot;
     char msg[300] = "";
+    attn_data d;
+    CHECK(attn_data_make(&d, 40, 2, 1, 64, 64, 71), "alloc");
+    attn_case ac;
+    case_init(&ac, &d, KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0, KVQ_ROT_AUTO);
+    ac.pos = 30;
+    const size_t len = out_len(&d, ac.pos);
+    float *good = malloc(len * sizeof(float)), *bad = malloc(len * sizeof(float));
+    CHECK(good && bad, "alloc");
+    kvq_cache_free(case_run(&ac, &d, good, msg, sizeof msg));
+    ac.opts.table = broken;
+    kvq_cache_free(case_run(&ac, &d, bad, msg, sizeof msg));
+    const double e = attn_rel_err(bad, good, len);
+    free(good);
+    free(bad);
+    attn_data_free(&d);
+    CHECK(e > 0.05, "a broken dot in the given table did not change the output (%.3g) %s", e, msg);
+}
+
+/* Same cache, every SIMD level the CPU has (and the active table) vs the
+ * scalar reference kernels, K and V of different types. */
+TEST(attention_simd_levels_agree_with_scalar) {
+    static kvq_type_traits scalar[KVQ_TYPE_COUNT], level[KVQ_TYPE_COUNT];
+    static const char *levels[] = { "active", "avx2", "avx512" };
+    CHECK(kvq_simd_table("scalar", scalar), "no scalar table");
+    char msg[300] = "";
+    int compared = 0;
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
         if (!is_cache_type((kvq_type)ty)) continue;
+        const kvq_type tv = (kvq_type)(KVQ_TYPE_Q8_0 + (ty + 1) % 12);   /* another block type */
         attn_data d;
         CHECK(attn_data_make(&d, 90, 8, 2, 128, 128, 61 + (uint64_t)ty), "alloc");
         attn_case ac;
-        case_init(&ac, &d, (kvq_type)ty, (kvq_type)(KVQ_TYPE_Q8_0 + (ty + 1) % 12), KVQ_ROT_AUTO);
+        case_init(&ac, &d, (kvq_type)ty, tv, KVQ_ROT_AUTO);
         ac.p.tail_tokens = 20;
+        ac.p.sink_tokens = 2;
         ac.p.tail_type = KVQ_TYPE_F16;
         ac.pos = 60;
         const size_t len = out_len(&d, ac.pos);
-        float *a = malloc(len * sizeof(float)), *b = malloc(len * sizeof(float));
-        kvq_cache *c = a && b ? case_run(&ac, &d, a, msg, sizeof msg) : NULL;
-        double e = INFINITY;
-        if (c) {
-            kvq_attend_opts scalar = { kvq_type_get_scalar, 0 };
+        float *ref = malloc(len * sizeof(float)), *out = malloc(len * sizeof(float));
+        ac.opts.table = scalar;
+        kvq_cache *c = ref && out ? case_run(&ac, &d, ref, msg, sizeof msg) : NULL;
+        double worst = c ? 0.0 : INFINITY;
+        const char *worst_level = "";
+        for (size_t i = 0; c && i < KVQ_ARRAY_LEN(levels); i++) {
+            if (i > 0 && !kvq_simd_table(levels[i], level)) continue;   /* CPU lacks it */
+            kvq_attend_opts o = { i ? level : NULL, 0 };
+            double e = INFINITY;
             if (kvq_cache_attend_opts(c, 0, ac.pos, d.n_tok - ac.pos, d.n_head, d.q + (size_t)ac.pos * 8 * 128,
-                                      1.0f / sqrtf(128.0f), b, NULL, &scalar, NULL) == KVQ_OK)
-                e = attn_rel_err(a, b, len);
+                                      1.0f / sqrtf(128.0f), out, NULL, &o, NULL) == KVQ_OK)
+                e = attn_rel_err(out, ref, len);
+            if (!(e <= worst)) { worst = e; worst_level = levels[i]; }
+            compared++;
         }
         kvq_cache_free(c);
-        free(a);
-        free(b);
+        free(ref);
+        free(out);
         attn_data_free(&d);
-        CHECK(e < 1e-5, "type %s: %s vs scalar rel err %.3g %s", kvq_type_name((kvq_type)ty), kvq_simd_level(), e, msg);
+        CHECK(worst < 1e-5, "K %s / V %s: %s (%s) vs scalar rel err %.3g %s", kvq_type_name((kvq_type)ty),
+              kvq_type_name(tv), worst_level, kvq_simd_level(), worst, msg);
     }
+    CHECK(compared > 0, "nothing compared");
 }
 
 TEST(attention_rejects_bad_calls) {
