@@ -77,7 +77,7 @@ static bool is_cache_type(kvq_type t) {
     return tr && tr->is_cache_type;
 }
 
-static const int k_head_dims[] = { 8, 24, 64, 80, 128, 256, 512 };
+static const int k_head_dims[] = { 1, 5, 8, 24, 64, 80, 128, 256, 512 };
 static const int k_gqa[] = { 1, 2, 4, 8 };
 
 TEST(attention_f32_equals_plain_formula) {
