@@ -6,6 +6,7 @@
  * which the SIMD files have replaced what they implement for this CPU.
  */
 #include "quant_block.h"
+#include "quant_kquants.h"
 #include "simd.h"
 
 #include <pthread.h>
@@ -37,6 +38,9 @@ static const kvq_type_traits g_scalar[KVQ_TYPE_COUNT] = {
     ROW(KVQ_TYPE_Q3_1,   "q3_1",   32,  16,   -1, true, true,  q3_1),
     ROW(KVQ_TYPE_Q2_0,   "q2_0",   32,  10,   -1, true, true,  q2_0),
     ROW(KVQ_TYPE_Q2_1,   "q2_1",   32,  12,   -1, true, true,  q2_1),
+    WROW(KVQ_TYPE_Q4_K,  "q4_K",  256, 144,   12, q4_K),
+    WROW(KVQ_TYPE_Q5_K,  "q5_K",  256, 176,   13, q5_K),
+    WROW(KVQ_TYPE_Q6_K,  "q6_K",  256, 210,   14, q6_K),
 };
 
 static kvq_type_traits g_active[KVQ_TYPE_COUNT];
