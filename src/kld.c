@@ -64,8 +64,8 @@ static kvq_status parse(const char *path, const uint8_t *p, size_t len, kvq_kld_
 kvq_status kvq_kld_base_read(const char *path, kvq_kld_base **out, kvq_error *err) {
     if (!out || !path) return kvq_fail(err, KVQ_ERR_ARG, "kvq_kld_base_read: NULL argument");
     *out = NULL;
-    uint8_t *buf;
-    size_t len;
+    uint8_t *buf = NULL;
+    size_t len = 0;
     kvq_status st = read_file(path, &buf, &len, err);
     if (st) return st;
     kvq_kld_base *b = calloc(1, sizeof *b);
