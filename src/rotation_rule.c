@@ -64,8 +64,8 @@ static rot_switch switch_for(char side, kvq_rot_mode mode_side, kvq_rot_mode mod
 
 /* Hook for types that rotate inside their own format (KVarN, TurboQuant,
  * FORMATS.md §3-4): the cache rotates them whatever the switches say, so
- * the generic rotation must stay off for them (rotating twice would undo
- * nothing but waste time and break the format's own scales).  When those
+ * the generic rotation must stay off for them: a second H of the same
+ * size on top of the format's own would cancel it (H H = I).  When those
  * types land, this becomes a column of the trait table. */
 static bool format_rotates_itself(kvq_type t) { (void)t; return false; }
 
@@ -95,9 +95,9 @@ static int choose_side(char side, int head_dim, int block, kvq_type type, rot_sw
     }
     if (sw.mode == KVQ_ROT_ON)
         snprintf(why, cap, "%c: hadamard %d (%s, %s, head_dim %d)", side, block, sw.source, tname, head_dim);
-    else
-        snprintf(why, cap, "%c: hadamard %d (auto: %s is block-quantised, head_dim %d)",
-                 side, block, tname, head_dim);
+    else /* say so where kvq goes beyond llama.cpp, which stops at 64 */
+        snprintf(why, cap, "%c: hadamard %d (auto: %s is block-quantised, head_dim %d%s)", side, block,
+                 tname, head_dim, block < 64 ? ", small-head rule" : "");
     return block;
 }
 
