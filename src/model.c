@@ -250,24 +250,17 @@ static kvq_status load_tensors(const gguf_file *f, const arch_desc *a, kvq_model
 
 /* ------------------------------------------------------------ tokenizer */
 
-static int special_id(const gguf_file *f, const char *key, int n_vocab) {
-    int64_t v;
-    if (!gguf_get_i64(f, key, &v) || v < 0 || v >= n_vocab) return -1;
-    return (int)v;
-}
-
 static kvq_status load_tokenizer(kvq_model *m, kvq_error *err) {
     kvq_model_info *in = &m->info;
     kvq_status st = kvq_tokenizer_load(m->file, &m->tok, err);
     if (st) return st;
-    in->bos_id = special_id(m->file, "tokenizer.ggml.bos_token_id", in->n_vocab);
-    in->eos_id = special_id(m->file, "tokenizer.ggml.eos_token_id", in->n_vocab);
-    /* llama.cpp's default: SentencePiece vocabularies add BOS, BPE ones not. */
-    gguf_str model;
-    bool spm = gguf_get_str(m->file, "tokenizer.ggml.model", &model) && gguf_str_eq(model, "llama");
-    in->add_bos = spm;
-    gguf_get_bool(m->file, "tokenizer.ggml.add_bos_token", &in->add_bos);
-    if (in->bos_id < 0) in->add_bos = false;
+    const int32_t n_tok = kvq_tokenizer_n_vocab(m->tok);
+    if (n_tok > in->n_vocab)   /* ids the embedding has no row for */
+        return kvq_fail(err, KVQ_ERR_FORMAT, "model: the tokenizer has %d tokens, token_embd only %d rows",
+                        (int)n_tok, in->n_vocab);
+    in->bos_id = kvq_tokenizer_bos(m->tok);
+    in->eos_id = kvq_tokenizer_eos(m->tok);
+    in->add_bos = kvq_tokenizer_add_bos(m->tok) && in->bos_id >= 0;
     return KVQ_OK;
 }
 

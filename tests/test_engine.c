@@ -256,7 +256,9 @@ TEST(engine_greedy_toy_h64_f16) { greedy_check(t, "toy-h64", KVQ_TYPE_F16); }
 TEST(engine_greedy_qwen3_h128_f32) { greedy_check(t, "qwen3-h128", KVQ_TYPE_F32); }
 TEST(engine_greedy_qwen3_h128_f16) { greedy_check(t, "qwen3-h128", KVQ_TYPE_F16); }
 TEST(engine_greedy_austen_f32) { greedy_check(t, "austen-qwen3-h128", KVQ_TYPE_F32); }
-TEST(engine_greedy_austen_q8_0_f32) { greedy_check(t, "austen-qwen3-h128-q8_0", KVQ_TYPE_F32); }
+/* Not austen-qwen3-h128-q8_0: llama.cpp's q8_0 run (activations rounded
+ * to q8_0) leaves the f32 model's greedy path after 56 bytes; kvq keeps
+ * f32 activations and stays on it (docs/engine.md). */
 
 /* ------------------------------------------------------------- threads */
 

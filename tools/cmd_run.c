@@ -81,17 +81,20 @@ static int generate(const run_opts *o, const kvq_model *m, kvq_ctx *ctx, const i
                     int max_batch) {
     const kvq_model_info *in = kvq_model_get_info(m);
     float *logits = malloc((size_t)in->n_vocab * sizeof *logits);
-    kvq_sampler *smp = kvq_sampler_create(&o->sp);
-    if (!logits || !smp) { free(logits); kvq_sampler_free(smp); return cli_error(CMD, "out of memory"); }
+    kvq_sampler *smp = NULL;
+    kvq_error err = { 0 };
+    if (!logits || kvq_sampler_create(&o->sp, &smp, &err)) {
+        free(logits);
+        return cli_error(CMD, "%s", logits ? err.msg : "out of memory");
+    }
     for (int i = in->add_bos && n_prompt > 0 && prompt[0] == in->bos_id ? 1 : 0; i < n_prompt; i++)
         print_piece(m, prompt[i]);
-    kvq_error err = { 0 };
     double t0 = kvq_now_seconds();
     kvq_status st = eval_prompt(ctx, prompt, n_prompt, max_batch, logits, &err);
     double t_prompt = kvq_now_seconds() - t0, t_gen = 0.0;
     int pos = n_prompt, n_gen = 0;
     while (!st && n_gen < o->n_predict && pos < o->n_ctx) {
-        int32_t tok = kvq_sampler_sample(smp, logits, in->n_vocab);
+        int32_t tok = kvq_sample(smp, logits, in->n_vocab);
         if (tok == in->eos_id) break;
         print_piece(m, tok);
         n_gen++;
