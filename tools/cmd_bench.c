@@ -84,7 +84,8 @@ static int bench(const bench_opts *o, kvq_ctx *ctx, const kvq_model_info *in) {
         char name[64];
         cache_flags_name(&o->cache, name, sizeof name);
         printf("| model | threads | cache | pp%d t/s | tg%d t/s |\n|---|---|---|---|---|\n", o->n_prompt, o->n_gen);
-        printf("| %s | %d | %s | %.1f | %.1f |\n", in->arch_name, kvq_ctx_threads(ctx), name,
+        const char *base = strrchr(o->model, '/');
+        printf("| %s | %d | %s | %.1f | %.1f |\n", base ? base + 1 : o->model, kvq_ctx_threads(ctx), name,
                mp > 0 ? o->n_prompt / mp : 0.0, mt > 0 && o->n_gen ? o->n_gen / mt : 0.0);
     }
     free(prompt); free(logits); free(pp); free(tg);
