@@ -189,3 +189,39 @@ TEST(cli_engine_bad_input_one_line) {
     }
     remove(corrupt);
 }
+
+/* --save-base writes llama.cpp's format: same header fields and tokens as
+ * llama.cpp's own file for the same text, and kvq reads it back. */
+TEST(cli_kld_save_base_matches_llama_layout) {
+    const char *bin = need_bin();
+    char model[1024], text[1024], base[1024], out_path[128];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf") ||
+        !test_shared_path(text, sizeof text, "text/gpl3.txt") ||
+        !test_shared_path(base, sizeof base, "golden/stories260K.gpl3.c128.kld"))
+        SKIP("../shared not found");
+    snprintf(out_path, sizeof out_path, "/tmp/kvq_test_save_%d.kld", (int)getpid());
+    char cmd[4096];
+    static char out[8192];
+    CHECK(snprintf(cmd, sizeof cmd, "%s kld -m %s -f %s -c 128 --chunks 2 -t 2 -ctk f32 -ctv f32 --save-base %s", bin,
+                   model, text, out_path) < (int)sizeof cmd, "command too long");
+    int rc = run_stdout(cmd, out, sizeof out);
+    CHECK(rc == 0, "save-base exited %d: %s", rc, out);
+    FILE *a = fopen(out_path, "rb"), *b = fopen(base, "rb");
+    static uint8_t ha[20 + 4 * 256], hb[20 + 4 * 256];
+    bool read_ok = a && b && fread(ha, 1, sizeof ha, a) == sizeof ha && fread(hb, 1, sizeof hb, b) == sizeof hb;
+    if (a) fclose(a);
+    if (b) fclose(b);
+    CHECK(read_ok, "cannot read the two base files");
+    CHECK(!memcmp(ha, hb, 16), "magic, n_ctx or n_vocab differ from llama.cpp's file");
+    CHECK(ha[16] == 2 && ha[17] == 0, "n_chunk must be 2");
+    CHECK(!memcmp(ha + 20, hb + 20, 4 * 256), "the first 256 tokens differ from llama.cpp's file");
+    CHECK(snprintf(cmd, sizeof cmd, "%s kld -m %s --base %s -f %s -t 2 -ctk f32 -ctv f32 --json", bin, model, out_path,
+                   text) < (int)sizeof cmd, "command too long");
+    rc = run_stdout(cmd, out, sizeof out);
+    remove(out_path);
+    double kld = 1;
+    const char *k = strstr(out, "\"mean_kld\":");
+    CHECK(rc == 0 && k && sscanf(k, "\"mean_kld\": %lf", &kld) == 1, "reading back failed (%d): %s", rc, out);
+    CHECK(fabs(kld) < 1e-5, "the same run against its own base: mean KLD %g", kld);
+}
