@@ -238,6 +238,9 @@ static kvq_status parse_kv(parser *p, uint64_t i, gguf_kv *kv) {
     kvq_status s = read_str(p, "key", &kv->key);
     if (s) return s;
     if (kv->key.len == 0) return kvq_fail(p->err, KVQ_ERR_FORMAT, "gguf: %s has an empty key", p->where);
+    if (memchr(kv->key.ptr, 0, (size_t)kv->key.len))   /* lookups take C strings */
+        return kvq_fail(p->err, KVQ_ERR_FORMAT, "gguf: %s: key '%s' contains a NUL byte", p->where,
+                        shown(kv->key, nb, sizeof nb));
     snprintf(p->where, sizeof p->where, "metadata entry %llu ('%s')", (unsigned long long)i,
              shown(kv->key, nb, sizeof nb));
     uint32_t type;
@@ -355,6 +358,9 @@ static kvq_status parse_tensor_info(parser *p, uint64_t i, gguf_tensor *t) {
     kvq_status s = read_str(p, "name", &t->name);
     if (s) return s;
     if (t->name.len == 0) return kvq_fail(p->err, KVQ_ERR_FORMAT, "gguf: %s has an empty name", p->where);
+    if (memchr(t->name.ptr, 0, (size_t)t->name.len))   /* lookups take C strings */
+        return kvq_fail(p->err, KVQ_ERR_FORMAT, "gguf: %s: name '%s' contains a NUL byte", p->where,
+                        shown(t->name, nb, sizeof nb));
     snprintf(p->where, sizeof p->where, "tensor %llu ('%s')", (unsigned long long)i, shown(t->name, nb, sizeof nb));
     if ((s = read_u32(p, "dimension count", &t->n_dims))) return s;
     if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
