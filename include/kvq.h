@@ -70,8 +70,30 @@ typedef enum kvq_type {
     KVQ_TYPE_Q4_K,
     KVQ_TYPE_Q5_K,
     KVQ_TYPE_Q6_K,
+    /* KVarN (FORMATS.md §3): 128-token tiles of 128 (or 64) channels */
+    KVQ_TYPE_KVARN2,
+    KVQ_TYPE_KVARN3,
+    KVQ_TYPE_KVARN4,
+    KVQ_TYPE_KVARN5,
+    KVQ_TYPE_KVARN6,
+    KVQ_TYPE_KVARN8,
     KVQ_TYPE_COUNT
 } kvq_type;
+
+/* How a type stores a cache: rows of blocks along head_dim (every type of
+ * FORMATS.md §1-2, written token by token), or records of 128-token tiles
+ * (KVarN: a tile is quantised once, when its 128 tokens exist; the cache
+ * keeps the first tile and the incomplete last one exact, docs/kvarn.md).
+ * Tile types have no row kernels (quantize..axpy are NULL): the cache
+ * reaches them through src/cache_tiles.c. */
+typedef enum kvq_layout { KVQ_LAYOUT_ROWS = 0, KVQ_LAYOUT_TILES } kvq_layout;
+
+/* A rotation that is part of a format (ATTENTION.md §1: applied whatever
+ * the --attn-rot switches say, never a second time on top). */
+typedef enum kvq_format_rot {
+    KVQ_FMT_ROT_NONE = 0,   /* the generic rule of kvq_rot_choose applies     */
+    KVQ_FMT_ROT_SLICE,      /* normalised Hadamard over each 128 (or 64) slice */
+} kvq_format_rot;
 
 /* Row kernels.  `n` is always a multiple of the type's block size here;
  * the kvq_*_row wrappers below accept any n and pad the last block. */
@@ -87,6 +109,9 @@ typedef struct kvq_type_traits {
     int ggml_id;             /* GGUF tensor type id, -1 if none            */
     bool is_cache_type;      /* usable as a KV-cache type (-ctk/-ctv)      */
     bool is_block_quant;     /* a quantised block type (rotation applies)  */
+    kvq_layout layout;       /* rows of blocks, or 128-token tiles          */
+    kvq_format_rot format_rot; /* rotation that is part of the format       */
+    int bits;                /* code bits of tile types (0 for row types)   */
     kvq_quantize_fn   quantize;    /* NULL for weight-only types           */
     kvq_dequantize_fn dequantize;
     kvq_dot_fn        dot;         /* sum_i row[i] * x[i]                  */
@@ -106,10 +131,12 @@ const char *kvq_type_name(kvq_type t);
 kvq_type kvq_type_from_name(const char *name);
 /* Returns KVQ_TYPE_COUNT when the GGUF id has no kvq equivalent. */
 kvq_type kvq_type_from_ggml_id(int ggml_id);
-/* Bits per stored value, metadata included (q4_0: 4.5). */
+/* Bits per stored value, metadata included (q4_0: 4.5; kvarn4: 4.375 for a
+ * 128x128 tile, its block being one tile record). */
 double kvq_type_bpv(kvq_type t);
 
-/* Bytes of one row of n values: whole blocks, the last one zero-padded. */
+/* Bytes of one row of n values: whole blocks, the last one zero-padded;
+ * 0 for tile types (they have no rows: see kvq_cache_row_bytes). */
 size_t kvq_row_bytes(kvq_type t, int64_t n);
 /* Row operations for any n >= 1 (padding handled).  NaN/Inf inputs are
  * not rejected: they propagate into the block scale as IEEE arithmetic
@@ -230,7 +257,10 @@ typedef struct kvq_cache_bytes {
     size_t total;
 } kvq_cache_bytes;
 void kvq_cache_memory(const kvq_cache *c, kvq_cache_bytes *b);
-/* Bytes per token of K (or V) rows of one layer for a type and head shape. */
+/* Bytes per token of K (or V) rows of one layer for a type and head shape.
+ * Tile types: their quantised records per token (head padded to 64 or whole
+ * 128-wide slices; for 64-wide slices the V figure, 1 byte/token above K's);
+ * the exact first tile, incomplete tile and tail come on top. */
 size_t kvq_cache_row_bytes(kvq_type t, int n_head_kv, int head_dim);
 const kvq_rot_plan *kvq_cache_rotation(const kvq_cache *c);
 

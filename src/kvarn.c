@@ -133,6 +133,20 @@ static void unpack_token(const uint8_t *in, int width, int bits, uint8_t *codes)
     }
 }
 
+void kvq_kvarn_unpack(kvq_kvarn_shape s, const uint8_t *record, int t0, int n, uint8_t *codes) {
+    const size_t tok_bytes = (size_t)s.width * s.bits / 8;
+    for (int i = 0; i < n; i++)
+        unpack_token(record + (size_t)(t0 + i) * tok_bytes, s.width, s.bits, codes + (size_t)i * s.width);
+}
+
+kvq_kvarn_meta kvq_kvarn_meta_of(kvq_kvarn_shape s, const uint8_t *record) {
+    kvq_kvarn_meta m;
+    m.S = record + payload_bytes(s);
+    m.Z = m.S + 2 * a_rows(s);
+    m.O = m.Z + 2 * a_rows(s);
+    return m;
+}
+
 /* --------------------------------------------------------- quantisation */
 
 size_t kvq_kvarn_scratch_floats(kvq_kvarn_shape s) {

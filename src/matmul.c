@@ -122,7 +122,7 @@ static void gemv_each_token(kvq_pool *pool, matmul_job *j) {
 void kvq_matmul(kvq_pool *pool, kvq_type wtype, const void *W, int64_t rows, int64_t cols,
                 const float *X, int64_t n_tok, float *Y) {
     const kvq_type_traits *tr = kvq_type_get(wtype);
-    if (!tr || !W || !X || !Y || rows < 1 || cols < 1 || n_tok < 1) return;
+    if (!tr || !tr->dot || !W || !X || !Y || rows < 1 || cols < 1 || n_tok < 1) return; /* tile types are no weights */
     if (rows > (int64_t)INT32_MAX * GEMV_TASK_ROWS / 2) return;   /* task index is an int */
     matmul_job j = {
         .wtype = wtype, .W = W, .row_bytes = kvq_row_bytes(wtype, cols),

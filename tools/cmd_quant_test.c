@@ -278,6 +278,7 @@ int cmd_quant_test(int argc, char **argv) {
     for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
         const kvq_type_traits *tr = kvq_type_get((kvq_type)t);
         if (!tr || !tr->is_cache_type || (o.type >= 0 && t != o.type)) continue;
+        if (tr->layout != KVQ_LAYOUT_ROWS) continue;   /* tiles of 128 tokens: not row round trips */
         qt_result *q = &res[count++];
         q->type = (kvq_type)t;
         q->bpv = kvq_type_bpv(q->type);
