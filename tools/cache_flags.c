@@ -50,6 +50,7 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
         if (!cf->tail_auto) ok = parse_count(cmd, a, v, &p->tail_tokens);
     } else if (is(a, "--kv-tail-type", NULL)) {
         ok = cli_parse_type(cmd, v, true, &p->tail_type);
+        cf->tail_type_given = true;
         if (ok && p->tail_type != KVQ_TYPE_F32 && p->tail_type != KVQ_TYPE_F16 && p->tail_type != KVQ_TYPE_BF16) {
             cli_error(cmd, "--kv-tail-type: '%s' is not an exact type (f32, f16, bf16)", v);
             ok = false;
@@ -64,6 +65,9 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
 void cache_flags_resolve(cache_flags *cf, int n_ctx) {
     cf->params.n_ctx = n_ctx;
     if (cf->tail_auto) cf->params.tail_tokens = (n_ctx < AUTO_TAIL_TOKENS ? n_ctx : AUTO_TAIL_TOKENS);
+    const bool tiles = kvq_type_get(cf->params.type_k)->layout == KVQ_LAYOUT_TILES ||
+                       kvq_type_get(cf->params.type_v)->layout == KVQ_LAYOUT_TILES;
+    if (tiles && !cf->tail_type_given) cf->params.tail_type = KVQ_TYPE_F16;
 }
 
 void cache_flags_usage(FILE *f) {
@@ -71,8 +75,10 @@ void cache_flags_usage(FILE *f) {
         "cache options:\n"
         "  -ctk, --cache-type-k TYPE   K cache type (default f16)\n"
         "  -ctv, --cache-type-v TYPE   V cache type (default f16)\n"
-        "  --kv-tail-tokens N|auto     recent positions read from an exact copy (auto = 1024)\n"
+        "  --kv-tail-tokens N|auto     recent positions read from an exact copy (auto = 1024;\n"
+        "                              KVarN: whole 128-token tiles, rounded up)\n"
         "  --kv-tail-type T            f32, f16 or bf16 for the tail and sink copies\n"
+        "                              (default bf16; f16 when a side is KVarN)\n"
         "  --kv-sink-tokens S          first positions read from an exact copy\n"
         "  --attn-rot auto|on|off      Hadamard rotation of Q/K and V (both sides)\n"
         "  --attn-rot-k MODE, --attn-rot-v MODE   one side only\n"

@@ -10,13 +10,16 @@
 typedef struct cache_flags {
     kvq_cache_params params;   /* types, tail, sink, rotation request */
     bool tail_auto;            /* --kv-tail-tokens auto               */
+    bool tail_type_given;      /* --kv-tail-type was on the command line */
 } cache_flags;
 
 void cache_flags_init(cache_flags *cf);
 /* If argv[*i] is a cache flag, consume it (and its value) and return 1;
  * return 0 when it is not one; -1 after printing an error. */
 int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, int *i);
-/* Settle what depends on the context size (auto tail = 1024, capped). */
+/* Settle what depends on the context size (auto tail = 1024, capped) and
+ * on the types (tail type f16 when a side is KVarN and none was given,
+ * ATTENTION.md §3). */
 void cache_flags_resolve(cache_flags *cf, int n_ctx);
 void cache_flags_usage(FILE *f);
 /* Log the cache's memory figures and rotation choice to stderr. */
