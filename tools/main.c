@@ -12,6 +12,7 @@ typedef struct command {
 
 static const command g_commands[] = {
     { "quant-test", cmd_quant_test, "round-trip error of every cache type (Gaussian, outliers, rotation)" },
+    { "turbo-train", cmd_turbo_train, "train the turbo*_tcq trellis codebooks (prints src/turbo_tcq_tables.c)" },
 };
 
 static void usage(FILE *f) {
