@@ -107,23 +107,32 @@ static void tcq_axpy_avx2(const uint8_t *codes, const float *codebook, int k,
 /* ------------------------------------------------------------- Viterbi */
 
 /*
- * Layout: state s = (a << k) | j (a: its top 6 bits, j: its low k bits)
- * lives at position j*64 + a.  Then
- *   - the best predecessor of context a is min over j of cost[j*64 + a]:
- *     an element-wise minimum of the 2^k rows (first j wins ties, as in
- *     the scalar code);
- *   - the new cost at position j*64 + a is min_in[s & 63] + (x - c[s])^2
- *     with s & 63 = ((a mod R) << k) | j, R = 64 >> k: a row of R values
- *     repeated along a, read from `rep` (each row repeated to 16 lanes so
- *     that an 8-lane load at 8v mod 16 always finds the right pattern).
+ * Layout.  Write a state as s = (a << k) | j: a = its top 6 bits (the
+ * context its successors see), j = its low k bits.  With K = 2^k and
+ * R = 64 / K, context a = q*R + m (m = a mod R) is stored in row j at
+ * column sigma(a) = m*K + q.  Then
+ *   - the best predecessor of context a is the minimum over the K rows
+ *     at column sigma(a): an element-wise minimum of K rows of 64, ties
+ *     to the smallest j as in the scalar code;
+ *   - the new state at (row j, column sigma(a)) is s' = (a << k) | j, whose
+ *     context s' & 63 = (m << k) | j depends only on (j, m): every run of
+ *     K columns with the same m needs one broadcast minimum.
+ * Back-pointers are kept by column; the final state is chosen by state
+ * number, so the path is the scalar code's path bit for bit.
  */
 typedef struct viterbi_work {
-    float cost[TURBO_MAX_STATES];      /* by position                     */
+    float cost[TURBO_MAX_STATES];      /* by position j*64 + sigma(a)     */
     float cpos[TURBO_MAX_STATES];      /* codebook by position            */
-    float min_in[N_CTX];
-    float rep[16][16];                 /* rep[j][i] = min_in[((i % R) << k) | j] */
-    uint8_t back[KVQ_TURBO_BLOCK][N_CTX];
+    float min_in[N_CTX];               /* best arrival cost, by column    */
+    uint8_t back[KVQ_TURBO_BLOCK][N_CTX];   /* by column                  */
+    uint8_t column[N_CTX];             /* sigma(a)                        */
 } viterbi_work;
+
+static void viterbi_layout(viterbi_work *w, int k, const float *c) {
+    int K = 1 << k, R = N_CTX >> k;
+    for (int a = 0; a < N_CTX; a++) w->column[a] = (uint8_t)((a % R) * K + a / R);
+    for (int s = 0; s < (N_CTX << k); s++) w->cpos[(s & (K - 1)) * N_CTX + w->column[s >> k]] = c[s];
+}
 
 static void viterbi_first(viterbi_work *w, int n_states, float x0) {
     __m256 x = _mm256_set1_ps(x0);
@@ -133,52 +142,78 @@ static void viterbi_first(viterbi_work *w, int n_states, float x0) {
     }
 }
 
+static inline void keep_smaller(__m256 *best, __m256i *arg, const float *row, __m256i j) {
+    __m256 cur = _mm256_loadu_ps(row);
+    __m256 lt = _mm256_cmp_ps(cur, *best, _CMP_LT_OQ);       /* ties keep the smaller j */
+    *best = _mm256_blendv_ps(*best, cur, lt);
+    *arg = _mm256_blendv_epi8(*arg, j, _mm256_castps_si256(lt));
+}
+
+static inline void store_min(viterbi_work *w, uint8_t *back, int col, __m256 best, __m256i arg) {
+    _mm256_storeu_ps(w->min_in + col, best);
+    /* 8 x int32 (values < 16) -> 8 bytes */
+    __m128i a16 = _mm_packs_epi32(_mm256_castsi256_si128(arg), _mm256_extracti128_si256(arg, 1));
+    _mm_storel_epi64((__m128i *)(back + col), _mm_packus_epi16(a16, a16));
+}
+
+/* 32 columns at a time, rows in the inner loop: four independent
+ * compare/blend chains (in registers) instead of one long one. */
 static void viterbi_min(viterbi_work *w, int k, uint8_t *back) {
-    for (int a = 0; a < N_CTX; a += 8) {
-        __m256 best = _mm256_loadu_ps(w->cost + a);
-        __m256i arg = _mm256_setzero_si256();
+    for (int col = 0; col < N_CTX; col += 32) {
+        const float *row = w->cost + col;
+        __m256 b0 = _mm256_loadu_ps(row), b1 = _mm256_loadu_ps(row + 8);
+        __m256 b2 = _mm256_loadu_ps(row + 16), b3 = _mm256_loadu_ps(row + 24);
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
         for (int j = 1; j < (1 << k); j++) {
-            __m256 cur = _mm256_loadu_ps(w->cost + j * N_CTX + a);
-            __m256 lt = _mm256_cmp_ps(cur, best, _CMP_LT_OQ);
-            best = _mm256_blendv_ps(best, cur, lt);
-            arg = _mm256_blendv_epi8(arg, _mm256_set1_epi32(j), _mm256_castps_si256(lt));
+            __m256i jv = _mm256_set1_epi32(j);
+            row += N_CTX;
+            keep_smaller(&b0, &a0, row, jv);
+            keep_smaller(&b1, &a1, row + 8, jv);
+            keep_smaller(&b2, &a2, row + 16, jv);
+            keep_smaller(&b3, &a3, row + 24, jv);
         }
-        _mm256_storeu_ps(w->min_in + a, best);
-        int32_t args[8];
-        _mm256_storeu_si256((__m256i *)args, arg);
-        for (int i = 0; i < 8; i++) back[a + i] = (uint8_t)args[i];
+        store_min(w, back, col, b0, a0);
+        store_min(w, back, col + 8, b1, a1);
+        store_min(w, back, col + 16, b2, a2);
+        store_min(w, back, col + 24, b3, a3);
     }
 }
 
 static void viterbi_update(viterbi_work *w, int k, float xt) {
-    int period_mask = (N_CTX >> k) - 1;
-    for (int j = 0; j < (1 << k); j++)
-        for (int i = 0; i < 16; i++) w->rep[j][i] = w->min_in[((i & period_mask) << k) | j];
+    const int K = 1 << k, R = N_CTX >> k;
     __m256 x = _mm256_set1_ps(xt);
-    for (int j = 0; j < (1 << k); j++)
-        for (int a = 0; a < N_CTX; a += 8) {
-            int p = j * N_CTX + a;
+    for (int j = 0; j < K; j++) {
+        float need[N_CTX];     /* need[m]: best arrival into context (m << k) | j */
+        for (int m = 0; m < R; m++) need[m] = w->min_in[w->column[(m << k) | j]];
+        for (int col = 0; col < N_CTX; col += 8) {
+            int m = col >> k;
+            __m256 in = K >= 8 ? _mm256_set1_ps(need[m])        /* one run covers 8 columns */
+                               : _mm256_setr_ps(need[m], need[m], need[m], need[m],
+                                                need[m + 1], need[m + 1], need[m + 1], need[m + 1]);
+            int p = j * N_CTX + col;
             __m256 e = _mm256_sub_ps(x, _mm256_loadu_ps(w->cpos + p));
-            __m256 m = _mm256_loadu_ps(w->rep[j] + (a & 15));
-            _mm256_storeu_ps(w->cost + p, _mm256_add_ps(m, _mm256_mul_ps(e, e)));
+            _mm256_storeu_ps(w->cost + p, _mm256_add_ps(in, _mm256_mul_ps(e, e)));
         }
+    }
 }
 
 static double viterbi_avx2(int k, const float *c, const float *x, int d, uint16_t *states) {
     viterbi_work w;
     const int n_states = 1 << (CTX_BITS + k), jmask = (1 << k) - 1;
-    for (int s = 0; s < n_states; s++) w.cpos[(s & jmask) * N_CTX + (s >> k)] = c[s];
+    viterbi_layout(&w, k, c);
     viterbi_first(&w, n_states, x[0]);
     for (int t = 1; t < d; t++) {
         viterbi_min(&w, k, w.back[t]);
         viterbi_update(&w, k, x[t]);
     }
-    /* final state: smallest cost, lowest state number on ties */
-    int last = 0;
+#define POS(s) (((s) & jmask) * N_CTX + w.column[(s) >> k])
+    int last = 0;       /* smallest cost, lowest state number on ties */
     for (int s = 1; s < n_states; s++)
-        if (w.cost[(s & jmask) * N_CTX + (s >> k)] < w.cost[(last & jmask) * N_CTX + (last >> k)]) last = s;
-    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])w.back, d, last, states);
-    return w.cost[(last & jmask) * N_CTX + (last >> k)];
+        if (w.cost[POS(s)] < w.cost[POS(last)]) last = s;
+    double err = w.cost[POS(last)];
+#undef POS
+    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])w.back, w.column, d, last, states);
+    return err;
 }
 
 void turbo_install_avx2(turbo_kernels *k) {

@@ -45,10 +45,11 @@ void  turbo_tcq_axpy_ref(const uint8_t *codes, const float *codebook, int k,
  * sum of squares of the chosen unit-variance reconstruction values. */
 double turbo_tcq_encode(int k, const float *x, int d, uint8_t *codes, turbo_viterbi_fn viterbi);
 
-/* Viterbi back-pointers -> states: back[t][ctx] is the low k bits of the
- * best predecessor of any state with context ctx at step t. */
-void turbo_tcq_backtrack(int k, const uint8_t (*back)[1 << KVQ_TURBO_TCQ_CONTEXT], int d, int last,
-                         uint16_t *states);
+/* Viterbi back-pointers -> states: back[t][column[ctx]] (column NULL:
+ * back[t][ctx]) is the low k bits of the best predecessor of any state
+ * with context ctx at step t. */
+void turbo_tcq_backtrack(int k, const uint8_t (*back)[1 << KVQ_TURBO_TCQ_CONTEXT],
+                         const uint8_t *column, int d, int last, uint16_t *states);
 
 /* The committed codebooks (src/turbo_tcq_tables.c), index k - 2. */
 extern const float kvq_turbo_tcq_table2[1 << 8];

@@ -34,12 +34,13 @@ static bool viterbi_args_ok(int k, const float *c, int d) {
 }
 
 /* Walk the back-pointers from the final state. */
-void turbo_tcq_backtrack(int k, const uint8_t (*back)[N_CTX], int d, int last, uint16_t *states) {
+void turbo_tcq_backtrack(int k, const uint8_t (*back)[N_CTX], const uint8_t *column, int d, int last,
+                         uint16_t *states) {
     int s = last;
     states[d - 1] = (uint16_t)s;
     for (int t = d - 1; t > 0; t--) {
         int ctx = s & CTX_MASK;
-        s = (ctx << k) | back[t][ctx];
+        s = (ctx << k) | back[t][column ? column[ctx] : ctx];
         states[t - 1] = (uint16_t)s;
     }
 }
@@ -74,7 +75,7 @@ double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d
         }
     }
     int last = argmin_first(cost, n_states);
-    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])back, d, last, states);
+    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])back, NULL, d, last, states);
     return cost[last];
 }
 
