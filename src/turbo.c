@@ -143,22 +143,28 @@ void kvq_turbo_unrotate(const float *acc_rot, float *out, int head_dim) {
 
 /* -------------------------------------------------------- the scalar code */
 
-static void put_bits(uint8_t *codes, int pos, uint32_t value, int bits) {
-    for (int i = 0; i < bits; i++)
-        if (value >> i & 1u) codes[(pos + i) >> 3] |= (uint8_t)(1u << ((pos + i) & 7));
+/* Index of the nearest centroid: the number of cell boundaries below x
+ * (branch-free: the data are random, a search would mispredict). */
+static int nearest_centroid(const float *midpoints, int levels, float x) {
+    int idx = 0;
+    for (int i = 0; i + 1 < levels; i++) idx += x > midpoints[i];
+    return idx;
 }
 
-/* Nearest Lloyd-Max centroid of each unit-variance target (cells split at
- * the midpoints); returns the sum of squares of the chosen centroids. */
+/* Nearest Lloyd-Max centroid of each unit-variance target, written group
+ * by group (8 indices = `bits` bytes); returns the sum of squares of the
+ * chosen centroids. */
 static double scalar_encode(int bits, const float *x, int d, uint8_t *codes) {
-    const float *c = kvq_turbo_lloyd_centroids(bits);
-    int levels = 1 << bits;
+    const float *c = kvq_turbo_lloyd_centroids(bits), *mid = turbo_lloyd_midpoints(bits);
     double sumsq = 0.0;
-    for (int i = 0; i < d; i++) {
-        int idx = 0;
-        while (idx + 1 < levels && x[i] > 0.5f * (c[idx] + c[idx + 1])) idx++;
-        put_bits(codes, i * bits, (uint32_t)idx, bits);
-        sumsq += (double)c[idx] * c[idx];
+    for (int g = 0; g < d / 8; g++) {
+        uint32_t w = 0;
+        for (int j = 0; j < 8; j++) {
+            int idx = nearest_centroid(mid, 1 << bits, x[8 * g + j]);
+            w |= (uint32_t)idx << (j * bits);
+            sumsq += (double)c[idx] * c[idx];
+        }
+        for (int i = 0; i < bits; i++) codes[g * bits + i] = (uint8_t)(w >> (8 * i));
     }
     return sumsq;
 }

@@ -25,59 +25,43 @@ static float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* The kernels below are written once for both code families and every
+ * bit width; each public kernel calls them with compile-time constants, so
+ * the compiler emits one specialised loop per (family, bits): the byte
+ * loops that assemble a group's word unroll and the shifts become
+ * immediates. */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+typedef enum { FAMILY_SCALAR, FAMILY_TCQ } code_family;
+
 /* ------------------------------------------------------- scalar codes */
 
-typedef struct scalar_lut { __m256 lo, hi; __m256i shifts, mask; int bits; } scalar_lut;
+typedef struct scalar_lut { __m256 lo, hi; } scalar_lut;
 
-static scalar_lut scalar_lut_make(const float *codebook, int bits) {
+ALWAYS_INLINE scalar_lut scalar_lut_make(const float *codebook, const int bits) {
     float tab[16] = { 0 };
     memcpy(tab, codebook, sizeof(float) << bits);
-    scalar_lut l;
-    l.lo = _mm256_loadu_ps(tab);
-    l.hi = _mm256_loadu_ps(tab + 8);
-    l.shifts = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(bits));
-    l.mask = _mm256_set1_epi32((1 << bits) - 1);
-    l.bits = bits;
-    return l;
+    return (scalar_lut){ _mm256_loadu_ps(tab), _mm256_loadu_ps(tab + 8) };
 }
 
-/* The 8 codebook values of group g. */
-static inline __m256 scalar_values(const scalar_lut *l, const uint8_t *codes, int g) {
-    __m256i w = _mm256_set1_epi32((int)turbo_scalar_group(codes, l->bits, g));
-    __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(w, l->shifts), l->mask);
+/* The 8 codebook values of group g of a scalar stream. */
+ALWAYS_INLINE __m256 scalar_values(const scalar_lut *l, const uint8_t *codes, int g, const int bits) {
+    __m256i w = _mm256_set1_epi32((int)turbo_scalar_group(codes, bits, g));
+    __m256i shifts = _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits, 4 * bits, 5 * bits, 6 * bits, 7 * bits);
+    __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(w, shifts), _mm256_set1_epi32((1 << bits) - 1));
     __m256 v = _mm256_permutevar8x32_ps(l->lo, idx);
-    if (l->bits == 4) {     /* index bit 3 selects the upper eight entries */
+    if (bits == 4) {     /* index bit 3 selects the upper eight entries */
         __m256 upper = _mm256_permutevar8x32_ps(l->hi, idx);
         v = _mm256_blendv_ps(v, upper, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
     }
     return v;
 }
 
-static float scalar_dot_avx2(const uint8_t *codes, const float *codebook, int bits,
-                             const float *q_rot, int d) {
-    scalar_lut l = scalar_lut_make(codebook, bits);
-    __m256 acc = _mm256_setzero_ps();
-    for (int g = 0; g < d / 8; g++)
-        acc = _mm256_fmadd_ps(scalar_values(&l, codes, g), _mm256_loadu_ps(q_rot + 8 * g), acc);
-    return hsum(acc);
-}
-
-static void scalar_axpy_avx2(const uint8_t *codes, const float *codebook, int bits,
-                             float w_scale, float *acc_rot, int d) {
-    scalar_lut l = scalar_lut_make(codebook, bits);
-    __m256 w = _mm256_set1_ps(w_scale);
-    for (int g = 0; g < d / 8; g++) {
-        __m256 y = _mm256_loadu_ps(acc_rot + 8 * g);
-        _mm256_storeu_ps(acc_rot + 8 * g, _mm256_fmadd_ps(w, scalar_values(&l, codes, g), y));
-    }
-}
-
 /* ------------------------------------------------------ trellis codes */
 
-/* The 8 codebook values of group g: states are the L-bit windows at bit
- * j*k of the group word; lanes 4..7 read the word shifted by 4k so that
- * every window fits a 32-bit lane. */
-static inline __m256 tcq_values(const uint8_t *codes, const float *codebook, int k, int g) {
+/* The 8 codebook values of group g of a trellis stream: states are the
+ * L-bit windows at bit j*k of the group word; lanes 4..7 read the word
+ * shifted by 4k so that every window fits a 32-bit lane. */
+ALWAYS_INLINE __m256 tcq_values(const uint8_t *codes, const float *codebook, int g, const int k) {
     uint64_t w = turbo_tcq_group(codes, k, g);
     int lo = (int)(uint32_t)w, hi = (int)(uint32_t)(w >> (4 * k));
     __m256i words = _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi);
@@ -87,21 +71,58 @@ static inline __m256 tcq_values(const uint8_t *codes, const float *codebook, int
     return _mm256_i32gather_ps(codebook, idx, 4);
 }
 
-static float tcq_dot_avx2(const uint8_t *codes, const float *codebook, int k,
-                          const float *q_rot, int d) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int g = 0; g < d / 8; g++)
-        acc = _mm256_fmadd_ps(tcq_values(codes, codebook, k, g), _mm256_loadu_ps(q_rot + 8 * g), acc);
-    return hsum(acc);
+/* ---------------------------------------------------- dot and axpy */
+
+ALWAYS_INLINE __m256 group_values(code_family f, const scalar_lut *l, const uint8_t *codes,
+                                  const float *codebook, int g, const int bits) {
+    return f == FAMILY_SCALAR ? scalar_values(l, codes, g, bits) : tcq_values(codes, codebook, g, bits);
 }
 
-static void tcq_axpy_avx2(const uint8_t *codes, const float *codebook, int k,
-                          float w_scale, float *acc_rot, int d) {
+/* Two accumulators (d is 64 or 128: an even number of groups) so that
+ * consecutive FMAs do not wait for each other. */
+ALWAYS_INLINE float dot_fixed(code_family f, const uint8_t *codes, const float *codebook,
+                              const int bits, const float *q_rot, int d) {
+    scalar_lut l = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+    if (f == FAMILY_SCALAR) l = scalar_lut_make(codebook, bits);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int g = 0; g < d / 8; g += 2) {
+        acc0 = _mm256_fmadd_ps(group_values(f, &l, codes, codebook, g, bits), _mm256_loadu_ps(q_rot + 8 * g), acc0);
+        acc1 = _mm256_fmadd_ps(group_values(f, &l, codes, codebook, g + 1, bits),
+                               _mm256_loadu_ps(q_rot + 8 * g + 8), acc1);
+    }
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+ALWAYS_INLINE void axpy_fixed(code_family f, const uint8_t *codes, const float *codebook,
+                              const int bits, float w_scale, float *acc_rot, int d) {
+    scalar_lut l = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+    if (f == FAMILY_SCALAR) l = scalar_lut_make(codebook, bits);
     __m256 w = _mm256_set1_ps(w_scale);
     for (int g = 0; g < d / 8; g++) {
         __m256 y = _mm256_loadu_ps(acc_rot + 8 * g);
-        _mm256_storeu_ps(acc_rot + 8 * g, _mm256_fmadd_ps(w, tcq_values(codes, codebook, k, g), y));
+        _mm256_storeu_ps(acc_rot + 8 * g, _mm256_fmadd_ps(w, group_values(f, &l, codes, codebook, g, bits), y));
     }
+}
+
+/* Dispatch on the bit width: bits is 2, 3 or 4 for every turbo type. */
+#define BITS_SWITCH(bits, call2, call3, call4) \
+    switch (bits) { case 2: return call2; case 3: return call3; default: return call4; }
+
+static float scalar_dot_avx2(const uint8_t *codes, const float *c, int bits, const float *q, int d) {
+    BITS_SWITCH(bits, dot_fixed(FAMILY_SCALAR, codes, c, 2, q, d), dot_fixed(FAMILY_SCALAR, codes, c, 3, q, d),
+                dot_fixed(FAMILY_SCALAR, codes, c, 4, q, d))
+}
+static float tcq_dot_avx2(const uint8_t *codes, const float *c, int k, const float *q, int d) {
+    BITS_SWITCH(k, dot_fixed(FAMILY_TCQ, codes, c, 2, q, d), dot_fixed(FAMILY_TCQ, codes, c, 3, q, d),
+                dot_fixed(FAMILY_TCQ, codes, c, 4, q, d))
+}
+static void scalar_axpy_avx2(const uint8_t *codes, const float *c, int bits, float w, float *acc, int d) {
+    BITS_SWITCH(bits, axpy_fixed(FAMILY_SCALAR, codes, c, 2, w, acc, d), axpy_fixed(FAMILY_SCALAR, codes, c, 3, w, acc, d),
+                axpy_fixed(FAMILY_SCALAR, codes, c, 4, w, acc, d))
+}
+static void tcq_axpy_avx2(const uint8_t *codes, const float *c, int k, float w, float *acc, int d) {
+    BITS_SWITCH(k, axpy_fixed(FAMILY_TCQ, codes, c, 2, w, acc, d), axpy_fixed(FAMILY_TCQ, codes, c, 3, w, acc, d),
+                axpy_fixed(FAMILY_TCQ, codes, c, 4, w, acc, d))
 }
 
 /* ------------------------------------------------------------- Viterbi */

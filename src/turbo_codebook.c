@@ -18,6 +18,7 @@
 #define LLOYD_TOL 1e-13
 
 static float  g_centroids[LLOYD_MAX_BITS + 1][1 << LLOYD_MAX_BITS];
+static float  g_midpoints[LLOYD_MAX_BITS + 1][1 << LLOYD_MAX_BITS];
 static double g_mse[LLOYD_MAX_BITS + 1];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -60,6 +61,8 @@ static void compute_all(void) {
         for (int i = 0; i < n; i++) c[i] = 4.0 * ((i + 0.5) / n - 0.5) * 2.0;  /* +-4 spread */
         for (int it = 0; it < LLOYD_MAX_ITERS && lloyd_step(c, n) > LLOYD_TOL; it++) {}
         for (int i = 0; i < n; i++) g_centroids[bits][i] = (float)c[i];
+        for (int i = 0; i + 1 < n; i++)
+            g_midpoints[bits][i] = 0.5f * (g_centroids[bits][i] + g_centroids[bits][i + 1]);
         g_mse[bits] = lloyd_distortion(c, n);
     }
 }
@@ -74,4 +77,10 @@ double kvq_turbo_lloyd_mse(int bits) {
     if (bits < 1 || bits > LLOYD_MAX_BITS) return NAN;
     pthread_once(&g_once, compute_all);
     return g_mse[bits];
+}
+
+const float *turbo_lloyd_midpoints(int bits) {
+    if (bits < 1 || bits > LLOYD_MAX_BITS) return NULL;
+    pthread_once(&g_once, compute_all);
+    return g_midpoints[bits];
 }

@@ -51,6 +51,10 @@ double turbo_tcq_encode(int k, const float *x, int d, uint8_t *codes, turbo_vite
 void turbo_tcq_backtrack(int k, const uint8_t (*back)[1 << KVQ_TURBO_TCQ_CONTEXT],
                          const uint8_t *column, int d, int last, uint16_t *states);
 
+/* The 2^bits - 1 cell boundaries of kvq_turbo_lloyd_centroids(bits):
+ * midpoints of neighbouring centroids, ascending. */
+const float *turbo_lloyd_midpoints(int bits);
+
 /* The committed codebooks (src/turbo_tcq_tables.c), index k - 2. */
 extern const float kvq_turbo_tcq_table2[1 << 8];
 extern const float kvq_turbo_tcq_table3[1 << 9];
