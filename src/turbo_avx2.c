@@ -132,19 +132,23 @@ static void tcq_axpy_avx2(const uint8_t *codes, const float *c, int k, float w, 
  * context its successors see), j = its low k bits.  With K = 2^k and
  * R = 64 / K, context a = q*R + m (m = a mod R) is stored in row j at
  * column sigma(a) = m*K + q.  Then
- *   - the best predecessor of context a is the minimum over the K rows
- *     at column sigma(a): an element-wise minimum of K rows of 64, ties
- *     to the smallest j as in the scalar code;
- *   - the new state at (row j, column sigma(a)) is s' = (a << k) | j, whose
- *     context s' & 63 = (m << k) | j depends only on (j, m): every run of
- *     K columns with the same m needs one broadcast minimum.
- * Back-pointers are kept by column; the final state is chosen by state
- * number, so the path is the scalar code's path bit for bit.
+ *   - the cost of state (row j, column sigma(a)) at step t is
+ *     best_in[(m << k) | j] + (x_t - c)^2: its context s & 63 = (m << k) | j
+ *     depends only on (j, m), so every run of K columns with the same m
+ *     needs one broadcast arrival cost;
+ *   - the best arrival into context a at step t+1 is the minimum over the
+ *     K rows at column sigma(a): element-wise over rows, ties to the
+ *     smallest j as in the scalar code.
+ * So one step computes the costs of a column chunk row by row and folds
+ * them straight into the running minimum: the 2^L costs never go to
+ * memory, except at the last step, where the final state is chosen by
+ * state number.  Back-pointers are kept by column; the path is the scalar
+ * code's path bit for bit (same float operations, same tie rules).
  */
 typedef struct viterbi_work {
-    float cost[TURBO_MAX_STATES];      /* by position j*64 + sigma(a)     */
-    float cpos[TURBO_MAX_STATES];      /* codebook by position            */
+    float cpos[TURBO_MAX_STATES];      /* codebook by position j*64 + sigma(a) */
     float min_in[N_CTX];               /* best arrival cost, by column    */
+    float need[16][16];                /* need[j][m] = arrival into context (m << k) | j */
     uint8_t back[KVQ_TURBO_BLOCK][N_CTX];   /* by column                  */
     uint8_t column[N_CTX];             /* sigma(a)                        */
 } viterbi_work;
@@ -155,84 +159,99 @@ static void viterbi_layout(viterbi_work *w, int k, const float *c) {
     for (int s = 0; s < (N_CTX << k); s++) w->cpos[(s & (K - 1)) * N_CTX + w->column[s >> k]] = c[s];
 }
 
-static void viterbi_first(viterbi_work *w, int n_states, float x0) {
-    __m256 x = _mm256_set1_ps(x0);
-    for (int p = 0; p < n_states; p += 8) {
-        __m256 e = _mm256_sub_ps(x, _mm256_loadu_ps(w->cpos + p));
-        _mm256_storeu_ps(w->cost + p, _mm256_mul_ps(e, e));
-    }
+/* Arrival costs of this step, by (j, m); all zero at t = 0 (free start). */
+static void viterbi_gather_need(viterbi_work *w, int k, bool first) {
+    for (int j = 0; j < (1 << k); j++)
+        for (int m = 0; m < (N_CTX >> k); m++)
+            w->need[j][m] = first ? 0.0f : w->min_in[w->column[(m << k) | j]];
 }
 
-static inline void keep_smaller(__m256 *best, __m256i *arg, const float *row, __m256i j) {
-    __m256 cur = _mm256_loadu_ps(row);
+/* Costs of the 8 states at row j, columns col..col+7. */
+ALWAYS_INLINE __m256 state_costs(const viterbi_work *w, int k, int j, int col, __m256 x) {
+    int m = col >> k;
+    const float *need = w->need[j];
+    __m256 in;
+    if (k >= 3) {                                    /* one run covers 8 columns */
+        in = _mm256_set1_ps(need[m]);
+    } else {                                         /* two runs of 4: need[m] x4, need[m+1] x4 */
+        __m128 pair = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)(need + m)));
+        in = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(pair), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+    }
+    __m256 e = _mm256_sub_ps(x, _mm256_loadu_ps(w->cpos + j * N_CTX + col));
+    return _mm256_add_ps(in, _mm256_mul_ps(e, e));
+}
+
+ALWAYS_INLINE void keep_smaller(__m256 *best, __m256i *arg, __m256 cur, __m256i j) {
     __m256 lt = _mm256_cmp_ps(cur, *best, _CMP_LT_OQ);       /* ties keep the smaller j */
     *best = _mm256_blendv_ps(*best, cur, lt);
     *arg = _mm256_blendv_epi8(*arg, j, _mm256_castps_si256(lt));
 }
 
-static inline void store_min(viterbi_work *w, uint8_t *back, int col, __m256 best, __m256i arg) {
+ALWAYS_INLINE void store_min(viterbi_work *w, uint8_t *back, int col, __m256 best, __m256i arg) {
     _mm256_storeu_ps(w->min_in + col, best);
     /* 8 x int32 (values < 16) -> 8 bytes */
     __m128i a16 = _mm_packs_epi32(_mm256_castsi256_si128(arg), _mm256_extracti128_si256(arg, 1));
     _mm_storel_epi64((__m128i *)(back + col), _mm_packus_epi16(a16, a16));
 }
 
-/* 32 columns at a time, rows in the inner loop: four independent
- * compare/blend chains (in registers) instead of one long one. */
-static void viterbi_min(viterbi_work *w, int k, uint8_t *back) {
+/* One step: costs at x_t folded into the best arrival of step t+1.  32
+ * columns at a time, rows inside: four independent compare/blend chains. */
+ALWAYS_INLINE void viterbi_step_fixed(viterbi_work *w, const int k, float xt, uint8_t *back_next) {
+    __m256 x = _mm256_set1_ps(xt);
     for (int col = 0; col < N_CTX; col += 32) {
-        const float *row = w->cost + col;
-        __m256 b0 = _mm256_loadu_ps(row), b1 = _mm256_loadu_ps(row + 8);
-        __m256 b2 = _mm256_loadu_ps(row + 16), b3 = _mm256_loadu_ps(row + 24);
+        __m256 b0 = state_costs(w, k, 0, col, x), b1 = state_costs(w, k, 0, col + 8, x);
+        __m256 b2 = state_costs(w, k, 0, col + 16, x), b3 = state_costs(w, k, 0, col + 24, x);
         __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
         for (int j = 1; j < (1 << k); j++) {
             __m256i jv = _mm256_set1_epi32(j);
-            row += N_CTX;
-            keep_smaller(&b0, &a0, row, jv);
-            keep_smaller(&b1, &a1, row + 8, jv);
-            keep_smaller(&b2, &a2, row + 16, jv);
-            keep_smaller(&b3, &a3, row + 24, jv);
+            keep_smaller(&b0, &a0, state_costs(w, k, j, col, x), jv);
+            keep_smaller(&b1, &a1, state_costs(w, k, j, col + 8, x), jv);
+            keep_smaller(&b2, &a2, state_costs(w, k, j, col + 16, x), jv);
+            keep_smaller(&b3, &a3, state_costs(w, k, j, col + 24, x), jv);
         }
-        store_min(w, back, col, b0, a0);
-        store_min(w, back, col + 8, b1, a1);
-        store_min(w, back, col + 16, b2, a2);
-        store_min(w, back, col + 24, b3, a3);
+        store_min(w, back_next, col, b0, a0);
+        store_min(w, back_next, col + 8, b1, a1);
+        store_min(w, back_next, col + 16, b2, a2);
+        store_min(w, back_next, col + 24, b3, a3);
     }
 }
 
-static void viterbi_update(viterbi_work *w, int k, float xt) {
-    const int K = 1 << k, R = N_CTX >> k;
-    __m256 x = _mm256_set1_ps(xt);
-    for (int j = 0; j < K; j++) {
-        float need[N_CTX];     /* need[m]: best arrival into context (m << k) | j */
-        for (int m = 0; m < R; m++) need[m] = w->min_in[w->column[(m << k) | j]];
-        for (int col = 0; col < N_CTX; col += 8) {
-            int m = col >> k;
-            __m256 in = K >= 8 ? _mm256_set1_ps(need[m])        /* one run covers 8 columns */
-                               : _mm256_setr_ps(need[m], need[m], need[m], need[m],
-                                                need[m + 1], need[m + 1], need[m + 1], need[m + 1]);
-            int p = j * N_CTX + col;
-            __m256 e = _mm256_sub_ps(x, _mm256_loadu_ps(w->cpos + p));
-            _mm256_storeu_ps(w->cost + p, _mm256_add_ps(in, _mm256_mul_ps(e, e)));
-        }
+static void viterbi_step(viterbi_work *w, int k, float xt, uint8_t *back_next) {
+    switch (k) {
+    case 2: viterbi_step_fixed(w, 2, xt, back_next); break;
+    case 3: viterbi_step_fixed(w, 3, xt, back_next); break;
+    default: viterbi_step_fixed(w, 4, xt, back_next); break;
     }
+}
+
+/* Last step: every state's cost; the smallest wins, lowest state number
+ * on ties (the scalar rule).  Returns the state, its cost in *err. */
+static int viterbi_last(viterbi_work *w, int k, float xt, double *err) {
+    float cost[TURBO_MAX_STATES] = { 0 };   /* (initialised: the compiler cannot see k <= 4) */
+    __m256 x = _mm256_set1_ps(xt);
+    for (int j = 0; j < (1 << k); j++)
+        for (int col = 0; col < N_CTX; col += 8)
+            _mm256_storeu_ps(cost + j * N_CTX + col, state_costs(w, k, j, col, x));
+    const int jmask = (1 << k) - 1;
+#define POS(s) (((s) & jmask) * N_CTX + w->column[(s) >> k])
+    int last = 0;
+    for (int s = 1; s < (N_CTX << k); s++)
+        if (cost[POS(s)] < cost[POS(last)]) last = s;
+    *err = cost[POS(last)];
+#undef POS
+    return last;
 }
 
 static double viterbi_avx2(int k, const float *c, const float *x, int d, uint16_t *states) {
     viterbi_work w;
-    const int n_states = 1 << (CTX_BITS + k), jmask = (1 << k) - 1;
     viterbi_layout(&w, k, c);
-    viterbi_first(&w, n_states, x[0]);
-    for (int t = 1; t < d; t++) {
-        viterbi_min(&w, k, w.back[t]);
-        viterbi_update(&w, k, x[t]);
+    for (int t = 0; t + 1 < d; t++) {
+        viterbi_gather_need(&w, k, t == 0);
+        viterbi_step(&w, k, x[t], w.back[t + 1]);
     }
-#define POS(s) (((s) & jmask) * N_CTX + w.column[(s) >> k])
-    int last = 0;       /* smallest cost, lowest state number on ties */
-    for (int s = 1; s < n_states; s++)
-        if (w.cost[POS(s)] < w.cost[POS(last)]) last = s;
-    double err = w.cost[POS(last)];
-#undef POS
+    viterbi_gather_need(&w, k, d == 1);
+    double err;
+    int last = viterbi_last(&w, k, x[d - 1], &err);
     turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])w.back, w.column, d, last, states);
     return err;
 }

@@ -372,12 +372,15 @@ TEST(turbo_simd_matches_scalar) {
             CHECK(fabsf(a1[i] - a2[i]) < 1e-5f * (1 + fabsf(a2[i])), "%s d=%d axpy [%d]", kvq_turbo_name(ty), d, i);
     }
     /* the Viterbi kernels pick the same path */
-    for (int k = 2; k <= 4; k++) {
+    static const int lens[] = { 1, 2, 37, 64, 128 };
+    for (int k = 2; k <= 4; k++) for (size_t li = 0; li < KVQ_ARRAY_LEN(lens); li++) {
+        int n = lens[li];
         uint16_t s1[128], s2[128];
-        gauss_vec(&r, x, 128);
-        double e1 = kvq_turbo_tcq_viterbi(k, kvq_turbo_tcq_codebook(k), x, 128, s1);
-        double e2 = kvq_turbo_tcq_viterbi_scalar(k, kvq_turbo_tcq_codebook(k), x, 128, s2);
-        CHECK(e1 == e2 && !memcmp(s1, s2, sizeof s1), "k=%d Viterbi SIMD %.6f vs scalar %.6f", k, e1, e2);
+        gauss_vec(&r, x, n);
+        double e1 = kvq_turbo_tcq_viterbi(k, kvq_turbo_tcq_codebook(k), x, n, s1);
+        double e2 = kvq_turbo_tcq_viterbi_scalar(k, kvq_turbo_tcq_codebook(k), x, n, s2);
+        CHECK(e1 == e2 && !memcmp(s1, s2, sizeof(uint16_t) * n), "k=%d d=%d Viterbi SIMD %.6f vs scalar %.6f",
+              k, n, e1, e2);
     }
 }
 
