@@ -130,11 +130,11 @@ double kvq_turbo_tcq_greedy(int k, const float *c, const float *x, int d, uint16
 /* Generalised Lloyd training of a trellis codebook (tools: kvq
  * turbo-train): n_vectors training vectors of d = 128 Gaussian values
  * scaled to norm sqrt(128) (the distribution of sqrt(d) * R u), drawn from
- * splitmix64(seed) + Box-Muller; the codebook starts as 2^L Gaussian
- * quantiles (see turbo_tcq_train.c for their order), then
- * `iters` rounds of {Viterbi-encode all vectors, set every state's value
- * to the mean of the targets it coded}.  mse[i] (optional, iters+1
- * entries) gets the per-value error before each round and after the last. */
+ * splitmix64(seed) + Box-Muller; the codebook starts as 2^L further N(0,1)
+ * draws of the same stream, then `iters` rounds of {Viterbi-encode all
+ * vectors, set every state's value to the mean of the targets it coded}.
+ * mse[i] (optional, iters+1 entries) gets the per-value error before each
+ * round and after the last. */
 kvq_status kvq_turbo_tcq_train(int k, int n_vectors, int iters, uint64_t seed, float *codebook,
                                double *mse, kvq_error *err);
 

@@ -66,19 +66,18 @@ extern const double kvq_turbo_tcq_mse2, kvq_turbo_tcq_mse3, kvq_turbo_tcq_mse4;
  * Group g of a scalar b-bit stream is the b bytes at g*b: value j of the
  * group is bits j*b..j*b+b-1 of their little-endian word. */
 static inline uint32_t turbo_scalar_group(const uint8_t *codes, int bits, int g) {
-    const uint8_t *p = codes + g * bits;
-    uint32_t w = 0;
-    for (int i = 0; i < bits; i++) w |= (uint32_t)p[i] << (8 * i);
-    return w;
+    const uint8_t *p = codes + g * bits;     /* bits = 2..4; written out so that
+                                                constant bits fold into one load */
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (bits >= 3 ? (uint32_t)p[2] << 16 : 0u) |
+           (bits >= 4 ? (uint32_t)p[3] << 24 : 0u);
 }
 
 /* Group g of a trellis stream (values 8g..8g+7): the state of value 8g+j
  * is bits j*k .. j*k+5+k of the k+1 bytes starting at byte g*k. */
 static inline uint64_t turbo_tcq_group(const uint8_t *codes, int k, int g) {
-    const uint8_t *p = codes + g * k;
-    uint64_t w = 0;
-    for (int i = 0; i <= k; i++) w |= (uint64_t)p[i] << (8 * i);
-    return w;
+    const uint8_t *p = codes + g * k;        /* k = 2..4: k + 1 = 3..5 bytes */
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 |
+           (k >= 3 ? (uint64_t)p[3] << 24 : 0u) | (k >= 4 ? (uint64_t)p[4] << 32 : 0u);
 }
 
 /* splitmix64 + Box-Muller for training data (deterministic everywhere). */

@@ -28,13 +28,12 @@ double turbo_rng_gauss(turbo_rng *r) {
 
 /* Training vectors: Gaussian directions at norm sqrt(d), i.e. exactly the
  * unit-variance targets the encoder sees for a uniformly rotated vector. */
-static void make_training_data(float *data, int n_vectors, uint64_t seed) {
-    turbo_rng rng = { seed, 0, 0.0 };
+static void make_training_data(float *data, int n_vectors, turbo_rng *rng) {
     for (int v = 0; v < n_vectors; v++) {
         float *x = data + (size_t)v * TRAIN_DIM;
         double norm2 = 0.0;
         for (int i = 0; i < TRAIN_DIM; i++) {
-            x[i] = (float)turbo_rng_gauss(&rng);
+            x[i] = (float)turbo_rng_gauss(rng);
             norm2 += (double)x[i] * x[i];
         }
         float scale = (float)sqrt(TRAIN_DIM / norm2);
@@ -42,36 +41,13 @@ static void make_training_data(float *data, int n_vectors, uint64_t seed) {
     }
 }
 
-/* Inverse of the standard normal CDF by bisection (init only, precision
- * far below what the Lloyd rounds change). */
-static double gauss_quantile(double p) {
-    double lo = -10.0, hi = 10.0;
-    for (int i = 0; i < 100; i++) {
-        double mid = 0.5 * (lo + hi);
-        if (0.5 * erfc(-mid / sqrt(2.0)) < p) lo = mid; else hi = mid;
-    }
-    return 0.5 * (lo + hi);
-}
-
-static int bit_reverse(int v, int bits) {
-    int r = 0;
-    for (int i = 0; i < bits; i++) r |= ((v >> i) & 1) << (bits - 1 - i);
-    return r;
-}
-
-/* Start: the 2^L Gaussian quantiles, ordered so that the 2^k branches
- * leaving any state (same 6 context bits, different output o) spread over
- * the whole range (o is the most significant part of the rank) and states
- * of neighbouring contexts take interleaved offsets (bit-reversed context).
- * Each state's branch set is then a shifted scalar quantiser, the
- * classical TCQ arrangement, which Lloyd rounds refine. */
-static void init_codebook(int k, float *c) {
-    int ctx_bits = KVQ_TURBO_TCQ_CONTEXT, n = 1 << (ctx_bits + k);
-    for (int s = 0; s < n; s++) {
-        int o = s >> ctx_bits, ctx = s & ((1 << ctx_bits) - 1);
-        int rank = (o << ctx_bits) | bit_reverse(ctx, ctx_bits);
-        c[s] = (float)gauss_quantile((rank + 0.5) / n);
-    }
+/* Start: every state's value drawn from N(0,1) (continuing the data's
+ * random stream).  A random start beat a structured one (Gaussian
+ * quantiles arranged as shifted scalar quantisers per state, the classical
+ * TCQ layout): after 30 rounds on 2048 vectors 0.0753 vs 0.0819 (k=2),
+ * 0.0195 vs 0.0219 (k=3), 0.0051 vs 0.0063 (k=4). */
+static void init_codebook(int k, float *c, turbo_rng *rng) {
+    for (int s = 0; s < 1 << (KVQ_TURBO_TCQ_CONTEXT + k); s++) c[s] = (float)turbo_rng_gauss(rng);
 }
 
 /* One round: encode everything with codebook c, return the mean squared
@@ -109,8 +85,9 @@ kvq_status kvq_turbo_tcq_train(int k, int n_vectors, int iters, uint64_t seed, f
         free(data), free(sum), free(count);
         return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory for %d training vectors", n_vectors);
     }
-    make_training_data(data, n_vectors, seed);
-    init_codebook(k, codebook);
+    turbo_rng rng = { seed, 0, 0.0 };
+    make_training_data(data, n_vectors, &rng);
+    init_codebook(k, codebook, &rng);
     for (int it = 0; it <= iters; it++) {
         double e = lloyd_round(k, codebook, data, n_vectors, sum, count, it < iters);
         if (mse) mse[it] = e;

@@ -13,7 +13,7 @@
 #define CMD "turbo-train"
 
 typedef struct train_opts { long vectors, iters, seed; const char *out; } train_opts;
-static const train_opts g_defaults = { 4096, 40, 1, NULL };
+static const train_opts g_defaults = { 4096, 60, 1, NULL };
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -69,7 +69,7 @@ int cmd_turbo_train(int argc, char **argv) {
                " * indexed by state).  GENERATED, do not edit: reproduce with\n"
                " *   make && build/kvq turbo-train -n %ld -i %ld -s %ld > src/turbo_tcq_tables.c\n"
                " * Procedure (src/turbo_tcq_train.c): %ld vectors of 128 Gaussian values at\n"
-               " * norm sqrt(128) from splitmix64(seed %ld) + Box-Muller; Gaussian-quantile\n"
+               " * norm sqrt(128) from splitmix64(seed %ld) + Box-Muller; random N(0,1)\n"
                " * start; %ld generalised Lloyd rounds (Viterbi-encode all, move each state\n"
                " * to the mean of its targets). */\n#include \"turbo_internal.h\"\n",
             o.vectors, o.iters, o.seed, o.vectors, o.seed, o.iters);
