@@ -324,18 +324,21 @@ static void axpy_with(const turbo_kernels *kern, kvq_turbo_type t, float w, cons
     }
 }
 
+/* The row kernels trust head_dim (validated once by the caller through
+ * kvq_turbo_row_bytes) but not the type: an unknown type would index past
+ * the format table, so it gives NaN / no-op instead. */
 float kvq_turbo_dot_rot(kvq_turbo_type t, const void *row, const float *q_rot, int head_dim) {
-    return dot_with(turbo_active_kernels(), t, row, q_rot, head_dim);
+    return valid_type(t) ? dot_with(turbo_active_kernels(), t, row, q_rot, head_dim) : NAN;
 }
 float kvq_turbo_dot_rot_scalar(kvq_turbo_type t, const void *row, const float *q_rot, int head_dim) {
-    return dot_with(&g_scalar_kernels, t, row, q_rot, head_dim);
+    return valid_type(t) ? dot_with(&g_scalar_kernels, t, row, q_rot, head_dim) : NAN;
 }
 void kvq_turbo_axpy_rot(kvq_turbo_type t, float w, const void *row, float *acc_rot, int head_dim) {
-    axpy_with(turbo_active_kernels(), t, w, row, acc_rot, head_dim);
+    if (valid_type(t)) axpy_with(turbo_active_kernels(), t, w, row, acc_rot, head_dim);
 }
 void kvq_turbo_axpy_rot_scalar(kvq_turbo_type t, float w, const void *row, float *acc_rot,
                                int head_dim) {
-    axpy_with(&g_scalar_kernels, t, w, row, acc_rot, head_dim);
+    if (valid_type(t)) axpy_with(&g_scalar_kernels, t, w, row, acc_rot, head_dim);
 }
 
 /* Decoding is axpy with weight 1 into a zeroed rotated buffer, rotated back. */

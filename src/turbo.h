@@ -82,7 +82,8 @@ kvq_status kvq_turbo_dequantize(kvq_turbo_type t, const void *src, float *y, int
                                 kvq_error *err);
 
 /* Rotated-domain kernels.  q_rot / acc_rot hold kvq_turbo_rot_dim(head_dim)
- * floats; the caller validated (t, head_dim) once (row_bytes != 0).
+ * floats; the caller validated head_dim once (row_bytes != 0); an unknown
+ * type gives NaN (dot) or does nothing (axpy).
  *   rotate_query: q_rot = R q (zero-padded q, per block)
  *   dot_rot:      returns q . x_hat  (= q_rot . R x_hat)
  *   axpy_rot:     acc_rot += w * R x_hat

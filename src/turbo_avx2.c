@@ -7,9 +7,10 @@
  *                 2^L-entry codebook is read with a gather.
  *   Viterbi:      the same recursion as kvq_turbo_tcq_viterbi_scalar with
  *                 the same float operations (so the same path, bit for
- *                 bit), on a cost array stored in a permuted order that
- *                 makes both the per-context minimum and the update
- *                 vertical (see viterbi_avx2). */
+ *                 bit), on states stored in a column-permuted order in
+ *                 which arrival costs are broadcasts and each step's
+ *                 costs fold straight into the next step's minimum (see
+ *                 the Viterbi section). */
 #include "turbo_internal.h"
 
 #include <immintrin.h>

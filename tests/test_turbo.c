@@ -436,5 +436,23 @@ TEST(turbo_zero_nan_and_bad_input) {
     CHECK(kvq_turbo_quantize(KVQ_TURBO3, x, row, 0, &err) == KVQ_ERR_ARG && err.msg[0], "head size 0 accepted");
     CHECK(kvq_turbo_quantize(KVQ_TURBO_COUNT, x, row, 128, &err) == KVQ_ERR_ARG, "bad type accepted");
     CHECK(kvq_turbo_dequantize(KVQ_TURBO3, row, y, 70000, &err) == KVQ_ERR_ARG, "huge head accepted");
+    CHECK(isnan(kvq_turbo_dot_rot(KVQ_TURBO_COUNT, row, q_rot, 128)), "dot with a bad type");
     CHECK(isnan(kvq_turbo_tcq_viterbi(7, kvq_turbo_tcq_codebook(2), x, 128, NULL)), "k=7 Viterbi ran");
+}
+
+/* ------------------------------------------------------------------ CLI */
+
+TEST(turbo_cli_bench_and_bad_flags) {
+    const char *bin = test_kvq_bin();
+    if (!bin) SKIP("KVQ_BIN not set (run through make test)");
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "%s turbo-bench -n 10 -d 64", bin);
+    CHECK(test_run(cmd, out, sizeof out) == 0, "turbo-bench failed: %s", out);
+    CHECK(strstr(out, "turbo3_tcq") && strstr(out, "NMSE"), "turbo-bench output: %s", out);
+    snprintf(cmd, sizeof cmd, "%s turbo-bench --dim 0", bin);
+    CHECK(test_run(cmd, out, sizeof out) != 0 && strstr(out, "error"), "--dim 0 accepted: %s", out);
+    snprintf(cmd, sizeof cmd, "%s turbo-train --iters", bin);
+    CHECK(test_run(cmd, out, sizeof out) != 0 && strstr(out, "error"), "missing value accepted: %s", out);
+    snprintf(cmd, sizeof cmd, "%s turbo-train --bogus", bin);
+    CHECK(test_run(cmd, out, sizeof out) != 0 && strstr(out, "unknown option"), "unknown flag accepted: %s", out);
 }
