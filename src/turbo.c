@@ -208,7 +208,6 @@ const turbo_kernels *turbo_active_kernels(void) {
     pthread_once(&g_kernels_once, choose_kernels);
     return &g_active_kernels;
 }
-const turbo_kernels *turbo_scalar_kernels(void) { return &g_scalar_kernels; }
 
 static const float *codebook_of(kvq_turbo_type t) {
     return g_formats[t].tcq ? kvq_turbo_tcq_codebook(g_formats[t].bits)

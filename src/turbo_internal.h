@@ -25,9 +25,8 @@ typedef struct turbo_kernels {
     turbo_viterbi_fn viterbi;
 } turbo_kernels;
 
-/* The kernels in use (AVX2 where the CPU has it) and the scalar ones. */
+/* The kernels in use (AVX2 where the CPU has it). */
 const turbo_kernels *turbo_active_kernels(void);
-const turbo_kernels *turbo_scalar_kernels(void);
 
 /* AVX2 versions (src/turbo_avx2.c); call only when kvq_cpu_features()->avx2. */
 void turbo_install_avx2(turbo_kernels *k);
