@@ -10,6 +10,7 @@
 
 /* One function per subcommand; argv[0] is the subcommand name. */
 int cmd_quant_test(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_turbo_train(int argc, char **argv);
 int cmd_turbo_bench(int argc, char **argv);
 
