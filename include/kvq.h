@@ -77,6 +77,13 @@ typedef enum kvq_type {
     KVQ_TYPE_KVARN5,
     KVQ_TYPE_KVARN6,
     KVQ_TYPE_KVARN8,
+    /* TurboQuant (FORMATS.md §4-5): rows of 128- (or 64-) value blocks */
+    KVQ_TYPE_TURBO2,
+    KVQ_TYPE_TURBO3,
+    KVQ_TYPE_TURBO4,
+    KVQ_TYPE_TURBO2_TCQ,
+    KVQ_TYPE_TURBO3_TCQ,
+    KVQ_TYPE_TURBO4_TCQ,
     KVQ_TYPE_COUNT
 } kvq_type;
 
@@ -93,14 +100,21 @@ typedef enum kvq_layout { KVQ_LAYOUT_ROWS = 0, KVQ_LAYOUT_TILES } kvq_layout;
 typedef enum kvq_format_rot {
     KVQ_FMT_ROT_NONE = 0,   /* the generic rule of kvq_rot_choose applies     */
     KVQ_FMT_ROT_SLICE,      /* normalised Hadamard over each 128 (or 64) slice */
+    KVQ_FMT_ROT_TURBO,      /* S2 H S1 per 128 (or 64) block (src/turbo.h)     */
 } kvq_format_rot;
 
-/* Row kernels.  `n` is always a multiple of the type's block size here;
- * the kvq_*_row wrappers below accept any n and pad the last block. */
+/* Row kernels.  `n` is always a multiple of the type's block size here
+ * (any n for types with a row_bytes hook); the kvq_*_row wrappers below
+ * accept any n and pad the last block.  Types with format_rot work in the
+ * format's rotated domain (TurboQuant: quantize takes R x, dequantize
+ * gives R x_hat, dot/axpy take rotated vectors), because that is where
+ * the cache keeps rows; their NMSE and dot errors equal the original
+ * domain's (R is orthogonal). */
 typedef void  (*kvq_quantize_fn)(const float *x, void *dst, int64_t n);
 typedef void  (*kvq_dequantize_fn)(const void *src, float *y, int64_t n);
 typedef float (*kvq_dot_fn)(const void *row, const float *x, int64_t n);
 typedef void  (*kvq_axpy_fn)(float w, const void *row, float *y, int64_t n);
+typedef size_t (*kvq_row_bytes_fn)(int64_t n);
 
 typedef struct kvq_type_traits {
     const char *name;        /* "q4_0": the name used by -ctk/-ctv        */
@@ -112,6 +126,11 @@ typedef struct kvq_type_traits {
     kvq_layout layout;       /* rows of blocks, or 128-token tiles          */
     kvq_format_rot format_rot; /* rotation that is part of the format       */
     int bits;                /* code bits of tile types (0 for row types)   */
+    /* NULL: a row is whole blocks of block_size (the last zero-padded).
+     * Otherwise the row has its own layout (TurboQuant: 128-blocks, then a
+     * 64- or 128-block for the rest): bytes of a row of n values, and the
+     * kernels below take any n >= 1 themselves. */
+    kvq_row_bytes_fn row_bytes;
     kvq_quantize_fn   quantize;    /* NULL for weight-only types           */
     kvq_dequantize_fn dequantize;
     kvq_dot_fn        dot;         /* sum_i row[i] * x[i]                  */

@@ -260,7 +260,7 @@ static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq
     s.rows = body ? sd->body : part == KVQ_PART_RING ? sd->ring : sd->sink;
     s.stride = body ? sd->row_bytes : sd->exact_row_bytes;
     s.head = (size_t)rows * s.stride;
-    s.len = round_up(body ? sd->head_dim : sd->store_dim, s.tr->block_size);
+    s.len = s.tr->row_bytes ? sd->store_dim : round_up(sd->store_dim, s.tr->block_size);
     s.ring = part == KVQ_PART_RING ? sd->ring_rows : 0;
     return s;
 }
@@ -268,7 +268,7 @@ static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq
 /* Values a rotated query (or accumulator) row holds: the side's stored
  * width, rounded up to whole blocks of every row type that reads it. */
 static int padded_width(const kvq_cache_side *sd, const kvq_type_traits *body, int exact_block) {
-    const int body_block = sd->layout == KVQ_LAYOUT_ROWS ? body->block_size : 1;
+    const int body_block = sd->layout == KVQ_LAYOUT_ROWS && !body->row_bytes ? body->block_size : 1;
     return (int)round_up(sd->store_dim, lcm(body_block, exact_block));
 }
 

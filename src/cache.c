@@ -7,6 +7,7 @@
  */
 #include "cache.h"
 #include "hadamard.h"
+#include "turbo_traits.h"
 
 #include <stdlib.h>
 
@@ -171,10 +172,17 @@ static int round_up_int(int x, int m) { return (int)(((int64_t)x + m - 1) / m * 
 /* Rows: the plan's rotation, tail and sink as given, ring = tail + batch. */
 static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
     const kvq_cache_params *p = &c->p;
-    sd->store_dim = sd->head_dim;
-    sd->rot_block = is_v ? c->plan.block_v : c->plan.block_k;
-    sd->rot_signs = is_v ? c->signs_v : c->signs_k;
-    sd->row_bytes = kvq_row_bytes(sd->type, sd->head_dim);
+    sd->rot_kind = kvq_type_get_scalar(sd->type)->format_rot;
+    if (sd->rot_kind == KVQ_FMT_ROT_TURBO) {      /* the format's rotation, its padded blocks */
+        sd->store_dim = kvq_turbo_store_dim(sd->head_dim);
+        sd->rot_block = 0;
+        sd->rot_signs = NULL;
+    } else {
+        sd->store_dim = sd->head_dim;
+        sd->rot_block = is_v ? c->plan.block_v : c->plan.block_k;
+        sd->rot_signs = is_v ? c->signs_v : c->signs_k;
+    }
+    sd->row_bytes = kvq_row_bytes(sd->type, sd->store_dim);
     sd->tail_tokens = p->tail_tokens;
     sd->ring_rows = p->tail_tokens ? (int)KVQ_MIN((int64_t)p->tail_tokens + p->max_batch, p->n_ctx) : 0;
     sd->sink_rows = p->sink_tokens;
@@ -192,6 +200,7 @@ static void shape_tile_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
     const kvq_cache_params *p = &c->p;
     const int T = KVQ_KVARN_TILE;
     kvq_tiles_shape(sd, is_v);
+    sd->rot_kind = KVQ_FMT_ROT_SLICE;
     sd->rot_block = sd->tile.width;
     sd->rot_signs = NULL;
     sd->row_bytes = 0;
@@ -336,12 +345,19 @@ kvq_cache_part kvq_cache_key_part(const kvq_cache *c, int layer, bool is_v, int 
 }
 
 void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out) {
+    if (sd->rot_kind == KVQ_FMT_ROT_TURBO) { kvq_turbo_rotate_row(x, out, sd->head_dim); return; }
     memcpy(out, x, (size_t)sd->head_dim * sizeof *out);
     memset(out + sd->head_dim, 0, (size_t)(sd->store_dim - sd->head_dim) * sizeof *out);
     if (sd->rot_block) kvq_rotate_row(out, sd->store_dim, sd->rot_block, sd->rot_signs);
 }
 
 void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc) {
+    if (sd->rot_kind == KVQ_FMT_ROT_TURBO) {
+        float out[MAX_HEAD_DIM];
+        kvq_turbo_unrotate_row(acc, out, sd->head_dim);
+        memcpy(acc, out, (size_t)sd->head_dim * sizeof *out);
+        return;
+    }
     if (sd->rot_block) kvq_rotate_row_inverse(acc, sd->store_dim, sd->rot_block, sd->rot_signs);
 }
 
@@ -368,7 +384,7 @@ static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int head, in
     float buf[MAX_HEAD_DIM];
     kvq_cache_side_rotate(sd, x, buf);
     if (sd->layout == KVQ_LAYOUT_ROWS)
-        kvq_quantize_row(sd->type, buf, side_row(c, sd, KVQ_PART_BODY, head, pos), sd->head_dim);
+        kvq_quantize_row(sd->type, buf, side_row(c, sd, KVQ_PART_BODY, head, pos), sd->store_dim);
     if (sd->ring_rows)
         kvq_quantize_row(c->p.tail_type, buf, side_row(c, sd, KVQ_PART_RING, head, pos), sd->store_dim);
     if (pos < sd->sink_rows)
@@ -437,7 +453,7 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
         kvq_tiles_read_row(sd, head, pos, out);
         return KVQ_OK;
     }
-    if (part == KVQ_PART_BODY) kvq_dequantize_row(sd->type, side_row(c, sd, part, head, pos), out, sd->head_dim);
+    if (part == KVQ_PART_BODY) kvq_dequantize_row(sd->type, side_row(c, sd, part, head, pos), out, sd->store_dim);
     else kvq_dequantize_row(c->p.tail_type, side_row(c, sd, part, head, pos), out, sd->store_dim);
     return KVQ_OK;
 }

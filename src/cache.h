@@ -20,8 +20,8 @@
  *         first tile, in whole tiles).
  *
  * Every stored row is rotated (when the plan or the format says so) and
- * has store_dim values (head_dim, or padded to whole slices for formats
- * that rotate per slice); body, ring and sink hold the same rotated
+ * has store_dim values (head_dim, or padded to the format's whole slices
+ * or blocks: KVarN, TurboQuant); body, ring and sink hold the same rotated
  * values, so one rotated Q serves all three.
  */
 #ifndef KVQ_CACHE_H
@@ -39,6 +39,8 @@ typedef struct kvq_cache_side {
     kvq_layout layout;      /* rows of blocks or 128-token tiles           */
     int head_dim;           /* values per head (the model's)               */
     int store_dim;          /* values per stored row (>= head_dim, padded) */
+    kvq_format_rot rot_kind;/* NONE: the plan's Hadamard (rot_block, signs);
+                               SLICE: Hadamard per tile slice; TURBO: S2 H S1 */
     int rot_block;          /* Hadamard block of this side, 0 = none       */
     const int8_t *rot_signs;/* randomised diagonal (generic plan) or NULL  */
     /* body */

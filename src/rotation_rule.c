@@ -83,8 +83,12 @@ static int choose_side(char side, int head_dim, int block, kvq_type type, rot_sw
     const char *tname = kvq_type_name(type);
     if (is_mla) { snprintf(why, cap, "%c: off (MLA cache: never rotated)", side); return 0; }
     if (format_rotates_itself(type)) {
-        snprintf(why, cap, "%c: format (%s rotates inside its format: hadamard per %d-wide slice)", side, tname,
-                 head_dim <= 64 ? 64 : 128);
+        if (kvq_type_get_scalar(type)->format_rot == KVQ_FMT_ROT_TURBO)
+            snprintf(why, cap, "%c: format (%s rotates inside its format: S2 H S1 per %d-block)", side, tname,
+                     head_dim <= 64 ? 64 : 128);
+        else
+            snprintf(why, cap, "%c: format (%s rotates inside its format: hadamard per %d-wide slice)", side, tname,
+                     head_dim <= 64 ? 64 : 128);
         return 0;
     }
     if (sw.mode == KVQ_ROT_OFF) { snprintf(why, cap, "%c: off (%s)", side, sw.source); return 0; }

@@ -164,13 +164,11 @@ bool attn_ref_cache(const kvq_cache *c, const attn_data *d, int pos, int n, floa
         for (int i = 0; i < n; i++)
             for (int g = 0; g < group; g++) {
                 const int h = kvh * group + g;
-                memset(qr, 0, sizeof qr);
-                memcpy(qr, d->q + ((size_t)(pos + i) * d->n_head + h) * d->hd_k, (size_t)d->hd_k * sizeof(float));
-                if (sk->rot_block) kvq_rotate_row(qr, dk, sk->rot_block, sk->rot_signs);
+                kvq_cache_side_rotate(sk, d->q + ((size_t)(pos + i) * d->n_head + h) * d->hd_k, qr);
                 cache_ctx cc = { bk, bv, ek, ev, c, pos + i, dk, dv };
                 attend_one(qr, dk, dv, pos + i + 1, scale, cache_key, cache_val, &cc, acc);
                 for (int j = 0; j < dv; j++) o[j] = (float)acc[j];
-                if (sv->rot_block) kvq_rotate_row_inverse(o, dv, sv->rot_block, sv->rot_signs);
+                kvq_cache_side_unrotate(sv, o);
                 memcpy(out + ((size_t)i * d->n_head + h) * d->hd_v, o, (size_t)d->hd_v * sizeof(float));
             }
     }

@@ -30,6 +30,7 @@ typedef struct kld_run {
     const int32_t *tokens;
     int n_ctx, n_chunk;
     uint16_t *ref;           /* encoded reference records, one per scored position */
+    const kvq_kld_base *golden; /* non-NULL: compare against its records instead */
     size_t rec_len;
     kvq_tokstats st;
     bool record;             /* true: fill ref; false: compare against it */
@@ -38,8 +39,8 @@ typedef struct kld_run {
 static kvq_status on_scored(void *ud, size_t i, const float *logits, int32_t next, kvq_error *err) {
     kld_run *r = ud;
     const int n_vocab = r->m->info.n_vocab;
-    uint16_t *rec = r->ref + i * r->rec_len;
-    if (r->record) { kvq_kld_encode(logits, n_vocab, rec); return KVQ_OK; }
+    const uint16_t *rec = r->golden ? kvq_kld_base_record(r->golden, i) : r->ref + i * r->rec_len;
+    if (r->record) { kvq_kld_encode(logits, n_vocab, r->ref + i * r->rec_len); return KVQ_OK; }
     kvq_kld_token t = kvq_kld_compare(logits, n_vocab, rec, next);
     return kvq_tokstats_add(&r->st, &t, err);
 }
@@ -53,14 +54,14 @@ static double eval_cache(kld_run *r, kvq_type tk, kvq_type tv, char *msg, size_t
     p.type_k = tk;
     p.type_v = tv;
     p.n_ctx = r->n_ctx;
-    p.max_batch = 256;
+    p.max_batch = KVQ_MIN(256, r->n_ctx);
     const bool tiles = kvq_type_get(tk)->layout == KVQ_LAYOUT_TILES || kvq_type_get(tv)->layout == KVQ_LAYOUT_TILES;
     p.tail_type = tiles ? KVQ_TYPE_F16 : KVQ_TYPE_BF16;
     kvq_ctx *ctx = NULL;
     kvq_error err = { 0, "" };
     double mean = -1.0;
     kvq_tokstats_init(&r->st);
-    kvq_chunk_run run = { r->tokens, r->n_ctx, r->n_chunk, 256, r->m->info.bos_id };
+    kvq_chunk_run run = { r->tokens, r->n_ctx, r->n_chunk, p.max_batch, r->m->info.bos_id };
     kvq_kld_summary s;
     if (kvq_ctx_create(r->m, &p, 2, &ctx, &err) == KVQ_OK && kvq_eval_chunks(ctx, &run, on_scored, r, NULL, &err) == KVQ_OK) {
         if (r->record) mean = 0.0;
@@ -151,3 +152,50 @@ TEST(cache_kld_kvarn_toy_h64) { kvarn_kld(t, "models/toy-h64.gguf", "golden/toy-
 TEST(cache_kld_kvarn_qwen3_h128) {
     kvarn_kld(t, "models/synth/qwen3-h128.gguf", "golden/qwen3-h128.gpl3.c128.kld", 1024, 1);
 }
+
+/* ------------------------------------------------------------ TurboQuant */
+
+/* TurboQuant has no exact regions of its own, so the golden base files
+ * (llama.cpp, f32 cache, c=128) are the reference directly; all their
+ * chunks (2 under sanitizers). */
+static void turbo_kld(test_ctx *t, const char *model_rel, const char *base_rel) {
+    char mpath[1024], bpath[1024];
+    if (!test_shared_path(mpath, sizeof mpath, model_rel) || !test_shared_path(bpath, sizeof bpath, base_rel))
+        SKIP("../shared/%s or %s not found", model_rel, base_rel);
+    kvq_error err = { 0, "" };
+    kvq_model *m = NULL;
+    kvq_kld_base *b = NULL;
+    if (kvq_model_load(mpath, &m, &err) || kvq_kld_base_read(bpath, &b, &err)) {
+        kvq_kld_base_free(b);
+        kvq_model_free(m);
+        CHECK(0, "load: %s", err.msg);
+    }
+    kld_run r = { m, b->tokens, (int)b->n_ctx, test_sanitized() ? 2 : b->n_chunk, NULL, b, 0, { 0 }, false };
+    static const kvq_type pairs[][2] = {
+        { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0 }, { KVQ_TYPE_TURBO4, KVQ_TYPE_TURBO4 },
+        { KVQ_TYPE_TURBO3, KVQ_TYPE_TURBO3 }, { KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO3_TCQ },
+        { KVQ_TYPE_TURBO4_TCQ, KVQ_TYPE_TURBO4_TCQ },
+    };
+    double kld[5];
+    char msg[400] = "";
+    bool ok = true;
+    for (int i = 0; i < 5 && ok; i++) ok = (kld[i] = eval_cache(&r, pairs[i][0], pairs[i][1], msg, sizeof msg)) >= 0;
+    kvq_kld_base_free(b);
+    kvq_model_free(m);
+    CHECK(ok, "%s", msg);
+    fprintf(stderr, "  %s c=128 mean KLD vs golden: q4_0(rot) %.3g turbo4 %.3g turbo3 %.3g turbo3_tcq %.3g turbo4_tcq %.3g\n",
+            model_rel, kld[0], kld[1], kld[2], kld[3], kld[4]);
+    /* turbo4 (4.125 bpv) does NOT beat q4_0 (4.5 bpv, rotated) here: its
+     * Gaussian NMSE is 0.0092 against q4_0's 0.0074 (test_formats), and
+     * the KLD follows (1.10x on toy-h64, 1.27x on qwen3-h128, both sides
+     * alike).  Checked instead: turbo4 within the 1.26x NMSE ratio plus
+     * 10% noise, the trellis at 4.25 bpv below q4_0, and the orderings. */
+    CHECK(kld[1] < 1.4 * kld[0], "turbo4 %.3g >= 1.4 x q4_0 (rotated) %.3g", kld[1], kld[0]);
+    CHECK(kld[4] < kld[0], "turbo4_tcq %.3g >= q4_0 (rotated) %.3g", kld[4], kld[0]);
+    CHECK(kld[3] < kld[2], "turbo3_tcq %.3g >= turbo3 %.3g", kld[3], kld[2]);
+    CHECK(kld[1] < kld[2] && kld[4] < kld[3], "4 bits not below 3 bits: %.3g %.3g, %.3g %.3g", kld[1], kld[2], kld[4],
+          kld[3]);
+}
+
+TEST(cache_kld_turbo_toy_h64) { turbo_kld(t, "models/toy-h64.gguf", "golden/toy-h64.gpl3.c128.kld"); }
+TEST(cache_kld_turbo_qwen3_h128) { turbo_kld(t, "models/synth/qwen3-h128.gguf", "golden/qwen3-h128.gpl3.c128.kld"); }
