@@ -236,3 +236,19 @@ TEST(cli_kld_save_base_matches_llama_layout) {
     CHECK(rc == 0 && k && sscanf(k, "\"mean_kld\": %lf", &kld) == 1, "reading back failed (%d): %s", rc, out);
     CHECK(fabs(kld) < 1e-5, "the same run against its own base: mean KLD %g", kld);
 }
+
+/* bench prints one table row per depth (timings are not checked). */
+TEST(cli_bench_rows_per_depth) {
+    const char *bin = need_bin();
+    char model[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/synth/qwen3-h128-q4_k.gguf")) SKIP("../shared not found");
+    char cmd[2048];
+    static char out[4096];
+    CHECK(snprintf(cmd, sizeof cmd, "%s bench -m %s -p 16 -n 4 -r 1 -d 0,24 -t 2 -ctk q8_0 -ctv q4_0", bin, model) <
+              (int)sizeof cmd, "command too long");
+    int rc = run_stdout(cmd, out, sizeof out);
+    CHECK(rc == 0, "kvq bench exited %d: %s", rc, out);
+    CHECK(count_lines(out) == 4, "header, rule and 2 rows expected: %s", out);
+    CHECK(strstr(out, "| q8_0/q4_0 | 0 |") && strstr(out, "| q8_0/q4_0 | 24 |"), "rows for depths 0 and 24 missing: %s", out);
+}
