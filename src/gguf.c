@@ -156,7 +156,7 @@ static kvq_status read_str(parser *p, const char *what, gguf_str *out) {
     if (s) return s;
     if (len > left(p))
         return kvq_fail(p->err, KVQ_ERR_FORMAT,
-                        "gguf: %s: %s length %llu at offset %zu exceeds the %zu bytes left (file size %zu)",
+                        "gguf: %s: %s length %llu at offset %zu runs past the end of the file (%zu bytes left, file size %zu)",
                         p->where, what, (unsigned long long)len, p->pos - 8, left(p), p->size);
     out->ptr = (const char *)p->base + p->pos;
     out->len = len;
