@@ -27,13 +27,18 @@ int bench_formats(int argc, char **argv);
 
 /* ---- helpers shared by groups (bench_main.c) ---- */
 
-/* Monotonic time in seconds. */
+/* Monotonic wall time in seconds. */
 double bench_now(void);
+/* CPU time of the calling thread in seconds: what bench_time measures,
+ * because the machines kvq is developed on are shared (wall time there
+ * counts other people's work). */
+double bench_cpu_now(void);
 /* Median of n values (sorts v in place). */
 double bench_median(double *v, int n);
 /* Seconds per call of fn(ctx): calls are batched so that one timed batch
  * lasts at least min_batch_s, and the median over `reps` batches is
- * returned (one untimed warm-up batch first). */
+ * returned (one untimed warm-up batch first).  Single-threaded fn only:
+ * the clock is the calling thread's CPU time. */
 double bench_time(void (*fn)(void *ctx), void *ctx, int reps, double min_batch_s);
 /* A value the optimiser must assume is used. */
 void bench_consume(double v);

@@ -19,6 +19,12 @@ double bench_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double bench_cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -37,16 +43,16 @@ double bench_time(void (*fn)(void *ctx), void *ctx, int reps, double min_batch_s
     /* warm-up, and the batch size that makes one batch last min_batch_s */
     long batch = 1;
     for (;;) {
-        const double t0 = bench_now();
+        const double t0 = bench_cpu_now();
         for (long i = 0; i < batch; i++) fn(ctx);
-        const double dt = bench_now() - t0;
+        const double dt = bench_cpu_now() - t0;
         if (dt >= min_batch_s || batch > (1L << 30)) break;
         batch = dt > 0 ? (long)(batch * 1.2 * min_batch_s / dt) + 1 : batch * 16;
     }
     for (int r = 0; r < reps; r++) {
-        const double t0 = bench_now();
+        const double t0 = bench_cpu_now();
         for (long i = 0; i < batch; i++) fn(ctx);
-        t[r] = (bench_now() - t0) / (double)batch;
+        t[r] = (bench_cpu_now() - t0) / (double)batch;
     }
     return bench_median(t, reps);
 }
