@@ -14,9 +14,9 @@
 enum { N = 512, BLOCK = 32 };
 
 typedef enum { ROW_GAUSS, ROW_MIXED_SCALES, ROW_ZEROS, ROW_HUGE, ROW_F16_EDGE, ROW_DENORMAL,
-               ROW_TINY, ROW_NONFINITE, ROW_KINDS } row_kind;
+               ROW_TINY, ROW_NONFINITE, ROW_TIES, ROW_KINDS } row_kind;
 static const char *const row_names[ROW_KINDS] = {
-    "gauss", "mixed-scales", "zeros", "one 1e30", "one 6e4", "denormals", "1e-30 scaled", "nan/inf",
+    "gauss", "mixed-scales", "zeros", "one 1e30", "one 6e4", "denormals", "1e-30 scaled", "nan/inf", "q8 ties",
 };
 
 static void make_row(row_kind kind, test_rng *r, float *x) {
@@ -32,6 +32,9 @@ static void make_row(row_kind kind, test_rng *r, float *x) {
     case ROW_DENORMAL: for (int i = 0; i < N; i++) x[i] *= 1e-40f; break;
     case ROW_TINY: for (int i = 0; i < N; i++) x[i] *= 1e-30f; break;
     case ROW_NONFINITE: x[3] = NAN; x[70] = INFINITY; x[200] = -INFINITY; break;
+    case ROW_TIES: /* q8_0: max 127 gives d = 1, so x/d lands on k + 0.5 exactly */
+        for (int i = 0; i < N; i++) x[i] = i % BLOCK == 0 ? 127.0f : (float)(i * 37 % 253 - 126) + 0.5f;
+        break;
     default: break;
     }
 }
