@@ -64,23 +64,32 @@ typedef struct scale_event {
 } scale_event;
 
 /* Sort events by d (all > 0, so their float bits order like integers):
- * LSD radix sort, 8 bits a pass, on 64-bit keys (d's bits, event index);
- * a pass where every key has the same byte is skipped.  About 20x faster
- * than qsort here, which matters: this runs at every cache write. */
+ * one counting pass into 256 buckets spanning the keys' range, then an
+ * insertion sort that only has to fix the order inside buckets.  The
+ * range is narrow (d_lo prunes the small scales), so buckets hold one or
+ * two events and this is several times faster than qsort or a full radix
+ * sort; it matters because it runs at every cache write. */
 static void sort_events(scale_event *ev, int n) {
-    uint64_t key[KVQ_BLOCK * 8], tmp[KVQ_BLOCK * 8];
-    scale_event sorted[KVQ_BLOCK * 8];
-    for (int i = 0; i < n; i++) key[i] = (uint64_t)kvq_f32_bits(ev[i].d) << 32 | (uint32_t)i;
-    uint64_t *src = key, *dst = tmp;
-    for (int shift = 32; shift < 64; shift += 8) {
-        int count[257] = {0};
-        for (int i = 0; i < n; i++) count[((src[i] >> shift) & 0xff) + 1]++;
-        if (count[((src[0] >> shift) & 0xff) + 1] == n) continue;
-        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
-        for (int i = 0; i < n; i++) dst[count[(src[i] >> shift) & 0xff]++] = src[i];
-        uint64_t *t = src; src = dst; dst = t;
+    enum { BUCKETS = 256 };
+    uint32_t key[KVQ_BLOCK * 8], kmin = UINT32_MAX, kmax = 0;
+    for (int i = 0; i < n; i++) {
+        key[i] = kvq_f32_bits(ev[i].d);
+        kmin = KVQ_MIN(kmin, key[i]);
+        kmax = KVQ_MAX(kmax, key[i]);
     }
-    for (int i = 0; i < n; i++) sorted[i] = ev[(uint32_t)src[i]];
+    int shift = 0;
+    while (((kmax - kmin) >> shift) >= BUCKETS) shift++;
+    int start[BUCKETS + 1] = {0};
+    for (int i = 0; i < n; i++) start[((key[i] - kmin) >> shift) + 1]++;
+    for (int b = 0; b < BUCKETS; b++) start[b + 1] += start[b];
+    scale_event sorted[KVQ_BLOCK * 8];
+    for (int i = 0; i < n; i++) sorted[start[(key[i] - kmin) >> shift]++] = ev[i];
+    for (int i = 1; i < n; i++) {
+        const scale_event e = sorted[i];
+        int j = i;
+        for (; j > 0 && sorted[j - 1].d > e.d; j--) sorted[j] = sorted[j - 1];
+        sorted[j] = e;
+    }
     memcpy(ev, sorted, (size_t)n * sizeof *ev);
 }
 
