@@ -154,7 +154,7 @@ int bench_formats(int argc, char **argv) {
                     for (int64_t r = 0; r < n / dim; r++) ref->quantize(x + r * dim, packed + (size_t)r * rb, dim);
                 if (l == 0) t_scalar = sec;
                 if (t_best == 0 || sec < t_best) t_best = sec;
-                printf(" %.2f | %.0f |", packed_bytes / sec * 1e-9, (double)n / sec * 1e-6);
+                printf(" %.3g | %.4g |", packed_bytes / sec * 1e-9, (double)n / sec * 1e-6);
             }
             printf(" %.1fx |\n", t_scalar / t_best);
             fflush(stdout);
