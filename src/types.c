@@ -6,7 +6,9 @@
  * which the SIMD files have replaced what they implement for this CPU.
  */
 #include "quant_block.h"
+#include "quant_kquants.h"
 #include "simd.h"
+#include "kquants_simd.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -37,6 +39,9 @@ static const kvq_type_traits g_scalar[KVQ_TYPE_COUNT] = {
     ROW(KVQ_TYPE_Q3_1,   "q3_1",   32,  16,   -1, true, true,  q3_1),
     ROW(KVQ_TYPE_Q2_0,   "q2_0",   32,  10,   -1, true, true,  q2_0),
     ROW(KVQ_TYPE_Q2_1,   "q2_1",   32,  12,   -1, true, true,  q2_1),
+    WROW(KVQ_TYPE_Q4_K,  "q4_K",  256, 144,   12, q4_K),
+    WROW(KVQ_TYPE_Q5_K,  "q5_K",  256, 176,   13, q5_K),
+    WROW(KVQ_TYPE_Q6_K,  "q6_K",  256, 210,   14, q6_K),
 };
 
 static kvq_type_traits g_active[KVQ_TYPE_COUNT];
@@ -51,7 +56,9 @@ bool kvq_simd_table(const char *level, kvq_type_traits table[KVQ_TYPE_COUNT]) {
     memcpy(table, g_scalar, sizeof g_scalar);
 #if defined(__x86_64__)
     if (want2 || want512) kvq_simd_install_avx2(table);
+    if (want2 || want512) kvq_kquants_install_avx2(table);
     if (want512) kvq_simd_install_avx512(table);
+    if (want512) kvq_kquants_install_avx512(table);
 #endif
     return true;
 }

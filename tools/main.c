@@ -12,6 +12,7 @@ typedef struct command {
 
 static const command g_commands[] = {
     { "quant-test", cmd_quant_test, "round-trip error of every cache type (Gaussian, outliers, rotation)" },
+    { "tokenize",   cmd_tokenize,   "token ids of a text under a model's vocabulary (as llama-tokenize)" },
 };
 
 static void usage(FILE *f) {
