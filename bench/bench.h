@@ -7,7 +7,8 @@
  *
  * Adding a group: write bench/bench_NAME.c with
  *   int bench_NAME(int argc, char **argv)     (argv[0] = group name)
- * declare it below and add one line to the table in bench/bench_main.c.
+ * declare it below (or in its own header, as bench_matmul.h) and add one
+ * line to the table in bench/bench_main.c.
  * A group prints markdown (a heading and tables) to stdout and returns 0,
  * or non-zero after printing an error.
  */

@@ -1,5 +1,6 @@
 /* bench_main.c - runs the named benchmark groups of bench.h's table. */
 #include "bench.h"
+#include "bench_matmul.h"
 #include "kvq.h"
 
 #include <stdio.h>
@@ -10,6 +11,7 @@
 /* One line per group. */
 static const bench_group g_groups[] = {
     { "formats", "per type: quantise / dequantise / dot / axpy throughput, scalar vs SIMD", bench_formats },
+    { "matmul", "kvq_matmul GFLOP/s per weight type, decode and prefill, 1-2 threads", bench_matmul },
 };
 enum { N_GROUPS = sizeof g_groups / sizeof g_groups[0] };
 
@@ -71,13 +73,16 @@ int main(int argc, char **argv) {
         for (int g = 0; g < N_GROUPS; g++) printf("%-12s %s\n", g_groups[g].name, g_groups[g].what);
         return 0;
     }
-    printf("# kvq benchmarks (kvq %s, SIMD level %s)\n\n", KVQ_VERSION, kvq_simd_level());
     if (argc > 1) {
-        for (int g = 0; g < N_GROUPS; g++)
-            if (!strcmp(argv[1], g_groups[g].name)) return g_groups[g].run(argc - 1, argv + 1);
+        for (int g = 0; g < N_GROUPS; g++) {
+            if (strcmp(argv[1], g_groups[g].name)) continue;
+            printf("# kvq benchmarks (kvq %s, SIMD level %s)\n\n", KVQ_VERSION, kvq_simd_level());
+            return g_groups[g].run(argc - 1, argv + 1);
+        }
         fprintf(stderr, "kvq-bench: error: unknown group '%s' (see --list)\n", argv[1]);
         return 1;
     }
+    printf("# kvq benchmarks (kvq %s, SIMD level %s)\n\n", KVQ_VERSION, kvq_simd_level());
     int status = 0;
     for (int g = 0; g < N_GROUPS; g++) {
         char *args[] = { (char *)g_groups[g].name, NULL };
