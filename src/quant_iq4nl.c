@@ -16,29 +16,19 @@ const int8_t kvq_iq4nl_values[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
 
-/* Index of the codebook entry nearest to v (values are sorted; NaN -> 0). */
-static int nearest_index(float v) {
-    if (!(v > kvq_iq4nl_values[0])) return 0;
-    if (v >= kvq_iq4nl_values[15]) return 15;
-    int lo = 0, hi = 15;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (v < kvq_iq4nl_values[mid]) hi = mid; else lo = mid;
-    }
-    return v - kvq_iq4nl_values[lo] < kvq_iq4nl_values[hi] - v ? lo : hi;
-}
+/* Midpoints between neighbouring codebook entries (exact halves). */
+static const float iq4nl_mids[15] = {
+    -115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f, 7.0f, 19.0f, 31.5f, 45.5f, 61.0f, 79.0f, 101.0f,
+};
 
-/* Index k minimising (x - d*T[k])^2 for d != 0: the nearest entry to x/d,
- * confirmed against its neighbours in the error itself (x/d rounds). */
+/* Index k minimising (x - d*T[k])^2 for d != 0: x lies above d*mid_i for
+ * exactly the midpoints below its nearest entry (for d > 0).  d*mid_i is
+ * exact in double (24 x 8 bits), so the choice is exact; a tie takes the
+ * lower entry (same error).  Branch-free, 15 compares. */
 static int best_index(float x, float d) {
-    int k = nearest_index(x / d);
-    double best = ((double)x - (double)d * kvq_iq4nl_values[k]);
-    best *= best;
-    for (int c = k - 1; c <= k + 1; c += 2) {
-        if (c < 0 || c > 15) continue;
-        double e = (double)x - (double)d * kvq_iq4nl_values[c];
-        if (e * e < best) { best = e * e; k = c; }
-    }
+    const double xd = d > 0 ? x : -(double)x, ad = fabs((double)d);
+    int k = 0;
+    for (int i = 0; i < 15; i++) k += xd > ad * iq4nl_mids[i];
     return k;
 }
 
@@ -143,14 +133,14 @@ static void sweep_scales(const float *x, float sign, double sxx, scale_choice *b
         /* breakpoints at or below d_lo are applied now, the others queued */
         for (; k != 8; k += step) {
             const int to = k + step;
-            const float mid = 0.5f * (float)(kvq_iq4nl_values[k] + kvq_iq4nl_values[to]);
+            const float mid = iq4nl_mids[KVQ_MIN(k, to)];
             if (xs / mid > d_lo) break;
         }
         sxt += (double)xs * kvq_iq4nl_values[k];
         stt += (double)kvq_iq4nl_values[k] * kvq_iq4nl_values[k];
         for (; k != 8; k += step) {
             const int to = k + step;
-            const float mid = 0.5f * (float)(kvq_iq4nl_values[k] + kvq_iq4nl_values[to]);
+            const float mid = iq4nl_mids[KVQ_MIN(k, to)];
             ev[nev++] = (scale_event){ xs / mid, xs, kvq_iq4nl_values[k], kvq_iq4nl_values[to] };
         }
     }
