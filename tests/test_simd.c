@@ -145,3 +145,25 @@ TEST(simd_active_level_is_consistent) {
     const char *force = getenv("KVQ_FORCE_SCALAR");
     if (force && *force == '1') CHECK(strcmp(level, "scalar") == 0, "KVQ_FORCE_SCALAR=1 but level %s", level);
 }
+
+/* KVQ_FORCE_SCALAR=1 in a fresh process selects the scalar table (the
+ * choice is made once per process, so it needs a child: the CLI's
+ * quant-test prints the level in its header). */
+TEST(simd_force_scalar_env) {
+    const char *bin = test_kvq_bin();
+    if (!bin) SKIP("KVQ_BIN not set (run through make test)");
+    char cmd[1200], out[4096];
+    snprintf(cmd, sizeof cmd, "KVQ_FORCE_SCALAR=1 '%s' quant-test --type q8_0 --rows 1 --dim 32", bin);
+    int rc = test_run(cmd, out, sizeof out);
+    CHECK(rc == 0, "quant-test failed (%d): %s", rc, out);
+    CHECK(strstr(out, "simd scalar") != NULL, "KVQ_FORCE_SCALAR=1 not obeyed: %s", out);
+    /* and without it, the child picks what this process picked (unless this
+     * process itself runs forced scalar: then the CPU's level is unknown) */
+    if (!strcmp(kvq_simd_level(), "scalar")) return;
+    snprintf(cmd, sizeof cmd, "KVQ_FORCE_SCALAR=0 '%s' quant-test --type q8_0 --rows 1 --dim 32", bin);
+    rc = test_run(cmd, out, sizeof out);
+    char want[64];
+    snprintf(want, sizeof want, "simd %s", kvq_simd_level());
+    CHECK(rc == 0 && strstr(out, want) != NULL, "without the variable the level should be %s: %s",
+          kvq_simd_level(), out);
+}
