@@ -6,7 +6,7 @@
  *   vf, VF_LANES, VF_PER_BLOCK (= 32 / VF_LANES)
  *   vf_zero, vf_set1, vf_load, vf_store, vf_add, vf_mul, vf_fma, vf_hsum
  *   vf_codes_to_float(__m256i codes, vf out[VF_PER_BLOCK])   32 int8 -> floats
- *   vf_load_f16 / vf_store_f16 / vf_load_bf16 (VF_LANES values at a time)
+ *   vf_load_f16 / vf_store_f16 / vf_load_bf16 / vf_store_bf16 (VF_LANES values)
  *   q8_codes_store(const vf v[VF_PER_BLOCK], float id, uint8_t *dst)
  *   vf_abs_max(const vf v[VF_PER_BLOCK]) -> max |v| (inputs finite)
  *
@@ -148,12 +148,16 @@ KVQ_SIMD_PLAIN_KERNELS(f32, 4)
 KVQ_SIMD_PLAIN_KERNELS(f16, 2)
 KVQ_SIMD_PLAIN_KERNELS(bf16, 2)
 
-static void simd_f16_quantize(const float *x, void *dst, int64_t n) {
-    uint8_t *out = dst;
-    int64_t i = 0;
-    for (; i + VF_LANES <= n; i += VF_LANES) vf_store_f16(out + 2 * i, vf_load(x + i));
-    if (i < n) kvq_f16_quantize(x + i, out + 2 * i, n - i);
-}
+#define KVQ_SIMD_HALF_QUANTIZE(name)                                                   \
+    static void simd_##name##_quantize(const float *x, void *dst, int64_t n) {         \
+        uint8_t *out = dst;                                                            \
+        int64_t i = 0;                                                                 \
+        for (; i + VF_LANES <= n; i += VF_LANES) vf_store_##name(out + 2 * i, vf_load(x + i)); \
+        if (i < n) kvq_##name##_quantize(x + i, out + 2 * i, n - i);                  \
+    }
+
+KVQ_SIMD_HALF_QUANTIZE(f16)
+KVQ_SIMD_HALF_QUANTIZE(bf16)
 
 /* ------------------------------------------------------------ the table */
 
@@ -178,5 +182,6 @@ static void simd_install_kernels(kvq_type_traits table[KVQ_TYPE_COUNT]) {
     KVQ_SIMD_SET_READERS(KVQ_TYPE_Q2_0, q2_0);
     KVQ_SIMD_SET_READERS(KVQ_TYPE_Q2_1, q2_1);
     table[KVQ_TYPE_F16].quantize = simd_f16_quantize;
+    table[KVQ_TYPE_BF16].quantize = simd_bf16_quantize;
     table[KVQ_TYPE_Q8_0].quantize = simd_q8_0_quantize;
 }
