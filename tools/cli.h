@@ -11,6 +11,8 @@
 /* One function per subcommand; argv[0] is the subcommand name. */
 int cmd_quant_test(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_turbo_train(int argc, char **argv);
+int cmd_turbo_bench(int argc, char **argv);
 
 /* Print "kvq CMD: error: ..." to stderr; returns 1 (the exit status). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

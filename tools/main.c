@@ -13,6 +13,8 @@ typedef struct command {
 static const command g_commands[] = {
     { "quant-test", cmd_quant_test, "round-trip error of every cache type (Gaussian, outliers, rotation)" },
     { "tokenize",   cmd_tokenize,   "token ids of a text under a model's vocabulary (as llama-tokenize)" },
+    { "turbo-bench", cmd_turbo_bench, "NMSE and speed of the TurboQuant types on Gaussian vectors" },
+    { "turbo-train", cmd_turbo_train, "train the turbo*_tcq trellis codebooks (prints src/turbo_tcq_tables.c)" },
 };
 
 static void usage(FILE *f) {
