@@ -7,10 +7,10 @@
  * threads, GB/s of cache rows read (K + V bodies of every key), and the
  * speed relative to f16 (f16 time / this type's time, 2 threads).
  *
- * bench/bench.h (a driver with a table of groups) does not exist yet, so
- * this is a standalone entry point, void bench_attention(void), for that
- * driver to register.  Timings live here, never in tests.
+ * Each figure is the median of at least 5 timed steps (wall clock: the
+ * 2-thread runs need it).  Timings live here, never in tests.
  */
+#include "bench.h"
 #include "cache.h"
 
 #include <math.h>
@@ -19,12 +19,6 @@
 #include <time.h>
 
 enum { BENCH_HEADS_KV = 8, BENCH_GQA = 4, BENCH_HEAD_DIM = 128, BENCH_DISTINCT = 256 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static float rand_gauss(uint64_t *s) {   /* splitmix64 + sum of uniforms: cheap, good enough */
     float acc = 0.0f;
@@ -77,22 +71,25 @@ static kvq_cache *make_cache(kvq_type t, int n_ctx) {
     return c;
 }
 
-/* Best time of one decode step (query at the last position). */
+/* Median time of one decode step (query at the last position): at least
+ * 5 steps, more while under half a second, at most 50. */
 static double time_decode(kvq_cache *c, int n_ctx, const float *q, float *out, kvq_pool *pool) {
     const int n_head = BENCH_HEADS_KV * BENCH_GQA;
     const float scale = 1.0f / sqrtf((float)BENCH_HEAD_DIM);
-    double best = 1e30, spent = 0.0;
-    for (int rep = 0; rep < 50 && (rep < 5 || spent < 0.5); rep++) {   /* best of several: shared machines */
-        const double t0 = now_s();
+    double times[50], spent = 0.0;
+    int reps = 0;
+    while (reps < 50 && (reps < 5 || spent < 0.5)) {
+        const double t0 = bench_now();
         if (kvq_cache_attend(c, 0, n_ctx - 1, 1, n_head, q, scale, out, pool, NULL) != KVQ_OK) return -1.0;
-        const double dt = now_s() - t0;
-        spent += dt;
-        if (dt < best) best = dt;
+        times[reps] = bench_now() - t0;
+        spent += times[reps++];
     }
-    return best;
+    return bench_median(times, reps);
 }
 
-void bench_attention(void) {
+int bench_attention(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
     static const int contexts[] = { 4096, 32768 };
     const int n_head = BENCH_HEADS_KV * BENCH_GQA;
     float q[BENCH_HEADS_KV * BENCH_GQA * BENCH_HEAD_DIM], out[BENCH_HEADS_KV * BENCH_GQA * BENCH_HEAD_DIM];
@@ -124,4 +121,5 @@ void bench_attention(void) {
         }
     }
     kvq_pool_free(pool2);
+    return 0;
 }
