@@ -16,8 +16,32 @@
  * Codes of a run are unpacked once and shared by every query head.
  */
 #include "cache.h"
+#include "cache_tiles_simd.h"
 
 enum { T = KVQ_KVARN_TILE, MAX_RUN = T, MAX_WIDTH = 128 };
+
+void kvq_tiles_codes_scalar(const uint8_t *tok, int width, int bits, float *out) {
+    uint8_t codes[MAX_WIDTH];
+    const kvq_kvarn_shape one = { width, bits, false };
+    kvq_kvarn_unpack(one, tok, 0, 1, codes);
+    for (int i = 0; i < width; i++) out[i] = (float)codes[i];
+}
+
+void kvq_tiles_halves_scalar(const uint8_t *src, int n, float *out) {
+    for (int i = 0; i < n; i++) out[i] = kvq_half_to_float(kvq_rd16(src + 2 * i));
+}
+
+/* Code and fp16 unpacking for this CPU (KVQ_FORCE_SCALAR obeyed). */
+typedef struct tile_unpack {
+    void (*codes)(const uint8_t *tok, int width, int bits, float *out);
+    void (*halves)(const uint8_t *src, int n, float *out);
+} tile_unpack;
+
+static tile_unpack unpack_for_cpu(void) {
+    const kvq_cpu *cpu = kvq_cpu_features();
+    if (cpu->avx2 && cpu->f16c) return (tile_unpack){ kvq_tiles_codes_avx2, kvq_tiles_halves_avx2 };
+    return (tile_unpack){ kvq_tiles_codes_scalar, kvq_tiles_halves_scalar };
+}
 
 void kvq_tiles_shape(kvq_cache_side *sd, bool is_v) {
     const int width = sd->head_dim <= 64 ? 64 : 128;
@@ -72,29 +96,35 @@ void kvq_tiles_read_row(const kvq_cache_side *sd, int head, int pos, float *out)
     }
 }
 
+/* Codes of a run of nk tokens as floats, cf[t*w + ch]: converted once
+ * and shared by every query head; the products with them go through the
+ * f32 row kernels of the active trait table (SIMD where the CPU has it). */
+static void run_codes(const tile_unpack *u, const kvq_cache_side *sd, const uint8_t *rec, int t0, int nk, float *cf) {
+    const int w = sd->tile.width;
+    const size_t tok_bytes = (size_t)w * sd->tile.bits / 8;
+    for (int t = 0; t < nk; t++) u->codes(rec + (size_t)(t0 + t) * tok_bytes, w, sd->tile.bits, cf + (size_t)t * w);
+}
+
 void kvq_tiles_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
                      int q_stride, float scale, float *wts, int w_stride) {
     const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
-    uint8_t codes[MAX_RUN * MAX_WIDTH];
-    float S[MAX_WIDTH], Z[MAX_WIDTH], O[MAX_RUN], qs[MAX_WIDTH];
+    const kvq_type_traits *f32 = kvq_type_get(KVQ_TYPE_F32);
+    const tile_unpack u = unpack_for_cpu();
+    float cf[MAX_RUN * MAX_WIDTH], S[MAX_WIDTH], Z[MAX_WIDTH], O[MAX_RUN], qs[MAX_WIDTH];
     for (int j = 0; j < G; j++) memset(wts + (size_t)j * w_stride, 0, (size_t)nk * sizeof *wts);
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, kv_head, tile, s);
         const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
-        for (int ch = 0; ch < w; ch++) { S[ch] = h2f(m.S, ch); Z[ch] = h2f(m.Z, ch); }
-        for (int t = 0; t < nk; t++) O[t] = h2f(m.O, t0 + t);
-        kvq_kvarn_unpack(sd->tile, rec, t0, nk, codes);
+        u.halves(m.S, w, S);
+        u.halves(m.Z, w, Z);
+        u.halves(m.O + 2 * t0, nk, O);
+        run_codes(&u, sd, rec, t0, nk, cf);
         for (int j = 0; j < G; j++) {
             const float *qj = q + (size_t)j * q_stride + (size_t)s * w;
             float qz = 0.0f;
             for (int ch = 0; ch < w; ch++) { qs[ch] = qj[ch] * S[ch]; qz += qj[ch] * Z[ch]; }
             float *wj = wts + (size_t)j * w_stride;
-            for (int t = 0; t < nk; t++) {
-                const uint8_t *ct = codes + (size_t)t * w;
-                float acc = 0.0f;
-                for (int ch = 0; ch < w; ch++) acc += qs[ch] * (float)ct[ch];
-                wj[t] += O[t] * (acc + qz);
-            }
+            for (int t = 0; t < nk; t++) wj[t] += O[t] * (f32->dot(cf + (size_t)t * w, qs, w) + qz);
         }
     }
     for (int j = 0; j < G; j++)
@@ -104,24 +134,24 @@ void kvq_tiles_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, co
 void kvq_tiles_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *wts, int G,
                           int w_stride, float *acc, int acc_stride) {
     const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
-    uint8_t codes[MAX_RUN * MAX_WIDTH];
-    float S[MAX_RUN], Z[MAX_RUN], O[MAX_WIDTH], a[MAX_WIDTH];
+    const kvq_type_traits *f32 = kvq_type_get(KVQ_TYPE_F32);
+    const tile_unpack u = unpack_for_cpu();
+    float cf[MAX_RUN * MAX_WIDTH], S[MAX_RUN], Z[MAX_RUN], O[MAX_WIDTH], a[MAX_WIDTH];
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, kv_head, tile, s);
         const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
-        for (int t = 0; t < nk; t++) { S[t] = h2f(m.S, t0 + t); Z[t] = h2f(m.Z, t0 + t); }
-        for (int ch = 0; ch < w; ch++) O[ch] = h2f(m.O, ch);
-        kvq_kvarn_unpack(sd->tile, rec, t0, nk, codes);
+        u.halves(m.S + 2 * t0, nk, S);
+        u.halves(m.Z + 2 * t0, nk, Z);
+        u.halves(m.O, w, O);
+        run_codes(&u, sd, rec, t0, nk, cf);
         for (int j = 0; j < G; j++) {
             const float *pj = wts + (size_t)j * w_stride;
             float pz = 0.0f;
             memset(a, 0, (size_t)w * sizeof *a);
             for (int t = 0; t < nk; t++) {
                 if (pj[t] == 0.0f) continue;
-                const float ps = pj[t] * S[t];
-                const uint8_t *ct = codes + (size_t)t * w;
                 pz += pj[t] * Z[t];
-                for (int ch = 0; ch < w; ch++) a[ch] += ps * (float)ct[ch];
+                f32->axpy(pj[t] * S[t], cf + (size_t)t * w, a, w);
             }
             float *out = acc + (size_t)j * acc_stride + (size_t)s * w;
             for (int ch = 0; ch < w; ch++) out[ch] += O[ch] * (a[ch] + pz);

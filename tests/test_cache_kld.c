@@ -128,8 +128,11 @@ static void kvarn_kld(test_ctx *t, const char *model_rel, const char *base_rel, 
         { KVQ_TYPE_Q8_0, KVQ_TYPE_Q8_0 }, { KVQ_TYPE_KVARN8, KVQ_TYPE_KVARN8 }, { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0 },
         { KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN4 }, { KVQ_TYPE_KVARN3, KVQ_TYPE_KVARN3 },
     };
-    double kld[5];
+    /* under sanitizers (5-10x slower) only q4_0 against kvarn4 */
+    const bool all = !test_sanitized();
+    double kld[5] = { 0 };
     for (int i = 0; i < 5; i++) {
+        if (!all && i != 2 && i != 3) continue;
         kld[i] = eval_cache(&s.run, pairs[i][0], pairs[i][1], msg, sizeof msg);
         if (kld[i] < 0) { teardown(&s); CHECK(0, "%s", msg); }
     }
@@ -137,17 +140,15 @@ static void kvarn_kld(test_ctx *t, const char *model_rel, const char *base_rel, 
     const double q8 = kld[0], kv8 = kld[1], q4 = kld[2], kv4 = kld[3], kv3 = kld[4];
     fprintf(stderr, "  %s c=%d mean KLD: q8_0 %.3g kvarn8 %.3g q4_0(rot) %.3g kvarn4 %.3g kvarn3 %.3g\n", model_rel,
             n_ctx, q8, kv8, q4, kv4, kv3);
+    CHECK(kv4 > 0, "kvarn4 KLD %.3g: records unread?", kv4);
+    CHECK(kv4 < q4, "kvarn4 %.3g >= q4_0 (rotated) %.3g", kv4, q4);
+    if (!all) return;
     CHECK(kv8 > 0 && kv4 > kv8 && kv3 > kv4, "KVarN KLD not ordered by bits (records unread?): %.3g %.3g %.3g", kv8,
           kv4, kv3);
     CHECK(kv8 < 1.5 * q8, "kvarn8 %.3g >= 1.5 x q8_0 %.3g", kv8, q8);
-    CHECK(kv4 < q4, "kvarn4 %.3g >= q4_0 (rotated) %.3g", kv4, q4);
     CHECK(kv3 < 1.5 * q4, "kvarn3 %.3g >= 1.5 x q4_0 (rotated) %.3g", kv3, q4);
 }
 
-/* toy-h64 was trained on 256-token contexts: at 1024 it runs 4x beyond
- * them (RoPE positions it never saw) and its K statistics there are not a
- * trained model's any more (kvarn3/kvarn3 was 1.57x q4_0 there, kvarn4
- * 0.29x); 2 chunks of 512 keep it near its training length. */
 TEST(cache_kld_kvarn_toy_h64) { kvarn_kld(t, "models/toy-h64.gguf", "golden/toy-h64.gpl3.c128.kld", 512, 2); }
 TEST(cache_kld_kvarn_qwen3_h128) {
     kvarn_kld(t, "models/synth/qwen3-h128.gguf", "golden/qwen3-h128.gpl3.c128.kld", 1024, 1);

@@ -4,6 +4,7 @@
  * attention from records against the formula over the values the cache
  * holds, mixed K/V types, prefill == decode, threads, determinism. */
 #include "attn_ref.h"
+#include "cache_tiles_simd.h"
 
 #include <string.h>
 
@@ -287,5 +288,32 @@ TEST(kvarn_cache_type_table) {
         CHECK(fabs(kvq_type_bpv(types[i]) - (bits[i] + 0.375)) < 1e-12, "%s bpv %g", name, kvq_type_bpv(types[i]));
         CHECK(kvq_row_bytes(types[i], 128) == 0, "%s has no rows", name);
         CHECK(kvq_cache_row_bytes(types[i], 8, 256) == (size_t)8 * 2 * (16 * bits[i] + 6), "%s: bytes/token", name);
+    }
+}
+
+/* The AVX2 unpacking of codes and fp16 metadata gives exactly the scalar
+ * floats, for every width, on random bytes (16 bytes of slack after the
+ * tokens, as the record's metadata provides). */
+TEST(kvarn_cache_simd_unpack_equals_scalar) {
+    const kvq_cpu *cpu = kvq_cpu_features();
+    if (!cpu->avx2 || !cpu->f16c) SKIP("no AVX2/F16C (or KVQ_FORCE_SCALAR)");
+    const int bits[] = { 2, 3, 4, 5, 6, 8 };
+    uint8_t buf[128 + 16];
+    float a[128], b[128];
+    test_rng r = { 99, 0, 0 };
+    for (int i = 0; i < 6; i++)
+        for (int rep = 0; rep < 20; rep++) {
+            const int width = rep % 2 ? 64 : 128;
+            for (size_t k = 0; k < sizeof buf; k++) buf[k] = (uint8_t)test_rng_u64(&r);
+            kvq_tiles_codes_scalar(buf, width, bits[i], a);
+            kvq_tiles_codes_avx2(buf, width, bits[i], b);
+            CHECK(!memcmp(a, b, (size_t)width * sizeof *a), "bits %d width %d: codes differ", bits[i], width);
+        }
+    for (int n = 1; n <= 40; n++) {
+        for (size_t k = 0; k < sizeof buf; k++) buf[k] = (uint8_t)test_rng_u64(&r);
+        for (int k = 0; k < n; k++) buf[2 * k + 1] &= 0x7b;   /* finite halves (no NaN payload compare) */
+        kvq_tiles_halves_scalar(buf, n, a);
+        kvq_tiles_halves_avx2(buf, n, b);
+        CHECK(!memcmp(a, b, (size_t)n * sizeof *a), "%d halves differ", n);
     }
 }
