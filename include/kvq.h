@@ -243,9 +243,11 @@ typedef struct kvq_cache_params {
     kvq_type type_k, type_v;      /* -ctk / -ctv                           */
     const kvq_type *layer_type_k; /* optional: n_layer overrides, or NULL  */
     const kvq_type *layer_type_v;
-    int tail_tokens;              /* exact recent positions (0 = none)     */
+    int tail_tokens;              /* exact recent positions (0 = none;     */
+                                  /* KVarN sides: whole 128-token tiles)   */
     kvq_type tail_type;           /* f32, f16 or bf16                      */
-    int sink_tokens;              /* exact first positions (0 = none)      */
+    int sink_tokens;              /* exact first positions (0 = none;      */
+                                  /* KVarN sides: at least the first tile) */
     kvq_rot_request rot;          /* head dims / types are filled in       */
     bool rot_random_signs;        /* randomised Hadamard (fixed seed)      */
 } kvq_cache_params;

@@ -158,7 +158,7 @@ TEST(kvarn_cache_rotation_is_part_of_the_format) {
 
 /* Attention straight from records == the formula over the values the
  * cache holds (records dequantised, exact rows where the rule says), for
- * every KVarN width, heads 64/128/256 and padded 80, GQA, mixed with block
+ * every KVarN width, heads 64/128/256/512 and padded 80, GQA, mixed with block
  * and plain types, with and without tail, prefill batches and decode. */
 TEST(kvarn_cache_attention_equals_reference_on_cached_values) {
     static const struct { kvq_type k, v; int hd_k, hd_v, gqa, tail, batch; } cases[] = {
@@ -169,6 +169,7 @@ TEST(kvarn_cache_attention_equals_reference_on_cached_values) {
         { KVQ_TYPE_Q8_0, KVQ_TYPE_KVARN3, 128, 128, 2, 40, 64 },
         { KVQ_TYPE_KVARN4, KVQ_TYPE_F16, 128, 64, 2, 0, 64 },
         { KVQ_TYPE_KVARN3, KVQ_TYPE_Q4_0, 64, 128, 4, 7, 90 },
+        { KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN2, 512, 512, 2, 0, 128 },
     };
     const bool san = test_sanitized();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

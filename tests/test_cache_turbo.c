@@ -68,7 +68,7 @@ TEST(turbo_cache_rotation_is_the_formats) {
 
 /* Attention in the rotated domain == formula over the cached values (Q
  * rotated with R once, output rotated back once, rows read by dot_rot /
- * axpy_rot), every turbo type, heads 64/128/256 and padded 80/192, GQA,
+ * axpy_rot), every turbo type, heads 64/128/256/512 and padded 80/192, GQA,
  * tail and sink, mixed with q8_0, f16 and KVarN. */
 TEST(turbo_cache_attention_equals_reference_on_cached_values) {
     static const struct { kvq_type k, v; int hd_k, hd_v, gqa, tail, sink; } cases[] = {
@@ -80,6 +80,7 @@ TEST(turbo_cache_attention_equals_reference_on_cached_values) {
         { KVQ_TYPE_Q8_0, KVQ_TYPE_TURBO4, 128, 64, 2, 0, 0 },
         { KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_F16, 64, 128, 2, 3, 0 },
         { KVQ_TYPE_TURBO4, KVQ_TYPE_KVARN4, 128, 128, 2, 0, 0 },
+        { KVQ_TYPE_TURBO3, KVQ_TYPE_TURBO4_TCQ, 512, 512, 2, 0, 0 },
     };
     const bool san = test_sanitized();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
