@@ -191,7 +191,8 @@ static void turbo_kld(test_ctx *t, const char *model_rel, const char *base_rel) 
      * the KLD follows (1.10x on toy-h64, 1.27x on qwen3-h128, both sides
      * alike).  Checked instead: turbo4 within the 1.26x NMSE ratio plus
      * 10% noise, the trellis at 4.25 bpv below q4_0, and the orderings. */
-    CHECK(kld[1] < 1.4 * kld[0], "turbo4 %.3g >= 1.4 x q4_0 (rotated) %.3g", kld[1], kld[0]);
+    /* (2 chunks under sanitizers: too few positions for the ratio) */
+    CHECK(test_sanitized() || kld[1] < 1.4 * kld[0], "turbo4 %.3g >= 1.4 x q4_0 (rotated) %.3g", kld[1], kld[0]);
     CHECK(kld[4] < kld[0], "turbo4_tcq %.3g >= q4_0 (rotated) %.3g", kld[4], kld[0]);
     CHECK(kld[3] < kld[2], "turbo3_tcq %.3g >= turbo3 %.3g", kld[3], kld[2]);
     CHECK(kld[1] < kld[2] && kld[4] < kld[3], "4 bits not below 3 bits: %.3g %.3g, %.3g %.3g", kld[1], kld[2], kld[4],
