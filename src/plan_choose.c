@@ -23,6 +23,17 @@ size_t kvq_plan_budget_mib(const kvq_model_info *in, double mib) {
     return floor_bytes(mib * 1048576.0 / (double)in->n_ctx_train);
 }
 
+size_t kvq_plan_smallest_bytes(const kvq_model_info *in, const kvq_type *types, int n_types) {
+    const int dims[2] = { in->head_dim_k, in->head_dim_v };
+    size_t total = 0;
+    for (int s = 0; s < 2; s++) {
+        size_t least = SIZE_MAX;
+        for (int i = 0; i < n_types; i++) least = KVQ_MIN(least, kvq_cache_row_bytes(types[i], in->n_head_kv, dims[s]));
+        total += n_types > 0 ? least * (size_t)in->n_layer : 0;
+    }
+    return total;
+}
+
 /* ------------------------------------------------------------ prediction */
 
 static int candidate_index(const kvq_plan_table *t, kvq_type type) {

@@ -88,6 +88,9 @@ size_t kvq_plan_budget_pct(const kvq_model_info *in, double pct);
 /* MiB at the model's trained context; 0 when n_ctx_train is unknown. */
 size_t kvq_plan_budget_mib(const kvq_model_info *in, double mib);
 size_t kvq_plan_bf16_bytes_per_token(const kvq_model_info *in);
+/* Bytes per token of the smallest plan the candidates allow (each side in
+ * its lightest type): checked before any measuring. */
+size_t kvq_plan_smallest_bytes(const kvq_model_info *in, const kvq_type *types, int n_types);
 
 typedef struct kvq_plan {
     int n_layer;

@@ -178,8 +178,8 @@ TEST(cli_kld_honours_layer_types) {
         !test_shared_path(base, sizeof base, "golden/toy-h64.gpl3.c128.kld"))
         SKIP("../shared not found");
     snprintf(cmd, sizeof cmd,
-             "%s kld -m %s --base %s --chunks 1 -t 1 -ctk q4_0 -ctv q4_0 --cache-type-k-layers 0-3:q8_0,1:q5_0 "
-             "--cache-type-v-layers 3:f16 --json 2>/dev/null", bin, model, base);
+             "{ %s kld -m %s --base %s --chunks 1 -t 1 -ctk q4_0 -ctv q4_0 --cache-type-k-layers 0-3:q8_0,1:q5_0 "
+             "--cache-type-v-layers 3:f16 --json 2>/dev/null; }", bin, model, base);
     int rc = test_run(cmd, out, sizeof out);
     CHECK(rc == 0, "kvq kld exited %d: %s", rc, out);
     const char *kv = strstr(out, "\"kv_bytes\": ");

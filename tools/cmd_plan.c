@@ -401,6 +401,13 @@ int cmd_plan(int argc, char **argv) {
         cli_error(CMD, "--budget in MiB needs the model's trained context, which '%s' does not give", o.model);
         goto done;
     }
+    const size_t smallest = kvq_plan_smallest_bytes(r->in, o.types, o.n_types);
+    const size_t bf16 = kvq_plan_bf16_bytes_per_token(r->in);
+    if (smallest > r->budget) {
+        cli_error(CMD, "--budget %s is %zu bytes per token (%.2f%% of bf16); the smallest plan of these types needs "
+                  "%zu (%.2f%%)", o.budget_arg, r->budget, pct(r->budget, bf16), smallest, pct(smallest, bf16));
+        goto done;
+    }
     base = o.base ? read_base(&o, m, &n_chunk) : compute_base(&o, m, &n_chunk);
     if (base) rc = plan_and_verify(&o, m, base, n_chunk, r);
 done:
