@@ -17,6 +17,7 @@ static const command g_commands[] = {
     { "perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's protocol)" },
     { "kld",        cmd_kld,        "KL divergence against a reference (llama.cpp base files)" },
     { "bench",      cmd_bench,      "prompt and generation tokens/s" },
+    { "tokenize",   cmd_tokenize,   "token ids of a text under a model's vocabulary (as llama-tokenize)" },
     { "plan",       cmd_plan,       "per-layer K/V types within a byte budget with the least predicted KLD" },
 };
 
