@@ -254,7 +254,7 @@ static void print_human(const plan_result *r) {
     const kvq_plan *p = &r->plan;
     const size_t bf16 = r->table.bf16_bytes_per_token;
     print_table(r);
-    printf("\nplan for a budget of %zu of %zu bytes per token (%.2f%% of bf16, %.2f MiB at n_ctx_train %d):\n\n",
+    printf("\nplan for a budget of %zu of %zu bytes per token (%.2f%% of bf16, %.3f MiB at n_ctx_train %d):\n\n",
            r->budget, bf16, pct(r->budget, bf16), mib_at_train(r, r->budget), r->in->n_ctx_train);
     printf("| layer | K      | V      |\n|-------|--------|--------|\n");
     for (int l = 0; l < p->n_layer; l++)
@@ -264,7 +264,7 @@ static void print_human(const plan_result *r) {
            p->predicted_kld, p->exact ? "" : "; knapsack on rounded sizes");
     printf("measured  mean KLD: %.6f ± %.6f  (median %.6f, 99.9%% %.6f, same top %.2f%%; %zu tokens)\n", k->mean_kld,
            k->mean_kld_se, k->median_kld, k->p_kld[7], 100.0 * k->same_top, k->n);
-    printf("size: %.2f%% of bf16 (%zu bytes per token, %zu bytes at n_ctx %d), %.2f MiB at n_ctx_train %d\n",
+    printf("size: %.2f%% of bf16 (%zu bytes per token, %zu bytes at n_ctx %d), %.3f MiB at n_ctx_train %d\n",
            r->measured.size_pct, p->bytes_per_token, r->measured.kv_bytes, r->n_ctx,
            mib_at_train(r, p->bytes_per_token), r->in->n_ctx_train);
     for (int u = 0; u < r->n_uniform; u++)
