@@ -11,6 +11,7 @@
 #include "stats.h"
 
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------- helpers */
 
@@ -329,4 +330,44 @@ TEST(engine_load_errors) {
     CHECK(st == KVQ_OK, "ctx: %s", err.msg);
     CHECK(rej_tok, "token id n_vocab accepted");
     CHECK(rej_big, "batch above max_batch accepted");
+}
+
+/* Copy a model with one byte string replaced by another of the same
+ * length (the file stays valid GGUF) and check that loading fails with a
+ * message naming what is wrong. */
+static void patched_load_n(test_ctx *t, const char *from, const char *to, size_t n, const char *want_in_msg) {
+    char p[1024];
+    if (!test_shared_path(p, sizeof p, "models/stories260K.gguf")) SKIP("../shared/models not found");
+    size_t len = 0;
+    char *buf = slurp(p, &len);
+    CHECK(buf, "cannot read %s", p);
+    char *hit = memmem(buf, len, from, n);
+    if (!hit) { free(buf); CHECK(0, "'%s' not found in the model", from); }
+    memcpy(hit, to, n);
+    char out[64];
+    snprintf(out, sizeof out, "/tmp/kvq_test_patched_%d.gguf", (int)getpid());
+    FILE *f = fopen(out, "wb");
+    bool written = f && fwrite(buf, 1, len, f) == len;
+    if (f) fclose(f);
+    free(buf);
+    kvq_model *m = NULL;
+    kvq_error err = { 0 };
+    kvq_status st = written ? kvq_model_load(out, &m, &err) : KVQ_ERR_IO;
+    remove(out);
+    kvq_model_free(m);
+    CHECK(written, "cannot write %s", out);
+    CHECK(st != KVQ_OK, "the model with '%s' -> '%s' loaded", from, to);
+    CHECK(strstr(err.msg, want_in_msg), "error '%s' does not mention '%s'", err.msg, want_in_msg);
+}
+
+/* Strings (and binary patterns: sizeof - 1 keeps embedded NULs). */
+#define patched_load(t, from, to, msg) patched_load_n(t, from, to, sizeof(from) - 1, msg)
+
+TEST(engine_load_names_missing_tensor) { patched_load(t, "blk.3.ffn_up.weight", "blk.3.ffn_up.weighX", "blk.3.ffn_up.weight"); }
+TEST(engine_load_names_missing_key) { patched_load(t, "llama.block_count", "llama.block_counX", "llama.block_count"); }
+TEST(engine_load_names_missing_arch) { patched_load(t, "general.architecture", "general.architecturX", "general.architecture"); }
+/* attn_norm of layer 0 declared with 32 values instead of n_embd = 64 */
+TEST(engine_load_names_wrong_shape) {
+    patched_load(t, "blk.0.attn_norm.weight\x01\0\0\0\x40\0", "blk.0.attn_norm.weight\x01\0\0\0\x20\0",
+                 "blk.0.attn_norm.weight' has shape [32");
 }

@@ -1,0 +1,363 @@
+/* turbo.c - TurboQuant rows: block layout, rotation, norm, the scalar
+ * (per-coordinate Lloyd-Max) code, and the rotated-domain row kernels for
+ * all six types.  The trellis code lives in turbo_tcq.c, AVX2 kernels in
+ * turbo_avx2.c.  Formats: see turbo.h and docs/turbo.md. */
+#include "turbo_internal.h"
+
+#include <math.h>
+#include <pthread.h>
+
+typedef struct turbo_format {
+    const char *name;
+    int bits;       /* b bits per value (scalar) or k (trellis) */
+    bool tcq;
+} turbo_format;
+
+static const turbo_format g_formats[KVQ_TURBO_COUNT] = {
+    [KVQ_TURBO2]     = { "turbo2",     2, false },
+    [KVQ_TURBO3]     = { "turbo3",     3, false },
+    [KVQ_TURBO4]     = { "turbo4",     4, false },
+    [KVQ_TURBO2_TCQ] = { "turbo2_tcq", 2, true },
+    [KVQ_TURBO3_TCQ] = { "turbo3_tcq", 3, true },
+    [KVQ_TURBO4_TCQ] = { "turbo4_tcq", 4, true },
+};
+
+#define FP16_MAX 65504.0
+
+static bool valid_type(kvq_turbo_type t) { return (unsigned)t < KVQ_TURBO_COUNT; }
+
+const char *kvq_turbo_name(kvq_turbo_type t) { return valid_type(t) ? g_formats[t].name : "?"; }
+int kvq_turbo_bits(kvq_turbo_type t) { return valid_type(t) ? g_formats[t].bits : 0; }
+bool kvq_turbo_is_tcq(kvq_turbo_type t) { return valid_type(t) && g_formats[t].tcq; }
+
+kvq_turbo_type kvq_turbo_from_name(const char *name) {
+    for (int t = 0; t < KVQ_TURBO_COUNT && name; t++)
+        if (!strcmp(name, g_formats[t].name)) return (kvq_turbo_type)t;
+    return KVQ_TURBO_COUNT;
+}
+
+/* ------------------------------------------------------------ block layout */
+
+#define MAX_HEAD_DIM 65536
+
+/* Width of the block that starts at value `off` of a head_dim row. */
+static int block_dim_at(int head_dim, int off) {
+    int left = head_dim - off;
+    return left > KVQ_TURBO_SMALL_BLOCK ? KVQ_TURBO_BLOCK : KVQ_TURBO_SMALL_BLOCK;
+}
+
+int kvq_turbo_rot_dim(int head_dim) {
+    if (head_dim < 1 || head_dim > MAX_HEAD_DIM) return 0;
+    int total = 0;
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off))
+        total += block_dim_at(head_dim, off);
+    return total;
+}
+
+size_t kvq_turbo_block_bytes(kvq_turbo_type t, int d) {
+    if (!valid_type(t) || (d != KVQ_TURBO_BLOCK && d != KVQ_TURBO_SMALL_BLOCK)) return 0;
+    int bits = g_formats[t].bits;
+    if (!g_formats[t].tcq) return TURBO_NORM_BYTES + (size_t)d * bits / 8;
+    /* 6 initial-state bits + d*k output bits, padded to whole fp16 words */
+    size_t stream = ((size_t)KVQ_TURBO_TCQ_CONTEXT + (size_t)d * bits + 7) / 8;
+    return (TURBO_NORM_BYTES + stream + 1) & ~(size_t)1;
+}
+
+size_t kvq_turbo_row_bytes(kvq_turbo_type t, int head_dim) {
+    if (!valid_type(t) || !kvq_turbo_rot_dim(head_dim)) return 0;
+    size_t bytes = 0;
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off))
+        bytes += kvq_turbo_block_bytes(t, block_dim_at(head_dim, off));
+    return bytes;
+}
+
+double kvq_turbo_bpv(kvq_turbo_type t, int head_dim) {
+    size_t bytes = kvq_turbo_row_bytes(t, head_dim);
+    return bytes ? 8.0 * (double)bytes / head_dim : 0.0;
+}
+
+/* ---------------------------------------------------------------- rotation */
+
+typedef struct turbo_signs { int8_t s1_128[128], s2_128[128], s1_64[64], s2_64[64]; } turbo_signs;
+static turbo_signs g_signs;
+static pthread_once_t g_signs_once = PTHREAD_ONCE_INIT;
+
+static void make_signs(void) {
+    kvq_random_signs(g_signs.s1_128, 128, KVQ_TURBO_SEED_S1);
+    kvq_random_signs(g_signs.s2_128, 128, KVQ_TURBO_SEED_S2);
+    kvq_random_signs(g_signs.s1_64, 64, KVQ_TURBO_SEED_S1);
+    kvq_random_signs(g_signs.s2_64, 64, KVQ_TURBO_SEED_S2);
+}
+
+static void signs_for(int d, const int8_t **s1, const int8_t **s2) {
+    pthread_once(&g_signs_once, make_signs);
+    *s1 = d == 128 ? g_signs.s1_128 : g_signs.s1_64;
+    *s2 = d == 128 ? g_signs.s2_128 : g_signs.s2_64;
+}
+
+static void apply_signs(float *v, const int8_t *s, int d) {
+    for (int i = 0; i < d; i++) v[i] = s[i] < 0 ? -v[i] : v[i];
+}
+
+/* v <- S2 H S1 v (one block of d values) */
+static void rotate_block(float *v, int d) {
+    const int8_t *s1, *s2;
+    signs_for(d, &s1, &s2);
+    apply_signs(v, s1, d);
+    kvq_fwht(v, d);
+    apply_signs(v, s2, d);
+}
+
+/* v <- S1 H S2 v, the inverse (H and the diagonals are involutions) */
+static void unrotate_block(float *v, int d) {
+    const int8_t *s1, *s2;
+    signs_for(d, &s1, &s2);
+    apply_signs(v, s2, d);
+    kvq_fwht(v, d);
+    apply_signs(v, s1, d);
+}
+
+/* Copy the n values of a block into a zero-padded d buffer. */
+static void load_padded(float *dst, const float *src, int n, int d) {
+    memcpy(dst, src, (size_t)n * sizeof *dst);
+    for (int i = n; i < d; i++) dst[i] = 0.0f;
+}
+
+void kvq_turbo_rotate_query(const float *q, float *q_rot, int head_dim) {
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
+        int d = block_dim_at(head_dim, off), n = KVQ_MIN(d, head_dim - off);
+        load_padded(q_rot + off, q + off, n, d);
+        rotate_block(q_rot + off, d);
+    }
+}
+
+void kvq_turbo_unrotate(const float *acc_rot, float *out, int head_dim) {
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
+        int d = block_dim_at(head_dim, off), n = KVQ_MIN(d, head_dim - off);
+        float v[KVQ_TURBO_BLOCK];
+        memcpy(v, acc_rot + off, (size_t)d * sizeof *v);
+        unrotate_block(v, d);
+        memcpy(out + off, v, (size_t)n * sizeof *v);
+    }
+}
+
+/* -------------------------------------------------------- the scalar code */
+
+/* Index of the nearest centroid: the number of cell boundaries below x
+ * (branch-free: the data are random, a search would mispredict). */
+static int nearest_centroid(const float *midpoints, int levels, float x) {
+    int idx = 0;
+    for (int i = 0; i + 1 < levels; i++) idx += x > midpoints[i];
+    return idx;
+}
+
+/* Nearest Lloyd-Max centroid of each unit-variance target, written group
+ * by group (8 indices = `bits` bytes); returns the sum of squares of the
+ * chosen centroids. */
+static double scalar_encode(int bits, const float *x, int d, uint8_t *codes) {
+    const float *c = kvq_turbo_lloyd_centroids(bits), *mid = turbo_lloyd_midpoints(bits);
+    double sumsq = 0.0;
+    for (int g = 0; g < d / 8; g++) {
+        uint32_t w = 0;
+        for (int j = 0; j < 8; j++) {
+            int idx = nearest_centroid(mid, 1 << bits, x[8 * g + j]);
+            w |= (uint32_t)idx << (j * bits);
+            sumsq += (double)c[idx] * c[idx];
+        }
+        for (int i = 0; i < bits; i++) codes[g * bits + i] = (uint8_t)(w >> (8 * i));
+    }
+    return sumsq;
+}
+
+float turbo_scalar_dot_ref(const uint8_t *codes, const float *codebook, int bits,
+                           const float *q_rot, int d) {
+    uint32_t mask = (1u << bits) - 1;
+    float sum = 0.0f;
+    for (int g = 0; g < d / 8; g++) {
+        uint32_t w = turbo_scalar_group(codes, bits, g);
+        for (int j = 0; j < 8; j++) sum += codebook[(w >> (j * bits)) & mask] * q_rot[8 * g + j];
+    }
+    return sum;
+}
+
+void turbo_scalar_axpy_ref(const uint8_t *codes, const float *codebook, int bits,
+                           float w_scale, float *acc_rot, int d) {
+    uint32_t mask = (1u << bits) - 1;
+    for (int g = 0; g < d / 8; g++) {
+        uint32_t w = turbo_scalar_group(codes, bits, g);
+        for (int j = 0; j < 8; j++) acc_rot[8 * g + j] += w_scale * codebook[(w >> (j * bits)) & mask];
+    }
+}
+
+/* ------------------------------------------------------- kernel dispatch */
+
+static const turbo_kernels g_scalar_kernels = {
+    turbo_scalar_dot_ref, turbo_tcq_dot_ref,
+    turbo_scalar_axpy_ref, turbo_tcq_axpy_ref,
+    kvq_turbo_tcq_viterbi_scalar,
+};
+static turbo_kernels g_active_kernels;
+static pthread_once_t g_kernels_once = PTHREAD_ONCE_INIT;
+
+static void choose_kernels(void) {
+    g_active_kernels = g_scalar_kernels;
+    if (kvq_cpu_features()->avx2) turbo_install_avx2(&g_active_kernels);
+}
+
+const turbo_kernels *turbo_active_kernels(void) {
+    pthread_once(&g_kernels_once, choose_kernels);
+    return &g_active_kernels;
+}
+
+static const float *codebook_of(kvq_turbo_type t) {
+    return g_formats[t].tcq ? kvq_turbo_tcq_codebook(g_formats[t].bits)
+                            : kvq_turbo_lloyd_centroids(g_formats[t].bits);
+}
+
+/* Distortion D per unit-variance value of the type's codebook. */
+static double codebook_distortion(kvq_turbo_type t) {
+    if (!g_formats[t].tcq) return kvq_turbo_lloyd_mse(g_formats[t].bits);
+    switch (g_formats[t].bits) {
+    case 2: return kvq_turbo_tcq_mse2;
+    case 3: return kvq_turbo_tcq_mse3;
+    default: return kvq_turbo_tcq_mse4;
+    }
+}
+
+double kvq_turbo_ip_gain(kvq_turbo_type t) {
+    return valid_type(t) ? sqrt(1.0 - codebook_distortion(t)) : NAN;
+}
+
+/* --------------------------------------------------------------- encoding */
+
+/* Quantise the n real values of one block of width d into blk. */
+static void encode_block(kvq_turbo_type t, const float *x, int n, int d, uint8_t *blk,
+                         const turbo_kernels *kern) {
+    size_t bytes = kvq_turbo_block_bytes(t, d);
+    memset(blk, 0, bytes);
+    float y[KVQ_TURBO_BLOCK];
+    load_padded(y, x, n, d);
+    double norm2 = 0.0;
+    for (int i = 0; i < d; i++) norm2 += (double)y[i] * y[i];
+    double norm = sqrt(norm2);
+    if (!(norm > 0.0) || !isfinite(norm)) {          /* zero, NaN or Inf: no direction */
+        kvq_wr16(blk, kvq_float_to_half((float)norm));
+        return;
+    }
+    /* unit-variance targets: sqrt(d) * R x / ||x|| */
+    rotate_block(y, d);
+    float to_unit = (float)(sqrt((double)d) / norm);
+    for (int i = 0; i < d; i++) y[i] *= to_unit;
+    uint8_t *codes = blk + TURBO_NORM_BYTES;
+    int bits = g_formats[t].bits;
+    double sumsq = g_formats[t].tcq ? turbo_tcq_encode(bits, y, d, codes, kern->viterbi)
+                                    : scalar_encode(bits, y, d, codes);
+    /* ||c_hat|| at N(0,1/d) scale is sqrt(sumsq / d); norm' = ||x|| / ||c_hat|| */
+    double norm_prime = sumsq > 0.0 ? norm / sqrt(sumsq / d) : 0.0;
+    kvq_wr16(blk, kvq_float_to_half((float)fmin(norm_prime, FP16_MAX)));
+}
+
+static kvq_status check_row(kvq_turbo_type t, int head_dim, kvq_error *err) {
+    if (!valid_type(t)) return kvq_fail(err, KVQ_ERR_ARG, "unknown turbo type %d", (int)t);
+    if (!kvq_turbo_rot_dim(head_dim))
+        return kvq_fail(err, KVQ_ERR_ARG, "%s: head size %d out of range 1..%d",
+                        g_formats[t].name, head_dim, MAX_HEAD_DIM);
+    return KVQ_OK;
+}
+
+static kvq_status quantize_with(const turbo_kernels *kern, kvq_turbo_type t, const float *x,
+                                void *dst, int head_dim, kvq_error *err) {
+    kvq_status st = check_row(t, head_dim, err);
+    if (st != KVQ_OK) return st;
+    uint8_t *blk = dst;
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
+        int d = block_dim_at(head_dim, off);
+        encode_block(t, x + off, KVQ_MIN(d, head_dim - off), d, blk, kern);
+        blk += kvq_turbo_block_bytes(t, d);
+    }
+    return KVQ_OK;
+}
+
+kvq_status kvq_turbo_quantize(kvq_turbo_type t, const float *x, void *dst, int head_dim,
+                              kvq_error *err) {
+    return quantize_with(turbo_active_kernels(), t, x, dst, head_dim, err);
+}
+
+kvq_status kvq_turbo_quantize_scalar(kvq_turbo_type t, const float *x, void *dst, int head_dim,
+                                     kvq_error *err) {
+    return quantize_with(&g_scalar_kernels, t, x, dst, head_dim, err);
+}
+
+/* --------------------------------------------------- rotated-domain rows */
+
+/* norm' / sqrt(d): unit-variance codebook values -> rotated reconstruction */
+static float block_scale(const uint8_t *blk, int d) {
+    return kvq_half_to_float(kvq_rd16(blk)) / sqrtf((float)d);
+}
+
+static float dot_with(const turbo_kernels *kern, kvq_turbo_type t, const void *row,
+                      const float *q_rot, int head_dim) {
+    const uint8_t *blk = row;
+    const float *c = codebook_of(t);
+    turbo_dot_fn dot = g_formats[t].tcq ? kern->tcq_dot : kern->scalar_dot;
+    float sum = 0.0f;
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
+        int d = block_dim_at(head_dim, off);
+        float scale = block_scale(blk, d);
+        if (scale != 0.0f) sum += scale * dot(blk + TURBO_NORM_BYTES, c, g_formats[t].bits, q_rot + off, d);
+        blk += kvq_turbo_block_bytes(t, d);
+    }
+    return sum;
+}
+
+static void axpy_with(const turbo_kernels *kern, kvq_turbo_type t, float w, const void *row,
+                      float *acc_rot, int head_dim) {
+    const uint8_t *blk = row;
+    const float *c = codebook_of(t);
+    turbo_axpy_fn axpy = g_formats[t].tcq ? kern->tcq_axpy : kern->scalar_axpy;
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
+        int d = block_dim_at(head_dim, off);
+        float scale = block_scale(blk, d);
+        if (scale != 0.0f) axpy(blk + TURBO_NORM_BYTES, c, g_formats[t].bits, w * scale, acc_rot + off, d);
+        blk += kvq_turbo_block_bytes(t, d);
+    }
+}
+
+/* The row kernels trust head_dim (validated once by the caller through
+ * kvq_turbo_row_bytes) but not the type: an unknown type would index past
+ * the format table, so it gives NaN / no-op instead. */
+float kvq_turbo_dot_rot(kvq_turbo_type t, const void *row, const float *q_rot, int head_dim) {
+    return valid_type(t) ? dot_with(turbo_active_kernels(), t, row, q_rot, head_dim) : NAN;
+}
+float kvq_turbo_dot_rot_scalar(kvq_turbo_type t, const void *row, const float *q_rot, int head_dim) {
+    return valid_type(t) ? dot_with(&g_scalar_kernels, t, row, q_rot, head_dim) : NAN;
+}
+void kvq_turbo_axpy_rot(kvq_turbo_type t, float w, const void *row, float *acc_rot, int head_dim) {
+    if (valid_type(t)) axpy_with(turbo_active_kernels(), t, w, row, acc_rot, head_dim);
+}
+void kvq_turbo_axpy_rot_scalar(kvq_turbo_type t, float w, const void *row, float *acc_rot,
+                               int head_dim) {
+    if (valid_type(t)) axpy_with(&g_scalar_kernels, t, w, row, acc_rot, head_dim);
+}
+
+/* Decoding is axpy with weight 1 into a zeroed rotated buffer, rotated back. */
+kvq_status kvq_turbo_dequantize(kvq_turbo_type t, const void *src, float *y, int head_dim,
+                                kvq_error *err) {
+    kvq_status st = check_row(t, head_dim, err);
+    if (st != KVQ_OK) return st;
+    const uint8_t *blk = src;
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
+        int d = block_dim_at(head_dim, off);
+        float v[KVQ_TURBO_BLOCK] = { 0 };
+        float norm_prime = kvq_half_to_float(kvq_rd16(blk));
+        if (norm_prime != 0.0f && isfinite(norm_prime)) {
+            kvq_turbo_axpy_rot_scalar(t, 1.0f, blk, v, d);
+            unrotate_block(v, d);
+        } else {
+            for (int i = 0; i < d; i++) v[i] = norm_prime;     /* NaN/Inf stay visible */
+        }
+        memcpy(y + off, v, (size_t)KVQ_MIN(d, head_dim - off) * sizeof *v);
+        blk += kvq_turbo_block_bytes(t, d);
+    }
+    return KVQ_OK;
+}

@@ -1,0 +1,458 @@
+/* test_turbo.c - the TurboQuant module (src/turbo.h): sizes, codebooks,
+ * round-trip error against the published figures, the trellis really
+ * being a trellis, inner-product bias, rotated-domain kernels, SIMD vs
+ * scalar, determinism, heads of 64 and odd sizes, bad input. */
+#include "test.h"
+#include "turbo.h"
+#include "kvq_internal.h"
+
+#include <string.h>
+
+#define MAX_DIM 256
+#define ALL_TYPES(ty) for (kvq_turbo_type ty = 0; ty < KVQ_TURBO_COUNT; ty++)
+
+static void gauss_vec(test_rng *r, float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = (float)test_rng_gauss(r);
+}
+
+static double dot_d(const float *a, const float *b, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+/* Round trip of one vector; returns ||x - x_hat||^2 / ||x||^2 and, when
+ * paper_err is given, the paper's direction error ||u - c_hat||^2 with
+ * c_hat = x_hat / norm' (the reconstruction without the norm correction;
+ * norm' is the block's first fp16, see turbo.h). */
+static double round_trip(kvq_turbo_type ty, const float *x, int d, double *paper_err) {
+    uint8_t row[256];
+    float y[MAX_DIM];
+    kvq_turbo_quantize(ty, x, row, d, NULL);
+    kvq_turbo_dequantize(ty, row, y, d, NULL);
+    double n2 = dot_d(x, x, d), e = 0.0, pe = 0.0, n = sqrt(n2);
+    double norm_prime = kvq_half_to_float(kvq_rd16(row));
+    for (int i = 0; i < d; i++) {
+        e += (x[i] - y[i]) * (double)(x[i] - y[i]);
+        double diff = x[i] / n - y[i] / norm_prime;
+        pe += diff * diff;
+    }
+    if (paper_err) *paper_err = pe;
+    return e / n2;
+}
+
+typedef struct nmse { double format, paper; } nmse;
+
+static nmse mean_nmse(kvq_turbo_type ty, int d, int n_vec, uint64_t seed) {
+    test_rng r = { seed, 0, 0 };
+    float x[MAX_DIM];
+    nmse m = { 0, 0 };
+    for (int v = 0; v < n_vec; v++) {
+        gauss_vec(&r, x, d);
+        double pe;
+        m.format += round_trip(ty, x, d, &pe);
+        m.paper += pe;
+    }
+    m.format /= n_vec, m.paper /= n_vec;
+    return m;
+}
+
+static int n_vectors(int full) { return test_sanitized() ? full / 8 : full; }
+
+/* ------------------------------------------------------------------ sizes */
+
+TEST(turbo_sizes) {
+    static const size_t want128[] = { 34, 50, 66, 36, 52, 68 }, want64[] = { 18, 26, 34, 20, 28, 36 };
+    ALL_TYPES(ty) {
+        CHECK(kvq_turbo_block_bytes(ty, 128) == want128[ty], "%s: %zu bytes per 128", kvq_turbo_name(ty),
+              kvq_turbo_block_bytes(ty, 128));
+        CHECK(kvq_turbo_block_bytes(ty, 64) == want64[ty], "%s: %zu bytes per 64", kvq_turbo_name(ty),
+              kvq_turbo_block_bytes(ty, 64));
+        CHECK(kvq_turbo_row_bytes(ty, 128) == want128[ty], "%s row 128", kvq_turbo_name(ty));
+        CHECK(kvq_turbo_row_bytes(ty, 64) == want64[ty], "%s row 64", kvq_turbo_name(ty));
+        CHECK(kvq_turbo_row_bytes(ty, 256) == 2 * want128[ty], "%s row 256", kvq_turbo_name(ty));
+        CHECK(kvq_turbo_row_bytes(ty, 192) == want128[ty] + want64[ty], "%s row 192", kvq_turbo_name(ty));
+        CHECK(kvq_turbo_row_bytes(ty, 96) == want128[ty], "%s row 96 (one padded 128)", kvq_turbo_name(ty));
+        CHECK(kvq_turbo_row_bytes(ty, 1) == want64[ty], "%s row 1 (one padded 64)", kvq_turbo_name(ty));
+        CHECK(kvq_turbo_row_bytes(ty, 0) == 0 && kvq_turbo_row_bytes(ty, -5) == 0, "bad head size accepted");
+        CHECK(kvq_turbo_from_name(kvq_turbo_name(ty)) == ty, "name round trip %s", kvq_turbo_name(ty));
+    }
+    CHECK(fabs(kvq_turbo_bpv(KVQ_TURBO3, 128) - 3.125) < 1e-12, "turbo3 bpv %g", kvq_turbo_bpv(KVQ_TURBO3, 128));
+    CHECK(fabs(kvq_turbo_bpv(KVQ_TURBO2_TCQ, 128) - 2.25) < 1e-12, "turbo2_tcq bpv");
+    CHECK(kvq_turbo_rot_dim(96) == 128 && kvq_turbo_rot_dim(192) == 192 && kvq_turbo_rot_dim(200) == 256,
+          "rot dims %d %d %d", kvq_turbo_rot_dim(96), kvq_turbo_rot_dim(192), kvq_turbo_rot_dim(200));
+    CHECK(kvq_turbo_row_bytes(KVQ_TURBO_COUNT, 128) == 0, "unknown type has a size");
+    CHECK(kvq_turbo_from_name("turbo5") == KVQ_TURBO_COUNT, "unknown name accepted");
+}
+
+/* -------------------------------------------------------------- codebooks */
+
+TEST(turbo_lloyd_centroids_match_published) {
+    static const double pub2[] = { 0.4528, 1.5104 };
+    static const double pub3[] = { 0.2451, 0.7560, 1.3439, 2.1519 };
+    static const double pub4[] = { 0.1284, 0.3881, 0.6568, 0.9423, 1.2562, 1.6180, 2.0690, 2.7326 };
+    const double *pub[] = { NULL, NULL, pub2, pub3, pub4 };
+    for (int b = 2; b <= 4; b++) {
+        const float *c = kvq_turbo_lloyd_centroids(b);
+        int n = 1 << b, half = n / 2;
+        for (int i = 0; i < half; i++) {
+            CHECK(fabs(c[half + i] - pub[b][i]) < 1e-3, "b=%d centroid +%d: %.5f vs %.4f", b, i, c[half + i], pub[b][i]);
+            CHECK(fabs(c[half - 1 - i] + pub[b][i]) < 1e-3, "b=%d centroid -%d: %.5f", b, i, c[half - 1 - i]);
+        }
+    }
+    /* the distortions the NMSE targets come from */
+    CHECK(fabs(kvq_turbo_lloyd_mse(2) - 0.1175) < 2e-4, "D2 %.5f", kvq_turbo_lloyd_mse(2));
+    CHECK(fabs(kvq_turbo_lloyd_mse(3) - 0.03455) < 1e-4, "D3 %.5f", kvq_turbo_lloyd_mse(3));
+    CHECK(fabs(kvq_turbo_lloyd_mse(4) - 0.0095) < 1e-4, "D4 %.5f", kvq_turbo_lloyd_mse(4));
+}
+
+TEST(turbo_tcq_codebooks_sane) {
+    for (int k = 2; k <= 4; k++) {
+        const float *c = kvq_turbo_tcq_codebook(k);
+        int n = 1 << (6 + k);
+        double mean = 0, var = 0;
+        for (int s = 0; s < n; s++) mean += c[s], var += (double)c[s] * c[s];
+        mean /= n, var /= n;
+        CHECK(fabs(mean) < 0.1 && var > 0.6 && var < 1.5, "k=%d codebook mean %.3f var %.3f", k, mean, var);
+    }
+    CHECK(kvq_turbo_tcq_codebook(1) == NULL && kvq_turbo_tcq_codebook(5) == NULL, "bad k has a codebook");
+}
+
+/* -------------------------------------------------------- round-trip error */
+
+TEST(turbo_nmse_matches_paper) {
+    static const double target[] = { 0.1175, 0.03455, 0.0095 };
+    int n = n_vectors(1500);
+    for (kvq_turbo_type ty = KVQ_TURBO2; ty <= KVQ_TURBO4; ty++) {
+        nmse m = mean_nmse(ty, 128, n, 11 + ty);
+        /* paper's definition (no norm correction) and the stored format */
+        CHECK(fabs(m.paper / target[ty] - 1) < 0.05, "%s paper NMSE %.5f vs %.5f", kvq_turbo_name(ty), m.paper, target[ty]);
+        CHECK(fabs(m.format / target[ty] - 1) < 0.05, "%s NMSE %.5f vs %.5f", kvq_turbo_name(ty), m.format, target[ty]);
+        /* norm correction (||x_hat|| = ||x||) costs little: 2 - 2 sqrt(1 - D) > D */
+        CHECK(m.format < 1.05 * m.paper, "%s NMSE %.5f vs paper %.5f", kvq_turbo_name(ty), m.format, m.paper);
+    }
+}
+
+TEST(turbo_tcq_beats_scalar_by_1db) {
+    int n = n_vectors(800);
+    for (int b = 2; b <= 4; b++) {
+        kvq_turbo_type scalar = (kvq_turbo_type)(KVQ_TURBO2 + b - 2), tcq = (kvq_turbo_type)(KVQ_TURBO2_TCQ + b - 2);
+        double es = mean_nmse(scalar, 128, n, 21).format, et = mean_nmse(tcq, 128, n, 21).format;
+        double db = 10 * log10(et / es);
+        CHECK(db <= -1.0, "%s %.5f vs %s %.5f: only %.2f dB", kvq_turbo_name(tcq), et, kvq_turbo_name(scalar), es, db);
+    }
+}
+
+TEST(turbo_head64_nmse) {
+    static const double target[] = { 0.1175, 0.03455, 0.0095 };
+    int n = n_vectors(1500);
+    for (kvq_turbo_type ty = KVQ_TURBO2; ty <= KVQ_TURBO4; ty++) {
+        nmse m = mean_nmse(ty, 64, n, 31 + ty);
+        /* the sphere in 64 dimensions is a little less Gaussian: 8% */
+        CHECK(fabs(m.paper / target[ty] - 1) < 0.08, "%s d=64 paper NMSE %.5f", kvq_turbo_name(ty), m.paper);
+    }
+    for (int b = 2; b <= 4; b++) {
+        double es = mean_nmse((kvq_turbo_type)(KVQ_TURBO2 + b - 2), 64, n, 41).format;
+        double et = mean_nmse((kvq_turbo_type)(KVQ_TURBO2_TCQ + b - 2), 64, n, 41).format;
+        CHECK(10 * log10(et / es) < -0.8, "d=64 k=%d trellis %.5f vs scalar %.5f", b, et, es);
+    }
+}
+
+/* ------------------------------------------------------ the trellis itself */
+
+/* Exhaustive search over every path of a short sequence. */
+static double brute_force(int k, const float *c, const float *x, int d) {
+    int L = 6 + k;
+    double best = INFINITY;
+    long paths = (1L << L) << (k * (d - 1));
+    for (long p = 0; p < paths; p++) {
+        int s = (int)(p & ((1 << L) - 1));
+        double e = (x[0] - c[s]) * (double)(x[0] - c[s]);
+        for (int ty = 1; ty < d; ty++) {
+            int o = (int)((p >> (L + k * (ty - 1))) & ((1 << k) - 1));
+            s = (s >> k) | (o << 6);
+            e += (x[ty] - c[s]) * (double)(x[ty] - c[s]);
+        }
+        if (e < best) best = e;
+    }
+    return best;
+}
+
+TEST(turbo_viterbi_is_optimal) {
+    test_rng r = { 5, 0, 0 };
+    for (int k = 2; k <= 4; k++) {
+        const float *c = kvq_turbo_tcq_codebook(k);
+        int d = k == 4 ? 2 : 3;
+        for (int rep = 0; rep < 3; rep++) {
+            float x[3];
+            uint16_t st[3];
+            gauss_vec(&r, x, d);
+            double v = kvq_turbo_tcq_viterbi_scalar(k, c, x, d, st), bf = brute_force(k, c, x, d);
+            CHECK(fabs(v - bf) <= 1e-5 * (1 + bf), "k=%d Viterbi %.7f, exhaustive %.7f", k, v, bf);
+            for (int ty = 1; ty < d; ty++)
+                CHECK((st[ty] & 63) == st[ty - 1] >> k, "k=%d illegal transition %d -> %d", k, st[ty - 1], st[ty]);
+        }
+    }
+}
+
+/* Mean Viterbi / greedy error over random Gaussian sequences. */
+static void trellis_vs_greedy(int k, const float *c, int n, double *viterbi, double *greedy, int *worse) {
+    test_rng r = { 77, 0, 0 };
+    float x[128];
+    uint16_t st[128];
+    *viterbi = *greedy = 0.0;
+    *worse = 0;
+    for (int v = 0; v < n; v++) {
+        gauss_vec(&r, x, 128);
+        double ev = kvq_turbo_tcq_viterbi(k, c, x, 128, st), eg = kvq_turbo_tcq_greedy(k, c, x, 128, st);
+        *worse += ev > eg * (1 + 1e-6);
+        *viterbi += ev, *greedy += eg;
+    }
+}
+
+TEST(turbo_trellis_not_scalar_in_disguise) {
+    int n = n_vectors(200);
+    for (int k = 2; k <= 4; k++) {
+        double ev, eg;
+        int worse;
+        trellis_vs_greedy(k, kvq_turbo_tcq_codebook(k), n, &ev, &eg, &worse);
+        CHECK(worse == 0, "k=%d: Viterbi worse than greedy on %d vectors", k, worse);
+        CHECK(10 * log10(ev / eg) < -1.0, "k=%d: Viterbi %.4f vs greedy %.4f: trellis barely helps", k, ev / n, eg / n);
+    }
+    /* negative control: a codebook that ignores the context bits is a
+     * scalar quantiser, and the check above must see that */
+    float flat[1 << 8];
+    const float *c2 = kvq_turbo_lloyd_centroids(2);
+    for (int s = 0; s < 256; s++) flat[s] = c2[s >> 6];
+    double ev, eg;
+    int worse;
+    trellis_vs_greedy(2, flat, 20, &ev, &eg, &worse);
+    CHECK(fabs(ev - eg) < 1e-6 * eg, "degenerate codebook: Viterbi %.5f != greedy %.5f", ev, eg);
+}
+
+TEST(turbo_tcq_training_monotone_and_deterministic) {
+    float c1[256], c2[256];
+    double mse1[4], mse2[4];
+    int n = test_sanitized() ? 16 : 48;
+    CHECK(kvq_turbo_tcq_train(2, n, 3, 9, c1, mse1, NULL) == KVQ_OK, "training failed");
+    CHECK(kvq_turbo_tcq_train(2, n, 3, 9, c2, mse2, NULL) == KVQ_OK, "training failed");
+    CHECK(!memcmp(c1, c2, sizeof c1), "training not deterministic");
+    for (int i = 0; i < 3; i++)
+        CHECK(mse1[i + 1] <= mse1[i] * (1 + 1e-9), "Lloyd round %d raised the error %.6f -> %.6f", i, mse1[i], mse1[i + 1]);
+    CHECK(mse1[3] < mse1[0] * 0.95, "training did not improve: %.5f -> %.5f", mse1[0], mse1[3]);
+    kvq_error err = { 0 };
+    CHECK(kvq_turbo_tcq_train(5, n, 3, 9, c1, NULL, &err) == KVQ_ERR_ARG && err.msg[0], "k=5 accepted");
+}
+
+/* -------------------------------------------------------- inner products */
+
+/* Pairs with q.k well away from zero (k = q/2 + noise); regress q.k_hat on
+ * q.k.  Expected slope: the format's gain (turbo.h).  Returns slope and
+ * its standard error. */
+static void ip_slope(kvq_turbo_type ty, int n, double *slope, double *se) {
+    test_rng r = { 99 + ty, 0, 0 };
+    float q[128], k[128], q_rot[128];
+    uint8_t row[128];
+    double sxy = 0, sxx = 0;
+    double *xs = malloc(sizeof(double) * n), *ys = malloc(sizeof(double) * n);
+    for (int i = 0; i < n; i++) {
+        gauss_vec(&r, q, 128);
+        gauss_vec(&r, k, 128);
+        for (int j = 0; j < 128; j++) k[j] += 0.5f * q[j];
+        kvq_turbo_quantize(ty, k, row, 128, NULL);
+        kvq_turbo_rotate_query(q, q_rot, 128);
+        xs[i] = dot_d(q, k, 128);
+        ys[i] = kvq_turbo_dot_rot(ty, row, q_rot, 128);
+        sxy += xs[i] * ys[i], sxx += xs[i] * xs[i];
+    }
+    *slope = sxy / sxx;
+    double rss = 0;
+    for (int i = 0; i < n; i++) rss += (ys[i] - *slope * xs[i]) * (ys[i] - *slope * xs[i]);
+    *se = sqrt(rss / (n - 1) / sxx);
+    free(xs), free(ys);
+}
+
+TEST(turbo_inner_product_bias_is_the_documented_gain) {
+    int n = n_vectors(1500);
+    ALL_TYPES(ty) {
+        double slope, se, gain = kvq_turbo_ip_gain(ty);
+        ip_slope(ty, n, &slope, &se);
+        /* q.k_hat / gain is unbiased: the slope is the gain within noise */
+        CHECK(fabs(slope - gain) < 4 * se + 2e-3, "%s: slope %.4f +- %.4f, gain %.4f", kvq_turbo_name(ty), slope, se, gain);
+        if (ty == KVQ_TURBO2)   /* and the shrinkage is real, not a rounding effect */
+            CHECK(slope < 1 - 10 * se, "turbo2 slope %.4f +- %.4f: no visible shrinkage", slope, se);
+    }
+}
+
+/* ---------------------------------------------- rotated-domain kernels */
+
+static const int g_dims[] = { 64, 128, 256, 96, 200, 1 };
+
+TEST(turbo_rotated_dot_equals_decode_then_dot) {
+    test_rng r = { 3, 0, 0 };
+    float x[MAX_DIM], q[MAX_DIM], q_rot[MAX_DIM], y[MAX_DIM];
+    uint8_t row[512];
+    ALL_TYPES(ty) for (size_t di = 0; di < KVQ_ARRAY_LEN(g_dims); di++) {
+        int d = g_dims[di];
+        gauss_vec(&r, x, d);
+        gauss_vec(&r, q, d);
+        CHECK(kvq_turbo_quantize(ty, x, row, d, NULL) == KVQ_OK, "quantize");
+        CHECK(kvq_turbo_dequantize(ty, row, y, d, NULL) == KVQ_OK, "dequantize");
+        kvq_turbo_rotate_query(q, q_rot, d);
+        double ref = dot_d(q, y, d), tol = 1e-5 * sqrt(dot_d(q, q, d) * dot_d(x, x, d));
+        double got = kvq_turbo_dot_rot(ty, row, q_rot, d), got_s = kvq_turbo_dot_rot_scalar(ty, row, q_rot, d);
+        CHECK(fabs(got - ref) < tol, "%s d=%d: dot_rot %.6f, decode-dot %.6f", kvq_turbo_name(ty), d, got, ref);
+        CHECK(fabs(got_s - ref) < tol, "%s d=%d: scalar dot_rot %.6f, decode-dot %.6f", kvq_turbo_name(ty), d, got_s, ref);
+    }
+}
+
+TEST(turbo_rotated_axpy_equals_decode_then_axpy) {
+    test_rng r = { 4, 0, 0 };
+    float x1[MAX_DIM], x2[MAX_DIM], y1[MAX_DIM], y2[MAX_DIM], acc[MAX_DIM], out[MAX_DIM];
+    uint8_t row1[512], row2[512];
+    const float w1 = 0.7f, w2 = -1.3f;
+    ALL_TYPES(ty) for (size_t di = 0; di < KVQ_ARRAY_LEN(g_dims); di++) {
+        int d = g_dims[di], dr = kvq_turbo_rot_dim(d);
+        gauss_vec(&r, x1, d);
+        gauss_vec(&r, x2, d);
+        kvq_turbo_quantize(ty, x1, row1, d, NULL);
+        kvq_turbo_quantize(ty, x2, row2, d, NULL);
+        kvq_turbo_dequantize(ty, row1, y1, d, NULL);
+        kvq_turbo_dequantize(ty, row2, y2, d, NULL);
+        for (int i = 0; i < dr; i++) acc[i] = 0.0f;
+        kvq_turbo_axpy_rot(ty, w1, row1, acc, d);
+        kvq_turbo_axpy_rot(ty, w2, row2, acc, d);
+        kvq_turbo_unrotate(acc, out, d);
+        for (int i = 0; i < d; i++) {
+            double ref = w1 * y1[i] + w2 * y2[i];
+            CHECK(fabs(out[i] - ref) < 1e-4, "%s d=%d [%d]: %.6f vs %.6f", kvq_turbo_name(ty), d, i, out[i], ref);
+        }
+    }
+}
+
+TEST(turbo_rotation_round_trip) {
+    test_rng r = { 6, 0, 0 };
+    float q[MAX_DIM], q_rot[MAX_DIM], back[MAX_DIM];
+    for (size_t di = 0; di < KVQ_ARRAY_LEN(g_dims); di++) {
+        int d = g_dims[di];
+        gauss_vec(&r, q, d);
+        kvq_turbo_rotate_query(q, q_rot, d);
+        double n0 = dot_d(q, q, d), n1 = dot_d(q_rot, q_rot, kvq_turbo_rot_dim(d));
+        CHECK(fabs(n0 - n1) < 1e-4 * n0, "d=%d rotation changes the norm %.5f -> %.5f", d, n0, n1);
+        kvq_turbo_unrotate(q_rot, back, d);
+        for (int i = 0; i < d; i++) CHECK(fabs(back[i] - q[i]) < 1e-5, "d=%d unrotate [%d]", d, i);
+        int moved = 0;
+        for (int i = 0; i < d; i++) moved += fabsf(q_rot[i] - q[i]) > 1e-3f;
+        CHECK(d < 8 || moved > d / 2, "d=%d: rotation left the vector in place", d);
+    }
+}
+
+/* ------------------------------------------------------- SIMD vs scalar */
+
+TEST(turbo_simd_matches_scalar) {
+    if (!kvq_cpu_features()->avx2) SKIP("no AVX2 on this CPU (or KVQ_FORCE_SCALAR)");
+    test_rng r = { 8, 0, 0 };
+    float x[MAX_DIM], q_rot[MAX_DIM], a1[MAX_DIM], a2[MAX_DIM];
+    uint8_t b1[512], b2[512];
+    int reps = test_sanitized() ? 2 : 8;
+    ALL_TYPES(ty) for (size_t di = 0; di < KVQ_ARRAY_LEN(g_dims); di++) for (int rep = 0; rep < reps; rep++) {
+        int d = g_dims[di], dr = kvq_turbo_rot_dim(d);
+        size_t bytes = kvq_turbo_row_bytes(ty, d);
+        gauss_vec(&r, x, d);
+        gauss_vec(&r, q_rot, dr);
+        kvq_turbo_quantize(ty, x, b1, d, NULL);
+        kvq_turbo_quantize_scalar(ty, x, b2, d, NULL);
+        CHECK(!memcmp(b1, b2, bytes), "%s d=%d: SIMD and scalar encoders differ", kvq_turbo_name(ty), d);
+        float ds = kvq_turbo_dot_rot_scalar(ty, b1, q_rot, d), dv = kvq_turbo_dot_rot(ty, b1, q_rot, d);
+        CHECK(fabsf(ds - dv) < 1e-5f * (1 + fabsf(ds)) + 1e-4f, "%s d=%d: dot %.7f vs %.7f", kvq_turbo_name(ty), d, dv, ds);
+        for (int i = 0; i < dr; i++) a1[i] = a2[i] = (float)i * 0.01f;
+        kvq_turbo_axpy_rot(ty, 0.37f, b1, a1, d);
+        kvq_turbo_axpy_rot_scalar(ty, 0.37f, b1, a2, d);
+        for (int i = 0; i < dr; i++)
+            CHECK(fabsf(a1[i] - a2[i]) < 1e-5f * (1 + fabsf(a2[i])), "%s d=%d axpy [%d]", kvq_turbo_name(ty), d, i);
+    }
+    /* the Viterbi kernels pick the same path */
+    static const int lens[] = { 1, 2, 37, 64, 128 };
+    for (int k = 2; k <= 4; k++) for (size_t li = 0; li < KVQ_ARRAY_LEN(lens); li++) {
+        int n = lens[li];
+        uint16_t s1[128], s2[128];
+        gauss_vec(&r, x, n);
+        double e1 = kvq_turbo_tcq_viterbi(k, kvq_turbo_tcq_codebook(k), x, n, s1);
+        double e2 = kvq_turbo_tcq_viterbi_scalar(k, kvq_turbo_tcq_codebook(k), x, n, s2);
+        CHECK(e1 == e2 && !memcmp(s1, s2, sizeof(uint16_t) * n), "k=%d d=%d Viterbi SIMD %.6f vs scalar %.6f",
+              k, n, e1, e2);
+    }
+}
+
+/* --------------------------------------------------- determinism, edges */
+
+TEST(turbo_deterministic_bytes) {
+    test_rng r = { 10, 0, 0 };
+    float x[MAX_DIM];
+    uint8_t a[512], b[512];
+    ALL_TYPES(ty) for (size_t di = 0; di < KVQ_ARRAY_LEN(g_dims); di++) {
+        int d = g_dims[di];
+        size_t bytes = kvq_turbo_row_bytes(ty, d);
+        gauss_vec(&r, x, d);
+        memset(a, 0xAA, sizeof a);
+        memset(b, 0x55, sizeof b);
+        kvq_turbo_quantize(ty, x, a, d, NULL);
+        kvq_turbo_quantize(ty, x, b, d, NULL);
+        CHECK(!memcmp(a, b, bytes), "%s d=%d: bytes depend on the buffer's old content", kvq_turbo_name(ty), d);
+        CHECK(a[bytes] == 0xAA, "%s d=%d: wrote past the row", kvq_turbo_name(ty), d);
+    }
+}
+
+TEST(turbo_norm_is_preserved) {
+    test_rng r = { 12, 0, 0 };
+    float x[128], y[128];
+    uint8_t row[128];
+    ALL_TYPES(ty) {
+        gauss_vec(&r, x, 128);
+        for (int i = 0; i < 128; i++) x[i] *= 3.0f;
+        kvq_turbo_quantize(ty, x, row, 128, NULL);
+        kvq_turbo_dequantize(ty, row, y, 128, NULL);
+        double nx = sqrt(dot_d(x, x, 128)), ny = sqrt(dot_d(y, y, 128));
+        CHECK(fabs(ny / nx - 1) < 1e-3, "%s: ||x|| %.4f, ||x_hat|| %.4f", kvq_turbo_name(ty), nx, ny);
+    }
+}
+
+TEST(turbo_zero_nan_and_bad_input) {
+    float x[128] = { 0 }, y[128], q_rot[128];
+    uint8_t row[128];
+    kvq_error err = { 0 };
+    ALL_TYPES(ty) {
+        for (int i = 0; i < 128; i++) q_rot[i] = 1.0f;
+        CHECK(kvq_turbo_quantize(ty, x, row, 128, NULL) == KVQ_OK, "zero vector");
+        kvq_turbo_dequantize(ty, row, y, 128, NULL);
+        for (int i = 0; i < 128; i++) CHECK(y[i] == 0.0f, "%s: zero vector decodes to %g", kvq_turbo_name(ty), y[i]);
+        CHECK(kvq_turbo_dot_rot(ty, row, q_rot, 128) == 0.0f, "%s: zero row dot", kvq_turbo_name(ty));
+        x[5] = NAN;
+        kvq_turbo_quantize(ty, x, row, 128, NULL);
+        kvq_turbo_dequantize(ty, row, y, 128, NULL);
+        CHECK(isnan(y[5]) && isnan(kvq_turbo_dot_rot(ty, row, q_rot, 128)), "%s: NaN input lost", kvq_turbo_name(ty));
+        x[5] = 0.0f;
+    }
+    CHECK(kvq_turbo_quantize(KVQ_TURBO3, x, row, 0, &err) == KVQ_ERR_ARG && err.msg[0], "head size 0 accepted");
+    CHECK(kvq_turbo_quantize(KVQ_TURBO_COUNT, x, row, 128, &err) == KVQ_ERR_ARG, "bad type accepted");
+    CHECK(kvq_turbo_dequantize(KVQ_TURBO3, row, y, 70000, &err) == KVQ_ERR_ARG, "huge head accepted");
+    CHECK(isnan(kvq_turbo_dot_rot(KVQ_TURBO_COUNT, row, q_rot, 128)), "dot with a bad type");
+    CHECK(isnan(kvq_turbo_tcq_viterbi(7, kvq_turbo_tcq_codebook(2), x, 128, NULL)), "k=7 Viterbi ran");
+}
+
+/* ------------------------------------------------------------------ CLI */
+
+TEST(turbo_cli_bench_and_bad_flags) {
+    const char *bin = test_kvq_bin();
+    if (!bin) SKIP("KVQ_BIN not set (run through make test)");
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "%s turbo-bench -n 10 -d 64", bin);
+    CHECK(test_run(cmd, out, sizeof out) == 0, "turbo-bench failed: %s", out);
+    CHECK(strstr(out, "turbo3_tcq") && strstr(out, "NMSE"), "turbo-bench output: %s", out);
+    snprintf(cmd, sizeof cmd, "%s turbo-bench --dim 0", bin);
+    CHECK(test_run(cmd, out, sizeof out) != 0 && strstr(out, "error"), "--dim 0 accepted: %s", out);
+    snprintf(cmd, sizeof cmd, "%s turbo-train --iters", bin);
+    CHECK(test_run(cmd, out, sizeof out) != 0 && strstr(out, "error"), "missing value accepted: %s", out);
+    snprintf(cmd, sizeof cmd, "%s turbo-train --bogus", bin);
+    CHECK(test_run(cmd, out, sizeof out) != 0 && strstr(out, "unknown option"), "unknown flag accepted: %s", out);
+}
