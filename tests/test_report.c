@@ -153,7 +153,12 @@ TEST(report_csv_reader_strict) {
 
 /* ---------------------------------------------- strict JSON validator */
 
-typedef struct json_p { const char *p; int objects_in_rows, keys_in_first_row, depth; bool in_rows; } json_p;
+typedef struct json_p {
+    const char *p, *begin;
+    size_t stop_at;            /* offset where parsing stopped */
+    int objects_in_rows, keys_in_first_row, depth;
+    bool in_rows;
+} json_p;
 
 static void jws(json_p *j) { while (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r') j->p++; }
 static bool json_value(json_p *j);
@@ -250,7 +255,7 @@ static bool json_value(json_p *j) {
     }
 }
 
-static bool json_document(json_p *j) {
+static bool json_document_at(json_p *j) {
     j->depth = 0;
     jws(j);
     if (*j->p != '{') return false;
@@ -258,6 +263,13 @@ static bool json_document(json_p *j) {
     if (!json_object(j)) return false;
     jws(j);
     return *j->p == 0;
+}
+
+static bool json_document(json_p *j) {
+    j->begin = j->p;
+    bool ok = json_document_at(j);
+    j->stop_at = (size_t)(j->p - j->begin);
+    return ok;
 }
 
 TEST(report_json_validator_rejects_malformed) {
@@ -284,7 +296,7 @@ TEST(report_json_well_formed) {
     CHECK(json && st == KVQ_OK, "write failed: %s", err.msg);
     json_p j = { .p = json };
     bool ok = json_document(&j);
-    size_t at = (size_t)(j.p - json);
+    size_t at = j.stop_at;
     bool has_null = strstr(json, "\"tg_tps\": null") != NULL;
     bool has_keys = strstr(json, "\"median_kld\": ") && strstr(json, "\"p99_9_kld\": ") &&
                     strstr(json, "\"cache_k\": \"q8_0\"") && strstr(json, "\"rot_k\": true") &&
