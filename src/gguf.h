@@ -59,6 +59,10 @@ kvq_status gguf_open(const char *path, gguf_file **out, kvq_error *err);
 kvq_status gguf_open_memory(const void *data, size_t size, gguf_file **out, kvq_error *err);
 void gguf_close(gguf_file *f);
 
+/* Block layout of a ggml tensor type id: kvq's type, values per block and
+ * bytes per block; false when kvq cannot read that type. */
+bool gguf_ggml_type_layout(int ggml_id, kvq_type *type, int *block_size, int *block_bytes);
+
 const gguf_kv *gguf_find(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 bool gguf_str_eq(gguf_str s, const char *c);

@@ -107,6 +107,12 @@ static int spec_bytes(const block_spec *s) { return spec_header(s) + s->bits * K
  * float arithmetic mirrors the reference so q4/q5 bytes are identical). */
 static void encode_block(const block_spec *s, const float *x, uint8_t *dst) {
     const int qmax = (1 << s->bits) - 1;
+    if (!kvq_block_is_finite(x)) {
+        kvq_wr16(dst, KVQ_HALF_NAN);
+        if (s->has_min) kvq_wr16(dst + 2, KVQ_HALF_NAN);
+        memset(dst + spec_header(s), 0, (size_t)(s->bits * KVQ_BLOCK / 8));
+        return;
+    }
     uint8_t q[KVQ_BLOCK];
     float d;
     if (s->has_min) {
@@ -118,8 +124,7 @@ static void encode_block(const block_spec *s, const float *x, uint8_t *dst) {
         d = (hi - lo) / (float)qmax;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         for (int j = 0; j < KVQ_BLOCK; j++) {
-            int v = (int)((x[j] - lo) * id + 0.5f);
-            q[j] = (uint8_t)KVQ_MIN(qmax, KVQ_MAX(0, v));
+            q[j] = (uint8_t)kvq_code_clamp((x[j] - lo) * id + 0.5f, 0, qmax, 0);
         }
         kvq_wr16(dst + 2, kvq_float_to_half(lo));
     } else {
@@ -134,8 +139,7 @@ static void encode_block(const block_spec *s, const float *x, uint8_t *dst) {
         d = vmax / (float)-off;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         for (int j = 0; j < KVQ_BLOCK; j++) {
-            int v = (int)(x[j] * id + ((float)off + 0.5f));
-            q[j] = (uint8_t)KVQ_MIN(qmax, KVQ_MAX(0, v));
+            q[j] = (uint8_t)kvq_code_clamp(x[j] * id + ((float)off + 0.5f), 0, qmax, off);
         }
         if (s->refit) {
             /* weighted least squares with w = x^2 over the chosen codes */
@@ -222,16 +226,22 @@ KVQ_BLOCK_TYPE(q2_0, 2, false, false)
 KVQ_BLOCK_TYPE(q2_1, 2, true, false)
 
 /* ------------------------------------------------------------------ q8_0 */
-/* fp16 d then 32 int8 codes; d = max|x|/127, q = round(x/d). */
+/* fp16 d then 32 int8 codes; d = max|x|/127, q = round(x/d) (roundf:
+ * halves away from zero, as the reference). */
 
 void kvq_q8_0_quantize(const float *x, void *dst, int64_t n) {
     uint8_t *out = dst;
     for (int64_t i = 0; i < n; i += KVQ_BLOCK, out += 34) {
+        if (!kvq_block_is_finite(x + i)) {
+            kvq_wr16(out, KVQ_HALF_NAN);
+            memset(out + 2, 0, KVQ_BLOCK);
+            continue;
+        }
         float amax = 0.0f;
         for (int j = 0; j < KVQ_BLOCK; j++) amax = KVQ_MAX(amax, fabsf(x[i + j]));
         const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         kvq_wr16(out, kvq_float_to_half(d));
-        for (int j = 0; j < KVQ_BLOCK; j++) out[2 + j] = (uint8_t)(int8_t)roundf(x[i + j] * id);
+        for (int j = 0; j < KVQ_BLOCK; j++) out[2 + j] = (uint8_t)(int8_t)kvq_code_clamp(roundf(x[i + j] * id), -127, 127, 0);
     }
 }
 

@@ -30,6 +30,26 @@ KVQ_DECLARE_KERNELS(q3_1)
 KVQ_DECLARE_KERNELS(q2_0)
 KVQ_DECLARE_KERNELS(q2_1)
 
+/* Non-finite input (docs/formats.md): a block that holds a NaN or +-inf is
+ * stored "poisoned" -- every fp16 field (d, m) is NaN and every code is 0 --
+ * so it decodes to NaN everywhere instead of to plausible finite values. */
+#define KVQ_HALF_NAN 0x7e00u
+static inline bool kvq_block_is_finite(const float *x) {
+    uint32_t worst = 0;
+    for (int j = 0; j < KVQ_BLOCK; j++) worst = KVQ_MAX(worst, kvq_f32_bits(x[j]) & 0x7fffffffu);
+    return worst < 0x7f800000u;
+}
+
+/* A float code value -> integer code in [lo, hi]; the conversion is done
+ * only on in-range values (C leaves out-of-range conversions undefined),
+ * NaN (0 * inf in a denormal block) becomes `nan_code`. */
+static inline int kvq_code_clamp(float v, int lo, int hi, int nan_code) {
+    if (v != v) return nan_code;
+    if (v <= (float)lo) return lo;
+    if (v >= (float)hi) return hi;
+    return (int)v;
+}
+
 /* The iq4_nl codebook (FORMATS.md §2; ggml's kvalues_iq4nl). */
 extern const int8_t kvq_iq4nl_values[16];
 

@@ -2,25 +2,24 @@
  * quant_iq4nl.c - iq4_nl: 32 values, fp16 d, 16 4-bit indices into a fixed
  * non-linear codebook (ggml's layout: byte j = idx[j] | idx[j+16] << 4).
  *
- * Decoding is fixed by the format.  The encoder is kvq's own: it searches
- * the block scale that minimises the plain squared error of the stored
- * (fp16-rounded) block.  Candidates: the reference's grid (the largest-
- * magnitude value mapped onto the codebook's end, nudged in 1/8 steps over
- * +-7), each refined by least-squares refits of d for the chosen indices,
- * with both unit and x^2 weights.  Every candidate is scored after fp16
- * rounding of d, so the best one is never worse than the reference's.
+ * Decoding is fixed by the format.  The encoder is kvq's own: an exact
+ * search of the fp16 scale that minimises the block's plain (unweighted)
+ * squared error (see sweep_scales below), so it is never worse than any
+ * other choice of scale and indices, the reference's included.  Blocks
+ * holding NaN or +-inf are stored "poisoned": d = NaN, indices 0.
  */
 #include "quant_block.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 const int8_t kvq_iq4nl_values[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
 
-/* Index of the codebook entry nearest to v (values are sorted). */
+/* Index of the codebook entry nearest to v (values are sorted; NaN -> 0). */
 static int nearest_index(float v) {
-    if (v <= kvq_iq4nl_values[0]) return 0;
+    if (!(v > kvq_iq4nl_values[0])) return 0;
     if (v >= kvq_iq4nl_values[15]) return 15;
     int lo = 0, hi = 15;
     while (hi - lo > 1) {
@@ -30,60 +29,124 @@ static int nearest_index(float v) {
     return v - kvq_iq4nl_values[lo] < kvq_iq4nl_values[hi] - v ? lo : hi;
 }
 
-/* Squared error of the block for scale d (rounded to fp16); fills idx. */
-static float score_scale(const float *x, float d, uint8_t idx[KVQ_BLOCK], float *d_stored) {
-    const float dh = kvq_half_to_float(kvq_float_to_half(d));
-    const float id = dh != 0.0f ? 1.0f / dh : 0.0f;
-    float err = 0.0f;
-    for (int j = 0; j < KVQ_BLOCK; j++) {
-        int k = nearest_index(x[j] * id);
-        idx[j] = (uint8_t)k;
-        float e = x[j] - dh * kvq_iq4nl_values[k];
-        err += e * e;
+/* Index k minimising (x - d*T[k])^2 for d != 0: the nearest entry to x/d,
+ * confirmed against its neighbours in the error itself (x/d rounds). */
+static int best_index(float x, float d) {
+    int k = nearest_index(x / d);
+    double best = ((double)x - (double)d * kvq_iq4nl_values[k]);
+    best *= best;
+    for (int c = k - 1; c <= k + 1; c += 2) {
+        if (c < 0 || c > 15) continue;
+        double e = (double)x - (double)d * kvq_iq4nl_values[c];
+        if (e * e < best) { best = e * e; k = c; }
     }
-    *d_stored = dh;
-    return err;
+    return k;
 }
 
-/* Least-squares d for fixed indices, weights w_j = x_j^power (0 or 2). */
-static float refit(const float *x, const uint8_t idx[KVQ_BLOCK], int power) {
-    double num = 0, den = 0;
-    for (int j = 0; j < KVQ_BLOCK; j++) {
-        double w = power ? (double)x[j] * x[j] : 1.0, t = kvq_iq4nl_values[idx[j]];
-        num += w * x[j] * t;
-        den += w * t * t;
-    }
-    return den > 0 ? (float)(num / den) : 0.0f;
+/*
+ * Exact scale search.  For a fixed d > 0 the best index of x_j is the
+ * codebook entry nearest to x_j/d, so the block's squared error
+ *     SSE(d) = sum_j min_k (x_j - d*T_k)^2
+ * is piecewise quadratic in d: the index of x_j changes only where x_j/d
+ * crosses the midpoint of two neighbouring entries, d = x_j / mid_k.
+ * Between consecutive breakpoints [lo, hi] the indices are fixed and
+ *     SSE(d) = Sxx - 2 d Sxt + d^2 Stt     (Sxt = sum x_j T_j, Stt = sum T_j^2),
+ * a convex parabola with minimum at d* = Sxt/Stt.  The stored d is fp16,
+ * so the best stored scale inside [lo, hi] is one of the two fp16 values
+ * around clamp(d*, lo, hi).  Sweeping all intervals in order of d, with
+ * Sxt and Stt updated at each breakpoint, visits every fp16 candidate that
+ * can be optimal: the result is the global minimum of SSE over all fp16
+ * scales of one sign.  d < 0 is the same search on -x.
+ */
+typedef struct scale_event {
+    float d;            /* breakpoint                                   */
+    float x;            /* the value whose index changes                */
+    int16_t t_from, t_to; /* codebook values before and after            */
+} scale_event;
+
+static int event_cmp(const void *a, const void *b) {
+    float da = ((const scale_event *)a)->d, db = ((const scale_event *)b)->d;
+    return (da > db) - (da < db);
 }
 
-static void encode_block(const float *x, uint8_t *dst) {
-    float amax = 0.0f, vmax = 0.0f;
-    for (int j = 0; j < KVQ_BLOCK; j++)
-        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); vmax = x[j]; }
+typedef struct scale_choice { float d; double sse; } scale_choice;
 
-    uint8_t best_idx[KVQ_BLOCK] = {0}, idx[KVQ_BLOCK];
-    float best_d = 0.0f, best_err = 0.0f;
-    for (int j = 0; j < KVQ_BLOCK; j++) best_err += x[j] * x[j]; /* d = 0 */
+/* Score the fp16 scales around clamp(d*, lo, hi) that lie in [lo, hi]. */
+static void try_interval(double sxx, double sxt, double stt, float lo, float hi, scale_choice *best) {
+    double dstar = sxt / stt;
+    float c = dstar <= lo ? lo : dstar >= hi ? hi : (float)dstar;
+    if (!(c > 0.0f)) c = lo;
+    uint16_t h = kvq_float_to_half(c);
+    if (h >= 0x7c00u) h = 0x7bffu;                    /* largest finite half */
+    float v = kvq_half_to_float(h);
+    uint16_t h2 = (v < c || h == 0) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
+    const uint16_t cand[2] = { h, h2 };
+    for (int i = 0; i < 2; i++) {
+        if (cand[i] == 0 || cand[i] >= 0x7c00u) continue;
+        float dv = kvq_half_to_float(cand[i]);
+        if (dv < lo || dv > hi) continue;
+        double sse = sxx - 2.0 * dv * sxt + (double)dv * dv * stt;
+        if (sse < best->sse) { best->sse = sse; best->d = dv; }
+    }
+}
 
-    if (amax > 0.0f) {
-        for (int itry = -16; itry <= 16; itry++) {
-            /* scale mapping vmax onto the codebook's most negative end, nudged */
-            float d0 = vmax / ((float)kvq_iq4nl_values[0] + (float)itry);
-            float d = d0;
-            for (int round = 0; round < 3; round++) {
-                float ds, err = score_scale(x, d, idx, &ds);
-                if (err < best_err) { best_err = err; best_d = ds; memcpy(best_idx, idx, KVQ_BLOCK); }
-                float d_unit = refit(x, idx, 0), d_w2 = refit(x, idx, 2);
-                uint8_t idx2[KVQ_BLOCK];
-                float ds2, err2 = score_scale(x, d_w2, idx2, &ds2);
-                if (err2 < best_err) { best_err = err2; best_d = ds2; memcpy(best_idx, idx2, KVQ_BLOCK); }
-                if (d_unit == 0.0f || d_unit == d) break;
-                d = d_unit;
+/* Best fp16 d > 0 for x scaled by sign (+1 / -1); updates best with
+ * d carrying the sign. */
+static void sweep_scales(const float *x, float sign, double sxx, scale_choice *best) {
+    scale_event ev[KVQ_BLOCK * 8];
+    int nev = 0;
+    double sxt = 0, stt = 0;
+    for (int j = 0; j < KVQ_BLOCK; j++) {
+        const float xs = sign * x[j];
+        /* as d grows from 0+, x/d moves from +-inf towards 0 */
+        int k = xs > 0 ? 15 : xs < 0 ? 0 : 8;
+        sxt += (double)xs * kvq_iq4nl_values[k];
+        stt += (double)kvq_iq4nl_values[k] * kvq_iq4nl_values[k];
+        if (xs > 0) {
+            for (; k > 8; k--) {
+                float mid = 0.5f * (float)(kvq_iq4nl_values[k - 1] + kvq_iq4nl_values[k]);
+                ev[nev++] = (scale_event){ xs / mid, xs, kvq_iq4nl_values[k], kvq_iq4nl_values[k - 1] };
+            }
+        } else if (xs < 0) {
+            for (; k < 8; k++) {
+                float mid = 0.5f * (float)(kvq_iq4nl_values[k] + kvq_iq4nl_values[k + 1]);
+                ev[nev++] = (scale_event){ xs / mid, xs, kvq_iq4nl_values[k], kvq_iq4nl_values[k + 1] };
             }
         }
     }
-    kvq_wr16(dst, kvq_float_to_half(best_d));
-    for (int j = 0; j < 16; j++) dst[2 + j] = (uint8_t)(best_idx[j] | (best_idx[j + 16] << 4));
+    qsort(ev, (size_t)nev, sizeof ev[0], event_cmp);
+    scale_choice local = { 0.0f, best->sse };
+    float lo = 0.0f;
+    for (int e = 0; e <= nev; e++) {
+        const float hi = e < nev ? ev[e].d : INFINITY;
+        /* the parabola's minimum bounds every candidate of the interval */
+        double floor_sse = sxx - sxt * sxt / stt;
+        if (hi >= lo && floor_sse < local.sse) try_interval(sxx, sxt, stt, lo, hi, &local);
+        if (e == nev) break;
+        sxt += (double)ev[e].x * (ev[e].t_to - ev[e].t_from);
+        stt += (double)ev[e].t_to * ev[e].t_to - (double)ev[e].t_from * ev[e].t_from;
+        lo = hi;
+    }
+    if (local.sse < best->sse) { best->sse = local.sse; best->d = sign * local.d; }
+}
+
+static void encode_block(const float *x, uint8_t *dst) {
+    if (!kvq_block_is_finite(x)) {               /* docs/formats.md: poisoned block */
+        kvq_wr16(dst, KVQ_HALF_NAN);
+        memset(dst + 2, 0, 16);
+        return;
+    }
+    double sxx = 0;
+    for (int j = 0; j < KVQ_BLOCK; j++) sxx += (double)x[j] * x[j];
+    scale_choice best = { 0.0f, sxx };       /* d = 0 decodes to zeros */
+    if (sxx > 0) {
+        sweep_scales(x, 1.0f, sxx, &best);
+        sweep_scales(x, -1.0f, sxx, &best);
+    }
+    uint8_t idx[KVQ_BLOCK];
+    for (int j = 0; j < KVQ_BLOCK; j++) idx[j] = best.d != 0.0f ? (uint8_t)best_index(x[j], best.d) : 8;
+    kvq_wr16(dst, kvq_float_to_half(best.d));
+    for (int j = 0; j < 16; j++) dst[2 + j] = (uint8_t)(idx[j] | (idx[j + 16] << 4));
 }
 
 static void decode_block(const uint8_t *src, float *y) {

@@ -9,4 +9,11 @@
 void kvq_simd_install_avx2(kvq_type_traits table[KVQ_TYPE_COUNT]);
 void kvq_simd_install_avx512(kvq_type_traits table[KVQ_TYPE_COUNT]);
 
+/* A trait table with the kernels of one SIMD level ("scalar", "avx2",
+ * "avx512") installed over the scalar ones, so that tests and benchmarks
+ * can compare every level the CPU has, not only the active one.  Returns
+ * false (table untouched) when the level is unknown or the CPU (or
+ * KVQ_FORCE_SCALAR) does not allow it. */
+bool kvq_simd_table(const char *level, kvq_type_traits table[KVQ_TYPE_COUNT]);
+
 #endif

@@ -6,6 +6,7 @@
  * which the SIMD files have replaced what they implement for this CPU.
  */
 #include "quant_block.h"
+#include "quant_kquants.h"
 #include "simd.h"
 
 #include <pthread.h>
@@ -37,21 +38,35 @@ static const kvq_type_traits g_scalar[KVQ_TYPE_COUNT] = {
     ROW(KVQ_TYPE_Q3_1,   "q3_1",   32,  16,   -1, true, true,  q3_1),
     ROW(KVQ_TYPE_Q2_0,   "q2_0",   32,  10,   -1, true, true,  q2_0),
     ROW(KVQ_TYPE_Q2_1,   "q2_1",   32,  12,   -1, true, true,  q2_1),
+    WROW(KVQ_TYPE_Q4_K,  "q4_K",  256, 144,   12, q4_K),
+    WROW(KVQ_TYPE_Q5_K,  "q5_K",  256, 176,   13, q5_K),
+    WROW(KVQ_TYPE_Q6_K,  "q6_K",  256, 210,   14, q6_K),
 };
 
 static kvq_type_traits g_active[KVQ_TYPE_COUNT];
 static const char *g_level = "scalar";
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void init_active(void) {
-    memcpy(g_active, g_scalar, sizeof g_active);
+bool kvq_simd_table(const char *level, kvq_type_traits table[KVQ_TYPE_COUNT]) {
     const kvq_cpu *cpu = kvq_cpu_features();
+    const bool want512 = strcmp(level, "avx512") == 0, want2 = strcmp(level, "avx2") == 0;
+    if (!want512 && !want2 && strcmp(level, "scalar") != 0) return false;
+    if ((want512 && !cpu->avx512) || (want2 && !cpu->avx2)) return false;
+    memcpy(table, g_scalar, sizeof g_scalar);
 #if defined(__x86_64__)
-    if (cpu->avx2) { kvq_simd_install_avx2(g_active); g_level = "avx2"; }
-    if (cpu->avx512) { kvq_simd_install_avx512(g_active); g_level = "avx512"; }
-#else
-    (void)cpu;
+    if (want2 || want512) kvq_simd_install_avx2(table);
+    if (want512) kvq_simd_install_avx512(table);
 #endif
+    return true;
+}
+
+static void init_active(void) {
+    const kvq_cpu *cpu = kvq_cpu_features();
+    g_level = cpu->avx512 ? "avx512" : cpu->avx2 ? "avx2" : "scalar";
+    if (!kvq_simd_table(g_level, g_active)) {
+        memcpy(g_active, g_scalar, sizeof g_active);
+        g_level = "scalar";
+    }
 }
 
 static bool valid(kvq_type t) { return (unsigned)t < KVQ_TYPE_COUNT && g_scalar[t].name; }

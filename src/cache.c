@@ -1,0 +1,337 @@
+/*
+ * cache.c - the quantised KV cache: creation (all memory from n_ctx, once),
+ * writing (rotate, quantise once into the body, exact copies into the tail
+ * ring and the sink) and the memory figures.  Attention over it lives in
+ * attention.c; the layout is described in cache.h.
+ */
+#include "cache.h"
+#include "hadamard.h"
+
+#include <stdlib.h>
+
+enum { MAX_HEAD_DIM = 512 };
+
+void kvq_cache_params_default(kvq_cache_params *p) {
+    memset(p, 0, sizeof *p);
+    p->n_layer = 1;
+    p->n_head_kv = 1;
+    p->head_dim_k = p->head_dim_v = 128;
+    p->n_ctx = 4096;
+    p->max_batch = 512;
+    p->type_k = p->type_v = KVQ_TYPE_F16;
+    p->tail_tokens = 0;
+    p->tail_type = KVQ_TYPE_BF16;   /* ATTENTION.md §3: default for block types */
+    p->sink_tokens = 0;
+    p->rot.mode = p->rot.mode_k = p->rot.mode_v = KVQ_ROT_AUTO;
+    kvq_rot_request_from_env(&p->rot);
+    p->rot_random_signs = false;
+}
+
+size_t kvq_cache_row_bytes(kvq_type t, int n_head_kv, int head_dim) {
+    if (n_head_kv <= 0) return 0;
+    return (size_t)n_head_kv * kvq_row_bytes(t, head_dim);
+}
+
+const kvq_rot_plan *kvq_cache_rotation(const kvq_cache *c) { return c ? &c->plan : NULL; }
+
+void kvq_cache_memory(const kvq_cache *c, kvq_cache_bytes *b) {
+    if (!b) return;
+    if (!c) { memset(b, 0, sizeof *b); return; }
+    *b = c->bytes;
+}
+
+void kvq_cache_clear(kvq_cache *c) {
+    if (c) memset(c->n_stored, 0, (size_t)c->p.n_layer * sizeof *c->n_stored);
+}
+
+void kvq_cache_free(kvq_cache *c) {
+    if (!c) return;
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(c->mem); i++) free(c->mem[i]);
+    free(c->types_k);
+    free(c->types_v);
+    free(c->signs_k);
+    free(c->signs_v);
+    free(c->k);
+    free(c->v);
+    free(c->n_stored);
+    free(c);
+}
+
+/* ------------------------------------------------------------ validation */
+
+static bool is_cache_type(kvq_type t) {
+    const kvq_type_traits *tr = kvq_type_get_scalar(t);
+    return tr && tr->is_cache_type && tr->quantize;
+}
+
+static bool is_exact_type(kvq_type t) {
+    return t == KVQ_TYPE_F32 || t == KVQ_TYPE_F16 || t == KVQ_TYPE_BF16;
+}
+
+static kvq_status check_type(kvq_type t, const char *what, int layer, kvq_error *err) {
+    if (is_cache_type(t)) return KVQ_OK;
+    if (layer < 0)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: %s type %d is not a cache type", what, (int)t);
+    return kvq_fail(err, KVQ_ERR_ARG, "cache: %s type %d of layer %d is not a cache type", what,
+                    (int)t, layer);
+}
+
+static kvq_status check_params(const kvq_cache_params *p, kvq_error *err) {
+    if (p->n_layer <= 0) return kvq_fail(err, KVQ_ERR_ARG, "cache: n_layer %d must be >= 1", p->n_layer);
+    if (p->n_head_kv <= 0)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: n_head_kv %d must be >= 1", p->n_head_kv);
+    if (p->head_dim_k < 1 || p->head_dim_k > MAX_HEAD_DIM)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: head_dim_k %d outside 1..%d", p->head_dim_k, MAX_HEAD_DIM);
+    if (p->head_dim_v < 1 || p->head_dim_v > MAX_HEAD_DIM)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: head_dim_v %d outside 1..%d", p->head_dim_v, MAX_HEAD_DIM);
+    if (p->n_ctx <= 0) return kvq_fail(err, KVQ_ERR_ARG, "cache: n_ctx %d must be >= 1", p->n_ctx);
+    if (p->max_batch <= 0)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: max_batch %d must be >= 1", p->max_batch);
+    if (p->tail_tokens < 0)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: tail_tokens %d must be >= 0", p->tail_tokens);
+    if (p->sink_tokens < 0)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: sink_tokens %d must be >= 0", p->sink_tokens);
+    if (!is_exact_type(p->tail_type))
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: tail type %s must be f32, f16 or bf16",
+                        kvq_type_name(p->tail_type));
+    kvq_status st;
+    if ((st = check_type(p->type_k, "K", -1, err)) != KVQ_OK) return st;
+    if ((st = check_type(p->type_v, "V", -1, err)) != KVQ_OK) return st;
+    for (int l = 0; l < p->n_layer; l++) {
+        if (p->layer_type_k && (st = check_type(p->layer_type_k[l], "K", l, err)) != KVQ_OK) return st;
+        if (p->layer_type_v && (st = check_type(p->layer_type_v[l], "V", l, err)) != KVQ_OK) return st;
+    }
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------- rotation */
+
+/* The plan is one per cache; a layer override may differ from -ctk/-ctv,
+ * so the rule sees a block-quantised type when any layer uses one (AUTO
+ * then rotates; rotating a plain-type layer too costs only rounding). */
+static kvq_type representative_type(kvq_type global, const kvq_type *layers, int n_layer) {
+    if (kvq_type_get_scalar(global)->is_block_quant || !layers) return global;
+    for (int l = 0; l < n_layer; l++)
+        if (kvq_type_get_scalar(layers[l])->is_block_quant) return layers[l];
+    return global;
+}
+
+static bool valid_block(int block, int head_dim) {
+    return block == 0 || (block > 0 && (block & (block - 1)) == 0 && head_dim % block == 0);
+}
+
+static kvq_status choose_rotation(kvq_cache *c, kvq_error *err) {
+    const kvq_cache_params *p = &c->p;
+    kvq_rot_request req = p->rot;
+    req.head_dim_k = p->head_dim_k;
+    req.head_dim_v = p->head_dim_v;
+    req.type_k = representative_type(p->type_k, c->types_k, p->n_layer);
+    req.type_v = representative_type(p->type_v, c->types_v, p->n_layer);
+    c->plan = kvq_rot_choose(&req);
+    if (!valid_block(c->plan.block_k, p->head_dim_k) || !valid_block(c->plan.block_v, p->head_dim_v))
+        return kvq_fail(err, KVQ_ERR_UNSUPPORTED, "cache: rotation blocks %d/%d do not fit head dims %d/%d",
+                        c->plan.block_k, c->plan.block_v, p->head_dim_k, p->head_dim_v);
+    if (!p->rot_random_signs) return KVQ_OK;
+    if (c->plan.block_k) {
+        if (!(c->signs_k = malloc((size_t)c->plan.block_k))) goto nomem;
+        kvq_random_signs(c->signs_k, c->plan.block_k, KVQ_ROT_SEED_QK);
+    }
+    if (c->plan.block_v) {
+        if (!(c->signs_v = malloc((size_t)c->plan.block_v))) goto nomem;
+        kvq_random_signs(c->signs_v, c->plan.block_v, KVQ_ROT_SEED_V);
+    }
+    return KVQ_OK;
+nomem:
+    return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory for rotation signs");
+}
+
+/* --------------------------------------------------------------- layout */
+
+/* a * b, or false on size_t overflow. */
+static bool mul_size(size_t a, size_t b, size_t *out) {
+    if (a && b > SIZE_MAX / a) return false;
+    *out = a * b;
+    return true;
+}
+
+/* Bytes of one [n_head_kv][rows][row_bytes] array, with overflow check. */
+static bool array_bytes(int n_head_kv, int rows, size_t row_bytes, size_t *out) {
+    size_t per_head;
+    return mul_size((size_t)rows, row_bytes, &per_head) && mul_size((size_t)n_head_kv, per_head, out);
+}
+
+/* Compute every side's sizes and the four totals; no allocation yet. */
+static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
+    const kvq_cache_params *p = &c->p;
+    kvq_cache_bytes *b = &c->bytes;
+    memset(b, 0, sizeof *b);
+    for (int l = 0; l < p->n_layer; l++) {
+        kvq_cache_side *sides[2] = { &c->k[l], &c->v[l] };
+        const kvq_type types[2] = { c->types_k[l], c->types_v[l] };
+        const int dims[2] = { p->head_dim_k, p->head_dim_v };
+        size_t *body_total[2] = { &b->k, &b->v };
+        for (int s = 0; s < 2; s++) {
+            kvq_cache_side *sd = sides[s];
+            sd->type = types[s];
+            sd->head_dim = dims[s];
+            sd->row_bytes = kvq_row_bytes(types[s], dims[s]);
+            sd->exact_row_bytes = kvq_row_bytes(p->tail_type, dims[s]);
+            size_t body, ring, sink;
+            if (!array_bytes(p->n_head_kv, p->n_ctx, sd->row_bytes, &body) ||
+                !array_bytes(p->n_head_kv, c->ring_rows, sd->exact_row_bytes, &ring) ||
+                !array_bytes(p->n_head_kv, c->sink_rows, sd->exact_row_bytes, &sink) ||
+                body > SIZE_MAX / 4 - *body_total[s] || ring > SIZE_MAX / 4 - b->tail ||
+                sink > SIZE_MAX / 4 - b->sink)
+                return kvq_fail(err, KVQ_ERR_ARG, "cache: size overflow (n_ctx %d too large)", p->n_ctx);
+            *body_total[s] += body;
+            b->tail += ring;
+            b->sink += sink;
+        }
+    }
+    b->total = b->k + b->v + b->tail + b->sink;
+    return KVQ_OK;
+}
+
+/* Allocate the four regions and point every side into them. */
+static kvq_status allocate_layout(kvq_cache *c, kvq_error *err) {
+    const kvq_cache_bytes *b = &c->bytes;
+    const size_t sizes[4] = { b->k, b->v, b->tail, b->sink };
+    for (int i = 0; i < 4; i++) {
+        if (!sizes[i]) continue;
+        if (!(c->mem[i] = calloc(1, sizes[i])))
+            return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory (%zu bytes)", sizes[i]);
+    }
+    uint8_t *body_k = c->mem[0], *body_v = c->mem[1], *ring = c->mem[2], *sink = c->mem[3];
+    const size_t nh = (size_t)c->p.n_head_kv;
+    for (int l = 0; l < c->p.n_layer; l++) {
+        kvq_cache_side *sides[2] = { &c->k[l], &c->v[l] };
+        uint8_t **bodies[2] = { &body_k, &body_v };
+        for (int s = 0; s < 2; s++) {
+            kvq_cache_side *sd = sides[s];
+            sd->body = *bodies[s];
+            *bodies[s] += nh * (size_t)c->p.n_ctx * sd->row_bytes;
+            sd->ring = c->ring_rows ? ring : NULL;
+            ring += nh * (size_t)c->ring_rows * sd->exact_row_bytes;
+            sd->sink = c->sink_rows ? sink : NULL;
+            sink += nh * (size_t)c->sink_rows * sd->exact_row_bytes;
+        }
+    }
+    return KVQ_OK;
+}
+
+static kvq_status copy_layer_types(kvq_cache *c, kvq_error *err) {
+    const int n = c->p.n_layer;
+    c->types_k = malloc((size_t)n * sizeof *c->types_k);
+    c->types_v = malloc((size_t)n * sizeof *c->types_v);
+    c->k = calloc((size_t)n, sizeof *c->k);
+    c->v = calloc((size_t)n, sizeof *c->v);
+    c->n_stored = calloc((size_t)n, sizeof *c->n_stored);
+    if (!c->types_k || !c->types_v || !c->k || !c->v || !c->n_stored)
+        return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory for %d layers", n);
+    for (int l = 0; l < n; l++) {
+        c->types_k[l] = c->p.layer_type_k ? c->p.layer_type_k[l] : c->p.type_k;
+        c->types_v[l] = c->p.layer_type_v ? c->p.layer_type_v[l] : c->p.type_v;
+    }
+    c->p.layer_type_k = c->types_k;
+    c->p.layer_type_v = c->types_v;
+    return KVQ_OK;
+}
+
+kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_error *err) {
+    if (!out) return kvq_fail(err, KVQ_ERR_ARG, "cache: NULL output pointer");
+    *out = NULL;
+    if (!p) return kvq_fail(err, KVQ_ERR_ARG, "cache: NULL parameters");
+    kvq_status st = check_params(p, err);
+    if (st != KVQ_OK) return st;
+    kvq_cache *c = calloc(1, sizeof *c);
+    if (!c) return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory");
+    c->p = *p;
+    /* Tail or sink longer than the context would only waste memory. */
+    c->p.tail_tokens = KVQ_MIN(p->tail_tokens, p->n_ctx);
+    c->p.sink_tokens = KVQ_MIN(p->sink_tokens, p->n_ctx);
+    c->ring_rows = c->p.tail_tokens ? (int)KVQ_MIN((int64_t)c->p.tail_tokens + p->max_batch, p->n_ctx) : 0;
+    c->sink_rows = c->p.sink_tokens;
+    if ((st = copy_layer_types(c, err)) != KVQ_OK || (st = choose_rotation(c, err)) != KVQ_OK ||
+        (st = plan_layout(c, err)) != KVQ_OK || (st = allocate_layout(c, err)) != KVQ_OK) {
+        kvq_cache_free(c);
+        return st;
+    }
+    *out = c;
+    return KVQ_OK;
+}
+
+/* ---------------------------------------------------------------- write */
+
+static uint8_t *side_row(const kvq_cache *c, const kvq_cache_side *sd, kvq_cache_part part, int head,
+                         int pos) {
+    switch (part) {
+    case KVQ_PART_BODY:
+        return sd->body + ((size_t)head * (size_t)c->p.n_ctx + (size_t)pos) * sd->row_bytes;
+    case KVQ_PART_RING:
+        return sd->ring + ((size_t)head * (size_t)c->ring_rows + (size_t)(pos % c->ring_rows)) *
+                              sd->exact_row_bytes;
+    case KVQ_PART_SINK:
+        return sd->sink + ((size_t)head * (size_t)c->sink_rows + (size_t)pos) * sd->exact_row_bytes;
+    }
+    return NULL;
+}
+
+/* Rotate one head's row and store it: quantised once into the body, and
+ * exact into the ring (and the sink for the first positions). */
+static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int block, const int8_t *signs,
+                      int head, int pos, const float *x) {
+    float buf[MAX_HEAD_DIM];
+    memcpy(buf, x, (size_t)sd->head_dim * sizeof *buf);
+    if (block) kvq_rotate_row(buf, sd->head_dim, block, signs);
+    kvq_quantize_row(sd->type, buf, side_row(c, sd, KVQ_PART_BODY, head, pos), sd->head_dim);
+    if (c->ring_rows)
+        kvq_quantize_row(c->p.tail_type, buf, side_row(c, sd, KVQ_PART_RING, head, pos), sd->head_dim);
+    if (pos < c->sink_rows)
+        kvq_quantize_row(c->p.tail_type, buf, side_row(c, sd, KVQ_PART_SINK, head, pos), sd->head_dim);
+}
+
+kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n, const float *k, const float *v,
+                           kvq_error *err) {
+    if (!c || !k || !v) return kvq_fail(err, KVQ_ERR_ARG, "cache write: NULL argument");
+    const kvq_cache_params *p = &c->p;
+    if (layer < 0 || layer >= p->n_layer)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache write: layer %d outside 0..%d", layer, p->n_layer - 1);
+    if (n < 1 || n > p->max_batch)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache write: %d tokens outside 1..max_batch %d", n, p->max_batch);
+    if (pos != c->n_stored[layer])
+        return kvq_fail(err, KVQ_ERR_ARG,
+                        "cache write: position %d does not follow the %d positions stored in layer %d",
+                        pos, c->n_stored[layer], layer);
+    if ((int64_t)pos + n > p->n_ctx)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache write: positions %d..%d exceed n_ctx %d", pos,
+                        pos + n - 1, p->n_ctx);
+    const kvq_cache_side *sk = &c->k[layer], *sv = &c->v[layer];
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < p->n_head_kv; h++) {
+            const size_t row = (size_t)t * (size_t)p->n_head_kv + (size_t)h;
+            write_row(c, sk, c->plan.block_k, c->signs_k, h, pos + t, k + row * (size_t)p->head_dim_k);
+            write_row(c, sv, c->plan.block_v, c->signs_v, h, pos + t, v + row * (size_t)p->head_dim_v);
+        }
+    }
+    c->n_stored[layer] = pos + n;
+    return KVQ_OK;
+}
+
+/* ---------------------------------------------------------------- read */
+
+kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cache_part part, int head,
+                              int pos, float *out, kvq_error *err) {
+    if (!c || !out) return kvq_fail(err, KVQ_ERR_ARG, "cache read: NULL argument");
+    if (layer < 0 || layer >= c->p.n_layer || head < 0 || head >= c->p.n_head_kv)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache read: layer %d / head %d out of range", layer, head);
+    if (pos < 0 || pos >= c->n_stored[layer])
+        return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d not stored", pos);
+    const kvq_cache_side *sd = is_v ? &c->v[layer] : &c->k[layer];
+    if (part == KVQ_PART_RING && (!c->ring_rows || pos < c->n_stored[layer] - c->ring_rows))
+        return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in the tail ring", pos);
+    if (part == KVQ_PART_SINK && pos >= c->sink_rows)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in the sink", pos);
+    const kvq_type t = part == KVQ_PART_BODY ? sd->type : c->p.tail_type;
+    kvq_dequantize_row(t, side_row(c, sd, part, head, pos), out, sd->head_dim);
+    return KVQ_OK;
+}

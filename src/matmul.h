@@ -1,0 +1,45 @@
+/* matmul.h - weight matrix times activations, the engine's one heavy op.
+ *
+ *   kvq_matmul(pool, wtype, W, rows, cols, X, n_tok, Y)
+ *
+ * W: `rows` rows of `cols` values stored as wtype (each row
+ * kvq_row_bytes(wtype, cols) bytes, rows back to back, as in a GGUF
+ * tensor with ne[0] = cols).  X: n_tok rows of cols f32 activations.
+ * Y: n_tok rows of `rows` f32 outputs, Y[t*rows + r] = dot(W row r, X row t).
+ * Activations stay f32 (they are never quantised, unlike llama.cpp, which
+ * quantises them to q8 for quantised weights; see docs/engine.md).
+ *
+ * n_tok == 1 (decoding) runs the type's dot kernel per row.  n_tok > 1
+ * (prefill) dequantises a few weight rows at a time into per-thread f32
+ * scratch and multiplies them against all tokens with a register-blocked
+ * tile kernel, so the unpacking is paid once per row, not once per token.
+ *
+ * Threads split the output rows into fixed chunks; every output element is
+ * computed by one thread in an order that depends only on (rows, cols,
+ * n_tok, CPU kernel level), so the result is bitwise the same for any
+ * thread count.  Nonsense arguments (unknown type, sizes < 1, NULL
+ * pointers) leave Y untouched. */
+#ifndef KVQ_MATMUL_H
+#define KVQ_MATMUL_H
+
+#include "kvq_internal.h"
+
+void kvq_matmul(kvq_pool *pool, kvq_type wtype, const void *W, int64_t rows, int64_t cols,
+                const float *X, int64_t n_tok, float *Y);
+
+/* ---- tile kernels (internal to matmul.c and its ISA files) ----
+ * out[t*rows_per_tile + r] = sum_k w[r][k] * x[t][k] for one tile of
+ * rows_per_tile weight rows and toks_per_tile token rows; unused slots of a
+ * partial tile repeat a valid pointer (their results are dropped). */
+typedef void (*kvq_gemm_tile_fn)(const float *const *w, const float *const *x, int64_t k,
+                                 float *out);
+typedef struct kvq_gemm_tile {
+    kvq_gemm_tile_fn fn;
+    int rows, toks;          /* tile shape */
+} kvq_gemm_tile;
+
+kvq_gemm_tile kvq_gemm_tile_scalar(void);
+kvq_gemm_tile kvq_gemm_tile_avx2(void);
+kvq_gemm_tile kvq_gemm_tile_avx512(void);
+
+#endif

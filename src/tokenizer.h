@@ -1,0 +1,100 @@
+/*
+ * tokenizer.h - text <-> token ids for the two vocabulary kinds found in
+ * GGUF files, reproducing llama.cpp's results:
+ *
+ *  - SentencePiece-style ("llama"): a space is prepended to each text
+ *    segment, spaces become U+2581 "▁", then adjacent pieces are merged,
+ *    best vocabulary score first (leftmost on ties); a character with no
+ *    token falls back to its <0xNN> byte tokens.
+ *  - Byte-level BPE ("gpt2"): the text is split by the pre-tokeniser of
+ *    tokenizer.ggml.pre (gpt2/default, llama3, qwen2), every byte is mapped
+ *    to GPT-2's printable stand-in character, then merges are applied by
+ *    rank (lowest first, leftmost on ties).
+ *
+ * In both, special tokens (control, user-defined and unknown types) are
+ * first found in the raw text, longest first, and the text between them
+ * is tokenized on its own.  With parse_special false only user-defined
+ * tokens are matched (llama.cpp's rule).
+ *
+ * A tokenizer is immutable after creation: concurrent encode/piece calls
+ * on one tokenizer are safe.
+ */
+#ifndef KVQ_TOKENIZER_H
+#define KVQ_TOKENIZER_H
+
+#include "gguf.h"
+
+typedef struct kvq_tokenizer kvq_tokenizer;
+
+typedef enum kvq_tok_kind { KVQ_TOK_SPM = 0, KVQ_TOK_BPE } kvq_tok_kind;
+
+/* BPE pre-tokenisers (tokenizer.ggml.pre): "default"/"gpt2" (and absent)
+ * -> GPT2, "llama3"/"llama-v3"/"llama-bpe" -> LLAMA3, "qwen2" -> QWEN2. */
+typedef enum kvq_tok_pre { KVQ_PRE_GPT2 = 0, KVQ_PRE_LLAMA3, KVQ_PRE_QWEN2 } kvq_tok_pre;
+
+/* Token types as stored in tokenizer.ggml.token_type. */
+enum {
+    KVQ_TOKTYPE_UNDEFINED = 0, KVQ_TOKTYPE_NORMAL = 1, KVQ_TOKTYPE_UNKNOWN = 2,
+    KVQ_TOKTYPE_CONTROL = 3, KVQ_TOKTYPE_USER_DEFINED = 4, KVQ_TOKTYPE_UNUSED = 5,
+    KVQ_TOKTYPE_BYTE = 6
+};
+
+/* Everything a tokenizer is made from.  Strings are (ptr, len), not
+ * NUL-terminated; all arrays are copied, so they need not outlive the
+ * call.  scores may be NULL (all 0), token_types NULL (all NORMAL),
+ * merges ("left right", BPE only) NULL when n_merges is 0.  Ids < 0 mean
+ * "none". */
+typedef struct kvq_tokenizer_desc {
+    kvq_tok_kind kind;
+    kvq_tok_pre pre;
+    int32_t n_vocab;
+    const gguf_str *tokens;
+    const float *scores;
+    const int32_t *token_types;
+    int32_t n_merges;
+    const gguf_str *merges;
+    int32_t bos, eos, unk, pad;
+    bool add_bos, add_eos;
+    bool add_space_prefix;     /* SPM: prepend " " to each text segment */
+    bool ignore_merges;        /* BPE: a pre-token that is a token is kept whole (llama3) */
+} kvq_tokenizer_desc;
+
+/* The defaults llama.cpp uses for a kind and pre-tokeniser: SPM adds BOS
+ * and a space prefix; BPE adds BOS only for llama3 (which also ignores
+ * merges for whole-token words).  Ids are -1, arrays NULL. */
+void kvq_tokenizer_desc_default(kvq_tokenizer_desc *d, kvq_tok_kind kind, kvq_tok_pre pre);
+
+kvq_status kvq_tokenizer_create(const kvq_tokenizer_desc *d, kvq_tokenizer **out, kvq_error *err);
+
+/* From a GGUF's tokenizer.ggml.* keys (model, tokens, scores, token_type,
+ * merges, pre, *_token_id, add_bos_token, add_eos_token, add_space_prefix). */
+kvq_status kvq_tokenizer_load(const gguf_file *f, kvq_tokenizer **out, kvq_error *err);
+
+void kvq_tokenizer_free(kvq_tokenizer *t);
+
+/* Tokenize len bytes of text (any bytes: invalid UTF-8 ends up as byte
+ * tokens).  add_special: add BOS and/or EOS where the vocabulary asks for
+ * them (its add_bos/add_eos flags, llama.cpp's add_special).
+ * parse_special: recognise control/unknown tokens' text (e.g. "<s>") in
+ * the input.  Writes at most cap ids and returns how many there are (may
+ * exceed cap: call again with more room), or -1 when out of memory. */
+int kvq_tokenizer_encode(const kvq_tokenizer *t, const char *text, size_t len, bool add_special,
+                         bool parse_special, int32_t *out, int cap);
+
+/* The bytes token id stands for: SPM "▁" -> " ", <0xNN> -> that byte,
+ * BPE byte-level characters -> their bytes; control tokens -> nothing;
+ * user-defined and unknown tokens -> their text.  Writes at most cap bytes
+ * (not NUL-terminated) and returns the full length (may exceed cap), or
+ * -1 for an id outside the vocabulary. */
+int kvq_tokenizer_piece(const kvq_tokenizer *t, int32_t id, char *buf, int cap);
+
+int32_t kvq_tokenizer_n_vocab(const kvq_tokenizer *t);
+int32_t kvq_tokenizer_bos(const kvq_tokenizer *t);  /* -1 when none */
+int32_t kvq_tokenizer_eos(const kvq_tokenizer *t);  /* -1 when none */
+bool kvq_tokenizer_add_bos(const kvq_tokenizer *t); /* the vocabulary's default */
+kvq_tok_kind kvq_tokenizer_kind(const kvq_tokenizer *t);
+/* The token's stored text (ptr into the tokenizer), for debugging/tools. */
+gguf_str kvq_tokenizer_token_text(const kvq_tokenizer *t, int32_t id);
+int kvq_tokenizer_token_type(const kvq_tokenizer *t, int32_t id);
+
+#endif

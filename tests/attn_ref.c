@@ -1,0 +1,188 @@
+/* attn_ref.c - see attn_ref.h. */
+#include "attn_ref.h"
+
+#include <string.h>
+
+bool attn_data_make(attn_data *d, int n_tok, int n_head, int n_head_kv, int hd_k, int hd_v, uint64_t seed) {
+    memset(d, 0, sizeof *d);
+    d->n_tok = n_tok; d->n_head = n_head; d->n_head_kv = n_head_kv; d->hd_k = hd_k; d->hd_v = hd_v;
+    const size_t nk = (size_t)n_tok * n_head_kv * hd_k, nv = (size_t)n_tok * n_head_kv * hd_v;
+    const size_t nq = (size_t)n_tok * n_head * hd_k;
+    d->k = malloc(nk * sizeof(float));
+    d->v = malloc(nv * sizeof(float));
+    d->q = malloc(nq * sizeof(float));
+    if (!d->k || !d->v || !d->q) { attn_data_free(d); return false; }
+    test_rng r = { seed, 0, 0 };
+    for (size_t i = 0; i < nk; i++) {
+        const int ch = (int)(i % (size_t)hd_k);
+        d->k[i] = (float)(test_rng_gauss(&r) * (ch % 16 == 3 ? 6.0 : 1.0));   /* outlier channels */
+    }
+    for (size_t i = 0; i < nv; i++) d->v[i] = (float)test_rng_gauss(&r);
+    for (size_t i = 0; i < nq; i++) d->q[i] = (float)test_rng_gauss(&r);
+    return true;
+}
+
+void attn_data_free(attn_data *d) {
+    free(d->k); free(d->v); free(d->q);
+    d->k = d->v = d->q = NULL;
+}
+
+void attn_params(kvq_cache_params *p, int n_head_kv, int hd_k, int hd_v, int n_ctx, kvq_type tk,
+                 kvq_type tv, kvq_rot_mode rot) {
+    kvq_cache_params_default(p);
+    p->n_layer = 1;
+    p->n_head_kv = n_head_kv;
+    p->head_dim_k = hd_k;
+    p->head_dim_v = hd_v;
+    p->n_ctx = n_ctx;
+    p->max_batch = n_ctx;
+    p->type_k = tk;
+    p->type_v = tv;
+    memset(&p->rot, 0, sizeof p->rot);
+    p->rot.mode = rot;
+    p->rot.mode_k = p->rot.mode_v = KVQ_ROT_AUTO;
+}
+
+bool attn_fill(kvq_cache *c, const attn_data *d, int batch) {
+    for (int p0 = 0; p0 < d->n_tok; p0 += batch) {
+        const int n = KVQ_MIN(batch, d->n_tok - p0);
+        kvq_error err;
+        if (kvq_cache_write(c, 0, p0, n, d->k + (size_t)p0 * d->n_head_kv * d->hd_k,
+                            d->v + (size_t)p0 * d->n_head_kv * d->hd_v, &err) != KVQ_OK) {
+            fprintf(stderr, "attn_fill: %s\n", err.msg);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* softmax(q . k_p * scale) weighted sum of v_p, p = 0..n_keys-1, in double.
+ * key(p) / val(p) return the rows to use. */
+typedef const float *(*row_fn)(void *ctx, int p);
+static void attend_one(const float *q, int hd_k, int hd_v, int n_keys, float scale, row_fn key,
+                       row_fn val, void *ctx, double *out) {
+    double *s = malloc((size_t)n_keys * sizeof(double));
+    if (!s) abort();
+    double mx = -INFINITY, sum = 0.0;
+    for (int p = 0; p < n_keys; p++) {
+        const float *k = key(ctx, p);
+        double dot = 0.0;
+        for (int i = 0; i < hd_k; i++) dot += (double)q[i] * k[i];
+        s[p] = dot * scale;
+        if (s[p] > mx) mx = s[p];
+    }
+    for (int p = 0; p < n_keys; p++) sum += (s[p] = exp(s[p] - mx));
+    for (int i = 0; i < hd_v; i++) out[i] = 0.0;
+    for (int p = 0; p < n_keys; p++) {
+        const float *v = val(ctx, p);
+        for (int i = 0; i < hd_v; i++) out[i] += s[p] / sum * v[i];
+    }
+    free(s);
+}
+
+typedef struct plain_ctx { const attn_data *d; int kvh; } plain_ctx;
+static const float *plain_key(void *ctx, int p) {
+    const plain_ctx *c = ctx;
+    return c->d->k + ((size_t)p * c->d->n_head_kv + c->kvh) * c->d->hd_k;
+}
+static const float *plain_val(void *ctx, int p) {
+    const plain_ctx *c = ctx;
+    return c->d->v + ((size_t)p * c->d->n_head_kv + c->kvh) * c->d->hd_v;
+}
+
+void attn_ref_plain(const attn_data *d, int pos, int n, float scale, float *out) {
+    double acc[512];
+    const int group = d->n_head / d->n_head_kv;
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < d->n_head; h++) {
+            plain_ctx pc = { d, h / group };
+            const float *q = d->q + ((size_t)(pos + i) * d->n_head + h) * d->hd_k;
+            attend_one(q, d->hd_k, d->hd_v, pos + i + 1, scale, plain_key, plain_val, &pc, acc);
+            float *o = out + ((size_t)i * d->n_head + h) * d->hd_v;
+            for (int j = 0; j < d->hd_v; j++) o[j] = (float)acc[j];
+        }
+}
+
+/* Cached rows of one KV head, dequantised once: for each position its
+ * body, ring (when still held) and sink value; picked per query. */
+typedef struct cache_ctx {
+    const float *body_k, *body_v, *exact_k, *exact_v;  /* [n_keys][hd] */
+    const kvq_cache *c;
+    int q_pos, hd_k, hd_v;
+} cache_ctx;
+
+/* ATTENTION.md §3, written independently of the kernel. */
+static bool use_exact(const cache_ctx *cc, int p) {
+    const int tail = cc->c->ring_rows ? cc->c->p.tail_tokens : 0;
+    return p < cc->c->sink_rows || p >= cc->q_pos - tail + 1;
+}
+static const float *cache_key(void *ctx, int p) {
+    const cache_ctx *cc = ctx;
+    return (use_exact(cc, p) ? cc->exact_k : cc->body_k) + (size_t)p * cc->hd_k;
+}
+static const float *cache_val(void *ctx, int p) {
+    const cache_ctx *cc = ctx;
+    return (use_exact(cc, p) ? cc->exact_v : cc->body_v) + (size_t)p * cc->hd_v;
+}
+
+/* Exact copy of position p: the sink when it holds p, else the ring; an
+ * exact copy the ring no longer holds is never used by any query here. */
+static void read_exact(const kvq_cache *c, bool is_v, int kvh, int p, float *out) {
+    kvq_cache_part part = p < c->sink_rows ? KVQ_PART_SINK : KVQ_PART_RING;
+    const int hd = is_v ? c->p.head_dim_v : c->p.head_dim_k;
+    if (part == KVQ_PART_RING && kvq_cache_read_row(c, 0, is_v, part, kvh, p, out, NULL) == KVQ_OK) return;
+    if (part == KVQ_PART_SINK && kvq_cache_read_row(c, 0, is_v, part, kvh, p, out, NULL) == KVQ_OK) return;
+    for (int i = 0; i < hd; i++) out[i] = NAN;   /* must never be read */
+}
+
+bool attn_ref_cache(const kvq_cache *c, const attn_data *d, int pos, int n, float scale, float *out) {
+    const int n_keys = pos + n, hd_k = d->hd_k, hd_v = d->hd_v;
+    const int group = d->n_head / d->n_head_kv;
+    float *mem = malloc((size_t)n_keys * 2 * (hd_k + hd_v) * sizeof(float));
+    if (!mem) return false;
+    float *bk = mem, *bv = bk + (size_t)n_keys * hd_k, *ek = bv + (size_t)n_keys * hd_v,
+          *ev = ek + (size_t)n_keys * hd_k;
+    const kvq_rot_plan *plan = kvq_cache_rotation(c);
+    double acc[512];
+    float qr[512];
+    for (int kvh = 0; kvh < d->n_head_kv; kvh++) {
+        for (int p = 0; p < n_keys; p++) {
+            if (kvq_cache_read_row(c, 0, false, KVQ_PART_BODY, kvh, p, bk + (size_t)p * hd_k, NULL) ||
+                kvq_cache_read_row(c, 0, true, KVQ_PART_BODY, kvh, p, bv + (size_t)p * hd_v, NULL)) {
+                free(mem);
+                return false;
+            }
+            read_exact(c, false, kvh, p, ek + (size_t)p * hd_k);
+            read_exact(c, true, kvh, p, ev + (size_t)p * hd_v);
+        }
+        for (int i = 0; i < n; i++)
+            for (int g = 0; g < group; g++) {
+                const int h = kvh * group + g;
+                memcpy(qr, d->q + ((size_t)(pos + i) * d->n_head + h) * hd_k, (size_t)hd_k * sizeof(float));
+                if (plan->block_k) kvq_rotate_row(qr, hd_k, plan->block_k, c->signs_k);
+                cache_ctx cc = { bk, bv, ek, ev, c, pos + i, hd_k, hd_v };
+                attend_one(qr, hd_k, hd_v, pos + i + 1, scale, cache_key, cache_val, &cc, acc);
+                float *o = out + ((size_t)i * d->n_head + h) * hd_v;
+                for (int j = 0; j < hd_v; j++) o[j] = (float)acc[j];
+                if (plan->block_v) kvq_rotate_row_inverse(o, hd_v, plan->block_v, c->signs_v);
+            }
+    }
+    free(mem);
+    return true;
+}
+
+double attn_rel_err(const float *a, const float *b, size_t n) {
+    double diff = 0.0, mag = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)a[i] - b[i]);
+        if (!(e <= diff)) diff = e;               /* NaN makes the error NaN-large */
+        if (fabs((double)b[i]) > mag) mag = fabs((double)b[i]);
+    }
+    return diff / (mag > 1e-30 ? mag : 1e-30);
+}
+
+double attn_sq_err(const float *a, const float *b, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return s;
+}

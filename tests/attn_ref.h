@@ -1,0 +1,43 @@
+/*
+ * attn_ref.h - helpers of the cache and attention tests: random inputs,
+ * and two references written plainly, in double:
+ *   attn_ref_plain  the attention formula over the raw K/V written;
+ *   attn_ref_cache  the same formula over the values the cache holds
+ *                   (dequantised body, exact tail ring and sink chosen by
+ *                   the rule of ATTENTION.md §3, in rotated space), so a
+ *                   kernel is checked independently of quantisation error.
+ */
+#ifndef KVQ_ATTN_REF_H
+#define KVQ_ATTN_REF_H
+
+#include "cache.h"
+#include "test.h"
+
+/* A cache's inputs: every token's K and V rows of one layer, and Q. */
+typedef struct attn_data {
+    int n_tok, n_head, n_head_kv, hd_k, hd_v;
+    float *k, *v;   /* [n_tok][n_head_kv][hd]            */
+    float *q;       /* [n_tok][n_head][hd_k]             */
+} attn_data;
+
+/* Gaussian K, V, Q (K with a few outlier channels, as real caches have). */
+bool attn_data_make(attn_data *d, int n_tok, int n_head, int n_head_kv, int hd_k, int hd_v, uint64_t seed);
+void attn_data_free(attn_data *d);
+
+/* Parameters with rotation fully explicit (environment ignored). */
+void attn_params(kvq_cache_params *p, int n_head_kv, int hd_k, int hd_v, int n_ctx, kvq_type tk,
+                 kvq_type tv, kvq_rot_mode rot);
+
+/* Write tokens [0, n_tok) in batches of `batch`; false on error. */
+bool attn_fill(kvq_cache *c, const attn_data *d, int batch);
+
+/* References for queries pos..pos+n-1: out [n][n_head][hd_v]. */
+void attn_ref_plain(const attn_data *d, int pos, int n, float scale, float *out);
+bool attn_ref_cache(const kvq_cache *c, const attn_data *d, int pos, int n, float scale, float *out);
+
+/* max |a-b| / max |b| */
+double attn_rel_err(const float *a, const float *b, size_t n);
+/* sum (a-b)^2 */
+double attn_sq_err(const float *a, const float *b, size_t n);
+
+#endif

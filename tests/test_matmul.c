@@ -1,0 +1,201 @@
+/* test_matmul.c - kvq_matmul against a double-precision reference built
+ * from the scalar dequantiser, for every weight type, odd sizes, 1..3
+ * threads; and bitwise equality across thread counts. */
+#include "test.h"
+#include "kvq.h"
+#include "matmul.h"
+
+#include <string.h>
+
+/* A row of random weights stored as type ty.  Types with a quantiser get
+ * quantised Gaussians; weight-only types (K-quants) get random bytes with
+ * their fp16 scales replaced by small finite values. */
+static void random_weights(kvq_type ty, test_rng *rng, int64_t cols, uint8_t *dst) {
+    const kvq_type_traits *tr = kvq_type_get_scalar(ty);
+    size_t nb = kvq_row_bytes(ty, cols);
+    if (tr->quantize) {
+        float *x = malloc((size_t)cols * sizeof *x);
+        if (!x) return;
+        for (int64_t i = 0; i < cols; i++) x[i] = (float)test_rng_gauss(rng);
+        kvq_quantize_row(ty, x, dst, cols);
+        free(x);
+        return;
+    }
+    for (size_t i = 0; i < nb; i++) dst[i] = (uint8_t)test_rng_u64(rng);
+    for (size_t b = 0; b < nb; b += (size_t)tr->block_bytes) {
+        uint16_t d = kvq_fp32_to_fp16((float)(0.01 + 0.02 * test_rng_uniform(rng)));
+        uint16_t m = kvq_fp32_to_fp16((float)(0.01 * test_rng_uniform(rng)));
+        uint8_t *blk = dst + b;
+        if (ty == KVQ_TYPE_Q6_K) {
+            memcpy(blk + 208, &d, 2);
+        } else {
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &m, 2);
+        }
+    }
+}
+
+typedef struct case_data {
+    int64_t rows, cols, n_tok;
+    uint8_t *W;
+    float *X, *Wf, *ref;   /* Wf: scalar-dequantised weights; ref: double dots */
+    double *mag;           /* sum |w||x| per output, for the tolerance */
+} case_data;
+
+static void case_free(case_data *c) {
+    free(c->W); free(c->X); free(c->Wf); free(c->ref); free(c->mag);
+}
+
+static int case_make(case_data *c, kvq_type ty, int64_t rows, int64_t cols, int64_t n_tok, uint64_t seed) {
+    memset(c, 0, sizeof *c);
+    c->rows = rows; c->cols = cols; c->n_tok = n_tok;
+    size_t rb = kvq_row_bytes(ty, cols);
+    c->W = malloc(rb * (size_t)rows);
+    c->X = malloc(sizeof(float) * (size_t)(cols * n_tok));
+    c->Wf = malloc(sizeof(float) * (size_t)(cols * rows));
+    c->ref = malloc(sizeof(float) * (size_t)(rows * n_tok));
+    c->mag = malloc(sizeof(double) * (size_t)(rows * n_tok));
+    if (!c->W || !c->X || !c->Wf || !c->ref || !c->mag) return 0;
+    test_rng rng = { seed, 0, 0 };
+    for (int64_t r = 0; r < rows; r++) random_weights(ty, &rng, cols, c->W + rb * (size_t)r);
+    for (int64_t i = 0; i < cols * n_tok; i++) c->X[i] = (float)test_rng_gauss(&rng);
+    const kvq_type_traits *sc = kvq_type_get_scalar(ty);
+    for (int64_t r = 0; r < rows; r++) sc->dequantize(c->W + rb * (size_t)r, c->Wf + r * cols, cols);
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0, m = 0;
+            for (int64_t k = 0; k < cols; k++) {
+                double p = (double)c->Wf[r * cols + k] * c->X[t * cols + k];
+                s += p;
+                m += fabs(p);
+            }
+            c->ref[t * rows + r] = (float)s;
+            c->mag[t * rows + r] = m;
+        }
+    return 1;
+}
+
+/* Index of the first output farther from the reference than float
+ * reassociation explains (a few ulps of sum |w x| per term), or -1. */
+static int64_t first_bad(const case_data *c, const float *Y) {
+    for (int64_t i = 0; i < c->rows * c->n_tok; i++) {
+        double tol = 1e-6 * (double)c->cols * c->mag[i] / 64.0 + 1e-5 * c->mag[i] + 1e-30;
+        if (!(fabs((double)Y[i] - c->ref[i]) <= tol)) return i;
+    }
+    return -1;
+}
+
+static int64_t cols_for(kvq_type ty) {
+    int bs = kvq_type_get_scalar(ty)->block_size;
+    return bs == 1 ? 37 : bs == 32 ? 96 : 512;   /* f32/f16 cols need no block */
+}
+
+TEST(matmul_matches_reference_all_types) {
+    const int64_t rows_list[] = { 1, 7, 67 }, tok_list[] = { 1, 3, 17 };
+    kvq_pool *pools[3] = { NULL, kvq_pool_create(2), kvq_pool_create(3) };
+    CHECK(pools[1] && pools[2], "pool creation failed");
+    char fail[256] = "";
+    for (int ty = 0; ty < KVQ_TYPE_COUNT && !fail[0]; ty++) {
+        for (size_t ri = 0; ri < 3 && !fail[0]; ri++)
+            for (size_t ti = 0; ti < 3 && !fail[0]; ti++) {
+                case_data c;
+                if (!case_make(&c, (kvq_type)ty, rows_list[ri], cols_for((kvq_type)ty), tok_list[ti],
+                               1000 + (uint64_t)(ty * 9 + ri * 3 + ti))) {
+                    case_free(&c);
+                    snprintf(fail, sizeof fail, "out of memory");
+                    break;
+                }
+                float *Y = malloc(sizeof(float) * (size_t)(c.rows * c.n_tok));
+                for (int p = 0; p < 3 && Y && !fail[0]; p++) {
+                    kvq_matmul(pools[p], (kvq_type)ty, c.W, c.rows, c.cols, c.X, c.n_tok, Y);
+                    int64_t bad = first_bad(&c, Y);
+                    if (bad >= 0)
+                        snprintf(fail, sizeof fail, "%s rows %lld tok %lld threads %d: out %lld = %g, ref %g",
+                                 kvq_type_name((kvq_type)ty), (long long)c.rows, (long long)c.n_tok, p + 1,
+                                 (long long)bad, Y[bad], c.ref[bad]);
+                }
+                free(Y);
+                case_free(&c);
+            }
+    }
+    kvq_pool_free(pools[1]);
+    kvq_pool_free(pools[2]);
+    CHECK(!fail[0], "%s", fail);
+}
+
+/* Prefill (n_tok > 1) must agree with per-token decoding (n_tok == 1),
+ * which uses the table's dot kernel: the two code paths check each other. */
+TEST(matmul_prefill_matches_decode) {
+    char fail[256] = "";
+    for (int ty = 0; ty < KVQ_TYPE_COUNT && !fail[0]; ty++) {
+        case_data c;
+        if (!case_make(&c, (kvq_type)ty, 9, cols_for((kvq_type)ty), 5, 77 + (uint64_t)ty)) {
+            case_free(&c);
+            CHECK(0, "out of memory");
+        }
+        float Y[9 * 5], y1[9];
+        kvq_matmul(NULL, (kvq_type)ty, c.W, c.rows, c.cols, c.X, c.n_tok, Y);
+        for (int64_t t = 0; t < c.n_tok && !fail[0]; t++) {
+            kvq_matmul(NULL, (kvq_type)ty, c.W, c.rows, c.cols, c.X + t * c.cols, 1, y1);
+            for (int64_t r = 0; r < c.rows; r++) {
+                double tol = 1e-5 * c.mag[t * c.rows + r] + 1e-30;
+                if (!(fabs((double)Y[t * c.rows + r] - y1[r]) <= tol)) {
+                    snprintf(fail, sizeof fail, "%s tok %lld row %lld: prefill %g, decode %g",
+                             kvq_type_name((kvq_type)ty), (long long)t, (long long)r,
+                             Y[t * c.rows + r], y1[r]);
+                    break;
+                }
+            }
+        }
+        case_free(&c);
+    }
+    CHECK(!fail[0], "%s", fail);
+}
+
+/* Every output is computed by one thread in a fixed order, so 1, 2 and 3
+ * threads give the same bits (sizes span several row chunks). */
+TEST(matmul_bitwise_same_for_any_thread_count) {
+    const kvq_type types[] = { KVQ_TYPE_F32, KVQ_TYPE_F16, KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0,
+                               KVQ_TYPE_Q4_K, KVQ_TYPE_Q5_K, KVQ_TYPE_Q6_K };
+    const int64_t toks[] = { 1, 7 };
+    kvq_pool *pools[3] = { NULL, kvq_pool_create(2), kvq_pool_create(3) };
+    CHECK(pools[1] && pools[2], "pool creation failed");
+    char fail[200] = "";
+    for (size_t i = 0; i < sizeof types / sizeof types[0] && !fail[0]; i++)
+        for (size_t k = 0; k < 2 && !fail[0]; k++) {
+            case_data c;
+            const int64_t rows = 131;
+            if (!case_make(&c, types[i], rows, cols_for(types[i]), toks[k], 5 + i)) {
+                case_free(&c);
+                snprintf(fail, sizeof fail, "out of memory");
+                break;
+            }
+            size_t n = (size_t)(rows * toks[k]);
+            float *Y[3];
+            for (int p = 0; p < 3; p++) {
+                Y[p] = malloc(n * sizeof(float));
+                if (Y[p]) kvq_matmul(pools[p], types[i], c.W, rows, c.cols, c.X, toks[k], Y[p]);
+            }
+            for (int p = 1; p < 3 && !fail[0]; p++)
+                if (!Y[0] || !Y[p] || memcmp(Y[0], Y[p], n * sizeof(float)) != 0)
+                    snprintf(fail, sizeof fail, "%s n_tok %lld: %d threads differ from 1 thread",
+                             kvq_type_name(types[i]), (long long)toks[k], p + 1);
+            for (int p = 0; p < 3; p++) free(Y[p]);
+            case_free(&c);
+        }
+    kvq_pool_free(pools[1]);
+    kvq_pool_free(pools[2]);
+    CHECK(!fail[0], "%s", fail);
+}
+
+/* Bad arguments leave the output untouched instead of crashing. */
+TEST(matmul_ignores_bad_arguments) {
+    float w[4] = { 1, 2, 3, 4 }, x[4] = { 1, 1, 1, 1 }, y[2] = { -7, -7 };
+    kvq_matmul(NULL, KVQ_TYPE_COUNT, w, 1, 4, x, 1, y);
+    kvq_matmul(NULL, KVQ_TYPE_F32, w, 0, 4, x, 1, y);
+    kvq_matmul(NULL, KVQ_TYPE_F32, w, 1, 0, x, 1, y);
+    kvq_matmul(NULL, KVQ_TYPE_F32, NULL, 1, 4, x, 1, y);
+    CHECK(y[0] == -7 && y[1] == -7, "output written on bad arguments");
+    kvq_matmul(NULL, KVQ_TYPE_F32, w, 1, 4, x, 1, y);
+    CHECK(y[0] == 10 && y[1] == -7, "1x4 f32 matmul gave %g", y[0]);
+}

@@ -1,0 +1,144 @@
+/* test_simd.c - every SIMD level the CPU has against the scalar reference,
+ * for every type, on random and adversarial rows.
+ *   quantize, dequantize: bitwise identical (same operations);
+ *   dot, axpy: equal to float rounding, relative to the magnitudes summed
+ *   (FMA and a different summation order; q*_1 blocks sum d*c and m
+ *   separately, so the scale is the block's largest |value|, not |value|). */
+#include "test.h"
+#include "kvq.h"
+#include "simd.h"
+
+#include <float.h>
+#include <string.h>
+
+enum { N = 512, BLOCK = 32 };
+
+typedef enum { ROW_GAUSS, ROW_MIXED_SCALES, ROW_ZEROS, ROW_HUGE, ROW_F16_EDGE, ROW_DENORMAL,
+               ROW_TINY, ROW_NONFINITE, ROW_KINDS } row_kind;
+static const char *const row_names[ROW_KINDS] = {
+    "gauss", "mixed-scales", "zeros", "one 1e30", "one 6e4", "denormals", "1e-30 scaled", "nan/inf",
+};
+
+static void make_row(row_kind kind, test_rng *r, float *x) {
+    for (int i = 0; i < N; i++) x[i] = (float)test_rng_gauss(r);
+    switch (kind) {
+    case ROW_GAUSS: break;
+    case ROW_MIXED_SCALES:
+        for (int i = 0; i < N; i++) x[i] *= (float)pow(10.0, (double)((i / BLOCK) % 9) - 4);
+        break;
+    case ROW_ZEROS: memset(x, 0, sizeof(float) * N); break;
+    case ROW_HUGE: x[N / 3] = 1e30f; x[7] = -3e38f; break;
+    case ROW_F16_EDGE: x[N / 2] = 6e4f; x[40] = -65519.0f; x[100] = 65520.0f; break;
+    case ROW_DENORMAL: for (int i = 0; i < N; i++) x[i] *= 1e-40f; break;
+    case ROW_TINY: for (int i = 0; i < N; i++) x[i] *= 1e-30f; break;
+    case ROW_NONFINITE: x[3] = NAN; x[70] = INFINITY; x[200] = -INFINITY; break;
+    default: break;
+    }
+}
+
+static int same_bits_or_nan(float a, float b) {
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, 4) == 0;
+}
+
+/* A sum over a block whose scale overflowed (inf) is inf or NaN depending
+ * on the order in which +inf and -inf terms meet: only "non-finite" is
+ * promised for it, at every level. */
+static int close_enough(double got, double want, double tol) {
+    if (!isfinite(want) || !isfinite(got)) return !isfinite(want) && !isfinite(got);
+    return fabs(got - want) <= tol;
+}
+
+/* Largest |value| of the block holding element i (the scale of the
+ * rounding in d*c + m). */
+static double block_max(const float *y, int i, int bs) {
+    double m = 0;
+    const int b0 = i / bs * bs;
+    for (int j = b0; j < b0 + bs; j++) m = fmax(m, fabs((double)y[j]));
+    return m;
+}
+
+typedef struct { char msg[400]; } failure;
+
+static int compare_type(const kvq_type_traits *fast, const kvq_type_traits *ref, row_kind kind, failure *f) {
+    test_rng rng = { 1234 + (uint64_t)kind, 0, 0 };
+    float x[N], q[N], y_ref[N], y_fast[N], acc_ref[N], acc_fast[N];
+    uint8_t b_ref[N * 4], b_fast[N * 4];
+    const size_t bytes = (size_t)(N / ref->block_size * ref->block_bytes);
+    make_row(kind, &rng, x);
+    for (int i = 0; i < N; i++) q[i] = (float)test_rng_gauss(&rng);
+
+    ref->quantize(x, b_ref, N);
+    fast->quantize(x, b_fast, N);
+    if (memcmp(b_ref, b_fast, bytes) != 0) {
+        size_t i = 0;
+        while (b_ref[i] == b_fast[i]) i++;
+        snprintf(f->msg, sizeof f->msg, "quantize byte %zu: 0x%02x vs scalar 0x%02x", i, b_fast[i], b_ref[i]);
+        return 0;
+    }
+    ref->dequantize(b_ref, y_ref, N);
+    fast->dequantize(b_ref, y_fast, N);
+    for (int i = 0; i < N; i++)
+        if (!same_bits_or_nan(y_fast[i], y_ref[i])) {
+            snprintf(f->msg, sizeof f->msg, "dequantize [%d]: %a vs scalar %a", i, (double)y_fast[i], (double)y_ref[i]);
+            return 0;
+        }
+
+    /* both sides may round each term and each partial sum once or twice */
+    const double eps = 4.0 * N * FLT_EPSILON;
+    double mag = 0;
+    for (int i = 0; i < N; i++) mag += block_max(y_ref, i, ref->block_size) * fabs((double)q[i]);
+    const double d_ref = ref->dot(b_ref, q, N), d_fast = fast->dot(b_ref, q, N);
+    if (!close_enough(d_fast, d_ref, eps * mag + N * (double)FLT_TRUE_MIN * 4)) {
+        snprintf(f->msg, sizeof f->msg, "dot %.9g vs scalar %.9g (magnitude %.3g)", d_fast, d_ref, mag);
+        return 0;
+    }
+
+    const float w = -0.6180339f;
+    for (int i = 0; i < N; i++) acc_ref[i] = acc_fast[i] = (float)test_rng_gauss(&rng);
+    ref->axpy(w, b_ref, acc_ref, N);
+    fast->axpy(w, b_ref, acc_fast, N);
+    for (int i = 0; i < N; i++) {
+        const double scale = fabs((double)acc_ref[i]) + fabs((double)w) * 3 * block_max(y_ref, i, ref->block_size);
+        if (!close_enough(acc_fast[i], acc_ref[i], 4 * FLT_EPSILON * scale + 4 * (double)FLT_TRUE_MIN)) {
+            snprintf(f->msg, sizeof f->msg, "axpy [%d]: %.9g vs scalar %.9g", i, (double)acc_fast[i], (double)acc_ref[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void compare_level(test_ctx *t, const char *level) {
+    static kvq_type_traits table[KVQ_TYPE_COUNT];
+    if (!kvq_simd_table(level, table)) SKIP("%s not available on this CPU (or KVQ_FORCE_SCALAR)", level);
+    int compared = 0;
+    for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
+        const kvq_type_traits *ref = kvq_type_get_scalar((kvq_type)ty);
+        if (!ref || !ref->quantize) continue;
+        int differs = memcmp(&table[ty], ref, sizeof *ref) != 0;
+        compared += differs;
+        for (int k = 0; k < ROW_KINDS; k++) {
+            failure f;
+            CHECK(compare_type(&table[ty], ref, (row_kind)k, &f), "%s %s, %s row: %s", level, ref->name, row_names[k], f.msg);
+        }
+    }
+    CHECK(compared > 0, "%s installed no kernels", level);
+}
+
+TEST(simd_avx2_matches_scalar) { compare_level(t, "avx2"); }
+TEST(simd_avx512_matches_scalar) { compare_level(t, "avx512"); }
+
+/* The active table is one of the levels, and KVQ_FORCE_SCALAR is obeyed
+ * (the CLI runs in a child process with the variable set). */
+TEST(simd_active_level_is_consistent) {
+    const char *level = kvq_simd_level();
+    kvq_type_traits table[KVQ_TYPE_COUNT];
+    CHECK(kvq_simd_table(level, table), "active level %s cannot be rebuilt", level);
+    for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
+        const kvq_type_traits *a = kvq_type_get((kvq_type)ty);
+        if (!a) continue;
+        CHECK(a->dot == table[ty].dot && a->quantize == table[ty].quantize, "%s: active kernels are not level %s's",
+              a->name, level);
+    }
+    const char *force = getenv("KVQ_FORCE_SCALAR");
+    if (force && *force == '1') CHECK(strcmp(level, "scalar") == 0, "KVQ_FORCE_SCALAR=1 but level %s", level);
+}

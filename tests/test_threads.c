@@ -1,0 +1,97 @@
+/* test_threads.c - the worker pool: every task runs exactly once, thread
+ * ids stay in range, pools are reusable, 1-thread pools run inline. */
+#include "test.h"
+#include "kvq.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+enum { MAX_TASKS = 1000 };
+
+typedef struct count_ctx {
+    atomic_int runs[MAX_TASKS];
+    atomic_int bad_thread;
+    int n_threads;
+    pthread_t caller;
+    atomic_int off_caller;    /* tasks that ran on another thread */
+} count_ctx;
+
+static void count_task(void *p, int task, int thread) {
+    count_ctx *c = p;
+    atomic_fetch_add(&c->runs[task], 1);
+    if (thread < 0 || thread >= c->n_threads) atomic_fetch_add(&c->bad_thread, 1);
+    if (!pthread_equal(pthread_self(), c->caller)) atomic_fetch_add(&c->off_caller, 1);
+}
+
+static void reset(count_ctx *c, int n_threads) {
+    for (int i = 0; i < MAX_TASKS; i++) atomic_init(&c->runs[i], 0);
+    atomic_init(&c->bad_thread, 0);
+    atomic_init(&c->off_caller, 0);
+    c->n_threads = n_threads;
+    c->caller = pthread_self();
+}
+
+/* Runs n_tasks through the pool and reports the first task not run once. */
+static int first_wrong_task(kvq_pool *pool, count_ctx *c, int n_tasks) {
+    reset(c, kvq_pool_threads(pool));
+    kvq_pool_run(pool, count_task, c, n_tasks);
+    for (int i = 0; i < MAX_TASKS; i++)
+        if (atomic_load(&c->runs[i]) != (i < n_tasks ? 1 : 0)) return i;
+    return -1;
+}
+
+TEST(pool_runs_every_task_once) {
+    static count_ctx c;
+    const int sizes[] = { 0, 1, 2, 3, 7, 64, 999 };
+    for (int n = 1; n <= 4; n++) {
+        kvq_pool *pool = kvq_pool_create(n);
+        CHECK(pool != NULL, "kvq_pool_create(%d) failed", n);
+        CHECK(kvq_pool_threads(pool) == n, "threads %d != %d", kvq_pool_threads(pool), n);
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            int bad = first_wrong_task(pool, &c, sizes[s]);
+            if (bad >= 0) kvq_pool_free(pool);
+            CHECK(bad < 0, "pool %d, %d tasks: task %d ran %d times", n, sizes[s], bad,
+                  atomic_load(&c.runs[bad]));
+            if (atomic_load(&c.bad_thread)) kvq_pool_free(pool);
+            CHECK(atomic_load(&c.bad_thread) == 0, "thread id out of range");
+        }
+        kvq_pool_free(pool);
+    }
+}
+
+/* Many short jobs back to back: the hand-off between jobs must not lose
+ * or repeat work (a generation/wake-up race would show here). */
+TEST(pool_reuse_many_jobs) {
+    static count_ctx c;
+    kvq_pool *pool = kvq_pool_create(3);
+    CHECK(pool != NULL, "kvq_pool_create(3) failed");
+    const int jobs = test_sanitized() ? 300 : 3000;
+    int bad_job = -1, bad_task = -1;
+    for (int j = 0; j < jobs && bad_job < 0; j++) {
+        int bad = first_wrong_task(pool, &c, 1 + j % 17);
+        if (bad >= 0) { bad_job = j; bad_task = bad; }
+    }
+    kvq_pool_free(pool);
+    CHECK(bad_job < 0, "job %d: task %d not run exactly once", bad_job, bad_task);
+}
+
+TEST(pool_single_thread_runs_inline) {
+    static count_ctx c;
+    CHECK(kvq_pool_threads(NULL) == 1, "NULL pool has %d threads", kvq_pool_threads(NULL));
+    CHECK(first_wrong_task(NULL, &c, 5) < 0, "NULL pool did not run the tasks");
+    CHECK(atomic_load(&c.off_caller) == 0, "NULL pool ran tasks off the caller thread");
+    kvq_pool *pool = kvq_pool_create(1);
+    CHECK(pool != NULL, "kvq_pool_create(1) failed");
+    int bad = first_wrong_task(pool, &c, 5);
+    int off = atomic_load(&c.off_caller);
+    kvq_pool_free(pool);
+    CHECK(bad < 0, "1-thread pool: task %d wrong", bad);
+    CHECK(off == 0, "1-thread pool ran %d tasks off the caller thread", off);
+}
+
+TEST(pool_rejects_bad_sizes) {
+    CHECK(kvq_pool_create(0) == NULL, "pool of 0 threads created");
+    CHECK(kvq_pool_create(-3) == NULL, "pool of -3 threads created");
+    kvq_pool_free(NULL); /* must be a no-op */
+}
