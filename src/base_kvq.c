@@ -330,3 +330,27 @@ kvq_status kvq_base_kvq_check_tokens(const kvq_base_kvq *b, const int32_t *token
                             i, i / (size_t)n_ctx, (int)tokens[i], (int)b->tokens[i]);
     return KVQ_OK;
 }
+
+kvq_kld_token kvq_base_kvq_compare(const float *logits, int n_vocab, const float *base_lp, int next) {
+    kvq_kld_token r = { 0 };
+    float max_l = logits[0];
+    int top_test = 0, top_base = 0;
+    for (int i = 1; i < n_vocab; i++) {
+        if (logits[i] > max_l) { max_l = logits[i]; top_test = i; }
+        if (base_lp[i] > base_lp[top_base]) top_base = i;
+    }
+    double sum = 0.0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - max_l);
+    const double log_norm = (double)max_l + log(sum);      /* log sum exp(logits) */
+    double kl = 0.0;
+    for (int i = 0; i < n_vocab; i++) {
+        const double lb = base_lp[i];
+        kl += exp(lb) * (lb - ((double)logits[i] - log_norm));
+    }
+    r.kld = kl;
+    r.nll = log_norm - logits[next];
+    r.nll_base = -(double)base_lp[next];
+    r.dp = exp(-r.nll) - exp(-r.nll_base);
+    r.same_top = top_test == top_base;
+    return r;
+}

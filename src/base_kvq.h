@@ -25,7 +25,7 @@
 #ifndef KVQ_BASE_KVQ_H
 #define KVQ_BASE_KVQ_H
 
-#include "kvq_internal.h"
+#include "kld.h"
 
 /* Which base format a file holds, from its first 8 bytes. */
 typedef enum kvq_base_format { KVQ_BASE_UNKNOWN = 0, KVQ_BASE_LLAMA, KVQ_BASE_KVQ } kvq_base_format;
@@ -73,6 +73,11 @@ kvq_status kvq_base_kvq_open(const char *path, kvq_base_kvq **out, kvq_error *er
 void kvq_base_kvq_close(kvq_base_kvq *b);
 /* Log-probs of scored position pos (NULL when out of range). */
 const float *kvq_base_kvq_row(const kvq_base_kvq *b, size_t pos);
+
+/* One scored position: test logits against the base's exact log-probs.
+ * KL(base||test) is summed over the whole vocabulary in double (no floor:
+ * llama.cpp's -16-nat floor exists only because its base is 16-bit). */
+kvq_kld_token kvq_base_kvq_compare(const float *logits, int n_vocab, const float *base_logprobs, int next_token);
 
 /* The base must have been made with this model: a clear error otherwise. */
 kvq_status kvq_base_kvq_check_model(const kvq_base_kvq *b, uint64_t model_hash, kvq_error *err);

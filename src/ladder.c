@@ -118,7 +118,7 @@ kvq_status kvq_ladder_write_md(FILE *f, const kvq_eval_row *rows, size_t n,
         kvq_eval_write_md_text(f, r->label);
         fprintf(f, " | %s | %s | %s | %s | %s | %s |\n",
                 kvq_eval_fmt(b[0], 32, "%.2f", r->size_pct),
-                kvq_eval_fmt(b[1], 32, "%.1f", r->mib),
+                kvq_eval_fmt(b[1], 32, "%.2f", r->mib),
                 kvq_eval_fmt(b[2], 32, "%.6f", r->median_kld),
                 kvq_eval_fmt(b[3], 32, "%.6f", r->mean_kld),
                 kvq_eval_fmt(b[4], 32, "%.6f", r->p99_9_kld),

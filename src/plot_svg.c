@@ -87,6 +87,8 @@ static plot_frame make_frame(const kvq_eval_row *rows, size_t n, const kvq_plot_
     } else {
         fr.dec_lo = (int)floor(log10(min_pos));
         fr.dec_hi = (int)ceil(log10(max_kld));
+        /* headroom for labels above the worst point */
+        if (log10(max_kld) > fr.dec_hi - 0.6) fr.dec_hi++;
         /* zeros sit a decade below the smallest real value, never on it */
         if (any_nonpos) fr.dec_lo--;
     }
@@ -205,39 +207,39 @@ static void write_frontier(FILE *f, const plot_frame *fr, const kvq_eval_row *ro
     fprintf(f, "\"/>\n");
 }
 
-/* Label placement: the first of a few positions around the point whose
- * box (estimated from the text length) overlaps neither an earlier label
- * nor any marker and stays inside the plot; if none is free, the
- * first position.  Sweeps have few frontier points, so O(m^2) is fine. */
+/* Label placement: of a few positions around the point, the first with
+ * the least clutter, scored by overlaps with earlier labels (3 each),
+ * markers (1 each) and leaving the plot (10); the box is estimated from
+ * the text length.  Sweeps have few frontier points, so O(m n) is fine. */
 typedef struct label_box { double x0, y0, x1, y1; } label_box;
 
 static bool boxes_overlap(const label_box *a, const label_box *b) {
     return a->x0 < b->x1 && b->x0 < a->x1 && a->y0 < b->y1 && b->y0 < a->y1;
 }
 
-static label_box label_box_at(double px, double py, double dx, double dy, double text_w, bool at_end) {
-    double x = px + dx, y = py + dy;             /* text baseline anchor */
-    label_box b = { at_end ? x - text_w : x, y - 10, at_end ? x : x + text_w, y + 3 };
+static label_box label_box_at(double px, double py, double dx, double dy, double text_w) {
+    double x = px + dx, y = py + dy;             /* text baseline anchor; dx < 0: anchored at its end */
+    label_box b = { dx < 0 ? x - text_w : x, y - 10, dx < 0 ? x : x + text_w, y + 3 };
     return b;
 }
 
-static bool label_free(const label_box *b, const label_box *placed, size_t n_placed,
-                       const plot_frame *fr, const double *mx, const double *my, size_t m) {
-    if (b->x0 < fr->left || b->x1 > fr->right || b->y0 < fr->top || b->y1 > fr->bottom) return false;
-    for (size_t k = 0; k < n_placed; k++)
-        if (boxes_overlap(b, &placed[k])) return false;
-    for (size_t k = 0; k < m; k++) {
+static int label_clutter(const label_box *b, const label_box *placed, size_t n_placed,
+                         const plot_frame *fr, const double *mx, const double *my, size_t n_dots) {
+    int score = 0;
+    if (b->x0 < fr->left || b->x1 > fr->right || b->y0 < fr->top || b->y1 > fr->bottom) score += 10;
+    for (size_t k = 0; k < n_placed; k++) score += 3 * boxes_overlap(b, &placed[k]);
+    for (size_t k = 0; k < n_dots; k++) {
         label_box dot = { mx[k] - 6, my[k] - 6, mx[k] + 6, my[k] + 6 };
-        if (boxes_overlap(b, &dot)) return false;
+        score += boxes_overlap(b, &dot);
     }
-    return true;
+    return score;
 }
 
 static void write_frontier_labels(FILE *f, const plot_frame *fr, const kvq_eval_row *rows, size_t n,
                                   const size_t *idx, size_t m) {
-    static const double offs[][2] = {   /* dx, dy of the text anchor; dx < 0: anchored at its end */
+    static const double offs[][2] = {
         { 8, -8 }, { 8, 16 }, { -8, -8 }, { -8, 16 }, { 8, 4 }, { -8, 4 }, { 8, -20 }, { -8, -20 },
-        { 8, 28 }, { -8, 28 },
+        { 8, 28 }, { -8, 28 }, { 14, -32 }, { -14, -32 }, { 14, 40 }, { -14, 40 },
     };
     /* every marker is an obstacle; n_dots of them */
     double *mx = malloc((n ? n : 1) * sizeof *mx), *my = malloc((n ? n : 1) * sizeof *my);
@@ -255,12 +257,13 @@ static void write_frontier_labels(FILE *f, const plot_frame *fr, const kvq_eval_
         double text_w = 6.2 * (double)strlen(r->label);
         size_t pick = 0;
         if (mx && my && placed) {
-            pick = px > fr->right - text_w - 10 ? 2 : 0;   /* no room on the right */
-            for (size_t c = 0; c < KVQ_ARRAY_LEN(offs); c++) {
-                label_box b = label_box_at(px, py, offs[c][0], offs[c][1], text_w, offs[c][0] < 0);
-                if (label_free(&b, placed, k, fr, mx, my, n_dots)) { pick = c; break; }
+            int best = -1;
+            for (size_t c = 0; c < KVQ_ARRAY_LEN(offs) && best != 0; c++) {
+                label_box b = label_box_at(px, py, offs[c][0], offs[c][1], text_w);
+                int score = label_clutter(&b, placed, k, fr, mx, my, n_dots);
+                if (best < 0 || score < best) { best = score; pick = c; }
             }
-            placed[k] = label_box_at(px, py, offs[pick][0], offs[pick][1], text_w, offs[pick][0] < 0);
+            placed[k] = label_box_at(px, py, offs[pick][0], offs[pick][1], text_w);
         }
         fprintf(f, "<text class=\"frontier-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\">",
                 px + offs[pick][0], py + offs[pick][1], offs[pick][0] < 0 ? "end" : "start");

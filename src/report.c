@@ -58,7 +58,7 @@ kvq_status kvq_report_write_md(FILE *f, const kvq_eval_row *rows, size_t n,
         kvq_eval_write_md_text(f, r->label);
         fprintf(f, " | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                 kvq_eval_fmt(b[0], 40, "%.2f%%", r->size_pct),
-                kvq_eval_fmt(b[1], 40, "%.1f", r->mib),
+                kvq_eval_fmt(b[1], 40, "%.2f", r->mib),
                 kvq_eval_fmt(b[2], 40, "%.6f", r->mean_kld),
                 kvq_eval_fmt(b[3], 40, "%.2f%%", r->mean_precision),
                 kvq_eval_fmt(b[4], 40, "%.6f", r->median_kld),

@@ -17,6 +17,7 @@ static const command g_commands[] = {
     { "perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's protocol)" },
     { "kld",        cmd_kld,        "KL divergence against a reference (llama.cpp base files)" },
     { "bench",      cmd_bench,      "prompt and generation tokens/s" },
+    { "sweep",      cmd_sweep,      "KLD, size and speed of every cache configuration: table, ladder, plot" },
 };
 
 static void usage(FILE *f) {
