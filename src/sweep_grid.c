@@ -33,15 +33,16 @@ static void add_unique(kvq_sweep_config *list, size_t *n, const kvq_sweep_config
 }
 
 static void add_pair(kvq_sweep_config *list, size_t *n, const kvq_sweep_spec *s, kvq_type k, kvq_type v) {
+    const bool exact_pair = !is_block(k) && !is_block(v);
     kvq_rot_mode modes[2];
     int n_modes = 0;
-    if (!is_block(k) && !is_block(v)) modes[n_modes++] = KVQ_ROT_AUTO;
+    if (exact_pair) modes[n_modes++] = KVQ_ROT_AUTO;
     else {
         if (s->rot != KVQ_SWEEP_ROT_OFF) modes[n_modes++] = KVQ_ROT_ON;
         if (s->rot != KVQ_SWEEP_ROT_ON) modes[n_modes++] = KVQ_ROT_OFF;
     }
     for (size_t t = 0; t < s->n_tails; t++) {
-        if (s->tails[t] != 0 && s->tails[t] >= s->n_ctx) continue;
+        if (s->tails[t] != 0 && (s->tails[t] >= s->n_ctx || exact_pair)) continue;
         for (int m = 0; m < n_modes; m++) {
             kvq_sweep_config c = { .type_k = k, .type_v = v, .tail_tokens = s->tails[t], .rot = modes[m] };
             add_unique(list, n, &c);

@@ -9,7 +9,8 @@
  *     KVQ_SWEEP_ROT_BOTH, or only OFF with KVQ_SWEEP_ROT_OFF); a pair of
  *     exact types (f32/f16/bf16) has nothing to rotate and runs once, AUTO;
  *   - tails: those below n_ctx (a tail covering the whole context would
- *     be the exact cache again) and 0;
+ *     be the exact cache again) and 0; a pair of exact types runs with
+ *     tail 0 only (an exact copy of exact rows buys nothing);
  *   - a configuration equal to the reference, or listed twice, runs once. */
 #ifndef KVQ_SWEEP_GRID_H
 #define KVQ_SWEEP_GRID_H

@@ -293,3 +293,43 @@ TEST(model_file_hash_prefix_and_samples) {
     CHECK(h5 != h4, "one more byte of size not seen");
     CHECK(missing == KVQ_ERR_IO && strstr(err.msg, "cannot open"), "missing model: %d '%s'", (int)missing, err.msg);
 }
+
+/* ------------------------------------------------------------- compare */
+
+/* Against the definition computed here in double, and against llama.cpp's
+ * 16-bit base (kld.c) where nothing falls under its -16-nat floor. */
+TEST(base_kvq_compare_matches_definition) {
+    test_rng rng = { 31, 0, 0 };
+    enum { V = 301 };
+    float base_logits[V], test_logits[V], lp[V];
+    uint16_t rec[4 + 2 * ((V + 1) / 2)];
+    double worst_def = 0, worst_llama = 0;
+    for (int trial = 0; trial < 20; trial++) {
+        for (int v = 0; v < V; v++) {
+            base_logits[v] = (float)(1.5 * test_rng_gauss(&rng));
+            test_logits[v] = base_logits[v] + (float)(0.02 * trial * test_rng_gauss(&rng));
+        }
+        double mb = base_logits[0], s = 0, mt = test_logits[0], st = 0;
+        for (int v = 1; v < V; v++) { mb = fmax(mb, base_logits[v]); mt = fmax(mt, test_logits[v]); }
+        for (int v = 0; v < V; v++) { s += exp(base_logits[v] - mb); st += exp(test_logits[v] - mt); }
+        double kl = 0;
+        for (int v = 0; v < V; v++) {
+            double lb = base_logits[v] - mb - log(s), lt = test_logits[v] - mt - log(st);
+            lp[v] = (float)lb;
+            kl += exp(lb) * (lb - lt);
+        }
+        int next = (int)(test_rng_u64(&rng) % V);
+        kvq_kld_token got = kvq_base_kvq_compare(test_logits, V, lp, next);
+        kvq_kld_encode(base_logits, V, rec);
+        kvq_kld_token llama = kvq_kld_compare(test_logits, V, rec, next);
+        worst_def = fmax(worst_def, fabs(got.kld - kl));
+        worst_llama = fmax(worst_llama, fabs(got.kld - llama.kld));
+        double nll = -(test_logits[next] - mt - log(st));
+        CHECK(fabs(got.nll - nll) < 1e-5 && fabs(got.nll_base + lp[next]) < 1e-6, "trial %d: NLLs wrong", trial);
+        CHECK(fabs(got.dp - (exp(-nll) - exp(lp[next]))) < 1e-6, "trial %d: delta-p wrong", trial);
+        /* identical logits: only the float rounding of the stored log-probs */
+        if (trial == 0) CHECK(fabs(got.kld) < 1e-7 && got.same_top, "identical logits: KLD %g", got.kld);
+    }
+    CHECK(worst_def < 1e-6, "KLD off the definition by %g", worst_def);
+    CHECK(worst_llama < 1e-3, "KLD off llama.cpp's 16-bit base by %g", worst_llama);
+}
