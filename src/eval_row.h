@@ -15,7 +15,7 @@ typedef struct kvq_eval_row {
     char label[KVQ_EVAL_LABEL_MAX];     /* "q4_0/q4_0", "q8_0/q4_0 tail1024"  */
     char cache_k[KVQ_EVAL_TYPE_MAX];    /* type names as -ctk / -ctv take them */
     char cache_v[KVQ_EVAL_TYPE_MAX];
-    bool rot_k, rot_v;                  /* rotation applied to K / V           */
+    int rot_k, rot_v;                   /* Hadamard block of K / V, 0 = none   */
     int tail_tokens, sink_tokens;
     bool is_reference;                  /* the exact-cache row of the sweep    */
 
@@ -26,7 +26,7 @@ typedef struct kvq_eval_row {
 
     double mean_kld, mean_kld_se, median_kld;
     double p90_kld, p99_kld, p99_9_kld, max_kld;
-    double same_top_p, same_top_se;     /* fractions (0..1)                    */
+    double same_top_p, same_top_se;     /* percent, as `kvq kld --json`        */
     double rms_dp;                      /* RMS of delta-p of the true token     */
     double ppl_q, ppl_q_se, ppl_base;
     double pp_tps, tg_tps;              /* prompt / generated tokens per second */

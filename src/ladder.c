@@ -122,7 +122,7 @@ kvq_status kvq_ladder_write_md(FILE *f, const kvq_eval_row *rows, size_t n,
                 kvq_eval_fmt(b[2], 32, "%.6f", r->median_kld),
                 kvq_eval_fmt(b[3], 32, "%.6f", r->mean_kld),
                 kvq_eval_fmt(b[4], 32, "%.6f", r->p99_9_kld),
-                kvq_eval_fmt(b[5], 32, "%.2f", 100.0 * r->same_top_p));
+                kvq_eval_fmt(b[5], 32, "%.2f", r->same_top_p));
     }
     if (m == 0) fprintf(f, "\n(no configuration has a measured size and median KLD)\n");
     free(idx);

@@ -25,7 +25,7 @@ typedef struct field {
 #define FN(n) { #n, F_NUM, offsetof(kvq_eval_row, n), 0 }
 
 static const field g_fields[] = {
-    FS(label), FS(cache_k), FS(cache_v), FB(rot_k), FB(rot_v), FI(tail_tokens), FI(sink_tokens),
+    FS(label), FS(cache_k), FS(cache_v), FI(rot_k), FI(rot_v), FI(tail_tokens), FI(sink_tokens),
     FB(is_reference), FN(n_tokens), FN(kv_bytes), FN(kv_bytes_bf16), FN(size_pct), FN(mib),
     FN(mean_kld), FN(mean_kld_se), FN(median_kld), FN(p90_kld), FN(p99_kld), FN(p99_9_kld),
     FN(max_kld), FN(mean_precision), FN(p99_9_precision), FN(same_top_p), FN(same_top_se),
@@ -64,7 +64,7 @@ kvq_status kvq_report_write_md(FILE *f, const kvq_eval_row *rows, size_t n,
                 kvq_eval_fmt(b[4], 40, "%.6f", r->median_kld),
                 kvq_eval_fmt(b[5], 40, "%.6f", r->p99_9_kld),
                 kvq_eval_fmt(b[6], 40, "%.2f%%", r->p99_9_precision),
-                kvq_eval_fmt(b[7], 40, "%.2f%%", 100.0 * r->same_top_p),
+                kvq_eval_fmt(b[7], 40, "%.2f%%", r->same_top_p),
                 kvq_eval_fmt(b[8], 40, "%.4f", r->ppl_q),
                 kvq_eval_fmt(b[9], 40, "%.1f", r->pp_tps),
                 kvq_eval_fmt(b[10], 40, "%.1f", r->tg_tps));

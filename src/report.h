@@ -7,7 +7,8 @@
  *                 (RFC 4180 quoting; unknown numbers are empty fields)
  *   results.json  {"kvq_version", "model", "text", "n_ctx", "n_chunks",
  *                  "rows": [ {every field of kvq_eval_row}, ... ]}
- *                 (unknown numbers are null; keys as `kvq kld --json`)
+ *                 (unknown numbers are null; keys and units as `kvq kld
+ *                 --json`: same_top_p in percent, rot_k/rot_v block sizes)
  *
  * Precision columns are written as the rows hold them: call
  * kvq_eval_rows_precision first.  The CSV reader takes any column order

@@ -14,8 +14,8 @@ static kvq_eval_row full_row(const char *label, const char *k, const char *v, do
     kvq_eval_copy_str(r.label, sizeof r.label, label);
     kvq_eval_copy_str(r.cache_k, sizeof r.cache_k, k);
     kvq_eval_copy_str(r.cache_v, sizeof r.cache_v, v);
-    r.rot_k = !ref;
-    r.rot_v = scale > 1;
+    r.rot_k = ref ? 0 : 64;
+    r.rot_v = scale > 1 ? 128 : 0;
     r.tail_tokens = ref ? 0 : 1024;
     r.sink_tokens = 4;
     r.is_reference = ref;
@@ -31,8 +31,8 @@ static kvq_eval_row full_row(const char *label, const char *k, const char *v, do
     r.p99_kld = 0.05 * scale;
     r.p99_9_kld = ref ? 0.0 : 0.2 * scale;
     r.max_kld = 1.5 * scale;
-    r.same_top_p = 0.987654321;
-    r.same_top_se = 0.00087;
+    r.same_top_p = 98.7654321;
+    r.same_top_se = 0.087;
     r.rms_dp = 0.0123;
     r.ppl_q = 7.123456789;
     r.ppl_q_se = 0.0456;
@@ -136,7 +136,7 @@ TEST(report_csv_reader_strict) {
         { "label,size_pct\na,1x\n", "bad size_pct" },
         { "label,size_pct\n\"a,1\n", "unterminated" },
         { "label,size_pct\na\"b,1\n", "quote inside" },
-        { "label,rot_k\na,maybe\n", "bad rot_k" },
+        { "label,rot_k\na,maybe\n", "bad rot_k" }, { "label,is_reference\na,2\n", "bad is_reference" },
         { "size_pct\n1\n", "no 'label'" },
         { "", "empty" },
         { "label\n0123456789012345678901234567890123456789012345678901234567890123456789\n", "bad label" },
@@ -299,7 +299,7 @@ TEST(report_json_well_formed) {
     size_t at = j.stop_at;
     bool has_null = strstr(json, "\"tg_tps\": null") != NULL;
     bool has_keys = strstr(json, "\"median_kld\": ") && strstr(json, "\"p99_9_kld\": ") &&
-                    strstr(json, "\"cache_k\": \"q8_0\"") && strstr(json, "\"rot_k\": true") &&
+                    strstr(json, "\"cache_k\": \"q8_0\"") && strstr(json, "\"rot_k\": 64") && strstr(json, "\"is_reference\": true") &&
                     strstr(json, "\"n_ctx\": 512");
     free(json);
     CHECK(ok, "JSON not well-formed near offset %zu", at);

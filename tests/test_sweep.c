@@ -183,7 +183,8 @@ TEST(cli_sweep_end_to_end_and_resume) {
     bool sizes = shape && fabs(rows[1].size_pct - 53.125) < 1e-9 && fabs(rows[2].size_pct - 28.125) < 1e-9 &&
                  fabs(rows[3].size_pct - (53.125 + 28.125) / 2) < 1e-9;
     bool quality = shape && rows[2].median_kld > rows[1].median_kld && rows[1].median_kld > 0 &&
-                   rows[2].mean_precision < 100.0 && rows[1].same_top_p > 0.5 && rows[1].same_top_p <= 1.0 &&
+                   rows[2].mean_precision < 100.0 && rows[1].same_top_p > 50 && rows[1].same_top_p <= 100 &&
+                   rows[1].rot_k == 64 && rows[1].rot_v == 64 && rows[0].rot_k == 0 &&
                    rows[1].n_tokens == 2 * (64 - 1 - 32) && rows[1].pp_tps > 0 && rows[1].tg_tps > 0;
     free(rows);
     const char *svg = slurp(dir, "plot.svg");

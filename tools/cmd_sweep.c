@@ -335,8 +335,8 @@ static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, co
     const kvq_sweep_config bf16 = { .type_k = KVQ_TYPE_BF16, .type_v = KVQ_TYPE_BF16 };
     const int n_full = s->info->n_ctx_train > 0 ? s->info->n_ctx_train : s->n_ctx;
 
-    r->rot_k = rot && rot->block_k > 0;
-    r->rot_v = rot && rot->block_v > 0;
+    r->rot_k = rot ? rot->block_k : 0;
+    r->rot_v = rot ? rot->block_v : 0;
     r->n_tokens = (double)sum->n;
     r->kv_bytes = (double)b.total;
     r->kv_bytes_bf16 = cache_bytes_at(s, &bf16, defaults.tail_type, s->n_ctx);
@@ -349,8 +349,8 @@ static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, co
     r->p99_kld = sum->p_kld[6];
     r->p99_9_kld = sum->p_kld[7];
     r->max_kld = sum->max_kld;
-    r->same_top_p = sum->same_top;
-    r->same_top_se = sum->same_top_se;
+    r->same_top_p = 100.0 * sum->same_top;       /* percent, as kvq kld --json */
+    r->same_top_se = 100.0 * sum->same_top_se;
     r->rms_dp = sum->rms_dp;
     r->ppl_q = sum->ppl_q;
     r->ppl_q_se = sum->ppl_q_se;
