@@ -329,10 +329,15 @@ kvq_status kvq_report_write_json(FILE *f, const kvq_eval_row *rows, size_t n,
 
 /* ------------------------------------------------------------- files */
 
+/* Written to PATH.tmp and renamed, so an interrupted sweep never leaves
+ * a half-written file under the real name (resuming trusts those). */
 kvq_status kvq_report_save(const char *path, kvq_report_kind kind, const kvq_eval_row *rows,
                            size_t n, const kvq_report_meta *meta, kvq_error *err) {
-    FILE *f = fopen(path, "w");
-    if (!f) return kvq_fail(err, KVQ_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
+        return kvq_fail(err, KVQ_ERR_ARG, "path too long: %s", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return kvq_fail(err, KVQ_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
     kvq_status st;
     switch (kind) {
     case KVQ_REPORT_MD: st = kvq_report_write_md(f, rows, n, meta, err); break;
@@ -340,7 +345,10 @@ kvq_status kvq_report_save(const char *path, kvq_report_kind kind, const kvq_eva
     case KVQ_REPORT_JSON: st = kvq_report_write_json(f, rows, n, meta, err); break;
     default: st = kvq_fail(err, KVQ_ERR_ARG, "unknown report kind %d", (int)kind); break;
     }
-    if (fclose(f) != 0 && st == KVQ_OK) st = kvq_fail(err, KVQ_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (fclose(f) != 0 && st == KVQ_OK) st = kvq_fail(err, KVQ_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    if (st == KVQ_OK && rename(tmp, path) != 0)
+        st = kvq_fail(err, KVQ_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    if (st != KVQ_OK) remove(tmp);
     return st;
 }
 
