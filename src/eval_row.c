@@ -49,6 +49,9 @@ void kvq_eval_copy_str(char *dst, size_t cap, const char *src) {
 const char *kvq_eval_fmt(char *buf, size_t cap, const char *fmt, double v) {
     if (isnan(v)) snprintf(buf, cap, "-");
     else snprintf(buf, cap, fmt, v);
+    /* a rounding wobble below zero prints as 0, not "-0.000000" */
+    if (buf[0] == '-' && strspn(buf + 1, "0.%") == strlen(buf + 1) && buf[1])
+        memmove(buf, buf + 1, strlen(buf));
     return buf;
 }
 

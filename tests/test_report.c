@@ -376,3 +376,11 @@ TEST(report_progress_line) {
     kvq_format_duration(buf, sizeof buf, NAN);
     CHECK(!strcmp(buf, "?"), "got '%s'", buf);
 }
+
+TEST(report_number_format) {
+    char b[32];
+    CHECK(!strcmp(kvq_eval_fmt(b, sizeof b, "%.6f", -1e-9), "0.000000"), "negative zero printed as '%s'", b);
+    CHECK(!strcmp(kvq_eval_fmt(b, sizeof b, "%.2f%%", -1e-9), "0.00%"), "negative zero printed as '%s'", b);
+    CHECK(!strcmp(kvq_eval_fmt(b, sizeof b, "%.6f", -0.25), "-0.250000"), "a real negative lost its sign: '%s'", b);
+    CHECK(!strcmp(kvq_eval_fmt(b, sizeof b, "%.6f", NAN), "-"), "NAN printed as '%s'", b);
+}

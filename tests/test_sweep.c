@@ -158,7 +158,7 @@ TEST(cli_sweep_end_to_end_and_resume) {
     char cmd[4096];
     static char out[1 << 15];
     snprintf(cmd, sizeof cmd, "%s sweep -m %s -f %s -c 64 --chunks 2 --types q8_0,q4_0 --pairs q8_0/q4_0 "
-             "--tails 0 --rot on -t 2 -o %s", bin, model, text, dir);
+             "--tails 0 --rot on -t 2 --jobs 2 -o %s", bin, model, text, dir);
     int rc = test_run(cmd, out, sizeof out);
     bool files = file_nonempty(dir, "table.md") && file_nonempty(dir, "results.csv") &&
                  file_nonempty(dir, "results.json") && file_nonempty(dir, "ladder.md") &&
