@@ -239,3 +239,34 @@ TEST(cli_sweep_bad_input) {
     snprintf(cmd, sizeof cmd, "%s sweep --help", bin);
     CHECK(test_run(cmd, out, sizeof out) == 0 && strstr(out, "--tails"), "--help failed");
 }
+
+/* Bad input is refused before OUTDIR exists; a file is not a directory. */
+TEST(cli_sweep_refuses_before_creating_outdir) {
+    const char *bin = test_kvq_bin();
+    char model[1024], text[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/toy-h64.gguf") ||
+        !test_shared_path(text, sizeof text, "text/gpl3.txt"))
+        SKIP("../shared not found");
+    char dir[] = "/tmp/kvq_sweepbad_XXXXXX";
+    CHECK(mkdtemp(dir), "mkdtemp failed");
+    char cmd[4096], out_dir[1100], file[1100];
+    static char out[4096];
+    snprintf(out_dir, sizeof out_dir, "%s/out", dir);
+    snprintf(cmd, sizeof cmd, "%s sweep -m %s -f %s --types q8_0,zz -o %s", bin, model, text, out_dir);
+    int rc1 = test_run(cmd, out, sizeof out);
+    bool named = strstr(out, "unknown cache type 'zz'") != NULL;
+    struct stat st;
+    bool absent = stat(out_dir, &st) != 0;
+    snprintf(file, sizeof file, "%s/file", dir);
+    FILE *f = fopen(file, "w");
+    if (f) fclose(f);
+    snprintf(cmd, sizeof cmd, "%s sweep -m %s -f %s -c 64 --chunks 1 --types f16 --pairs f16/f16 --tails 0 -o %s",
+             bin, model, text, file);
+    int rc2 = test_run(cmd, out, sizeof out);
+    bool not_dir = strstr(out, "exists and is not a directory") != NULL;
+    remove_tree(dir);
+    CHECK(rc1 == 1 && named, "bad type: rc %d", rc1);
+    CHECK(absent, "OUTDIR created although the input was refused");
+    CHECK(rc2 == 1 && not_dir, "file as OUTDIR: rc %d: %s", rc2, out);
+}

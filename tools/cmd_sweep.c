@@ -196,11 +196,12 @@ static void run_path(char *buf, const sweep *s, const kvq_sweep_config *c) {
 }
 
 static int make_dir(const char *path) {
-    if (mkdir(path, 0777) == 0 || errno == EEXIST) {
-        struct stat st;
-        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
-    }
-    return cli_error(CMD, "cannot create directory '%s': %s", path, strerror(errno ? errno : ENOTDIR));
+    struct stat st;
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+        return cli_error(CMD, "cannot create directory '%s': %s", path, strerror(errno));
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return cli_error(CMD, "'%s' exists and is not a directory", path);
+    return 0;
 }
 
 static kvq_ctx *make_ctx(const sweep *s, const kvq_sweep_config *c, kvq_error *err) {
@@ -512,11 +513,9 @@ static int prepare_tokens(sweep *s) {
     return 0;
 }
 
+/* Everything that can be refused is checked before OUTDIR is created. */
 static int setup(sweep *s) {
     kvq_error err = { 0 };
-    char runs[PATH_CAP];
-    path_in(runs, s, "runs");
-    if (make_dir(s->o->outdir) || make_dir(runs)) return 1;
     if (!(s->m = cli_load_model(CMD, s->o->model))) return 1;
     s->info = kvq_model_get_info(s->m);
     s->bos = s->info->add_bos ? s->info->bos_id : -1;
@@ -526,7 +525,10 @@ static int setup(sweep *s) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = s->o->n_threads ? s->o->n_threads : (int)(cores > 0 ? cores : 1);
     s->threads_per_job = KVQ_MAX(1, threads / KVQ_MAX(1, s->o->n_jobs));
-    return build_grid(s->o, s->n_ctx, &s->cfg, &s->n_cfg);
+    if (build_grid(s->o, s->n_ctx, &s->cfg, &s->n_cfg)) return 1;
+    char runs[PATH_CAP];
+    path_in(runs, s, "runs");
+    return make_dir(s->o->outdir) || make_dir(runs);
 }
 
 /* Rows start as their configuration's identity; stored results replace
