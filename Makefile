@@ -86,8 +86,8 @@ FUZZ_CC ?= clang
 FUZZ_TIME ?= 60
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) OPT=-O1 \
-	    EXTRA_CFLAGS="-fsanitize=fuzzer-no-link,address,undefined" build-fuzz/libkvq.a
-	$(FUZZ_CC) $(CPPFLAGS_ALL) $(CSTD) -O1 -g -fsanitize=fuzzer,address,undefined \
+	    EXTRA_CFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" build-fuzz/libkvq.a
+	$(FUZZ_CC) $(CPPFLAGS_ALL) $(CSTD) $(WARN) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	    fuzz/fuzz_gguf.c build-fuzz/libkvq.a -lm -pthread -o build-fuzz/fuzz_gguf
 	mkdir -p build-fuzz/corpus
 	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) -max_len=65536 build-fuzz/corpus fuzz/corpus

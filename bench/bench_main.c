@@ -1,4 +1,93 @@
-/* bench_main.c - placeholder benchmark driver. */
+/* bench_main.c - runs the named benchmark groups of bench.h's table. */
+#include "bench.h"
+#include "bench_matmul.h"
 #include "kvq.h"
+
 #include <stdio.h>
-int main(void) { printf("simd: %s\n", kvq_simd_level()); return 0; }
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* One line per group. */
+static const bench_group g_groups[] = {
+    { "formats", "per type: quantise / dequantise / dot / axpy throughput, scalar vs SIMD", bench_formats },
+    { "matmul", "kvq_matmul GFLOP/s per weight type, decode and prefill, 1-2 threads", bench_matmul },
+    { "attention", "decode attention over 4k/32k cached tokens per cache type, vs f16", bench_attention },
+};
+enum { N_GROUPS = sizeof g_groups / sizeof g_groups[0] };
+
+double bench_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double bench_cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double bench_time(void (*fn)(void *ctx), void *ctx, int reps, double min_batch_s) {
+    enum { MAX_REPS = 101 };
+    double t[MAX_REPS];
+    if (reps < 1) reps = 1;
+    if (reps > MAX_REPS) reps = MAX_REPS;
+    /* warm-up, and the batch size that makes one batch last min_batch_s */
+    long batch = 1;
+    for (;;) {
+        const double t0 = bench_cpu_now();
+        for (long i = 0; i < batch; i++) fn(ctx);
+        const double dt = bench_cpu_now() - t0;
+        if (dt >= min_batch_s || batch > (1L << 30)) break;
+        batch = dt > 0 ? (long)(batch * 1.2 * min_batch_s / dt) + 1 : batch * 16;
+    }
+    for (int r = 0; r < reps; r++) {
+        const double t0 = bench_cpu_now();
+        for (long i = 0; i < batch; i++) fn(ctx);
+        t[r] = (bench_cpu_now() - t0) / (double)batch;
+    }
+    return bench_median(t, reps);
+}
+
+static volatile double g_sink;
+void bench_consume(double v) { g_sink += v; }
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: kvq-bench [GROUP [ARGS...]] | --list | -h\n"
+                 "Runs every benchmark group, or the one named (ARGS go to it; GROUP -h for its flags).\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) { usage(stdout); return 0; }
+    if (argc > 1 && !strcmp(argv[1], "--list")) {
+        for (int g = 0; g < N_GROUPS; g++) printf("%-12s %s\n", g_groups[g].name, g_groups[g].what);
+        return 0;
+    }
+    if (argc > 1) {
+        for (int g = 0; g < N_GROUPS; g++) {
+            if (strcmp(argv[1], g_groups[g].name)) continue;
+            printf("# kvq benchmarks (kvq %s, SIMD level %s)\n\n", KVQ_VERSION, kvq_simd_level());
+            return g_groups[g].run(argc - 1, argv + 1);
+        }
+        fprintf(stderr, "kvq-bench: error: unknown group '%s' (see --list)\n", argv[1]);
+        return 1;
+    }
+    printf("# kvq benchmarks (kvq %s, SIMD level %s)\n\n", KVQ_VERSION, kvq_simd_level());
+    int status = 0;
+    for (int g = 0; g < N_GROUPS; g++) {
+        char *args[] = { (char *)g_groups[g].name, NULL };
+        status |= g_groups[g].run(1, args);
+    }
+    return status;
+}

@@ -112,8 +112,10 @@ double kvq_type_bpv(kvq_type t);
 /* Bytes of one row of n values: whole blocks, the last one zero-padded. */
 size_t kvq_row_bytes(kvq_type t, int64_t n);
 /* Row operations for any n >= 1 (padding handled).  NaN/Inf inputs are
- * not rejected: they propagate into the block scale as IEEE arithmetic
- * dictates; callers that need finite caches check their inputs. */
+ * not rejected: plain types store them as they are; a block type stores a
+ * block holding one "poisoned" (d and m NaN, codes 0), so the whole block
+ * decodes to NaN (docs/formats.md §4); callers that need finite caches
+ * check their inputs. */
 void  kvq_quantize_row(kvq_type t, const float *x, void *dst, int64_t n);
 void  kvq_dequantize_row(kvq_type t, const void *src, float *y, int64_t n);
 float kvq_dot_row(kvq_type t, const void *row, const float *x, int64_t n);

@@ -17,7 +17,8 @@
  *
  * Work is split over (KV head x chunk of query rows x key range); key
  * ranges (for long contexts with few rows) produce partial (max, sum, acc)
- * triples that are merged by log-sum-exp.
+ * triples that are merged by log-sum-exp.  How the keys are cut depends on
+ * the shapes only, so results are bitwise independent of the thread count.
  */
 #include "cache.h"
 
@@ -28,6 +29,7 @@ enum {
     KEY_CHUNK = 32,        /* keys scored before one softmax update          */
     MIN_SPLIT_KEYS = 256,  /* a key range shorter than this is not worth a task */
     TASKS_PER_THREAD = 4,  /* enough tasks for dynamic balancing             */
+    SPLIT_TASKS = 16,      /* (KV head x row x key range) tasks wanted when rows are few */
 };
 
 /* One copy (body, ring or sink) of one layer's K and V rows. */
@@ -82,7 +84,7 @@ static const uint8_t *source_row(const uint8_t *rows, size_t stride, size_t head
 static void softmax_update(row_state *st, int j, int n_keys, int acc_stride) {
     float *w = st->w + (size_t)j * KEY_CHUNK;
     float mx = st->m[j];
-    for (int t = 0; t < n_keys; t++) mx = fmaxf(mx, w[t]);
+    for (int t = 0; t < n_keys; t++) mx = w[t] > mx ? w[t] : mx;   /* a NaN score is left to poison its weight */
     if (mx == -INFINITY) {                 /* every score -inf: no weight */
         for (int t = 0; t < n_keys; t++) w[t] = 0.0f;
         return;
@@ -185,7 +187,10 @@ static void merge_splits(const attn_job *jb, int i, int head, float *acc) {
     const size_t stride = (size_t)jb->n * jb->n_head * part_floats;
     const float *p0 = jb->partial + ((size_t)i * jb->n_head + (size_t)head) * part_floats;
     float mx = -INFINITY, l = 0.0f;
-    for (int s = 0; s < jb->n_splits; s++) mx = fmaxf(mx, p0[s * stride + jb->acc_stride]);
+    for (int s = 0; s < jb->n_splits; s++) {
+        const float m = p0[s * stride + jb->acc_stride];
+        mx = m > mx ? m : mx;
+    }
     memset(acc, 0, (size_t)jb->acc_stride * sizeof(float));
     for (int s = 0; s < jb->n_splits; s++) {
         const float *p = p0 + s * stride;
@@ -224,8 +229,12 @@ static attn_source make_source(const kvq_cache *c, const kvq_cache_side *k, cons
     return s;
 }
 
-/* Rows per chunk and key ranges: about TASKS_PER_THREAD tasks per thread;
- * key ranges only when (KV heads x row chunks) alone cannot give that. */
+/* Rows per chunk: about TASKS_PER_THREAD tasks per thread (rows are
+ * independent, so this never changes a result).  Key ranges: when (KV
+ * heads x rows) is small and the context long (decode), the keys are cut
+ * into ranges of at least MIN_SPLIT_KEYS so that SPLIT_TASKS tasks exist.
+ * The ranges depend on the shapes only, never on the thread count, so the
+ * output is bitwise the same for any number of threads. */
 static void choose_work(attn_job *jb, int n_head_kv, int n_threads, int forced_splits) {
     const int target = TASKS_PER_THREAD * n_threads;
     const int n_keys = jb->pos + jb->n;
@@ -235,8 +244,8 @@ static void choose_work(attn_job *jb, int n_head_kv, int n_threads, int forced_s
     int splits = 1;
     if (forced_splits > 0) {
         splits = forced_splits;
-    } else if (n_threads > 1 && n_head_kv * jb->n_chunks < target) {
-        const int want = (target + n_head_kv * jb->n_chunks - 1) / (n_head_kv * jb->n_chunks);
+    } else if ((int64_t)n_head_kv * jb->n < SPLIT_TASKS) {
+        const int want = (SPLIT_TASKS + n_head_kv * jb->n - 1) / (n_head_kv * jb->n);
         splits = KVQ_MAX(1, KVQ_MIN(want, n_keys / MIN_SPLIT_KEYS));
     }
     splits = KVQ_MIN(splits, n_keys);

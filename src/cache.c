@@ -160,7 +160,8 @@ static bool array_bytes(int n_head_kv, int rows, size_t row_bytes, size_t *out) 
     return mul_size((size_t)rows, row_bytes, &per_head) && mul_size((size_t)n_head_kv, per_head, out);
 }
 
-/* Compute every side's sizes and the four totals; no allocation yet. */
+/* Compute every side's sizes and the four totals; no allocation yet.
+ * Each total stays below SIZE_MAX / 4, so their sum cannot overflow. */
 static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
     const kvq_cache_params *p = &c->p;
     kvq_cache_bytes *b = &c->bytes;

@@ -21,13 +21,15 @@ static kvq_status run_chunk(kvq_ctx *ctx, const kvq_chunk_run *r, int chunk, int
     for (int start = 0; start < n_ctx; start += r->n_batch) {
         const int n = KVQ_MIN(r->n_batch, n_ctx - start);
         const bool wanted = start + n > first;   /* does this batch hold a scored row? */
+        const int row0 = KVQ_MAX(start, first);  /* first scored position in it  */
         double t0 = kvq_now_seconds();
-        kvq_status st = kvq_ctx_eval(ctx, toks + start, n, start, wanted ? logits : NULL, false, err);
+        kvq_status st = kvq_ctx_eval_rows(ctx, toks + start, n, start, wanted ? row0 - start : 0,
+                                          wanted ? logits : NULL, err);
         *secs += kvq_now_seconds() - t0;
         if (st) return st;
-        for (int j = KVQ_MAX(start, first); wanted && j < start + n && j < n_ctx - 1; j++) {
+        for (int j = row0; wanted && j < start + n && j < n_ctx - 1; j++) {
             /* the next token is the original one, never the BOS substitute */
-            st = fn(ud, (*index)++, logits + (size_t)(j - start) * n_vocab, toks[j + 1], err);
+            st = fn(ud, (*index)++, logits + (size_t)(j - row0) * n_vocab, toks[j + 1], err);
             if (st) return st;
         }
     }

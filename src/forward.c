@@ -168,12 +168,13 @@ static void output_logits(kvq_ctx *c, int first, int n, float *logits) {
     matmul(c, &c->m->output, c->h, n - first, logits);
 }
 
-kvq_status kvq_ctx_eval(kvq_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool last_only,
-                        kvq_error *err) {
+kvq_status kvq_ctx_eval_rows(kvq_ctx *c, const int32_t *tokens, int n, int pos, int first_row, float *logits,
+                             kvq_error *err) {
     if (!c || !tokens) return kvq_fail(err, KVQ_ERR_ARG, "eval: NULL context or tokens");
     if (n < 1 || n > c->max_batch)
         return kvq_fail(err, KVQ_ERR_ARG, "eval: %d tokens in one batch (1..%d allowed)", n, c->max_batch);
     if (pos < 0) return kvq_fail(err, KVQ_ERR_ARG, "eval: negative position %d", pos);
+    if (first_row < 0 || first_row >= n) return kvq_fail(err, KVQ_ERR_ARG, "eval: first logits row %d of %d", first_row, n);
     const kvq_model_info *in = &c->m->info;
     for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= in->n_vocab)
@@ -187,8 +188,13 @@ kvq_status kvq_ctx_eval(kvq_ctx *c, const int32_t *tokens, int n, int pos, float
         if (st) return st;
         ffn_block(c, il, n);
     }
-    if (logits) output_logits(c, last_only ? n - 1 : 0, n, logits);
+    if (logits) output_logits(c, first_row, n, logits);
     return KVQ_OK;
+}
+
+kvq_status kvq_ctx_eval(kvq_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool last_only,
+                        kvq_error *err) {
+    return kvq_ctx_eval_rows(c, tokens, n, pos, last_only && n > 0 ? n - 1 : 0, logits, err);
 }
 
 /* ------------------------------------------------------------- context */

@@ -62,33 +62,16 @@ static const char *vtype_name(uint32_t type) {
 
 /* ---------------------------------------------------------- tensor types */
 
-/*
- * Block layout of a ggml tensor type.  The trait table (src/types.c) is the
- * source of truth; the fallback rows cover only weight types whose trait
- * row has not landed yet (K-quants: 256 values per super-block) and are
- * ignored as soon as kvq_type_from_ggml_id() knows the id.
- */
-static const struct { int ggml_id; kvq_type type; int block_size, block_bytes; } k_ggml_fallback[] = {
-    { 12, KVQ_TYPE_Q4_K, 256, 144 },
-    { 13, KVQ_TYPE_Q5_K, 256, 176 },
-    { 14, KVQ_TYPE_Q6_K, 256, 210 },
-};
-
+/* Block layout of a ggml tensor type: the trait table (src/types.c) is
+ * the only source, so a type kvq can read is a type the reader accepts. */
 bool gguf_ggml_type_layout(int ggml_id, kvq_type *type, int *block_size, int *block_bytes) {
     kvq_type t = kvq_type_from_ggml_id(ggml_id);
     const kvq_type_traits *tr = t != KVQ_TYPE_COUNT ? kvq_type_get_scalar(t) : NULL;
-    if (tr) {
-        *type = t; *block_size = tr->block_size; *block_bytes = tr->block_bytes;
-        return true;
-    }
-    for (size_t i = 0; i < KVQ_ARRAY_LEN(k_ggml_fallback); i++) {
-        if (k_ggml_fallback[i].ggml_id != ggml_id) continue;
-        *type = k_ggml_fallback[i].type;
-        *block_size = k_ggml_fallback[i].block_size;
-        *block_bytes = k_ggml_fallback[i].block_bytes;
-        return true;
-    }
-    return false;
+    if (!tr) return false;
+    *type = t;
+    *block_size = tr->block_size;
+    *block_bytes = tr->block_bytes;
+    return true;
 }
 
 /* ------------------------------------------------------------ the cursor */
@@ -156,7 +139,7 @@ static kvq_status read_str(parser *p, const char *what, gguf_str *out) {
     if (s) return s;
     if (len > left(p))
         return kvq_fail(p->err, KVQ_ERR_FORMAT,
-                        "gguf: %s: %s length %llu at offset %zu exceeds the %zu bytes left (file size %zu)",
+                        "gguf: %s: %s length %llu at offset %zu runs past the end of the file (%zu bytes left, file size %zu)",
                         p->where, what, (unsigned long long)len, p->pos - 8, left(p), p->size);
     out->ptr = (const char *)p->base + p->pos;
     out->len = len;
@@ -238,6 +221,9 @@ static kvq_status parse_kv(parser *p, uint64_t i, gguf_kv *kv) {
     kvq_status s = read_str(p, "key", &kv->key);
     if (s) return s;
     if (kv->key.len == 0) return kvq_fail(p->err, KVQ_ERR_FORMAT, "gguf: %s has an empty key", p->where);
+    if (memchr(kv->key.ptr, 0, (size_t)kv->key.len))   /* lookups take C strings */
+        return kvq_fail(p->err, KVQ_ERR_FORMAT, "gguf: %s: key '%s' contains a NUL byte", p->where,
+                        shown(kv->key, nb, sizeof nb));
     snprintf(p->where, sizeof p->where, "metadata entry %llu ('%s')", (unsigned long long)i,
              shown(kv->key, nb, sizeof nb));
     uint32_t type;
@@ -355,6 +341,9 @@ static kvq_status parse_tensor_info(parser *p, uint64_t i, gguf_tensor *t) {
     kvq_status s = read_str(p, "name", &t->name);
     if (s) return s;
     if (t->name.len == 0) return kvq_fail(p->err, KVQ_ERR_FORMAT, "gguf: %s has an empty name", p->where);
+    if (memchr(t->name.ptr, 0, (size_t)t->name.len))   /* lookups take C strings */
+        return kvq_fail(p->err, KVQ_ERR_FORMAT, "gguf: %s: name '%s' contains a NUL byte", p->where,
+                        shown(t->name, nb, sizeof nb));
     snprintf(p->where, sizeof p->where, "tensor %llu ('%s')", (unsigned long long)i, shown(t->name, nb, sizeof nb));
     if ((s = read_u32(p, "dimension count", &t->n_dims))) return s;
     if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)

@@ -152,11 +152,11 @@ kvq_kld_token kvq_kld_compare(const float *logits, int n_vocab, const uint16_t *
      * the floor (-16 nats below the top or less) are left out, as llama.cpp. */
     double kl = 0.0;
     int top_base = 0;
-    float top_lp = -INFINITY;
-    for (int i = 0; i < n_vocab; i++) {
-        const float lp_base = scale * q[i] + min_lp;
+    double top_lp = -INFINITY;
+    for (int i = 0; i < n_vocab; i++) {   /* in double: KLDs of 1e-7 must not drown in rounding */
+        const double lp_base = (double)scale * q[i] + min_lp;
         if (lp_base > top_lp) { top_lp = lp_base; top_base = i; }
-        if (lp_base > -LOGPROB_RANGE) kl += exp(lp_base) * (lp_base - (logits[i] - log_norm));
+        if (lp_base > -LOGPROB_RANGE) kl += exp(lp_base) * (lp_base - ((double)logits[i] - log_norm));
     }
     r.kld = kl;
     r.same_top = argmax(logits, n_vocab) == top_base;

@@ -46,5 +46,10 @@ const kvq_model *kvq_ctx_model(const kvq_ctx *c);
 int kvq_ctx_n_vocab(const kvq_ctx *c);
 int kvq_ctx_threads(const kvq_ctx *c);
 int kvq_ctx_max_batch(const kvq_ctx *c);
+/* kvq_ctx_eval with logits (if not NULL) for rows first_row..n-1 only,
+ * written from logits[0]: the output projection, the widest product of
+ * a big-vocabulary model, is skipped for rows nobody scores. */
+kvq_status kvq_ctx_eval_rows(kvq_ctx *c, const int32_t *tokens, int n, int pos, int first_row, float *logits,
+                             kvq_error *err);
 
 #endif

@@ -11,35 +11,24 @@
 #include "quant_block.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 const int8_t kvq_iq4nl_values[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
 
-/* Index of the codebook entry nearest to v (values are sorted; NaN -> 0). */
-static int nearest_index(float v) {
-    if (!(v > kvq_iq4nl_values[0])) return 0;
-    if (v >= kvq_iq4nl_values[15]) return 15;
-    int lo = 0, hi = 15;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (v < kvq_iq4nl_values[mid]) hi = mid; else lo = mid;
-    }
-    return v - kvq_iq4nl_values[lo] < kvq_iq4nl_values[hi] - v ? lo : hi;
-}
+/* Midpoints between neighbouring codebook entries (exact halves). */
+static const float iq4nl_mids[15] = {
+    -115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f, 7.0f, 19.0f, 31.5f, 45.5f, 61.0f, 79.0f, 101.0f,
+};
 
-/* Index k minimising (x - d*T[k])^2 for d != 0: the nearest entry to x/d,
- * confirmed against its neighbours in the error itself (x/d rounds). */
+/* Index k minimising (x - d*T[k])^2 for d != 0: x lies above d*mid_i for
+ * exactly the midpoints below its nearest entry (for d > 0).  d*mid_i is
+ * exact in double (24 x 8 bits), so the choice is exact; a tie takes the
+ * lower entry (same error).  Branch-free, 15 compares. */
 static int best_index(float x, float d) {
-    int k = nearest_index(x / d);
-    double best = ((double)x - (double)d * kvq_iq4nl_values[k]);
-    best *= best;
-    for (int c = k - 1; c <= k + 1; c += 2) {
-        if (c < 0 || c > 15) continue;
-        double e = (double)x - (double)d * kvq_iq4nl_values[c];
-        if (e * e < best) { best = e * e; k = c; }
-    }
+    const double xd = d > 0 ? x : -(double)x, ad = fabs((double)d);
+    int k = 0;
+    for (int i = 0; i < 15; i++) k += xd > ad * iq4nl_mids[i];
     return k;
 }
 
@@ -64,9 +53,34 @@ typedef struct scale_event {
     int16_t t_from, t_to; /* codebook values before and after            */
 } scale_event;
 
-static int event_cmp(const void *a, const void *b) {
-    float da = ((const scale_event *)a)->d, db = ((const scale_event *)b)->d;
-    return (da > db) - (da < db);
+/* Sort events by d (all > 0, so their float bits order like integers):
+ * one counting pass into 256 buckets spanning the keys' range, then an
+ * insertion sort that only has to fix the order inside buckets.  The
+ * range is narrow (d_lo prunes the small scales), so buckets hold one or
+ * two events and this is several times faster than qsort or a full radix
+ * sort; it matters because it runs at every cache write. */
+static void sort_events(scale_event *ev, int n) {
+    enum { BUCKETS = 256 };
+    uint32_t key[KVQ_BLOCK * 8], kmin = UINT32_MAX, kmax = 0;
+    for (int i = 0; i < n; i++) {
+        key[i] = kvq_f32_bits(ev[i].d);
+        kmin = KVQ_MIN(kmin, key[i]);
+        kmax = KVQ_MAX(kmax, key[i]);
+    }
+    int shift = 0;
+    while (((kmax - kmin) >> shift) >= BUCKETS) shift++;
+    int start[BUCKETS + 1] = {0};
+    for (int i = 0; i < n; i++) start[((key[i] - kmin) >> shift) + 1]++;
+    for (int b = 0; b < BUCKETS; b++) start[b + 1] += start[b];
+    scale_event sorted[KVQ_BLOCK * 8];
+    for (int i = 0; i < n; i++) sorted[start[(key[i] - kmin) >> shift]++] = ev[i];
+    for (int i = 1; i < n; i++) {
+        const scale_event e = sorted[i];
+        int j = i;
+        for (; j > 0 && sorted[j - 1].d > e.d; j--) sorted[j] = sorted[j - 1];
+        sorted[j] = e;
+    }
+    memcpy(ev, sorted, (size_t)n * sizeof *ev);
 }
 
 typedef struct scale_choice { float d; double sse; } scale_choice;
@@ -93,30 +107,46 @@ static void try_interval(double sxx, double sxt, double stt, float lo, float hi,
 /* Best fp16 d > 0 for x scaled by sign (+1 / -1); updates best with
  * d carrying the sign. */
 static void sweep_scales(const float *x, float sign, double sxx, scale_choice *best) {
+    /* Pruning: the largest positive value p can at best reach 113*d and the
+     * largest negative one n -127*d, so SSE(d) >= (p - 113 d)^2 and
+     * >= (|n| - 127 d)^2.  Below d_lo either bound reaches the best error
+     * already found: those scales cannot win, and their breakpoints are
+     * applied up front instead of sorted (about half of them). */
+    float pmax = 0.0f, nmax = 0.0f;
+    for (int j = 0; j < KVQ_BLOCK; j++) {
+        const float xs = sign * x[j];
+        pmax = KVQ_MAX(pmax, xs);
+        nmax = KVQ_MAX(nmax, -xs);
+    }
+    const double root = sqrt(best->sse);
+    const float d_lo = (float)KVQ_MAX(0.0, KVQ_MAX((pmax - root) / 113.0, (nmax - root) / 127.0));
+
     scale_event ev[KVQ_BLOCK * 8];
     int nev = 0;
     double sxt = 0, stt = 0;
     for (int j = 0; j < KVQ_BLOCK; j++) {
         const float xs = sign * x[j];
-        /* as d grows from 0+, x/d moves from +-inf towards 0 */
+        /* as d grows from 0+, x/d moves from +-inf towards 0: the index
+         * steps towards the entry 1 (index 8) */
         int k = xs > 0 ? 15 : xs < 0 ? 0 : 8;
+        const int step = xs > 0 ? -1 : 1;
+        /* breakpoints at or below d_lo are applied now, the others queued */
+        for (; k != 8; k += step) {
+            const int to = k + step;
+            const float mid = iq4nl_mids[KVQ_MIN(k, to)];
+            if (xs / mid > d_lo) break;
+        }
         sxt += (double)xs * kvq_iq4nl_values[k];
         stt += (double)kvq_iq4nl_values[k] * kvq_iq4nl_values[k];
-        if (xs > 0) {
-            for (; k > 8; k--) {
-                float mid = 0.5f * (float)(kvq_iq4nl_values[k - 1] + kvq_iq4nl_values[k]);
-                ev[nev++] = (scale_event){ xs / mid, xs, kvq_iq4nl_values[k], kvq_iq4nl_values[k - 1] };
-            }
-        } else if (xs < 0) {
-            for (; k < 8; k++) {
-                float mid = 0.5f * (float)(kvq_iq4nl_values[k] + kvq_iq4nl_values[k + 1]);
-                ev[nev++] = (scale_event){ xs / mid, xs, kvq_iq4nl_values[k], kvq_iq4nl_values[k + 1] };
-            }
+        for (; k != 8; k += step) {
+            const int to = k + step;
+            const float mid = iq4nl_mids[KVQ_MIN(k, to)];
+            ev[nev++] = (scale_event){ xs / mid, xs, kvq_iq4nl_values[k], kvq_iq4nl_values[to] };
         }
     }
-    qsort(ev, (size_t)nev, sizeof ev[0], event_cmp);
+    if (nev > 0) sort_events(ev, nev);
     scale_choice local = { 0.0f, best->sse };
-    float lo = 0.0f;
+    float lo = d_lo;
     for (int e = 0; e <= nev; e++) {
         const float hi = e < nev ? ev[e].d : INFINITY;
         /* the parabola's minimum bounds every candidate of the interval */
@@ -130,6 +160,16 @@ static void sweep_scales(const float *x, float sign, double sxx, scale_choice *b
     if (local.sse < best->sse) { best->sse = local.sse; best->d = sign * local.d; }
 }
 
+/* Exact squared error of the block stored with scale d (best indices). */
+static double block_sse(const float *x, float d) {
+    double sse = 0;
+    for (int j = 0; j < KVQ_BLOCK; j++) {
+        const double e = d != 0.0f ? (double)x[j] - (double)d * kvq_iq4nl_values[best_index(x[j], d)] : x[j];
+        sse += e * e;
+    }
+    return sse;
+}
+
 static void encode_block(const float *x, uint8_t *dst) {
     if (!kvq_block_is_finite(x)) {               /* docs/formats.md: poisoned block */
         kvq_wr16(dst, KVQ_HALF_NAN);
@@ -140,6 +180,13 @@ static void encode_block(const float *x, uint8_t *dst) {
     for (int j = 0; j < KVQ_BLOCK; j++) sxx += (double)x[j] * x[j];
     scale_choice best = { 0.0f, sxx };       /* d = 0 decodes to zeros */
     if (sxx > 0) {
+        /* a good first candidate makes the sweeps' pruning effective: the
+         * reference's rule, the largest magnitude onto the entry -127 */
+        float vmax = 0.0f;
+        for (int j = 0; j < KVQ_BLOCK; j++) if (fabsf(x[j]) > fabsf(vmax)) vmax = x[j];
+        const float d_ref = kvq_half_to_float(kvq_float_to_half(vmax / -127.0f));
+        const double sse_ref = block_sse(x, d_ref);
+        if (d_ref != 0.0f && sse_ref < best.sse) { best.sse = sse_ref; best.d = d_ref; }
         sweep_scales(x, 1.0f, sxx, &best);
         sweep_scales(x, -1.0f, sxx, &best);
     }

@@ -42,6 +42,19 @@ static inline vf vf_load_bf16(const uint8_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
+/* kvq_float_to_bfloat on 8 lanes: round to nearest even on the top 16
+ * bits, NaN kept quiet (| 0x40). */
+static inline void vf_store_bf16(uint8_t *p, vf v) {
+    const __m256i x = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    const __m256i h = _mm256_blendv_epi8(rounded, quiet, is_nan);           /* 8 x 16 bits in 32 */
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    _mm_storeu_si128((__m128i *)p, packed);
+}
+
 static inline vf vf_abs(vf v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
 static inline float vf_abs_max(const vf v[VF_PER_BLOCK]) {
     vf m = _mm256_max_ps(_mm256_max_ps(vf_abs(v[0]), vf_abs(v[1])), _mm256_max_ps(vf_abs(v[2]), vf_abs(v[3])));

@@ -32,6 +32,18 @@ static inline vf vf_load_bf16(const uint8_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
+/* kvq_float_to_bfloat on 16 lanes: round to nearest even on the top 16
+ * bits, NaN kept quiet (| 0x40). */
+static inline void vf_store_bf16(uint8_t *p, vf v) {
+    const __m512i x = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    __m512i h = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+    const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                     _mm512_set1_epi32(0x7f800000));
+    h = _mm512_mask_or_epi32(h, is_nan, _mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(h));
+}
+
 static inline float vf_abs_max(const vf v[VF_PER_BLOCK]) {
     return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
 }

@@ -163,7 +163,7 @@ kvq_status kvq_tokenizer_create(const kvq_tokenizer_desc *d, kvq_tokenizer **out
 
 /* ---- ids -> bytes */
 
-typedef struct tok_out { char *buf; int cap, n; } tok_out;
+typedef struct tok_out { char *buf; int cap, n; } tok_out;   /* n counts past cap */
 static void tok_put(tok_out *o, const char *p, size_t len) {
     for (size_t i = 0; i < len; i++, o->n++)
         if (o->n < o->cap) o->buf[o->n] = p[i];
@@ -213,8 +213,10 @@ int kvq_tokenizer_piece(const kvq_tokenizer *t, int32_t id, char *buf, int cap) 
     int byte = ty == KVQ_TOKTYPE_BYTE ? tok_parse_byte_token(s, len) : -1;
     if (ty == KVQ_TOKTYPE_CONTROL) {
         /* nothing: control tokens stand for no text */
-    } else if (ty == KVQ_TOKTYPE_USER_DEFINED || ty == KVQ_TOKTYPE_UNKNOWN) {
-        tok_put(&o, s, len);
+    } else if (t->kind == KVQ_TOK_SPM && ty == KVQ_TOKTYPE_UNKNOWN) {
+        tok_put(&o, "\xE2\x96\x85", 3);            /* U+2585 "▅", as llama.cpp prints <unk> */
+    } else if (t->kind == KVQ_TOK_BPE && (ty == KVQ_TOKTYPE_USER_DEFINED || ty == KVQ_TOKTYPE_UNKNOWN)) {
+        tok_put(&o, s, len);                          /* added tokens are stored as plain text */
     } else if (byte >= 0) {
         char c = (char)byte;
         tok_put(&o, &c, 1);
@@ -223,7 +225,7 @@ int kvq_tokenizer_piece(const kvq_tokenizer *t, int32_t id, char *buf, int cap) 
     } else {
         tok_piece_bpe(s, len, &o);
     }
-    return o.n;
+    return KVQ_MIN(o.n, o.cap);
 }
 
 /* ---- accessors */

@@ -81,11 +81,14 @@ void kvq_tokenizer_free(kvq_tokenizer *t);
 int kvq_tokenizer_encode(const kvq_tokenizer *t, const char *text, size_t len, bool add_special,
                          bool parse_special, int32_t *out, int cap);
 
-/* The bytes token id stands for: SPM "▁" -> " ", <0xNN> -> that byte,
- * BPE byte-level characters -> their bytes; control tokens -> nothing;
- * user-defined and unknown tokens -> their text.  Writes at most cap bytes
- * (not NUL-terminated) and returns the full length (may exceed cap), or
- * -1 for an id outside the vocabulary. */
+/* The bytes token id stands for, as llama.cpp's token_to_piece gives them
+ * without special-token rendering: control tokens -> nothing; SPM: "▁" ->
+ * " ", <0xNN> -> that byte, the unknown token -> "▅" (U+2585); BPE:
+ * byte-level characters -> their bytes, user-defined and unknown tokens ->
+ * their text.  Writes at most cap bytes (not NUL-terminated) and returns
+ * how many it wrote (<= cap, as kvq_token_to_piece promises), or -1 for
+ * an id outside the vocabulary.  A piece is never longer than the token's
+ * text or 3 bytes, whichever is more. */
 int kvq_tokenizer_piece(const kvq_tokenizer *t, int32_t id, char *buf, int cap);
 
 int32_t kvq_tokenizer_n_vocab(const kvq_tokenizer *t);

@@ -8,6 +8,7 @@
 #include "quant_block.h"
 #include "quant_kquants.h"
 #include "simd.h"
+#include "kquants_simd.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -55,7 +56,9 @@ bool kvq_simd_table(const char *level, kvq_type_traits table[KVQ_TYPE_COUNT]) {
     memcpy(table, g_scalar, sizeof g_scalar);
 #if defined(__x86_64__)
     if (want2 || want512) kvq_simd_install_avx2(table);
+    if (want2 || want512) kvq_kquants_install_avx2(table);
     if (want512) kvq_simd_install_avx512(table);
+    if (want512) kvq_kquants_install_avx512(table);
 #endif
     return true;
 }

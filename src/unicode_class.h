@@ -4,13 +4,13 @@
  * number, whitespace, other) for the BPE pre-tokenisers' \p{L}, \p{N}
  * and \s.
  *
- * The class table (unicode_class.c) is an approximation: it covers the
- * scripts listed there (Latin, Greek, Cyrillic, Armenian, Hebrew, Arabic,
- * the main Indic scripts, Thai, Georgian, Hangul, kana, CJK ideographs,
- * fullwidth forms) and Unicode's full White_Space set; a code point
- * outside the table is "other" (what symbols, punctuation and emoji
- * really are).  Combining marks are "other" too, as in Unicode (\p{M}
- * is neither \p{L} nor \p{N}).
+ * The class table (unicode_class_table.h) is generated from Unicode data
+ * by tools/gen_unicode_class.py: exact for every assigned code point of
+ * that Unicode version (unassigned ones between two ranges of one class
+ * take that class).  Combining marks are "other", as in Unicode (\p{M} is
+ * neither \p{L} nor \p{N}); malformed UTF-8 bytes decode as U+FFFD,
+ * "other".  llama.cpp's own tables may be of another Unicode version:
+ * characters added in between can differ.
  */
 #ifndef KVQ_UNICODE_CLASS_H
 #define KVQ_UNICODE_CLASS_H

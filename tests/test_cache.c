@@ -89,6 +89,13 @@ TEST(cache_rejects_impossible_params) {
     }
     kvq_cache *c = NULL;
     CHECK(kvq_cache_create(NULL, &c, NULL) == KVQ_ERR_ARG, "NULL params accepted");
+    /* sizes that overflow size_t are refused before any allocation */
+    kvq_cache_params p;
+    attn_params(&p, 1 << 20, 512, 512, 1 << 30, KVQ_TYPE_F32, KVQ_TYPE_F32, KVQ_ROT_OFF);
+    p.n_layer = 1 << 16;
+    kvq_error err = { KVQ_OK, "" };
+    CHECK(kvq_cache_create(&p, &c, &err) == KVQ_ERR_ARG && c == NULL && strstr(err.msg, "overflow"),
+          "overflowing size: '%s'", err.msg);
 }
 
 TEST(cache_writes_must_be_contiguous) {

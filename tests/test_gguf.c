@@ -382,6 +382,31 @@ TEST(gguf_bad_tensor_placement) {
     expect_tensor_error(t, 1, b, "duplicate tensor name 'tok'", "duplicate name");
 }
 
+/* Replace the first occurrence of `from` (n bytes) in the built file. */
+static int patch(gw *w, const void *from, const void *to, size_t n) {
+    for (size_t i = 0; i + n <= w->n; i++)
+        if (memcmp(w->p + i, from, n) == 0) { memcpy(w->p + i, to, n); return 1; }
+    return 0;
+}
+
+/* Regression (found by fuzz/fuzz_gguf.c): a NUL inside a tensor name made
+ * the name unreachable by gguf_find_tensor and could alias another one;
+ * keys and names with NUL bytes are now rejected. */
+TEST(gguf_nul_in_names) {
+    gw_model m = gw_model_default();
+    gw w;
+    build(&w, &m);
+    int patched = patch(&w, "\4\0\0\0\0\0\0\0norm", "\4\0\0\0\0\0\0\0n\0rm", 12);
+    if (patched) expect_format_error(t, w.p, w.n, "tensor 1: name 'n?rm' contains a NUL byte", "NUL in name");
+    gw_free(&w);
+    CHECK(patched, "tensor name 'norm' not found in the built file");
+    build(&w, &m);
+    patched = patch(&w, "test.u8", "test\0u8", 7);
+    if (patched) expect_format_error(t, w.p, w.n, "key 'test?u8' contains a NUL byte", "NUL in key");
+    gw_free(&w);
+    CHECK(patched, "key 'test.u8' not found in the built file");
+}
+
 /* Random byte flips of the valid file: every result is either a file that
  * passed validation (then every tensor lies inside the buffer) or a
  * FORMAT error with a message; never a crash (ASan checks the reads). */

@@ -5,144 +5,32 @@
  * by llama-quantize; every K-quant tensor, dequantised by kvq, must be
  * close to its F32 original.  A layout mistake (nibble order, scale
  * packing, sub-block order) gives errors of order 100%, not a few %.
- * The files are read with a minimal GGUF walker of this test's own, so the
- * test does not depend on the library's reader. */
+ */
 #include "test.h"
 #include "kvq.h"
+#include "gguf.h"
+#include "matmul.h"
 
 #include <string.h>
 
-/* ------------------------------------------------- minimal GGUF walker */
-
-typedef struct mini_tensor {
-    char name[96];
-    int ggml_type;
-    int64_t ne[4];
-    uint32_t n_dims;
-    uint64_t offset;
-} mini_tensor;
-
-typedef struct mini_gguf {
-    uint8_t *buf;
-    size_t size, pos, data;
-    uint64_t n_tensors;
-    mini_tensor *t;
-    int bad;
-} mini_gguf;
-
-static uint64_t rd(mini_gguf *g, int bytes) {
-    if (g->pos + (size_t)bytes > g->size) { g->bad = 1; return 0; }
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++) v |= (uint64_t)g->buf[g->pos + (size_t)i] << (8 * i);
-    g->pos += (size_t)bytes;
-    return v;
-}
-
-static void skip(mini_gguf *g, uint64_t n) {
-    if (n > g->size - g->pos) { g->bad = 1; return; }
-    g->pos += (size_t)n;
-}
-
-/* Byte size of a scalar GGUF value type; 0 for string/array. */
-static int scalar_size(uint32_t ty) {
-    static const int sz[13] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8 };
-    return ty < 13 ? sz[ty] : -1;
-}
-
-static void skip_value(mini_gguf *g, uint32_t ty, uint32_t *alignment, int is_alignment) {
-    if (ty == 8) { skip(g, rd(g, 8)); return; }
-    if (ty == 9) {
-        uint32_t et = (uint32_t)rd(g, 4);
-        uint64_t n = rd(g, 8);
-        for (uint64_t i = 0; i < n && !g->bad; i++) skip_value(g, et, NULL, 0);
-        return;
-    }
-    int s = scalar_size(ty);
-    if (s <= 0) { g->bad = 1; return; }
-    uint64_t v = rd(g, s);
-    if (is_alignment && alignment && v) *alignment = (uint32_t)v;
-}
-
-static void mini_close(mini_gguf *g) { free(g->buf); free(g->t); }
-
-static int mini_open(mini_gguf *g, const char *path) {
-    memset(g, 0, sizeof *g);
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    g->buf = n > 0 ? malloc((size_t)n) : NULL;
-    g->size = (size_t)(n > 0 ? n : 0);
-    int ok = g->buf && fread(g->buf, 1, g->size, f) == g->size;
-    fclose(f);
-    if (!ok || rd(g, 4) != 0x46554747u /* "GGUF" */) return 0;
-    rd(g, 4); /* version */
-    g->n_tensors = rd(g, 8);
-    uint64_t n_kv = rd(g, 8);
-    uint32_t alignment = 32;
-    for (uint64_t i = 0; i < n_kv && !g->bad; i++) {
-        uint64_t klen = rd(g, 8);
-        int is_al = klen == 17 && g->pos + 17 <= g->size &&
-                    memcmp(g->buf + g->pos, "general.alignment", 17) == 0;
-        skip(g, klen);
-        skip_value(g, (uint32_t)rd(g, 4), &alignment, is_al);
-    }
-    if (g->bad || g->n_tensors > 100000) return 0;
-    g->t = calloc((size_t)g->n_tensors + 1, sizeof *g->t);
-    if (!g->t) return 0;
-    for (uint64_t i = 0; i < g->n_tensors && !g->bad; i++) {
-        mini_tensor *t = &g->t[i];
-        uint64_t len = rd(g, 8);
-        if (len >= sizeof t->name || len > g->size - g->pos) return 0;
-        memcpy(t->name, g->buf + g->pos, (size_t)len);
-        skip(g, len);
-        t->n_dims = (uint32_t)rd(g, 4);
-        if (t->n_dims > 4) return 0;
-        for (int d = 0; d < 4; d++) t->ne[d] = d < (int)t->n_dims ? (int64_t)rd(g, 8) : 1;
-        t->ggml_type = (int)rd(g, 4);
-        t->offset = rd(g, 8);
-    }
-    g->data = (g->pos + alignment - 1) / alignment * alignment;
-    return !g->bad;
-}
-
-static const mini_tensor *mini_find(const mini_gguf *g, const char *name) {
-    for (uint64_t i = 0; i < g->n_tensors; i++)
-        if (strcmp(g->t[i].name, name) == 0) return &g->t[i];
-    return NULL;
-}
-
-/* Tensor data as a kvq type, bounds-checked; NULL when unusable. */
-static const uint8_t *mini_data(const mini_gguf *g, const mini_tensor *t, kvq_type *ty, int64_t *rows) {
-    *ty = kvq_type_from_ggml_id(t->ggml_type);
-    if (*ty == KVQ_TYPE_COUNT) return NULL;
-    *rows = t->ne[1] * t->ne[2] * t->ne[3];
-    size_t bytes = kvq_row_bytes(*ty, t->ne[0]) * (size_t)*rows;
-    if (g->data + t->offset > g->size || bytes > g->size - g->data - t->offset) return NULL;
-    return g->buf + g->data + t->offset;
-}
-
-/* ------------------------------------------------------------- the tests */
-
-/* Relative RMS error of one dequantised tensor against its F32 original,
- * or -1 when the tensor is unusable. */
-static double tensor_rel_rms(const mini_gguf *q, const mini_tensor *tq, const mini_gguf *f32,
-                             kvq_type *ty_out) {
-    const mini_tensor *tf = mini_find(f32, tq->name);
-    kvq_type ty, tyf;
-    int64_t rows, rows_f;
-    const uint8_t *dq = mini_data(q, tq, &ty, &rows);
-    const uint8_t *df = tf ? mini_data(f32, tf, &tyf, &rows_f) : NULL;
-    *ty_out = ty;
-    if (!dq || !df || tyf != KVQ_TYPE_F32 || rows != rows_f || tf->ne[0] != tq->ne[0]) return -1;
-    const int64_t cols = tq->ne[0];
+/* Relative RMS error of one dequantised tensor against its F32 original
+ * in f32file, or -1 when the tensor is missing there or unusable. */
+static double tensor_rel_rms(const gguf_tensor *tq, const gguf_file *f32file) {
+    char name[256];
+    if (tq->name.len >= sizeof name) return -1;
+    memcpy(name, tq->name.ptr, (size_t)tq->name.len);
+    name[tq->name.len] = 0;
+    const gguf_tensor *tf = gguf_find_tensor(f32file, name);
+    if (!tf || tf->type != KVQ_TYPE_F32 || tf->ne[0] != tq->ne[0]) return -1;
+    const int64_t cols = tq->ne[0], rows = tq->ne[1] * tq->ne[2] * tq->ne[3];
+    if (rows != tf->ne[1] * tf->ne[2] * tf->ne[3]) return -1;
     float *row = malloc((size_t)cols * sizeof *row);
     if (!row) return -1;
+    const size_t row_bytes = kvq_row_bytes(tq->type, cols);
     double err = 0, ref = 0;
     for (int64_t r = 0; r < rows; r++) {
-        kvq_dequantize_row(ty, dq + kvq_row_bytes(ty, cols) * (size_t)r, row, cols);
-        const float *orig = (const float *)df + r * cols;
+        kvq_dequantize_row(tq->type, (const uint8_t *)tq->data + row_bytes * (size_t)r, row, cols);
+        const float *orig = (const float *)tf->data + r * cols;
         for (int64_t i = 0; i < cols; i++) {
             double e = (double)row[i] - orig[i];
             err += e * e;
@@ -163,25 +51,27 @@ static void check_file(test_ctx *t, const char *file, const double limit[KVQ_TYP
     if (!test_shared_path(pq, sizeof pq, rel) ||
         !test_shared_path(pf, sizeof pf, "models/synth/qwen3-h128.gguf"))
         SKIP("../shared/models/synth/%s not found", file);
-    mini_gguf q, f;
-    int ok = mini_open(&q, pq) & mini_open(&f, pf);
+    gguf_file *q = NULL, *f = NULL;
+    kvq_error err = { 0 };
     char fail[300] = "";
     int seen[KVQ_TYPE_COUNT] = { 0 };
     double worst[KVQ_TYPE_COUNT] = { 0 };
-    if (!ok) snprintf(fail, sizeof fail, "cannot parse %s or qwen3-h128.gguf", file);
-    for (uint64_t i = 0; ok && i < q.n_tensors && !fail[0]; i++) {
-        kvq_type ty = kvq_type_from_ggml_id(q.t[i].ggml_type);
+    if (gguf_open(pq, &q, &err) != KVQ_OK || gguf_open(pf, &f, &err) != KVQ_OK)
+        snprintf(fail, sizeof fail, "cannot open %s or qwen3-h128.gguf: %s", file, err.msg);
+    for (uint64_t i = 0; q && f && i < q->n_tensors && !fail[0]; i++) {
+        const gguf_tensor *tq = &q->tensors[i];
+        const kvq_type ty = tq->type;
         if (ty != KVQ_TYPE_Q4_K && ty != KVQ_TYPE_Q5_K && ty != KVQ_TYPE_Q6_K) continue;
-        double e = tensor_rel_rms(&q, &q.t[i], &f, &ty);
-        if (e < 0) snprintf(fail, sizeof fail, "%s: tensor %s unusable", file, q.t[i].name);
+        double e = tensor_rel_rms(tq, f);
+        if (e < 0) snprintf(fail, sizeof fail, "%s: tensor %.*s unusable", file, (int)tq->name.len, tq->name.ptr);
         else if (e > limit[ty])
-            snprintf(fail, sizeof fail, "%s: %s (%s) relative RMS error %.4f > %.4f", file,
-                     q.t[i].name, kvq_type_name(ty), e, limit[ty]);
+            snprintf(fail, sizeof fail, "%s: %.*s (%s) relative RMS error %.4f > %.4f", file,
+                     (int)tq->name.len, tq->name.ptr, kvq_type_name(ty), e, limit[ty]);
         seen[ty]++;
         if (e > worst[ty]) worst[ty] = e;
     }
-    mini_close(&q);
-    mini_close(&f);
+    gguf_close(q);
+    gguf_close(f);
     CHECK(!fail[0], "%s", fail);
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++)
         CHECK(!need[ty] || seen[ty] > 0, "%s has no %s tensor", file, kvq_type_name((kvq_type)ty));
@@ -250,4 +140,49 @@ TEST(kquant_q5_K_is_q4_K_plus_high_bit) {
          * unless the sub-block scale is 0 */
         CHECK(y5b[want] >= y5[want], "qh[%d] bit %d lowered value %d", l, b, want);
     }
+}
+
+/* kvq_matmul on real K-quant weights against the same matmul on their F32
+ * originals: the outputs differ by about the weights' own error. */
+TEST(kquant_matmul_real_weights) {
+    char pq[1024], pf[1024];
+    if (!test_shared_path(pq, sizeof pq, "models/synth/qwen3-h128-q4_k.gguf") ||
+        !test_shared_path(pf, sizeof pf, "models/synth/qwen3-h128.gguf"))
+        SKIP("../shared/models/synth not found");
+    gguf_file *q = NULL, *f = NULL;
+    kvq_error err = { 0 };
+    if (gguf_open(pq, &q, &err) != KVQ_OK || gguf_open(pf, &f, &err) != KVQ_OK) {
+        gguf_close(q);
+        CHECK(0, "cannot open the synth models: %s", err.msg);
+    }
+    const gguf_tensor *tq = gguf_find_tensor(q, "blk.0.attn_q.weight");
+    const gguf_tensor *tf = gguf_find_tensor(f, "blk.0.attn_q.weight");
+    char fail[200] = "";
+    if (!tq || !tf || tq->type != KVQ_TYPE_Q4_K || tf->type != KVQ_TYPE_F32 || tq->ne[0] != tf->ne[0])
+        snprintf(fail, sizeof fail, "blk.0.attn_q.weight missing or not q4_K / f32");
+    const int64_t cols = tq ? tq->ne[0] : 0, rows = tq ? tq->ne[1] : 0, n_tok = 5;
+    float *X = fail[0] ? NULL : malloc(sizeof(float) * (size_t)(cols * n_tok));
+    float *Yq = fail[0] ? NULL : malloc(sizeof(float) * (size_t)(rows * n_tok));
+    float *Yf = fail[0] ? NULL : malloc(sizeof(float) * (size_t)(rows * n_tok));
+    kvq_pool *pool = kvq_pool_create(2);
+    if (!fail[0] && X && Yq && Yf && pool) {
+        test_rng rng = { 11, 0, 0 };
+        for (int64_t i = 0; i < cols * n_tok; i++) X[i] = (float)test_rng_gauss(&rng);
+        kvq_matmul(pool, KVQ_TYPE_Q4_K, tq->data, rows, cols, X, n_tok, Yq);
+        kvq_matmul(pool, KVQ_TYPE_F32, tf->data, rows, cols, X, n_tok, Yf);
+        double e = 0, r = 0;
+        for (int64_t i = 0; i < rows * n_tok; i++) {
+            e += ((double)Yq[i] - Yf[i]) * ((double)Yq[i] - Yf[i]);
+            r += (double)Yf[i] * Yf[i];
+        }
+        if (!(r > 0 && sqrt(e / r) < 0.12))
+            snprintf(fail, sizeof fail, "q4_K matmul relative RMS error %.4f vs f32", r > 0 ? sqrt(e / r) : -1.0);
+    } else if (!fail[0]) {
+        snprintf(fail, sizeof fail, "out of memory");
+    }
+    free(X); free(Yq); free(Yf);
+    kvq_pool_free(pool);
+    gguf_close(q);
+    gguf_close(f);
+    CHECK(!fail[0], "%s", fail);
 }

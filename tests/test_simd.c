@@ -14,9 +14,9 @@
 enum { N = 512, BLOCK = 32 };
 
 typedef enum { ROW_GAUSS, ROW_MIXED_SCALES, ROW_ZEROS, ROW_HUGE, ROW_F16_EDGE, ROW_DENORMAL,
-               ROW_TINY, ROW_NONFINITE, ROW_KINDS } row_kind;
+               ROW_TINY, ROW_NONFINITE, ROW_TIES, ROW_RANDOM_BITS, ROW_KINDS } row_kind;
 static const char *const row_names[ROW_KINDS] = {
-    "gauss", "mixed-scales", "zeros", "one 1e30", "one 6e4", "denormals", "1e-30 scaled", "nan/inf",
+    "gauss", "mixed-scales", "zeros", "one 1e30", "one 6e4", "denormals", "1e-30 scaled", "nan/inf", "q8 ties", "random bit patterns",
 };
 
 static void make_row(row_kind kind, test_rng *r, float *x) {
@@ -32,6 +32,15 @@ static void make_row(row_kind kind, test_rng *r, float *x) {
     case ROW_DENORMAL: for (int i = 0; i < N; i++) x[i] *= 1e-40f; break;
     case ROW_TINY: for (int i = 0; i < N; i++) x[i] *= 1e-30f; break;
     case ROW_NONFINITE: x[3] = NAN; x[70] = INFINITY; x[200] = -INFINITY; break;
+    case ROW_TIES: /* q8_0: max 127 gives d = 1, so x/d lands on k + 0.5 exactly */
+        for (int i = 0; i < N; i++) x[i] = i % BLOCK == 0 ? 127.0f : (float)(i * 37 % 253 - 126) + 0.5f;
+        break;
+    case ROW_RANDOM_BITS: /* every float class incl. NaN payloads; sums would overflow */
+        for (int i = 0; i < N; i++) {
+            const uint32_t u = (uint32_t)test_rng_u64(r);
+            memcpy(&x[i], &u, 4);
+        }
+        break;
     default: break;
     }
 }
@@ -82,6 +91,8 @@ static int compare_type(const kvq_type_traits *fast, const kvq_type_traits *ref,
             snprintf(f->msg, sizeof f->msg, "dequantize [%d]: %a vs scalar %a", i, (double)y_fast[i], (double)y_ref[i]);
             return 0;
         }
+
+    if (kind == ROW_RANDOM_BITS) return 1;   /* encoders and decoders only */
 
     /* both sides may round each term and each partial sum once or twice */
     const double eps = 4.0 * N * FLT_EPSILON;
@@ -141,4 +152,26 @@ TEST(simd_active_level_is_consistent) {
     }
     const char *force = getenv("KVQ_FORCE_SCALAR");
     if (force && *force == '1') CHECK(strcmp(level, "scalar") == 0, "KVQ_FORCE_SCALAR=1 but level %s", level);
+}
+
+/* KVQ_FORCE_SCALAR=1 in a fresh process selects the scalar table (the
+ * choice is made once per process, so it needs a child: the CLI's
+ * quant-test prints the level in its header). */
+TEST(simd_force_scalar_env) {
+    const char *bin = test_kvq_bin();
+    if (!bin) SKIP("KVQ_BIN not set (run through make test)");
+    char cmd[1200], out[4096];
+    snprintf(cmd, sizeof cmd, "KVQ_FORCE_SCALAR=1 '%s' quant-test --type q8_0 --rows 1 --dim 32", bin);
+    int rc = test_run(cmd, out, sizeof out);
+    CHECK(rc == 0, "quant-test failed (%d): %s", rc, out);
+    CHECK(strstr(out, "simd scalar") != NULL, "KVQ_FORCE_SCALAR=1 not obeyed: %s", out);
+    /* and without it, the child picks what this process picked (unless this
+     * process itself runs forced scalar: then the CPU's level is unknown) */
+    if (!strcmp(kvq_simd_level(), "scalar")) return;
+    snprintf(cmd, sizeof cmd, "KVQ_FORCE_SCALAR=0 '%s' quant-test --type q8_0 --rows 1 --dim 32", bin);
+    rc = test_run(cmd, out, sizeof out);
+    char want[64];
+    snprintf(want, sizeof want, "simd %s", kvq_simd_level());
+    CHECK(rc == 0 && strstr(out, want) != NULL, "without the variable the level should be %s: %s",
+          kvq_simd_level(), out);
 }

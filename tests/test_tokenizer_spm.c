@@ -6,6 +6,7 @@
 #include "tokenizer.h"
 
 #include <string.h>
+#include <unistd.h>
 
 /* ---- the golden file: "# comments", then per entry a JSON string line
  * and an ids line. */
@@ -103,8 +104,7 @@ static void free_golden(golden_entry *e, int n) {
     for (int i = 0; i < n; i++) { free(e[i].text); free(e[i].ids); }
 }
 
-static kvq_tokenizer *load_stories(test_ctx *t, gguf_file **gf) {
-    (void)t;
+static kvq_tokenizer *load_stories(gguf_file **gf) {
     char path[1024];
     kvq_error err;
     kvq_tokenizer *tok = NULL;
@@ -121,7 +121,7 @@ TEST(tok_spm_golden_tok512) {
         SKIP("../shared (golden/tok512.tokens.txt, models/stories260K.gguf) absent");
     test_shared_path(gpath, sizeof gpath, "golden/tok512.tokens.txt");
     gguf_file *gf = NULL;
-    kvq_tokenizer *tok = load_stories(t, &gf);
+    kvq_tokenizer *tok = load_stories(&gf);
     CHECK(tok, "cannot load the stories260K tokenizer");
     golden_entry e[16];
     int n = read_golden(gpath, e, 16);
@@ -149,7 +149,7 @@ TEST(tok_spm_golden_decodes_to_input) {
     char gpath[1024];
     if (!test_shared_path(gpath, sizeof gpath, "golden/tok512.tokens.txt")) SKIP("../shared absent");
     gguf_file *gf = NULL;
-    kvq_tokenizer *tok = load_stories(t, &gf);
+    kvq_tokenizer *tok = load_stories(&gf);
     CHECK(tok, "cannot load the stories260K tokenizer");
     golden_entry e[16];
     int n = read_golden(gpath, e, 16), checked = 0, bad = -1;
@@ -177,7 +177,7 @@ TEST(tok_spm_golden_decodes_to_input) {
 TEST(tok_spm_stories_accessors_and_bad_ids) {
     gguf_file *gf = NULL;
     if (!test_shared_dir()) SKIP("../shared absent");
-    kvq_tokenizer *tok = load_stories(t, &gf);
+    kvq_tokenizer *tok = load_stories(&gf);
     CHECK(tok, "cannot load the stories260K tokenizer");
     int nv = kvq_tokenizer_n_vocab(tok), bos = kvq_tokenizer_bos(tok), eos = kvq_tokenizer_eos(tok);
     bool add_bos = kvq_tokenizer_add_bos(tok);
@@ -303,11 +303,15 @@ TEST(tok_spm_no_space_prefix_and_pieces) {
     bool space_a = l1 == 2 && memcmp(buf, " a", 2) == 0;
     int l2 = kvq_tokenizer_piece(tok, 3 + 0xC3, buf, sizeof buf);
     bool byte = l2 == 1 && (uint8_t)buf[0] == 0xC3;
-    int l3 = kvq_tokenizer_piece(tok, V_SPACE_A, buf, 1);         /* short buffer: full length */
+    int l4 = kvq_tokenizer_piece(tok, 0, buf, sizeof buf);        /* <unk> prints as llama.cpp's ▅ */
+    bool unk = l4 == 3 && memcmp(buf, "\xE2\x96\x85", 3) == 0;
+    buf[1] = 'x';
+    int l3 = kvq_tokenizer_piece(tok, V_SPACE_A, buf, 1);         /* short buffer: cut, never overrun */
     kvq_tokenizer_free(tok);
+    CHECK(unk, "<unk> decodes to %d bytes", l4);
     CHECK(space_a, "▁a decodes to %d bytes", l1);
     CHECK(byte, "<0xC3> decodes to %d bytes (%02x)", l2, (uint8_t)buf[0]);
-    CHECK(l3 == 2 && buf[0] == ' ', "cap 1 gave %d", l3);
+    CHECK(l3 == 1 && buf[0] == ' ' && buf[1] == 'x', "cap 1 gave %d", l3);
 }
 
 TEST(tok_create_rejects_bad_descriptions) {
@@ -321,4 +325,41 @@ TEST(tok_create_rejects_bad_descriptions) {
     d.n_vocab = 1; d.tokens = &one; d.bos = 1;
     kvq_status bad_bos = kvq_tokenizer_create(&d, &tok, &err);
     CHECK(bad_bos != KVQ_OK && tok == NULL && strstr(err.msg, "outside"), "bos 1 of 1 token: %d (%s)", bad_bos, err.msg);
+}
+
+/* ---- the `kvq tokenize` command against the golden (its last, longest
+ * entry, written to a file as raw bytes) */
+TEST(tok_cli_tokenize_matches_golden) {
+    char gpath[512], mpath[512];
+    const char *bin = test_kvq_bin();
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(gpath, sizeof gpath, "golden/tok512.tokens.txt") ||
+        !test_shared_path(mpath, sizeof mpath, "models/stories260K.gguf"))
+        SKIP("../shared absent");
+    golden_entry e[16];
+    int n = read_golden(gpath, e, 16);
+    CHECK(n == 10, "golden has %d entries", n);
+    char tmp[] = "/tmp/kvq_tok_XXXXXX";
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    bool written = f && fwrite(e[9].text, 1, e[9].len, f) == e[9].len;
+    if (f) fclose(f);
+    char cmd[2048], *out = malloc(1 << 16);
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s -f %s --ids", bin, mpath, tmp);
+    int rc = written && out ? test_run(cmd, out, 1 << 16) : -1;
+    remove(tmp);
+    int same = rc == 0 && out[0] == '[', k = 0;
+    for (char *p = out + 1; same && k < e[9].n_ids; k++) {
+        char *q;
+        long v = strtol(p, &q, 10);
+        same = q != p && v == e[9].ids[k];
+        p = q + (*q == ',' ? 1 : 0);
+    }
+    free_golden(e, n);
+    free(out);
+    CHECK(same, "kvq tokenize rc %d: ids differ from the golden at index %d", rc, k - 1);
+    snprintf(cmd, sizeof cmd, "%s tokenize -p hello --ids", bin);
+    char msg[512];
+    rc = test_run(cmd, msg, sizeof msg);
+    CHECK(rc != 0 && strstr(msg, "no model"), "missing -m: rc %d, \"%s\"", rc, msg);
 }

@@ -18,6 +18,7 @@ static const command g_commands[] = {
     { "kld",        cmd_kld,        "KL divergence against a reference (llama.cpp base files)" },
     { "bench",      cmd_bench,      "prompt and generation tokens/s" },
     { "sweep",      cmd_sweep,      "KLD, size and speed of every cache configuration: table, ladder, plot" },
+    { "tokenize",   cmd_tokenize,   "token ids of a text under a model's vocabulary (as llama-tokenize)" },
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,48 @@
+/*
+ * bench.h - kvq's benchmark driver: named groups of benchmarks.
+ *
+ *   build/kvq-bench                 run every group
+ *   build/kvq-bench GROUP [ARGS]    run one group, ARGS passed to it
+ *   build/kvq-bench --list          list the groups
+ *
+ * Adding a group: write bench/bench_NAME.c with
+ *   int bench_NAME(int argc, char **argv)     (argv[0] = group name)
+ * declare it below (or in its own header, as bench_matmul.h) and add one
+ * line to the table in bench/bench_main.c.
+ * A group prints markdown (a heading and tables) to stdout and returns 0,
+ * or non-zero after printing an error.
+ */
+#ifndef KVQ_BENCH_H
+#define KVQ_BENCH_H
+
+#include <stddef.h>
+
+typedef int (*bench_fn)(int argc, char **argv);
+typedef struct bench_group {
+    const char *name;
+    const char *what;   /* one line for --list */
+    bench_fn run;
+} bench_group;
+
+int bench_formats(int argc, char **argv);
+int bench_attention(int argc, char **argv);
+
+/* ---- helpers shared by groups (bench_main.c) ---- */
+
+/* Monotonic wall time in seconds. */
+double bench_now(void);
+/* CPU time of the calling thread in seconds: what bench_time measures,
+ * because the machines kvq is developed on are shared (wall time there
+ * counts other people's work). */
+double bench_cpu_now(void);
+/* Median of n values (sorts v in place). */
+double bench_median(double *v, int n);
+/* Seconds per call of fn(ctx): calls are batched so that one timed batch
+ * lasts at least min_batch_s, and the median over `reps` batches is
+ * returned (one untimed warm-up batch first).  Single-threaded fn only:
+ * the clock is the calling thread's CPU time. */
+double bench_time(void (*fn)(void *ctx), void *ctx, int reps, double min_batch_s);
+/* A value the optimiser must assume is used. */
+void bench_consume(double v);
+
+#endif

@@ -1,0 +1,125 @@
+/*
+ * bench_attention.c - decode attention over the quantised cache: one query
+ * row per head (32 query heads, 8 KV heads x 128, GQA 4) over 4096 and
+ * 32768 cached tokens, for every cache type (K and V of the same type).
+ *
+ * Printed per type and context: time per decode step with 1 and 2
+ * threads, GB/s of cache rows read (K + V bodies of every key), and the
+ * speed relative to f16 (f16 time / this type's time, 2 threads).
+ *
+ * Each figure is the median of at least 5 timed steps (wall clock: the
+ * 2-thread runs need it).  Timings live here, never in tests.
+ */
+#include "bench.h"
+#include "cache.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+enum { BENCH_HEADS_KV = 8, BENCH_GQA = 4, BENCH_HEAD_DIM = 128, BENCH_DISTINCT = 256 };
+
+static float rand_gauss(uint64_t *s) {   /* splitmix64 + sum of uniforms: cheap, good enough */
+    float acc = 0.0f;
+    for (int i = 0; i < 4; i++) {
+        uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        acc += (float)((z ^ (z >> 31)) >> 11) * (1.0f / 9007199254740992.0f);
+    }
+    return (acc - 2.0f) * 1.7320508f;
+}
+
+/* A cache of n_ctx tokens: BENCH_DISTINCT real writes, whose body rows are
+ * then repeated up to n_ctx (quantising 32768 x 16 rows of iq4_nl would
+ * dominate the run; the attention reads the same bytes either way). */
+static kvq_cache *make_cache(kvq_type t, int n_ctx) {
+    kvq_cache_params p;
+    kvq_cache_params_default(&p);
+    p.n_head_kv = BENCH_HEADS_KV;
+    p.head_dim_k = p.head_dim_v = BENCH_HEAD_DIM;
+    p.n_ctx = n_ctx;
+    p.max_batch = BENCH_DISTINCT;
+    p.type_k = p.type_v = t;
+    kvq_cache *c = NULL;
+    kvq_error err;
+    if (kvq_cache_create(&p, &c, &err) != KVQ_OK) {
+        fprintf(stderr, "bench_attention: %s\n", err.msg);
+        return NULL;
+    }
+    const size_t n = (size_t)BENCH_DISTINCT * BENCH_HEADS_KV * BENCH_HEAD_DIM;
+    float *kv = malloc(2 * n * sizeof(float));
+    uint64_t seed = 1;
+    if (kv)
+        for (size_t i = 0; i < 2 * n; i++) kv[i] = rand_gauss(&seed);
+    if (!kv || kvq_cache_write(c, 0, 0, BENCH_DISTINCT, kv, kv + n, &err) != KVQ_OK) {
+        free(kv);
+        kvq_cache_free(c);
+        return NULL;
+    }
+    free(kv);
+    const kvq_cache_side *sides[2] = { &c->k[0], &c->v[0] };
+    for (int s = 0; s < 2; s++)
+        for (int h = 0; h < BENCH_HEADS_KV; h++) {
+            uint8_t *head = sides[s]->body + (size_t)h * n_ctx * sides[s]->row_bytes;
+            for (int p0 = BENCH_DISTINCT; p0 < n_ctx; p0 += BENCH_DISTINCT)
+                memcpy(head + (size_t)p0 * sides[s]->row_bytes, head,
+                       (size_t)KVQ_MIN(BENCH_DISTINCT, n_ctx - p0) * sides[s]->row_bytes);
+        }
+    c->n_stored[0] = n_ctx;
+    return c;
+}
+
+/* Median time of one decode step (query at the last position): at least
+ * 5 steps, more while under half a second, at most 50. */
+static double time_decode(kvq_cache *c, int n_ctx, const float *q, float *out, kvq_pool *pool) {
+    const int n_head = BENCH_HEADS_KV * BENCH_GQA;
+    const float scale = 1.0f / sqrtf((float)BENCH_HEAD_DIM);
+    double times[50], spent = 0.0;
+    int reps = 0;
+    while (reps < 50 && (reps < 5 || spent < 0.5)) {
+        const double t0 = bench_now();
+        if (kvq_cache_attend(c, 0, n_ctx - 1, 1, n_head, q, scale, out, pool, NULL) != KVQ_OK) return -1.0;
+        times[reps] = bench_now() - t0;
+        spent += times[reps++];
+    }
+    return bench_median(times, reps);
+}
+
+int bench_attention(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    static const int contexts[] = { 4096, 32768 };
+    const int n_head = BENCH_HEADS_KV * BENCH_GQA;
+    float q[BENCH_HEADS_KV * BENCH_GQA * BENCH_HEAD_DIM], out[BENCH_HEADS_KV * BENCH_GQA * BENCH_HEAD_DIM];
+    uint64_t seed = 7;
+    for (int i = 0; i < n_head * BENCH_HEAD_DIM; i++) q[i] = rand_gauss(&seed);
+    kvq_pool *pool2 = kvq_pool_create(2);
+    printf("attention decode: %d KV heads x %d, GQA %d, simd %s\n", BENCH_HEADS_KV, BENCH_HEAD_DIM, BENCH_GQA,
+           kvq_simd_level());
+    printf("%-8s %6s %9s %9s %8s %9s %8s %8s\n", "type", "ctx", "B/token", "ms(1T)", "GB/s", "ms(2T)", "GB/s",
+           "vs f16");
+    for (size_t ci = 0; ci < KVQ_ARRAY_LEN(contexts); ci++) {
+        const int n_ctx = contexts[ci];
+        double t1[KVQ_TYPE_COUNT] = { 0 }, t2[KVQ_TYPE_COUNT] = { 0 };
+        for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
+            const kvq_type_traits *tr = kvq_type_get_scalar((kvq_type)t);
+            kvq_cache *c = tr && tr->is_cache_type ? make_cache((kvq_type)t, n_ctx) : NULL;
+            if (!c) continue;
+            t1[t] = time_decode(c, n_ctx, q, out, NULL);
+            t2[t] = pool2 ? time_decode(c, n_ctx, q, out, pool2) : t1[t];
+            kvq_cache_free(c);
+        }
+        for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
+            if (t1[t] <= 0.0 || t2[t] <= 0.0) continue;
+            const size_t per_token = 2 * kvq_cache_row_bytes((kvq_type)t, BENCH_HEADS_KV, BENCH_HEAD_DIM);
+            const double bytes = (double)per_token * n_ctx;
+            printf("%-8s %6d %9zu %9.3f %8.2f %9.3f %8.2f %8.2f\n", kvq_type_name((kvq_type)t), n_ctx, per_token,
+                   1e3 * t1[t], bytes / t1[t] * 1e-9, 1e3 * t2[t], bytes / t2[t] * 1e-9,
+                   t2[KVQ_TYPE_F16] > 0.0 ? t2[KVQ_TYPE_F16] / t2[t] : 0.0);
+        }
+    }
+    kvq_pool_free(pool2);
+    return 0;
+}

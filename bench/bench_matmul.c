@@ -1,0 +1,136 @@
+/* bench_matmul.c - throughput of kvq_matmul (decode: one token, prefill:
+ * 64 tokens) for every weight type a GGUF model may hold.  Timings only;
+ * correctness lives in tests/test_matmul.c. */
+#include "bench_matmul.h"
+
+#include "kvq.h"
+#include "matmul.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static float rng_float(uint64_t *s) { return (float)((double)(rng_next(s) >> 11) / 9007199254740992.0 - 0.5); }
+
+/* rows x cols weights of type ty: quantised uniform noise, or (weight-only
+ * K-quants, no quantiser) random bytes with small finite fp16 scales. */
+static uint8_t *make_weights(kvq_type ty, int64_t rows, int64_t cols) {
+    const kvq_type_traits *tr = kvq_type_get(ty);
+    const size_t rb = kvq_row_bytes(ty, cols);
+    uint8_t *w = malloc(rb * (size_t)rows);
+    float *x = malloc(sizeof(float) * (size_t)cols);
+    uint64_t s = 1234 + (uint64_t)ty;
+    if (!w || !x) { free(w); free(x); return NULL; }
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *row = w + rb * (size_t)r;
+        if (tr->quantize) {
+            for (int64_t i = 0; i < cols; i++) x[i] = rng_float(&s);
+            kvq_quantize_row(ty, x, row, cols);
+            continue;
+        }
+        for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)rng_next(&s);
+        const uint16_t d = kvq_fp32_to_fp16(0.01f);
+        for (size_t b = 0; b < rb; b += (size_t)tr->block_bytes) {
+            /* Q6_K keeps d last; Q4_K/Q5_K keep d, dmin first */
+            if (ty == KVQ_TYPE_Q6_K) memcpy(row + b + 208, &d, 2);
+            else { memcpy(row + b, &d, 2); memcpy(row + b + 2, &d, 2); }
+        }
+    }
+    free(x);
+    return w;
+}
+
+/* Median seconds of `reps` runs (after one warm-up run). */
+static double time_matmul(kvq_pool *pool, kvq_type ty, const uint8_t *W, int64_t rows, int64_t cols,
+                          const float *X, int64_t n_tok, float *Y, int reps) {
+    double t[64];
+    kvq_matmul(pool, ty, W, rows, cols, X, n_tok, Y);
+    for (int i = 0; i < reps; i++) {
+        double t0 = now_s();
+        kvq_matmul(pool, ty, W, rows, cols, X, n_tok, Y);
+        t[i] = now_s() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    return t[reps / 2];
+}
+
+static bool type_selected(const char *list, const char *name) {
+    if (!list) return true;
+    size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return true;
+    return false;
+}
+
+int bench_matmul(int argc, char **argv) {
+    int64_t rows = 2048, cols = 2048;
+    int reps = 5;
+    const char *types = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--rows") && v) rows = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--cols") && v) cols = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && v) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--types") && v) types = argv[++i];
+        else { fprintf(stderr, "bench_matmul: unknown option '%s'\n", argv[i]); return 1; }
+    }
+    if (rows < 1 || cols < 256 || cols % 256 || reps < 1 || reps > 64) {
+        fprintf(stderr, "bench_matmul: need rows >= 1, cols a multiple of 256, 1 <= reps <= 64\n");
+        return 1;
+    }
+    const int64_t toks[] = { 1, 64 };
+    const int threads[] = { 1, 2 };
+    float *X = malloc(sizeof(float) * (size_t)(cols * 64));
+    float *Y = malloc(sizeof(float) * (size_t)(rows * 64));
+    kvq_pool *pools[2] = { kvq_pool_create(1), kvq_pool_create(2) };
+    if (!X || !Y || !pools[0] || !pools[1]) {
+        fprintf(stderr, "bench_matmul: out of memory\n");
+        free(X); free(Y); kvq_pool_free(pools[0]); kvq_pool_free(pools[1]);
+        return 1;
+    }
+    uint64_t s = 7;
+    for (int64_t i = 0; i < cols * 64; i++) X[i] = rng_float(&s);
+    printf("matmul %lldx%lld, simd %s, median of %d (GFLOP/s = 2*rows*cols*n_tok / time)\n",
+           (long long)rows, (long long)cols, kvq_simd_level(), reps);
+    printf("%-8s %6s %7s %10s %9s\n", "type", "n_tok", "threads", "ms", "GFLOP/s");
+    for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
+        const kvq_type_traits *tr = kvq_type_get((kvq_type)ty);
+        if (!tr || cols % tr->block_size || !type_selected(types, tr->name)) continue;
+        uint8_t *W = make_weights((kvq_type)ty, rows, cols);
+        if (!W) { fprintf(stderr, "bench_matmul: out of memory\n"); continue; }
+        for (size_t k = 0; k < 2; k++)
+            for (size_t p = 0; p < 2; p++) {
+                double sec = time_matmul(pools[p], (kvq_type)ty, W, rows, cols, X, toks[k], Y, reps);
+                printf("%-8s %6lld %7d %10.3f %9.2f\n", tr->name, (long long)toks[k], threads[p], 1e3 * sec,
+                       2.0 * (double)rows * (double)cols * (double)toks[k] / sec * 1e-9);
+            }
+        fflush(stdout);
+        free(W);
+    }
+    free(X); free(Y);
+    kvq_pool_free(pools[0]);
+    kvq_pool_free(pools[1]);
+    return 0;
+}
+
+#ifdef BENCH_MATMUL_STANDALONE
+int main(int argc, char **argv) { return bench_matmul(argc, argv); }
+#endif

@@ -1,0 +1,12 @@
+/* bench_matmul.h - the matmul benchmark group (bench/bench_matmul.c), for
+ * the bench driver to call. */
+#ifndef KVQ_BENCH_MATMUL_H
+#define KVQ_BENCH_MATMUL_H
+
+/* GFLOP/s of kvq_matmul per weight type, 2048x2048 weights, n_tok 1 and
+ * 64, 1 and 2 threads, median of 5 runs; prints one line per case.
+ * Options: --rows N --cols N --reps N --types a,b,c.  Returns 0, or 1 on a
+ * bad option or failed allocation. */
+int bench_matmul(int argc, char **argv);
+
+#endif
