@@ -318,3 +318,26 @@ TEST(kvarn_cache_simd_unpack_equals_scalar) {
         CHECK(!memcmp(a, b, (size_t)n * sizeof *a), "%d halves differ", n);
     }
 }
+
+/* kvq quant-test measures KVarN on whole 128-row tiles (FORMATS.md §6):
+ * one table row, error ordered by bits; fewer rows than a tile: a note. */
+TEST(kvarn_cli_quant_test_tiles) {
+    const char *bin = test_kvq_bin();
+    if (!bin) SKIP("KVQ_BIN not set (run through make test)");
+    static char out[1 << 14];
+    char cmd[1024];
+    double nmse[2];
+    const char *types[2] = { "kvarn3", "kvarn5" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s quant-test --dim 64 --rows 128 --type %s --outliers", bin, types[i]);
+        CHECK(test_run(cmd, out, sizeof out) == 0, "'%s': %s", cmd, out);
+        char needle[32];
+        snprintf(needle, sizeof needle, "\n| %s |", types[i]);
+        const char *row = strstr(out, needle);
+        CHECK(row && sscanf(row + strlen(needle), " %*f | %*e | %lf", &nmse[i]) == 1, "no row for %s in:\n%s",
+              types[i], out);
+    }
+    CHECK(nmse[0] > 0 && nmse[0] < 0.1 && nmse[1] < nmse[0] / 4, "kvarn3 nmse %g, kvarn5 %g", nmse[0], nmse[1]);
+    snprintf(cmd, sizeof cmd, "%s quant-test --dim 64 --rows 16 --type kvarn3 2>&1", bin);
+    CHECK(test_run(cmd, out, sizeof out) == 0 && strstr(out, "needs --rows >= 128"), "short rows: %s", out);
+}
