@@ -6,7 +6,7 @@
  * (first positions), the ring (the query's most recent positions; for tile
  * sides also its incomplete tile) or the body (quantised, read in packed
  * form: a row type's dot/axpy, or a tile type's records straight through
- * cache_tiles.c).  K and V may have different types and so different
+ * its tile hooks, src/tile_ops.h).  K and V may have different types and so different
  * splits; keys are cut at the boundaries of both.
  * All query heads sharing the KV head (GQA) are scored per key, so K and V
  * rows are read once per group.  Scores go through one online softmax per
@@ -36,7 +36,7 @@ enum {
 
 /* One copy (body, ring or sink) of one side (K or V) of a layer: rows read
  * with a type's row kernels, or (tile bodies) records read by the tile
- * kernels of cache_tiles.c. */
+ * hooks of its format (src/tile_ops.h). */
 typedef struct attn_source {
     const kvq_cache_side *tiles;      /* non-NULL: records of this side     */
     const kvq_type_traits *tr;        /* row kernels                        */
@@ -112,7 +112,7 @@ static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, i
                        float *w) {
     const int G = jb->group;
     if (ks->tiles) {
-        kvq_tiles_score(ks->tiles, kv_head, c0, nk, q, G, jb->q_stride, jb->scale, w, KEY_CHUNK);
+        ks->tiles->tile_ops->score(ks->tiles, kv_head, c0, nk, q, G, jb->q_stride, jb->scale, w, KEY_CHUNK);
         return;
     }
     for (int t = 0; t < nk; t++) {
@@ -127,7 +127,7 @@ static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_
                               const float *w, float *acc) {
     const int G = jb->group;
     if (vs->tiles) {
-        kvq_tiles_accumulate(vs->tiles, kv_head, c0, nk, w, G, KEY_CHUNK, acc, jb->acc_stride);
+        vs->tiles->tile_ops->accumulate(vs->tiles, kv_head, c0, nk, w, G, KEY_CHUNK, acc, jb->acc_stride);
         return;
     }
     for (int t = 0; t < nk; t++) {

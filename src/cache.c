@@ -3,7 +3,8 @@
  * writing (rotate, quantise once into the body, exact copies into the tail
  * ring and the sink; tile sides quantise a tile once, when it completes)
  * and the memory figures.  Attention over it lives in attention.c, tile
- * records in cache_tiles.c; the layout is described in cache.h.
+ * records through the tile hooks (src/tile_ops.h); the layout is described
+ * in cache.h.
  */
 #include "cache.h"
 #include "hadamard.h"
@@ -34,7 +35,7 @@ size_t kvq_cache_row_bytes(kvq_type t, int n_head_kv, int head_dim) {
     if (n_head_kv <= 0 || !tr || head_dim <= 0) return 0;
     if (tr->layout == KVQ_LAYOUT_ROWS) return (size_t)n_head_kv * kvq_row_bytes(t, head_dim);
     kvq_cache_side sd = { .type = t, .head_dim = head_dim };
-    kvq_tiles_shape(&sd, true);      /* records divide into whole bytes per token */
+    tr->tile->shape(&sd, true);      /* records divide into whole bytes per token */
     return (size_t)n_head_kv * (size_t)sd.n_slices * sd.record_bytes / KVQ_KVARN_TILE;
 }
 
@@ -68,7 +69,7 @@ void kvq_cache_free(kvq_cache *c) {
 
 static bool is_cache_type(kvq_type t) {
     const kvq_type_traits *tr = kvq_type_get_scalar(t);
-    return tr && tr->is_cache_type && (tr->quantize || tr->layout == KVQ_LAYOUT_TILES);
+    return tr && tr->is_cache_type && (tr->layout == KVQ_LAYOUT_TILES ? tr->tile != NULL : tr->quantize != NULL);
 }
 
 static bool is_exact_type(kvq_type t) {
@@ -199,7 +200,8 @@ static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
 static void shape_tile_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
     const kvq_cache_params *p = &c->p;
     const int T = KVQ_KVARN_TILE;
-    kvq_tiles_shape(sd, is_v);
+    sd->tile_ops = kvq_type_get_scalar(sd->type)->tile;
+    sd->tile_ops->shape(sd, is_v);
     sd->rot_kind = KVQ_FMT_ROT_SLICE;
     sd->rot_block = sd->tile.width;
     sd->rot_signs = NULL;
@@ -248,7 +250,7 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
             *body_total[s] += body;
             b->tail += ring;
             b->sink += sink;
-            if (sd->layout == KVQ_LAYOUT_TILES) scratch = KVQ_MAX(scratch, kvq_tiles_scratch_floats(sd));
+            if (sd->layout == KVQ_LAYOUT_TILES) scratch = KVQ_MAX(scratch, sd->tile_ops->scratch_floats(sd));
         }
     }
     b->total = b->k + b->v + b->tail + b->sink;
@@ -396,7 +398,7 @@ static kvq_status write_tiles(const kvq_cache *c, const kvq_cache_side *sd, int 
     if (sd->layout != KVQ_LAYOUT_TILES || (pos + 1) % KVQ_KVARN_TILE) return KVQ_OK;
     const int tile = pos / KVQ_KVARN_TILE;
     if (tile < sd->first_tile) return KVQ_OK;
-    return kvq_tiles_quantize(c, sd, tile, err);
+    return sd->tile_ops->quantize(c, sd, tile, err);
 }
 
 kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n, const float *k, const float *v,
@@ -450,7 +452,7 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
         const int tile = pos / KVQ_KVARN_TILE;
         if (tile < sd->first_tile || (tile + 1) * KVQ_KVARN_TILE > stored)
             return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in a quantised tile", pos);
-        kvq_tiles_read_row(sd, head, pos, out);
+        sd->tile_ops->read_row(sd, head, pos, out);
         return KVQ_OK;
     }
     if (part == KVQ_PART_BODY) kvq_dequantize_row(sd->type, side_row(c, sd, part, head, pos), out, sd->store_dim);

@@ -1,6 +1,6 @@
 /*
  * cache.h - internals of the KV cache (src/cache.c) shared with the
- * attention kernel (src/attention.c), the tile module (src/cache_tiles.c)
+ * attention kernel (src/attention.c), the tile formats (src/tile_ops.h)
  * and the tests.
  *
  * Layout (all memory allocated once, at creation, from n_ctx), per layer
@@ -29,6 +29,7 @@
 
 #include "kvq_internal.h"
 #include "kvarn.h"
+#include "tile_ops.h"
 
 /* Where a stored row lives (which copy). */
 typedef enum kvq_cache_part { KVQ_PART_BODY = 0, KVQ_PART_RING, KVQ_PART_SINK } kvq_cache_part;
@@ -37,6 +38,7 @@ typedef enum kvq_cache_part { KVQ_PART_BODY = 0, KVQ_PART_RING, KVQ_PART_SINK } 
 typedef struct kvq_cache_side {
     kvq_type type;          /* body type of this layer and side            */
     kvq_layout layout;      /* rows of blocks or 128-token tiles           */
+    const struct kvq_tile_ops *tile_ops; /* tiles: the format's hooks      */
     int head_dim;           /* values per head (the model's)               */
     int store_dim;          /* values per stored row (>= head_dim, padded) */
     kvq_format_rot rot_kind;/* NONE: the plan's Hadamard (rot_block, signs);
@@ -89,27 +91,6 @@ kvq_cache_part kvq_cache_key_part(const kvq_cache *c, int layer, bool is_v, int 
  * acc rotated back in place (its first head_dim values are the result). */
 void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out);
 void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc);
-
-/* ---- tile sides (src/cache_tiles.c) ---- */
-
-/* Shape of a tile side: slice width (64 for heads <= 64, else 128), its
- * slice count, stored width and record bytes. */
-void kvq_tiles_shape(kvq_cache_side *sd, bool is_v);
-/* Floats of c->tile_scratch one tile quantisation of this side needs. */
-size_t kvq_tiles_scratch_floats(const kvq_cache_side *sd);
-/* Quantise tile `tile` of every KV head from the ring's exact rows into
- * its records (called once, when the tile's last token is written). */
-kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *sd, int tile, kvq_error *err);
-/* Dequantised row of position pos (a quantised tile) of one head. */
-void kvq_tiles_read_row(const kvq_cache_side *sd, int head, int pos, float *out);
-/* Attention straight from the records, keys key0..key0+nk-1 (one tile):
- *   score: w[j*w_stride + t] = scale * q_j . k_t for the G query heads
- *          q_j = q + j*q_stride (rotated, store_dim values);
- *   accumulate: acc_j[d] += sum_t w[j*w_stride + t] v_t[d]. */
-void kvq_tiles_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
-                     int q_stride, float scale, float *w, int w_stride);
-void kvq_tiles_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
-                          int w_stride, float *acc, int acc_stride);
 
 /* Dequantise one stored row (rotated values, as the kernel reads them) of
  * one head into out[store_dim]; for tests and tools. */

@@ -1,5 +1,6 @@
 /*
- * cache_tiles.c - the KVarN side of the cache (docs/kvarn.md): shapes of
+ * cache_tiles.c - the KVarN side of the cache (docs/kvarn.md), KVarN's tile
+ * hooks (src/tile_ops.h, kvq_kvarn_tile_ops at the end): shapes of
  * tile sides, quantising a completed tile from its exact staging rows into
  * one record per KV head and slice, reading a record's row back (tests),
  * and attention straight from records (scores of a run of keys against
@@ -43,7 +44,7 @@ static tile_unpack unpack_for_cpu(void) {
     return (tile_unpack){ kvq_tiles_codes_scalar, kvq_tiles_halves_scalar };
 }
 
-void kvq_tiles_shape(kvq_cache_side *sd, bool is_v) {
+static void kvq_tiles_shape(kvq_cache_side *sd, bool is_v) {
     const int width = sd->head_dim <= 64 ? 64 : 128;
     sd->tile.width = width;
     sd->tile.bits = kvq_type_get_scalar(sd->type)->bits;
@@ -53,7 +54,7 @@ void kvq_tiles_shape(kvq_cache_side *sd, bool is_v) {
     sd->record_bytes = kvq_kvarn_record_bytes(sd->tile);
 }
 
-size_t kvq_tiles_scratch_floats(const kvq_cache_side *sd) {
+static size_t kvq_tiles_scratch_floats(const kvq_cache_side *sd) {
     return (size_t)T * sd->tile.width + (size_t)sd->store_dim + kvq_kvarn_scratch_floats(sd->tile);
 }
 
@@ -62,7 +63,7 @@ static const uint8_t *record_of(const kvq_cache_side *sd, int head, int tile, in
            ((size_t)(tile - sd->first_tile) * (size_t)sd->n_slices + (size_t)slice) * sd->record_bytes;
 }
 
-kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *sd, int tile, kvq_error *err) {
+static kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *sd, int tile, kvq_error *err) {
     const int w = sd->tile.width;
     float *x = c->tile_scratch, *row = x + (size_t)T * w, *work = row + sd->store_dim;
     for (int h = 0; h < c->p.n_head_kv; h++)
@@ -82,7 +83,7 @@ kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *sd, int 
 
 static float h2f(const uint8_t *p, int i) { return kvq_half_to_float(kvq_rd16(p + 2 * i)); }
 
-void kvq_tiles_read_row(const kvq_cache_side *sd, int head, int pos, float *out) {
+static void kvq_tiles_read_row(const kvq_cache_side *sd, int head, int pos, float *out) {
     const int w = sd->tile.width, tile = pos / T, t = pos % T;
     uint8_t codes[MAX_WIDTH];
     for (int s = 0; s < sd->n_slices; s++) {
@@ -105,7 +106,7 @@ static void run_codes(const tile_unpack *u, const kvq_cache_side *sd, const uint
     for (int t = 0; t < nk; t++) u->codes(rec + (size_t)(t0 + t) * tok_bytes, w, sd->tile.bits, cf + (size_t)t * w);
 }
 
-void kvq_tiles_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
+static void kvq_tiles_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
                      int q_stride, float scale, float *wts, int w_stride) {
     const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
     const kvq_type_traits *f32 = kvq_type_get(KVQ_TYPE_F32);
@@ -131,7 +132,7 @@ void kvq_tiles_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, co
         for (int t = 0; t < nk; t++) wts[(size_t)j * w_stride + t] *= scale;
 }
 
-void kvq_tiles_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *wts, int G,
+static void kvq_tiles_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *wts, int G,
                           int w_stride, float *acc, int acc_stride) {
     const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
     const kvq_type_traits *f32 = kvq_type_get(KVQ_TYPE_F32);
@@ -158,3 +159,8 @@ void kvq_tiles_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int n
         }
     }
 }
+
+const struct kvq_tile_ops kvq_kvarn_tile_ops = {
+    kvq_tiles_shape, kvq_tiles_scratch_floats, kvq_tiles_quantize,
+    kvq_tiles_read_row, kvq_tiles_score, kvq_tiles_accumulate,
+};

@@ -10,32 +10,35 @@
 #include "simd.h"
 #include "kquants_simd.h"
 #include "turbo_traits.h"
+#include "tile_ops.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
 #define ROW(T, NAME, BS, BYTES, GGML, CACHE, BLOCKQ, K)                        \
-    [T] = { NAME, BS, BYTES, GGML, CACHE, BLOCKQ, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_NONE, 0, NULL, \
+    [T] = { NAME, BS, BYTES, GGML, CACHE, BLOCKQ, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_NONE, 0, NULL, NULL, \
             kvq_##K##_quantize, kvq_##K##_dequantize, kvq_##K##_dot, kvq_##K##_axpy }
 
 /* Weight-only rows have no quantiser: kvq reads them, it never writes them. */
 #define WROW(T, NAME, BS, BYTES, GGML, K)                                      \
-    [T] = { NAME, BS, BYTES, GGML, false, false, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_NONE, 0, NULL, \
+    [T] = { NAME, BS, BYTES, GGML, false, false, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_NONE, 0, NULL, NULL, \
             NULL, kvq_##K##_dequantize, kvq_##K##_dot, kvq_##K##_axpy }
 
 /* KVarN tile rows: the "block" is one 128x128 record (2048*b + 768 bytes,
- * FORMATS.md §3), rotated per slice by the format; no row kernels (the
- * cache quantises and reads tiles through src/cache_tiles.c). */
+ * FORMATS.md §3), rotated per slice by the format; no row kernels: the
+ * cache quantises and reads tiles through the tile hooks (src/tile_ops.h,
+ * KVarN's in src/cache_tiles.c). */
 #define TILE_ROW(T, NAME, BITS)                                                \
     [T] = { NAME, 128 * 128, 2048 * (BITS) + 768, -1, true, false,             \
-            KVQ_LAYOUT_TILES, KVQ_FMT_ROT_SLICE, BITS, NULL, NULL, NULL, NULL, NULL }
+            KVQ_LAYOUT_TILES, KVQ_FMT_ROT_SLICE, BITS, NULL, &kvq_kvarn_tile_ops,      \
+            NULL, NULL, NULL, NULL }
 
 /* TurboQuant rows (src/turbo_traits.c): blocks of 128 values, their own
  * row layout (row_bytes hook), the format's rotation, scalar kernels here
  * (kvq_simd_table installs the dispatching ones for avx2/avx512). */
 #define TURBO_ROW(T, NAME, BYTES128, K)                                        \
     [T] = { NAME, 128, BYTES128, -1, true, false, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_TURBO, 0, \
-            kvq_##K##_row_bytes, kvq_##K##_quantize_scalar, kvq_##K##_dequantize,      \
+            kvq_##K##_row_bytes, NULL, kvq_##K##_quantize_scalar, kvq_##K##_dequantize, \
             kvq_##K##_dot_scalar, kvq_##K##_axpy_scalar }
 
 static const kvq_type_traits g_scalar[KVQ_TYPE_COUNT] = {
