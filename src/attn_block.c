@@ -27,7 +27,7 @@
 #define vhsum(v) (v)
 #define vhmax(v) (v)
 #define BLOCK_LEVEL "scalar"
-#define BLOCK_TILE kvq_gemm_tile_scalar
+#define vsum_lanes(acc, s) ((s)[0] = (acc)[0])
 #define BLOCK_KERNELS g_block_scalar
 
 /* 2^n from the exponent bits; n outside [-126, 127] (or NaN, which only
@@ -78,24 +78,9 @@ static const float *unpack_row(const attn_block_rows *src, const uint8_t *row, i
 
 void attn_block_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows,
                        int nk, const float *q, int G, int q_stride, float scale, float *w, int ldw) {
-    const kvq_gemm_tile tile = kr->tile();
     const float *keys[ATTN_BLOCK_KEYS];
     for (int t = 0; t < nk; t++) keys[t] = unpack_row(k, rows[t], t);
-    /* Tiles of tile.rows heads x tile.toks keys; a partial tile repeats
-     * its last head / key (those results are dropped). */
-    const float *tw[8], *tx[8];
-    float out[64];
-    for (int g0 = 0; g0 < G; g0 += tile.rows) {
-        const int ng = KVQ_MIN(tile.rows, G - g0);
-        for (int r = 0; r < tile.rows; r++) tw[r] = q + (size_t)(g0 + KVQ_MIN(r, ng - 1)) * q_stride;
-        for (int t0 = 0; t0 < nk; t0 += tile.toks) {
-            const int nt = KVQ_MIN(tile.toks, nk - t0);
-            for (int t = 0; t < tile.toks; t++) tx[t] = keys[t0 + KVQ_MIN(t, nt - 1)];
-            tile.fn(tw, tx, k->len, out);
-            for (int t = 0; t < nt; t++)
-                for (int r = 0; r < ng; r++) w[(size_t)(g0 + r) * ldw + t0 + t] = out[t * tile.rows + r] * scale;
-        }
-    }
+    kr->scores(keys, nk, q, G, q_stride, k->len, scale, w, ldw);
 }
 
 static bool row_is_finite(const float *x, int64_t n) {

@@ -20,7 +20,6 @@
 #define vzero_below(x, lo, y) _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y)
 #define vpow2(n) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
 #define BLOCK_LEVEL "avx2"
-#define BLOCK_TILE kvq_gemm_tile_avx2
 #define BLOCK_KERNELS g_block_avx2
 
 /* Pairwise halves: a fixed order. */
@@ -35,6 +34,23 @@ static inline float vhmax(__m256 v) {
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+/* s[i] = sum of the lanes of acc[i] for 8 accumulators: each step adds
+ * two halves of every accumulator (128-bit, 64-bit, 32-bit), packing two
+ * accumulators' partial sums into one register; the lanes end up as
+ * a0 a2 a1 a3 a4 a6 a5 a7, put back in order by one in-lane permute. */
+static inline void vsum_lanes(const __m256 acc[8], float *s) {
+    __m256 b[4], c[2];
+    for (int i = 0; i < 4; i++)
+        b[i] = _mm256_add_ps(_mm256_permute2f128_ps(acc[i], acc[i + 4], 0x20),
+                             _mm256_permute2f128_ps(acc[i], acc[i + 4], 0x31));
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm256_add_ps(_mm256_shuffle_ps(b[i], b[i + 2], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(b[i], b[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 e = _mm256_add_ps(_mm256_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm256_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm256_storeu_ps(s, _mm256_permute_ps(e, _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
 #include "attn_block.inc"
