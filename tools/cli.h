@@ -10,6 +10,11 @@
 
 /* One function per subcommand; argv[0] is the subcommand name. */
 int cmd_quant_test(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_kld(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_turbo_train(int argc, char **argv);
 int cmd_turbo_bench(int argc, char **argv);

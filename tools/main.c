@@ -12,6 +12,11 @@ typedef struct command {
 
 static const command g_commands[] = {
     { "quant-test", cmd_quant_test, "round-trip error of every cache type (Gaussian, outliers, rotation)" },
+    { "info",       cmd_info,       "model architecture, shapes, types, KV bytes per token per cache type" },
+    { "run",        cmd_run,        "generate text from a prompt" },
+    { "perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's protocol)" },
+    { "kld",        cmd_kld,        "KL divergence against a reference (llama.cpp base files)" },
+    { "bench",      cmd_bench,      "prompt and generation tokens/s" },
     { "tokenize",   cmd_tokenize,   "token ids of a text under a model's vocabulary (as llama-tokenize)" },
     { "turbo-bench", cmd_turbo_bench, "NMSE and speed of the TurboQuant types on Gaussian vectors" },
     { "turbo-train", cmd_turbo_train, "train the turbo*_tcq trellis codebooks (prints src/turbo_tcq_tables.c)" },

@@ -1,0 +1,84 @@
+/* cmd_info.c - `kvq info`: what a model file is and what its KV cache
+ * costs in every cache type, with the rotation each type would get. */
+#include "cli.h"
+#include "engine_cli.h"
+#include "model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *CMD = "info";
+
+static void print_tensor_types(const kvq_model *m) {
+    size_t count[KVQ_TYPE_COUNT] = { 0 }, bytes[KVQ_TYPE_COUNT] = { 0 };
+    for (uint64_t i = 0; i < m->file->n_tensors; i++) {
+        const gguf_tensor *t = &m->file->tensors[i];
+        count[t->type]++;
+        bytes[t->type] += t->nbytes;
+    }
+    printf("tensors:      %llu (", (unsigned long long)m->file->n_tensors);
+    const char *sep = "";
+    for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
+        if (!count[t]) continue;
+        printf("%s%zu %s, %.2f MiB", sep, count[t], kvq_type_name((kvq_type)t), bytes[t] / 1048576.0);
+        sep = "; ";
+    }
+    printf(")\n");
+    printf("weights:      token_embd %s, output %s%s\n", kvq_type_name(m->tok_embd.type), kvq_type_name(m->output.type),
+           m->output.data == m->tok_embd.data ? " (tied to token_embd)" : "");
+}
+
+/* One row per cache type: bytes per token (all layers, K + V) and the
+ * Hadamard blocks the default rotation rule picks for this head shape. */
+static void print_cache_table(const kvq_model_info *in) {
+    printf("\nKV cache per token (all %d layers, K + V) and the rotation rule's choice:\n", in->n_layer);
+    printf("  %-8s %6s %12s %14s  %s\n", "type", "bits", "bytes/token", "MiB @ n_ctx", "rotation (Hadamard block K / V)");
+    for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
+        const kvq_type_traits *tr = kvq_type_get((kvq_type)t);
+        if (!tr || !tr->is_cache_type) continue;
+        const size_t per_tok = (size_t)in->n_layer * (kvq_cache_row_bytes((kvq_type)t, in->n_head_kv, in->head_dim_k) +
+                                                      kvq_cache_row_bytes((kvq_type)t, in->n_head_kv, in->head_dim_v));
+        kvq_rot_request req = { .head_dim_k = in->head_dim_k, .head_dim_v = in->head_dim_v,
+                                .type_k = (kvq_type)t, .type_v = (kvq_type)t };
+        kvq_rot_request_from_env(&req);
+        kvq_rot_plan plan = kvq_rot_choose(&req);
+        printf("  %-8s %6.2f %12zu %14.2f  %d / %d\n", tr->name, kvq_type_bpv((kvq_type)t), per_tok,
+               (double)per_tok * in->n_ctx_train / 1048576.0, plan.block_k, plan.block_v);
+    }
+    kvq_rot_request req = { .head_dim_k = in->head_dim_k, .head_dim_v = in->head_dim_v,
+                            .type_k = KVQ_TYPE_Q4_0, .type_v = KVQ_TYPE_Q4_0 };
+    kvq_rot_request_from_env(&req);
+    printf("rotation rule (q4_0): %s\n", kvq_rot_choose(&req).reason);
+}
+
+int cmd_info(int argc, char **argv) {
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: kvq info -m MODEL\n  print architecture, shapes, tensor types, vocabulary,\n"
+                   "  context length, KV bytes per token of every cache type, and the rotation rule\n");
+            return 0;
+        }
+        if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
+            if (!(path = cli_value(CMD, argc, argv, &i))) return 1;
+        } else {
+            return cli_error(CMD, "unknown option '%s' (see kvq info --help)", argv[i]);
+        }
+    }
+    kvq_model *m = cli_load_model(CMD, path);
+    if (!m) return 1;
+    const kvq_model_info *in = kvq_model_get_info(m);
+    printf("model:        %s\n", path);
+    printf("architecture: %s (RoPE %s, base %g, scale %g)\n", in->arch_name, in->rope_neox ? "NEOX" : "NORM",
+           (double)in->rope_base, (double)m->rope_freq_scale);
+    printf("shape:        n_embd %d, layers %d, heads %d, kv heads %d, head_dim k %d / v %d, ffn %d\n", in->n_embd,
+           in->n_layer, in->n_head, in->n_head_kv, in->head_dim_k, in->head_dim_v, in->n_ff);
+    printf("rms eps:      %g\n", (double)in->rms_eps);
+    printf("vocabulary:   %d tokens (BOS %d, EOS %d, add BOS %s)\n", in->n_vocab, in->bos_id, in->eos_id,
+           in->add_bos ? "yes" : "no");
+    printf("context:      %d (trained)\n", in->n_ctx_train);
+    print_tensor_types(m);
+    print_cache_table(in);
+    kvq_model_free(m);
+    return 0;
+}

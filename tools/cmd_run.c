@@ -1,0 +1,149 @@
+/* cmd_run.c - `kvq run`: generate text from a prompt.
+ *
+ * stdout is what llama-completion prints: the prompt's pieces (without
+ * BOS), every generated piece as soon as it exists, then "\n\n"; logs and
+ * timings go to stderr. */
+#include "cli.h"
+#include "engine_cli.h"
+#include "chunks.h"
+#include "sampler.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *CMD = "run";
+
+typedef struct run_opts {
+    const char *model, *prompt;
+    int n_predict, n_ctx, n_threads;
+    kvq_sampler_params sp;
+    cache_flags cache;
+} run_opts;
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: kvq run -m MODEL -p PROMPT [options]\n"
+        "  -m, --model FILE       GGUF model\n"
+        "  -p, --prompt TEXT      prompt\n"
+        "  -n, --n-predict N      tokens to generate (default 64)\n"
+        "  -c, --ctx-size N       context size (default: the model's, at most 4096)\n"
+        "  -t, --threads N        threads (default: online cores)\n"
+        "  --temp T               temperature, 0 = greedy (default 0.8)\n"
+        "  --top-k K, --top-p P   sampling filters (defaults 40, 0.95)\n"
+        "  --seed S               sampler seed\n");
+    cache_flags_usage(f);
+}
+
+/* 1 = consumed, 0 = unknown, -1 = error already printed. */
+static int parse_one(run_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *v;
+    long l;
+    double d;
+#define VALUE() if (!(v = cli_value(CMD, argc, argv, i))) return -1
+#define LONG(lo, hi, dst) do { VALUE(); if (!cli_parse_long(v, lo, hi, &l)) { cli_error(CMD, "%s: '%s' is not an integer in %ld..%ld", a, v, (long)(lo), (long)(hi)); return -1; } dst = (int)l; } while (0)
+#define REAL(lo, hi, dst) do { VALUE(); if (!cli_parse_double(v, lo, hi, &d)) { cli_error(CMD, "%s: '%s' is not a number in %g..%g", a, v, (double)(lo), (double)(hi)); return -1; } dst = (float)d; } while (0)
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VALUE(); o->model = v; }
+    else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { VALUE(); o->prompt = v; }
+    else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) LONG(0, 1 << 24, o->n_predict);
+    else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) LONG(1, CLI_MAX_CTX, o->n_ctx);
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) LONG(1, CLI_MAX_THREADS, o->n_threads);
+    else if (!strcmp(a, "--temp")) REAL(0.0, 100.0, o->sp.temp);
+    else if (!strcmp(a, "--top-k")) LONG(0, 1 << 24, o->sp.top_k);
+    else if (!strcmp(a, "--top-p")) REAL(0.0, 1.0, o->sp.top_p);
+    else if (!strcmp(a, "--seed")) { VALUE(); if (!cli_parse_long(v, 0, 4294967295L, &l)) { cli_error(CMD, "--seed: '%s' is not an integer in 0..4294967295", v); return -1; } o->sp.seed = (uint64_t)l; }
+    else return cache_flags_parse(CMD, &o->cache, argc, argv, i);
+#undef VALUE
+#undef LONG
+#undef REAL
+    return 1;
+}
+
+static void print_piece(const kvq_model *m, int32_t tok) {
+    char buf[256];
+    int n = kvq_token_to_piece(m, tok, buf, sizeof buf);
+    if (n > 0) fwrite(buf, 1, (size_t)n, stdout);
+    fflush(stdout);
+}
+
+/* Evaluate the prompt in batches; logits of its last token in `logits`. */
+static kvq_status eval_prompt(kvq_ctx *ctx, const int32_t *toks, int n, int max_batch, float *logits, kvq_error *err) {
+    for (int start = 0; start < n; start += max_batch) {
+        int len = n - start < max_batch ? n - start : max_batch;
+        kvq_status st = kvq_ctx_eval(ctx, toks + start, len, start, start + len == n ? logits : NULL, true, err);
+        if (st) return st;
+    }
+    return KVQ_OK;
+}
+
+static int generate(const run_opts *o, const kvq_model *m, kvq_ctx *ctx, const int32_t *prompt, int n_prompt,
+                    int max_batch) {
+    const kvq_model_info *in = kvq_model_get_info(m);
+    float *logits = malloc((size_t)in->n_vocab * sizeof *logits);
+    kvq_sampler *smp = NULL;
+    kvq_error err = { 0 };
+    if (!logits || kvq_sampler_create(&o->sp, &smp, &err)) {
+        free(logits);
+        return cli_error(CMD, "%s", logits ? err.msg : "out of memory");
+    }
+    for (int i = in->add_bos && n_prompt > 0 && prompt[0] == in->bos_id ? 1 : 0; i < n_prompt; i++)
+        print_piece(m, prompt[i]);
+    double t0 = kvq_now_seconds();
+    kvq_status st = eval_prompt(ctx, prompt, n_prompt, max_batch, logits, &err);
+    double t_prompt = kvq_now_seconds() - t0, t_gen = 0.0;
+    int pos = n_prompt, n_gen = 0;
+    while (!st && n_gen < o->n_predict && pos < o->n_ctx) {
+        int32_t tok = kvq_sample(smp, logits, in->n_vocab);
+        if (tok == in->eos_id) break;
+        print_piece(m, tok);
+        n_gen++;
+        if (n_gen == o->n_predict || pos + 1 >= o->n_ctx) break;   /* no need for more logits */
+        t0 = kvq_now_seconds();
+        st = kvq_ctx_eval(ctx, &tok, 1, pos++, logits, true, &err);
+        t_gen += kvq_now_seconds() - t0;
+    }
+    fputs("\n\n", stdout);
+    fflush(stdout);
+    free(logits);
+    kvq_sampler_free(smp);
+    if (st) return cli_error(CMD, "evaluation failed: %s", err.msg);
+    fprintf(stderr, "kvq run: prompt %d tokens, %.1f tokens/s; generated %d tokens, %.1f tokens/s\n", n_prompt,
+            t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen, t_gen > 0 && n_gen > 1 ? (n_gen - 1) / t_gen : 0.0);
+    return 0;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_opts o = { .n_predict = 64 };
+    kvq_sampler_params_default(&o.sp);
+    cache_flags_init(&o.cache);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
+        int r = parse_one(&o, argc, argv, &i);
+        if (r < 0) return 1;
+        if (r == 0) return cli_error(CMD, "unknown option '%s' (see kvq run --help)", argv[i]);
+    }
+    if (!o.model) return cli_error(CMD, "no model given (use -m MODEL.gguf)");
+    if (!o.prompt) return cli_error(CMD, "no prompt given (use -p TEXT)");
+    kvq_model *m = cli_load_model(CMD, o.model);
+    if (!m) return 1;
+    const kvq_model_info *in = kvq_model_get_info(m);
+    if (!o.n_ctx) o.n_ctx = in->n_ctx_train < 4096 ? in->n_ctx_train : 4096;
+    int n_prompt = 0;
+    int32_t *prompt = cli_tokenize(CMD, m, o.prompt, strlen(o.prompt), in->add_bos, &n_prompt);
+    int rc = 1;
+    kvq_ctx *ctx = NULL;
+    if (!prompt) goto done;
+    if (n_prompt < 1 || n_prompt >= o.n_ctx) {
+        cli_error(CMD, "the prompt has %d tokens; the context (-c) holds %d", n_prompt, o.n_ctx);
+        goto done;
+    }
+    const int max_batch = o.n_ctx < 512 ? o.n_ctx : 512;
+    ctx = cli_create_ctx(CMD, m, &o.cache, o.n_ctx, max_batch, o.n_threads);
+    if (ctx) rc = generate(&o, m, ctx, prompt, n_prompt, max_batch);
+done:
+    kvq_ctx_free(ctx);
+    free(prompt);
+    kvq_model_free(m);
+    return rc;
+}

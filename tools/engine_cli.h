@@ -1,0 +1,21 @@
+/* engine_cli.h - what the model commands (run, perplexity, kld, bench,
+ * info) share: loading a model, reading a text, tokenising it, creating
+ * an evaluation context, each failure reported as one error line. */
+#ifndef KVQ_ENGINE_CLI_H
+#define KVQ_ENGINE_CLI_H
+
+#include "cache_flags.h"
+#include "kvq.h"
+
+#include <stddef.h>
+
+/* Largest context any command accepts (positions). */
+enum { CLI_MAX_CTX = 1 << 20, CLI_MAX_THREADS = 512 };
+
+/* Each returns NULL after printing "kvq CMD: error: ..." */
+kvq_model *cli_load_model(const char *cmd, const char *path);
+char *cli_read_text(const char *cmd, const char *path, size_t *len);
+int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, size_t len, bool add_bos, int *n_out);
+kvq_ctx *cli_create_ctx(const char *cmd, const kvq_model *m, cache_flags *cf, int n_ctx, int max_batch, int n_threads);
+
+#endif
