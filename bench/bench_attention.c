@@ -96,6 +96,29 @@ static double time_decode(kvq_cache *c, int n_ctx, const float *q, float *out, k
     return bench_median(times, reps);
 }
 
+/* One thread's streaming read bandwidth from memory (GB/s): a sum over
+ * a buffer the size of the largest f16 cache here (K + V of 32768
+ * tokens = 128 MiB, far beyond every cache level), median of 5 passes.
+ * The memory bound of a decode step is its bytes / this figure. */
+static double read_bandwidth(void) {
+    const size_t words = (size_t)32768 * 2 * BENCH_HEADS_KV * BENCH_HEAD_DIM * 2 / sizeof(uint64_t);
+    uint64_t *buf = malloc(words * sizeof *buf);
+    if (!buf) return 0.0;
+    for (size_t i = 0; i < words; i++) buf[i] = i;
+    double times[5];
+    volatile uint64_t sink = 0;
+    for (int r = 0; r < 5; r++) {
+        const double t0 = bench_cpu_now();
+        uint64_t s0 = 0, s1 = 0;
+        for (size_t i = 0; i < words; i += 2) { s0 += buf[i]; s1 += buf[i + 1]; }
+        times[r] = bench_cpu_now() - t0;
+        sink += s0 + s1;
+    }
+    free(buf);
+    (void)sink;
+    return (double)words * sizeof(uint64_t) / bench_median(times, 5) * 1e-9;
+}
+
 int bench_attention(int argc, char **argv) {
     (void)argc;
     (void)argv;
@@ -107,6 +130,7 @@ int bench_attention(int argc, char **argv) {
     kvq_pool *pool2 = kvq_pool_create(2);
     printf("attention decode: %d KV heads x %d, GQA %d, simd %s\n", BENCH_HEADS_KV, BENCH_HEAD_DIM, BENCH_GQA,
            kvq_simd_level());
+    printf("streaming read from memory, 1 thread: %.2f GB/s (the memory bound of a 1T step)\n", read_bandwidth());
     printf("chunked key loop: ms(1T) CPU time, ms(2T) wall; per-key: the reference loop, 1T CPU time\n");
     printf("%-8s %6s %8s %8s %6s %6s %8s %6s %6s %9s %6s\n", "type", "ctx", "B/token", "ms(1T)", "GB/s", "vs f16",
            "ms(2T)", "GB/s", "vs f16", "per-key", "gain");
