@@ -1,6 +1,7 @@
 /* cache_flags.c - parse the cache flags once for every command. */
 #include "cache_flags.h"
 #include "cli.h"
+#include "cache.h"
 
 #include <string.h>
 
@@ -29,13 +30,150 @@ static bool parse_count(const char *cmd, const char *flag, const char *s, int *o
     return true;
 }
 
+/* ------------------------------------------------- per-layer overrides */
+
+enum { MAX_LAYER_NUMBER = 1000000 };   /* syntax bound; the model's n_layer is checked later */
+
+/* A layer number: decimal digits only, no sign, no spaces. */
+static bool parse_layer_number(const char *s, size_t len, int *out) {
+    if (len == 0 || len > 7) return false;
+    long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v > MAX_LAYER_NUMBER) return false;
+    *out = (int)v;
+    return true;
+}
+
+/* "N" or "N-M" with N <= M. */
+static bool parse_layer_range(const char *s, size_t len, layer_range *r) {
+    const char *dash = memchr(s, '-', len);
+    if (!dash) {
+        if (!parse_layer_number(s, len, &r->first)) return false;
+        r->last = r->first;
+        return true;
+    }
+    const size_t left = (size_t)(dash - s);
+    return parse_layer_number(s, left, &r->first) && parse_layer_number(dash + 1, len - left - 1, &r->last) &&
+           r->first <= r->last;
+}
+
+static void cache_type_list(char *buf, size_t cap) {
+    buf[0] = 0;
+    for (int k = 0; k < KVQ_TYPE_COUNT; k++) {
+        const kvq_type_traits *tr = kvq_type_get((kvq_type)k);
+        if (!tr || !tr->is_cache_type) continue;
+        size_t used = strlen(buf);
+        snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", tr->name);
+    }
+}
+
+/* One "RANGE:TYPE" entry of len bytes. */
+static bool parse_layer_entry(const char *s, size_t len, layer_range *r, char *msg, size_t cap) {
+    const char *colon = memchr(s, ':', len);
+    if (len == 0) {
+        snprintf(msg, cap, "empty entry (entries are RANGE:TYPE separated by single commas)");
+        return false;
+    }
+    if (!colon) {
+        snprintf(msg, cap, "'%.*s' is not RANGE:TYPE (e.g. 0-3:q8_0)", (int)len, s);
+        return false;
+    }
+    const size_t range_len = (size_t)(colon - s), type_len = len - range_len - 1;
+    if (!parse_layer_range(s, range_len, r)) {
+        snprintf(msg, cap, "bad layer range '%.*s' in '%.*s' (want N or N-M with N <= M)", (int)range_len, s,
+                 (int)len, s);
+        return false;
+    }
+    char name[32];
+    r->type = KVQ_TYPE_COUNT;
+    if (type_len < sizeof name) {
+        memcpy(name, colon + 1, type_len);
+        name[type_len] = 0;
+        r->type = kvq_type_from_name(name);
+    }
+    if (r->type == KVQ_TYPE_COUNT || !kvq_type_get(r->type)->is_cache_type) {
+        char known[512];
+        cache_type_list(known, sizeof known);
+        snprintf(msg, cap, "unknown cache type '%.*s' in '%.*s' (known: %s)", (int)type_len, colon + 1, (int)len, s,
+                 known);
+        return false;
+    }
+    return true;
+}
+
+bool layer_spec_parse(const char *spec, layer_spec *out, char *msg, size_t cap) {
+    out->n = 0;
+    if (!spec || !*spec) {
+        snprintf(msg, cap, "empty layer list (want e.g. 0-3:q8_0,4-27:q4_0)");
+        return false;
+    }
+    for (const char *s = spec;;) {
+        const char *comma = strchr(s, ',');
+        const size_t len = comma ? (size_t)(comma - s) : strlen(s);
+        if (out->n == CACHE_FLAGS_MAX_RANGES) {
+            snprintf(msg, cap, "more than %d entries", CACHE_FLAGS_MAX_RANGES);
+            return false;
+        }
+        if (!parse_layer_entry(s, len, &out->r[out->n], msg, cap)) return false;
+        out->n++;
+        if (!comma) return true;
+        s = comma + 1;
+    }
+}
+
+static const char *const LAYER_FLAG[2] = { "--cache-type-k-layers", "--cache-type-v-layers" };
+
+bool cache_flags_apply_layers(const char *cmd, cache_flags *cf, int n_layer) {
+    kvq_cache_params *p = &cf->params;
+    const kvq_type global[2] = { p->type_k, p->type_v };
+    const kvq_type **dst[2] = { &p->layer_type_k, &p->layer_type_v };
+    for (int side = 0; side < 2; side++) {
+        const layer_spec *ls = &cf->layers[side];
+        *dst[side] = NULL;
+        if (!ls->n) continue;
+        if (n_layer < 1 || n_layer > CACHE_FLAGS_MAX_LAYERS) {
+            cli_error(cmd, "%s: the model has %d layers; per-layer types support 1..%d", LAYER_FLAG[side], n_layer,
+                      CACHE_FLAGS_MAX_LAYERS);
+            return false;
+        }
+        kvq_type *types = cf->layer_types[side];
+        for (int l = 0; l < n_layer; l++) types[l] = global[side];
+        for (int e = 0; e < ls->n; e++) {   /* in order: later entries win */
+            const layer_range *r = &ls->r[e];
+            if (r->last >= n_layer) {
+                char range[32] = "";
+                if (r->first != r->last) snprintf(range, sizeof range, " (in range %d-%d)", r->first, r->last);
+                cli_error(cmd, "%s: layer %d%s does not exist: the model has %d layers (0-%d)", LAYER_FLAG[side],
+                          r->last, range, n_layer, n_layer - 1);
+                return false;
+            }
+            for (int l = r->first; l <= r->last; l++) types[l] = r->type;
+        }
+        *dst[side] = types;
+    }
+    return true;
+}
+
+static int parse_layer_flag(const char *cmd, cache_flags *cf, int side, const char *v) {
+    char msg[768];
+    if (layer_spec_parse(v, &cf->layers[side], msg, sizeof msg)) return 1;
+    cli_error(cmd, "%s: %s", LAYER_FLAG[side], msg);
+    return -1;
+}
+
+/* ------------------------------------------------------------- parser */
+
 static bool is(const char *a, const char *x, const char *y) { return !strcmp(a, x) || (y && !strcmp(a, y)); }
 
 int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     kvq_cache_params *p = &cf->params;
     static const char *const with_value[] = { "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
-        "--kv-tail-tokens", "--kv-tail-type", "--kv-sink-tokens", "--attn-rot", "--attn-rot-k", "--attn-rot-v" };
+        "--kv-tail-tokens", "--kv-tail-type", "--kv-sink-tokens", "--attn-rot", "--attn-rot-k", "--attn-rot-v",
+        "--cache-type-k-layers", "--cache-type-v-layers" };
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
     if (!strcmp(a, "--attn-rot-random")) { p->rot_random_signs = true; return 1; }
@@ -45,6 +183,8 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
     bool ok = true;
     if (is(a, "-ctk", "--cache-type-k")) ok = cli_parse_type(cmd, v, true, &p->type_k);
     else if (is(a, "-ctv", "--cache-type-v")) ok = cli_parse_type(cmd, v, true, &p->type_v);
+    else if (is(a, LAYER_FLAG[0], NULL)) return parse_layer_flag(cmd, cf, 0, v);
+    else if (is(a, LAYER_FLAG[1], NULL)) return parse_layer_flag(cmd, cf, 1, v);
     else if (is(a, "--kv-tail-tokens", NULL)) {
         cf->tail_auto = !strcmp(v, "auto");
         if (!cf->tail_auto) ok = parse_count(cmd, a, v, &p->tail_tokens);
@@ -71,12 +211,25 @@ void cache_flags_usage(FILE *f) {
         "cache options:\n"
         "  -ctk, --cache-type-k TYPE   K cache type (default f16)\n"
         "  -ctv, --cache-type-v TYPE   V cache type (default f16)\n"
+        "  --cache-type-k-layers SPEC  per-layer K types, e.g. 0-3:q8_0,4-27:q4_0 (ranges\n"
+        "                              inclusive, later entries win, others keep -ctk)\n"
+        "  --cache-type-v-layers SPEC  the same for V (others keep -ctv)\n"
         "  --kv-tail-tokens N|auto     recent positions read from an exact copy (auto = 1024)\n"
         "  --kv-tail-type T            f32, f16 or bf16 for the tail and sink copies\n"
         "  --kv-sink-tokens S          first positions read from an exact copy\n"
         "  --attn-rot auto|on|off      Hadamard rotation of Q/K and V (both sides)\n"
         "  --attn-rot-k MODE, --attn-rot-v MODE   one side only\n"
         "  --attn-rot-random           random +-1 signs before the Hadamard transform\n");
+}
+
+/* One line listing every layer's type, only when some layer differs. */
+static void log_layer_types(const char *cmd, const char *side, kvq_type global, const kvq_type *types, int n_layer) {
+    bool mixed = false;
+    for (int l = 0; types && l < n_layer; l++) mixed |= types[l] != global;
+    if (!mixed) return;
+    fprintf(stderr, "kvq %s: %s types by layer:", cmd, side);
+    for (int l = 0; l < n_layer; l++) fprintf(stderr, " %s", kvq_type_name(types[l]));
+    fputc('\n', stderr);
 }
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
@@ -88,8 +241,11 @@ void cache_flags_log(const char *cmd, const kvq_cache *c) {
             mib(b.k), mib(b.v), mib(b.tail), mib(b.sink));
     const kvq_rot_plan *r = kvq_cache_rotation(c);
     if (r) fprintf(stderr, "kvq %s: rotation: %s\n", cmd, r->reason);
+    log_layer_types(cmd, "K", c->p.type_k, c->types_k, c->p.n_layer);
+    log_layer_types(cmd, "V", c->p.type_v, c->types_v, c->p.n_layer);
 }
 
 void cache_flags_name(const cache_flags *cf, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s/%s", kvq_type_name(cf->params.type_k), kvq_type_name(cf->params.type_v));
+    snprintf(buf, cap, "%s/%s%s", kvq_type_name(cf->params.type_k), kvq_type_name(cf->params.type_v),
+             cf->layers[0].n || cf->layers[1].n ? "+layers" : "");
 }

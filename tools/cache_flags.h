@@ -7,15 +7,41 @@
 
 #include <stdio.h>
 
+/* Per-layer overrides (--cache-type-k-layers / --cache-type-v-layers):
+ * "0-3:q8_0,4-27:q4_0", ranges inclusive, later entries win, layers not
+ * listed keep -ctk/-ctv.  The syntax is checked while parsing; layer
+ * numbers against the model once it is loaded (cache_flags_apply_layers). */
+enum { CACHE_FLAGS_MAX_RANGES = 256, CACHE_FLAGS_MAX_LAYERS = 1024 };
+
+typedef struct layer_range {
+    int first, last;           /* inclusive                           */
+    kvq_type type;
+} layer_range;
+
+typedef struct layer_spec {
+    int n;                     /* 0: no override on this side         */
+    layer_range r[CACHE_FLAGS_MAX_RANGES];
+} layer_spec;
+
 typedef struct cache_flags {
     kvq_cache_params params;   /* types, tail, sink, rotation request */
     bool tail_auto;            /* --kv-tail-tokens auto               */
+    layer_spec layers[2];      /* [0] K, [1] V                        */
+    /* storage behind params.layer_type_k / layer_type_v once applied */
+    kvq_type layer_types[2][CACHE_FLAGS_MAX_LAYERS];
 } cache_flags;
 
 void cache_flags_init(cache_flags *cf);
 /* If argv[*i] is a cache flag, consume it (and its value) and return 1;
  * return 0 when it is not one; -1 after printing an error. */
 int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, int *i);
+/* Parse one override SPEC.  On failure writes one line (without the
+ * "kvq CMD: error: " prefix) into msg and returns false. */
+bool layer_spec_parse(const char *spec, layer_spec *out, char *msg, size_t cap);
+/* Expand the overrides for a model of n_layer layers into
+ * params.layer_type_k/v (left NULL on a side without overrides); prints
+ * one error line and returns false when a range names a layer >= n_layer. */
+bool cache_flags_apply_layers(const char *cmd, cache_flags *cf, int n_layer);
 /* Settle what depends on the context size (auto tail = 1024, capped). */
 void cache_flags_resolve(cache_flags *cf, int n_ctx);
 void cache_flags_usage(FILE *f);

@@ -52,6 +52,7 @@ int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, siz
 }
 
 kvq_ctx *cli_create_ctx(const char *cmd, const kvq_model *m, cache_flags *cf, int n_ctx, int max_batch, int n_threads) {
+    if (!cache_flags_apply_layers(cmd, cf, kvq_model_get_info(m)->n_layer)) return NULL;
     cache_flags_resolve(cf, n_ctx);
     cf->params.max_batch = max_batch;
     kvq_ctx *ctx = NULL;

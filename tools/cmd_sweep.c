@@ -1,0 +1,575 @@
+/* cmd_sweep.c - `kvq sweep` (EVAL.md §4): run the exact reference once,
+ * then every cache configuration of the grid against it, and write the
+ * table, CSV, JSON, recommendation ladder and plot into OUTDIR.
+ *
+ * OUTDIR layout:
+ *   reference.kvqb     the reference's exact log-probs (base_kvq.h format)
+ *   runs/SLUG.csv      one finished configuration (a row of results.csv)
+ *   table.md results.csv results.json ladder.md plot.svg [plot.png]
+ * Resuming: a run whose runs/SLUG.csv exists is not repeated; the
+ * reference is reused when it matches this model, text, context and chunk
+ * count (otherwise the sweep stops rather than mix two experiments). */
+#include "base_kvq.h"
+#include "chunks.h"
+#include "cli.h"
+#include "engine_cli.h"
+#include "ladder.h"
+#include "model.h"
+#include "plot_svg.h"
+#include "report.h"
+#include "stats.h"
+#include "sweep_grid.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *CMD = "sweep";
+
+enum { TG_STEPS = 32, PATH_CAP = 4096 };
+
+/* The mixed pairs run by default (EVAL.md §4) when their types exist. */
+static const char *const DEFAULT_PAIRS[] = { "q8_0/q4_0", "q8_0/turbo3", "kvarn4/kvarn3" };
+static const char *const DEFAULT_TAILS = "0,1024";
+
+typedef struct sweep_opts {
+    const char *model, *text, *outdir, *types, *pairs, *tails;
+    int n_ctx, n_batch, n_chunks, n_threads, n_jobs;
+    kvq_sweep_rot rot;
+    kvq_type ref_type;
+} sweep_opts;
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: kvq sweep -m MODEL -f TEXT -o OUTDIR [options]\n"
+        "Runs the exact reference once, then every cache configuration against it, and\n"
+        "writes table.md, results.csv, results.json, ladder.md and plot.svg (+ plot.png\n"
+        "when rsvg-convert exists) into OUTDIR.  Finished configurations are kept in\n"
+        "OUTDIR/runs and not run again.\n"
+        "  -m, --model FILE      GGUF model\n"
+        "  -f, --file FILE       evaluation text\n"
+        "  -o, --output DIR      output directory (created)\n"
+        "  -c, --ctx-size N      chunk length (default 512)\n"
+        "  -b, --batch-size N    tokens per evaluation batch (default: the chunk)\n"
+        "  --chunks N            use at most N chunks of the text\n"
+        "  --types LIST          same-type K/V pairs, e.g. q8_0,q4_0 (default: every cache type)\n"
+        "  --pairs LIST          mixed pairs K/V, e.g. q8_0/q4_0 (default: q8_0/q4_0,\n"
+        "                        q8_0/turbo3, kvarn4/kvarn3 where those types exist)\n"
+        "  --tails LIST          exact-tail lengths (default 0,1024; those >= the context are skipped)\n"
+        "  --rot both|on|off     rotation of block-quantised pairs (default both)\n"
+        "  --ref-type TYPE       exact cache of the reference (default f32)\n"
+        "  -t, --threads N       threads in all (default: online cores)\n"
+        "  --jobs N              configurations run at the same time (threads shared; default 1)\n");
+}
+
+static int parse_args(sweep_opts *o, int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        const char **str = NULL;
+        int *num = NULL;
+        long lo = 1, hi = CLI_MAX_CTX, l;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) str = &o->model;
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) str = &o->text;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) str = &o->outdir;
+        else if (!strcmp(a, "--types")) str = &o->types;
+        else if (!strcmp(a, "--pairs")) str = &o->pairs;
+        else if (!strcmp(a, "--tails")) str = &o->tails;
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { num = &o->n_ctx; lo = 4; }
+        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) num = &o->n_batch;
+        else if (!strcmp(a, "--chunks")) num = &o->n_chunks;
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { num = &o->n_threads; hi = CLI_MAX_THREADS; }
+        else if (!strcmp(a, "--jobs")) { num = &o->n_jobs; hi = 64; }
+        else if (!strcmp(a, "--rot") || !strcmp(a, "--ref-type")) { /* handled below */ }
+        else {
+            cli_error(CMD, "unknown option '%s' (see kvq sweep --help)", a);
+            return -1;
+        }
+        if (!(v = cli_value(CMD, argc, argv, &i))) return -1;
+        if (str) { *str = v; continue; }
+        if (num) {
+            if (!cli_parse_long(v, lo, hi, &l)) {
+                cli_error(CMD, "%s: '%s' is not an integer in %ld..%ld", a, v, lo, hi);
+                return -1;
+            }
+            *num = (int)l;
+            continue;
+        }
+        if (!strcmp(a, "--rot")) {
+            if (!strcmp(v, "both")) o->rot = KVQ_SWEEP_ROT_BOTH;
+            else if (!strcmp(v, "on")) o->rot = KVQ_SWEEP_ROT_ON;
+            else if (!strcmp(v, "off")) o->rot = KVQ_SWEEP_ROT_OFF;
+            else { cli_error(CMD, "--rot: '%s' is not one of both, on, off", v); return -1; }
+        } else if (!cli_parse_type(CMD, v, true, &o->ref_type)) {
+            return -1;
+        }
+    }
+    if (!o->model) { cli_error(CMD, "no model given (use -m MODEL.gguf)"); return -1; }
+    if (!o->text) { cli_error(CMD, "no text given (use -f TEXT)"); return -1; }
+    if (!o->outdir) { cli_error(CMD, "no output directory given (use -o OUTDIR)"); return -1; }
+    return 1;
+}
+
+/* ------------------------------------------------------------ the grid */
+
+/* Default same-type list: every cache type kvq has. */
+static kvq_status default_types(kvq_type **out, size_t *n, kvq_error *err) {
+    *out = malloc(KVQ_TYPE_COUNT * sizeof **out);
+    *n = 0;
+    if (!*out) return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
+    for (int t = 0; t < KVQ_TYPE_COUNT; t++)
+        if (kvq_type_get((kvq_type)t)->is_cache_type) (*out)[(*n)++] = (kvq_type)t;
+    return KVQ_OK;
+}
+
+/* Default mixed pairs: those whose types this build has (noted if not). */
+static kvq_status default_pairs(kvq_sweep_pair **out, size_t *n, kvq_error *err) {
+    *out = malloc(KVQ_ARRAY_LEN(DEFAULT_PAIRS) * sizeof **out);
+    *n = 0;
+    if (!*out) return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(DEFAULT_PAIRS); i++) {
+        kvq_sweep_pair *p = NULL;
+        size_t np = 0;
+        if (kvq_sweep_parse_pairs(DEFAULT_PAIRS[i], &p, &np, NULL) == KVQ_OK) (*out)[(*n)++] = p[0];
+        else fprintf(stderr, "kvq sweep: note: default pair %s skipped (type not in this build)\n", DEFAULT_PAIRS[i]);
+        free(p);
+    }
+    return KVQ_OK;
+}
+
+static int build_grid(const sweep_opts *o, int n_ctx, kvq_sweep_config **cfg, size_t *n_cfg) {
+    kvq_error err = { 0 };
+    kvq_type *types = NULL;
+    kvq_sweep_pair *pairs = NULL;
+    int *tails = NULL;
+    size_t n_types = 0, n_pairs = 0, n_tails = 0;
+    kvq_status st = o->types ? kvq_sweep_parse_types(o->types, &types, &n_types, &err)
+                             : default_types(&types, &n_types, &err);
+    if (st == KVQ_OK)
+        st = o->pairs ? kvq_sweep_parse_pairs(o->pairs, &pairs, &n_pairs, &err) : default_pairs(&pairs, &n_pairs, &err);
+    if (st == KVQ_OK) st = kvq_sweep_parse_tails(o->tails ? o->tails : DEFAULT_TAILS, &tails, &n_tails, &err);
+    if (st == KVQ_OK) {
+        kvq_sweep_spec spec = { o->ref_type, types, n_types, pairs, n_pairs, tails, n_tails, o->rot, n_ctx };
+        st = kvq_sweep_grid(&spec, cfg, n_cfg, &err);
+        for (size_t t = 0; t < n_tails; t++)
+            if (tails[t] >= n_ctx && tails[t] > 0)
+                fprintf(stderr, "kvq sweep: note: tail %d skipped (not below the context %d)\n", tails[t], n_ctx);
+    }
+    free(types);
+    free(pairs);
+    free(tails);
+    return st == KVQ_OK ? 0 : cli_error(CMD, "%s", err.msg);
+}
+
+/* ----------------------------------------------------------- the state */
+
+typedef struct sweep {
+    const sweep_opts *o;
+    kvq_model *m;
+    const kvq_model_info *info;
+    uint64_t model_hash;
+    int32_t *tokens;
+    int n_ctx, n_chunk, n_batch, bos, threads_per_job;
+    kvq_base_kvq *base;
+    kvq_sweep_config *cfg;
+    size_t n_cfg;
+    kvq_eval_row *rows;
+    bool *pending, *failed;
+    /* work queue and progress, shared by the jobs */
+    pthread_mutex_t lock;
+    size_t next;
+    int n_to_run, n_started, n_finished;
+    double t_start;
+} sweep;
+
+static void path_in(char *buf, const sweep *s, const char *rel) {
+    snprintf(buf, PATH_CAP, "%s/%s", s->o->outdir, rel);
+}
+
+static void run_path(char *buf, const sweep *s, const kvq_sweep_config *c) {
+    snprintf(buf, PATH_CAP, "%s/runs/%s.csv", s->o->outdir, c->slug);
+}
+
+static int make_dir(const char *path) {
+    struct stat st;
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+        return cli_error(CMD, "cannot create directory '%s': %s", path, strerror(errno));
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return cli_error(CMD, "'%s' exists and is not a directory", path);
+    return 0;
+}
+
+static kvq_ctx *make_ctx(const sweep *s, const kvq_sweep_config *c, kvq_error *err) {
+    cache_flags cf;
+    cache_flags_init(&cf);
+    kvq_cache_params *p = &cf.params;
+    p->type_k = c->type_k;
+    p->type_v = c->type_v;
+    p->tail_tokens = c->tail_tokens;
+    p->rot.mode = c->rot;
+    cache_flags_resolve(&cf, s->n_ctx);
+    p->max_batch = s->n_batch;
+    kvq_ctx *ctx = NULL;
+    if (kvq_ctx_create(s->m, p, s->threads_per_job, &ctx, err) != KVQ_OK) return NULL;
+    return ctx;
+}
+
+/* -------------------------------------------------------- the reference */
+
+static kvq_status save_token(void *ud, size_t index, const float *logits, int32_t next, kvq_error *err) {
+    (void)index;
+    (void)next;
+    return kvq_base_kvq_writer_add(ud, logits, err);
+}
+
+static kvq_status write_reference(sweep *s, const char *path, kvq_error *err) {
+    kvq_ctx *ctx = make_ctx(s, &s->cfg[0], err);
+    if (!ctx) return err->code ? err->code : KVQ_ERR_ARG;
+    kvq_base_kvq_writer *w = NULL;
+    kvq_status st = kvq_base_kvq_writer_open(path, s->model_hash, s->n_ctx, s->info->n_vocab, s->n_chunk, s->tokens,
+                                             &w, err);
+    kvq_chunk_run run = { s->tokens, s->n_ctx, s->n_chunk, s->n_batch, s->bos };
+    double t0 = kvq_now_seconds();
+    if (st == KVQ_OK) st = kvq_eval_chunks(ctx, &run, save_token, w, NULL, err);
+    kvq_error cerr = { 0 };
+    kvq_status cst = w ? kvq_base_kvq_writer_close(w, &cerr) : KVQ_OK;
+    if (st == KVQ_OK && cst != KVQ_OK) { st = cst; *err = cerr; }
+    kvq_ctx_free(ctx);
+    if (st == KVQ_OK)
+        fprintf(stderr, "kvq sweep: reference (%s) written to %s in %.1f s\n", s->cfg[0].label, path,
+                kvq_now_seconds() - t0);
+    return st;
+}
+
+/* Reuse OUTDIR/reference.kvqb when it belongs to this experiment; make it
+ * when absent or unreadable; refuse to mix experiments. */
+static int ensure_reference(sweep *s) {
+    char path[PATH_CAP];
+    path_in(path, s, "reference.kvqb");
+    kvq_error err = { 0 };
+    if (access(path, F_OK) == 0) {
+        kvq_status st = kvq_base_kvq_open(path, &s->base, &err);
+        if (st == KVQ_ERR_FORMAT) {
+            fprintf(stderr, "kvq sweep: note: %s; making the reference again\n", err.msg);
+        } else if (st != KVQ_OK) {
+            return cli_error(CMD, "%s", err.msg);
+        } else {
+            st = kvq_base_kvq_check_model(s->base, s->model_hash, &err);
+            if (st == KVQ_OK && s->base->n_chunk != s->n_chunk)
+                st = kvq_fail(&err, KVQ_ERR_ARG, "the KLD base holds %d chunks, this run uses %d", s->base->n_chunk,
+                              s->n_chunk);
+            if (st == KVQ_OK)
+                st = kvq_base_kvq_check_tokens(s->base, s->tokens, (size_t)s->n_ctx * s->n_chunk, s->n_ctx,
+                                               s->n_chunk, &err);
+            if (st != KVQ_OK)
+                return cli_error(CMD, "'%s' belongs to another experiment: %s (use another -o, or delete the "
+                                 "directory)", s->o->outdir, err.msg);
+            fprintf(stderr, "kvq sweep: reusing the reference in %s\n", path);
+            return 0;
+        }
+    }
+    if (write_reference(s, path, &err) != KVQ_OK) return cli_error(CMD, "reference run: %s", err.msg);
+    if (kvq_base_kvq_open(path, &s->base, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);
+    return 0;
+}
+
+/* ------------------------------------------------------ one configuration */
+
+typedef struct compare_acc {
+    const kvq_base_kvq *base;
+    kvq_tokstats stats;
+} compare_acc;
+
+static kvq_status compare_token(void *ud, size_t index, const float *logits, int32_t next, kvq_error *err) {
+    compare_acc *a = ud;
+    const float *lp = kvq_base_kvq_row(a->base, index);
+    if (!lp) return kvq_fail(err, KVQ_ERR_ARG, "scored position %zu is past the reference", index);
+    kvq_kld_token t = kvq_base_kvq_compare(logits, a->base->n_vocab, lp, next);
+    return kvq_tokstats_add(&a->stats, &t, err);
+}
+
+/* Generation speed: prefill half a chunk, then time single-token steps. */
+static kvq_status measure_tg(const sweep *s, kvq_ctx *ctx, double *tps, kvq_error *err) {
+    const int n_prompt = s->n_ctx / 2, steps = KVQ_MIN(TG_STEPS, s->n_ctx - n_prompt);
+    const int batch = kvq_ctx_max_batch(ctx);
+    kvq_cache_clear(kvq_ctx_cache(ctx));
+    kvq_status st = KVQ_OK;
+    for (int pos = 0; st == KVQ_OK && pos < n_prompt; pos += batch)
+        st = kvq_ctx_eval(ctx, s->tokens + pos, KVQ_MIN(batch, n_prompt - pos), pos, NULL, false, err);
+    float *logits = st == KVQ_OK ? malloc((size_t)s->info->n_vocab * sizeof *logits) : NULL;
+    if (st == KVQ_OK && !logits) st = kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
+    double t0 = kvq_now_seconds();
+    for (int k = 0; st == KVQ_OK && k < steps; k++)
+        st = kvq_ctx_eval(ctx, s->tokens + n_prompt + k, 1, n_prompt + k, logits, true, err);
+    double dt = kvq_now_seconds() - t0;
+    free(logits);
+    *tps = st == KVQ_OK && dt > 0 ? steps / dt : NAN;
+    return st;
+}
+
+/* KV bytes of one configuration at n_ctx positions, as the cache lays
+ * them out: every position in the body, plus an exact ring of tail +
+ * batch rows (at most n_ctx) and the sink rows, per layer. */
+static double cache_bytes_at(const sweep *s, const kvq_sweep_config *c, kvq_type tail_type, int n_ctx) {
+    const kvq_model_info *in = s->info;
+    const double body = (double)kvq_cache_row_bytes(c->type_k, in->n_head_kv, in->head_dim_k) +
+                        (double)kvq_cache_row_bytes(c->type_v, in->n_head_kv, in->head_dim_v);
+    const double exact = (double)kvq_cache_row_bytes(tail_type, in->n_head_kv, in->head_dim_k) +
+                         (double)kvq_cache_row_bytes(tail_type, in->n_head_kv, in->head_dim_v);
+    const int ring = c->tail_tokens ? KVQ_MIN(c->tail_tokens + s->n_batch, n_ctx) : 0;
+    return (double)in->n_layer * ((double)n_ctx * body + (double)ring * exact);
+}
+
+static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, const kvq_kld_summary *sum,
+                     double pp_tps, double tg_tps, kvq_eval_row *r) {
+    const kvq_cache *cache = kvq_ctx_cache(ctx);
+    kvq_cache_bytes b;
+    kvq_cache_memory(cache, &b);
+    const kvq_rot_plan *rot = kvq_cache_rotation(cache);
+    kvq_cache_params defaults;
+    kvq_cache_params_default(&defaults);
+    const kvq_sweep_config bf16 = { .type_k = KVQ_TYPE_BF16, .type_v = KVQ_TYPE_BF16 };
+    const int n_full = s->info->n_ctx_train > 0 ? s->info->n_ctx_train : s->n_ctx;
+
+    r->rot_k = rot ? rot->block_k : 0;
+    r->rot_v = rot ? rot->block_v : 0;
+    r->n_tokens = (double)sum->n;
+    r->kv_bytes = (double)b.total;
+    r->kv_bytes_bf16 = cache_bytes_at(s, &bf16, defaults.tail_type, s->n_ctx);
+    r->size_pct = 100.0 * r->kv_bytes / r->kv_bytes_bf16;
+    r->mib = cache_bytes_at(s, c, defaults.tail_type, n_full) / (1024.0 * 1024.0);
+    r->mean_kld = sum->mean_kld;
+    r->mean_kld_se = sum->mean_kld_se;
+    r->median_kld = sum->median_kld;
+    r->p90_kld = sum->p_kld[4];      /* levels: .001 .01 .05 .10 .90 .95 .99 .999 */
+    r->p99_kld = sum->p_kld[6];
+    r->p99_9_kld = sum->p_kld[7];
+    r->max_kld = sum->max_kld;
+    r->same_top_p = 100.0 * sum->same_top;       /* percent, as kvq kld --json */
+    r->same_top_se = 100.0 * sum->same_top_se;
+    r->rms_dp = sum->rms_dp;
+    r->ppl_q = sum->ppl_q;
+    r->ppl_q_se = sum->ppl_q_se;
+    r->ppl_base = sum->ppl_base;
+    r->pp_tps = pp_tps;
+    r->tg_tps = tg_tps;
+}
+
+static kvq_status run_config(const sweep *s, const kvq_sweep_config *c, kvq_eval_row *r, kvq_error *err) {
+    kvq_ctx *ctx = make_ctx(s, c, err);
+    if (!ctx) return err->code ? err->code : KVQ_ERR_ARG;
+    compare_acc acc = { s->base, { 0 } };
+    kvq_tokstats_init(&acc.stats);
+    kvq_chunk_run run = { s->tokens, s->n_ctx, s->n_chunk, s->n_batch, s->bos };
+    double secs = 0, tg = NAN;
+    kvq_kld_summary sum;
+    kvq_status st = kvq_eval_chunks(ctx, &run, compare_token, &acc, &secs, err);
+    if (st == KVQ_OK) st = measure_tg(s, ctx, &tg, err);
+    if (st == KVQ_OK) st = kvq_kld_summarize(&acc.stats, &sum, err);
+    if (st == KVQ_OK) fill_row(s, c, ctx, &sum, secs > 0 ? (double)s->n_ctx * s->n_chunk / secs : NAN, tg, r);
+    kvq_tokstats_free(&acc.stats);
+    kvq_ctx_free(ctx);
+    return st;
+}
+
+/* ------------------------------------------------------------- the jobs */
+
+static void init_row(kvq_eval_row *r, const kvq_sweep_config *c) {
+    kvq_eval_row_init(r);
+    kvq_eval_copy_str(r->label, sizeof r->label, c->label);
+    kvq_eval_copy_str(r->cache_k, sizeof r->cache_k, kvq_type_name(c->type_k));
+    kvq_eval_copy_str(r->cache_v, sizeof r->cache_v, kvq_type_name(c->type_v));
+    r->tail_tokens = c->tail_tokens;
+    r->is_reference = c->is_reference;
+}
+
+/* A stored result counts when it holds exactly this configuration. */
+static bool load_stored(const sweep *s, const kvq_sweep_config *c, kvq_eval_row *r) {
+    char path[PATH_CAP];
+    run_path(path, s, c);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    kvq_eval_row *rows = NULL;
+    size_t n = 0;
+    kvq_error err = { 0 };
+    bool ok = kvq_report_read_csv(f, &rows, &n, &err) == KVQ_OK && n == 1 && !strcmp(rows[0].label, c->label);
+    fclose(f);
+    if (ok) *r = rows[0];
+    else fprintf(stderr, "kvq sweep: note: %s unusable (%s); running it again\n", path, err.msg[0] ? err.msg : "other row");
+    free(rows);
+    return ok;
+}
+
+static void *job_main(void *arg) {
+    sweep *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        while (s->next < s->n_cfg && !s->pending[s->next]) s->next++;
+        if (s->next == s->n_cfg) { pthread_mutex_unlock(&s->lock); return NULL; }
+        size_t i = s->next++;
+        char line[256];
+        kvq_progress_format(line, sizeof line, ++s->n_started, s->n_to_run, s->cfg[i].label,
+                            kvq_now_seconds() - s->t_start, s->n_finished);
+        fprintf(stderr, "%s\n", line);
+        pthread_mutex_unlock(&s->lock);
+
+        kvq_error err = { 0 };
+        kvq_eval_row r = s->rows[i];
+        double t0 = kvq_now_seconds();
+        kvq_status st = run_config(s, &s->cfg[i], &r, &err);
+        char path[PATH_CAP];
+        run_path(path, s, &s->cfg[i]);
+        kvq_error werr = { 0 };
+        kvq_status wst = st == KVQ_OK ? kvq_report_save(path, KVQ_REPORT_CSV, &r, 1, NULL, &werr) : KVQ_OK;
+
+        pthread_mutex_lock(&s->lock);
+        s->n_finished++;
+        s->rows[i] = r;
+        s->failed[i] = st != KVQ_OK;
+        if (st != KVQ_OK) cli_error(CMD, "%s: %s", s->cfg[i].label, err.msg);
+        else if (wst != KVQ_OK) fprintf(stderr, "kvq sweep: warning: %s (the result will not be resumed)\n", werr.msg);
+        else fprintf(stderr, "       %s: median KLD %.6f, size %.2f%% (%.1f s)\n", s->cfg[i].label, r.median_kld,
+                     r.size_pct, kvq_now_seconds() - t0);
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+static int run_pending(sweep *s) {
+    s->t_start = kvq_now_seconds();
+    int jobs = KVQ_MAX(1, KVQ_MIN(s->o->n_jobs, s->n_to_run));
+    pthread_t tid[64];
+    int started = 0;
+    for (int j = 1; j < jobs; j++) {
+        if (pthread_create(&tid[started], NULL, job_main, s) != 0) break;
+        started++;
+    }
+    job_main(s);
+    for (int j = 0; j < started; j++) pthread_join(tid[j], NULL);
+    return 0;
+}
+
+/* ------------------------------------------------------------- outputs */
+
+static int write_outputs(sweep *s) {
+    kvq_eval_rows_precision(s->rows, s->n_cfg);
+    kvq_report_meta meta = { s->o->model, s->o->text, s->n_ctx, s->n_chunk };
+    kvq_ladder_thresholds th = kvq_ladder_default_thresholds();
+    kvq_plot_opts po;
+    kvq_plot_opts_default(&po);
+    char title[160];
+    const char *slash = strrchr(s->o->model, '/');
+    snprintf(title, sizeof title, "KV-cache quality vs size: %s, ctx %d", slash ? slash + 1 : s->o->model, s->n_ctx);
+    po.title = title;
+
+    char path[PATH_CAP], svg[PATH_CAP];
+    kvq_error err = { 0 };
+    static const struct { const char *name; kvq_report_kind kind; } files[] = {
+        { "table.md", KVQ_REPORT_MD }, { "results.csv", KVQ_REPORT_CSV }, { "results.json", KVQ_REPORT_JSON },
+    };
+    for (size_t k = 0; k < KVQ_ARRAY_LEN(files); k++) {
+        path_in(path, s, files[k].name);
+        if (kvq_report_save(path, files[k].kind, s->rows, s->n_cfg, &meta, &err) != KVQ_OK)
+            return cli_error(CMD, "%s", err.msg);
+    }
+    path_in(path, s, "ladder.md");
+    FILE *f = fopen(path, "w");
+    if (!f) return cli_error(CMD, "cannot create '%s': %s", path, strerror(errno));
+    kvq_status st = kvq_ladder_write_md(f, s->rows, s->n_cfg, &th, &err);
+    if (fclose(f) != 0 && st == KVQ_OK) st = kvq_fail(&err, KVQ_ERR_IO, "cannot write '%s'", path);
+    if (st != KVQ_OK) return cli_error(CMD, "%s", err.msg);
+    path_in(svg, s, "plot.svg");
+    if (kvq_plot_svg_save(svg, s->rows, s->n_cfg, &th, &po, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);
+    path_in(path, s, "plot.png");
+    st = kvq_plot_svg_to_png(svg, path, &err);
+    if (st == KVQ_ERR_UNSUPPORTED) fprintf(stderr, "kvq sweep: note: no plot.png (%s)\n", err.msg);
+    else if (st != KVQ_OK) fprintf(stderr, "kvq sweep: warning: no plot.png: %s\n", err.msg);
+
+    /* the ladder is the answer most readers want: print it */
+    kvq_ladder_write_md(stdout, s->rows, s->n_cfg, &th, NULL);
+    fprintf(stderr, "kvq sweep: wrote table.md, results.csv, results.json, ladder.md, plot.svg%s in %s\n",
+            st == KVQ_OK ? ", plot.png" : "", s->o->outdir);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static int prepare_tokens(sweep *s) {
+    size_t len = 0;
+    char *text = cli_read_text(CMD, s->o->text, &len);
+    if (!text) return 1;
+    int n_tok = 0;
+    s->tokens = cli_tokenize(CMD, s->m, text, len, s->info->add_bos, &n_tok);
+    free(text);
+    if (!s->tokens) return 1;
+    s->n_chunk = n_tok / s->n_ctx;
+    if (s->o->n_chunks && s->o->n_chunks < s->n_chunk) s->n_chunk = s->o->n_chunks;
+    if (s->n_chunk < 1)
+        return cli_error(CMD, "'%s' has %d tokens, fewer than one chunk of %d (-c)", s->o->text, n_tok, s->n_ctx);
+    return 0;
+}
+
+/* Everything that can be refused is checked before OUTDIR is created. */
+static int setup(sweep *s) {
+    kvq_error err = { 0 };
+    if (!(s->m = cli_load_model(CMD, s->o->model))) return 1;
+    s->info = kvq_model_get_info(s->m);
+    s->bos = s->info->add_bos ? s->info->bos_id : -1;
+    if (kvq_model_file_hash(s->o->model, &s->model_hash, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);
+    if (prepare_tokens(s)) return 1;
+    s->n_batch = s->o->n_batch && s->o->n_batch < s->n_ctx ? s->o->n_batch : s->n_ctx;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = s->o->n_threads ? s->o->n_threads : (int)(cores > 0 ? cores : 1);
+    s->threads_per_job = KVQ_MAX(1, threads / KVQ_MAX(1, s->o->n_jobs));
+    if (build_grid(s->o, s->n_ctx, &s->cfg, &s->n_cfg)) return 1;
+    char runs[PATH_CAP];
+    path_in(runs, s, "runs");
+    return make_dir(s->o->outdir) || make_dir(runs);
+}
+
+/* Rows start as their configuration's identity; stored results replace
+ * them; the rest are queued. */
+static int plan_runs(sweep *s) {
+    s->rows = calloc(s->n_cfg, sizeof *s->rows);
+    s->pending = calloc(s->n_cfg, sizeof *s->pending);
+    s->failed = calloc(s->n_cfg, sizeof *s->failed);
+    if (!s->rows || !s->pending || !s->failed) return cli_error(CMD, "out of memory");
+    for (size_t i = 0; i < s->n_cfg; i++) {
+        init_row(&s->rows[i], &s->cfg[i]);
+        s->pending[i] = !load_stored(s, &s->cfg[i], &s->rows[i]);
+        s->n_to_run += s->pending[i];
+    }
+    fprintf(stderr, "kvq sweep: %zu configurations (%zu already done), %d chunks of %d tokens, %d thread(s) x %d job(s)\n",
+            s->n_cfg, s->n_cfg - (size_t)s->n_to_run, s->n_chunk, s->n_ctx, s->threads_per_job,
+            KVQ_MAX(1, s->o->n_jobs));
+    return 0;
+}
+
+int cmd_sweep(int argc, char **argv) {
+    sweep_opts o = { .n_ctx = 512, .n_jobs = 1, .rot = KVQ_SWEEP_ROT_BOTH, .ref_type = KVQ_TYPE_F32 };
+    int pr = parse_args(&o, argc, argv);
+    if (pr <= 0) return pr < 0 ? 1 : 0;
+    sweep s = { .o = &o, .n_ctx = o.n_ctx };
+    pthread_mutex_init(&s.lock, NULL);
+    int rc = setup(&s);
+    if (!rc) rc = ensure_reference(&s);
+    if (!rc) rc = plan_runs(&s);
+    if (!rc) rc = run_pending(&s);
+    if (!rc) rc = write_outputs(&s);
+    int n_failed = 0;
+    for (size_t i = 0; !rc && i < s.n_cfg; i++) n_failed += s.failed[i];
+    if (n_failed) rc = cli_error(CMD, "%d configuration(s) failed; their rows are empty (rerun to retry them)", n_failed);
+    pthread_mutex_destroy(&s.lock);
+    kvq_base_kvq_close(s.base);
+    free(s.rows);
+    free(s.pending);
+    free(s.failed);
+    free(s.cfg);
+    free(s.tokens);
+    kvq_model_free(s.m);
+    return rc;
+}
