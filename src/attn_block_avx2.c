@@ -42,10 +42,10 @@ static inline float vhmax(__m256 v) {
  * a0 a2 a1 a3 a4 a6 a5 a7, put back in order by one in-lane permute. */
 static inline void vsum_lanes(const __m256 acc[8], float *s) {
     __m256 b[4], c[2];
-    for (int i = 0; i < 4; i++)
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
         b[i] = _mm256_add_ps(_mm256_permute2f128_ps(acc[i], acc[i + 4], 0x20),
                              _mm256_permute2f128_ps(acc[i], acc[i + 4], 0x31));
-    for (int i = 0; i < 2; i++)
+    _Pragma("GCC unroll 2") for (int i = 0; i < 2; i++)
         c[i] = _mm256_add_ps(_mm256_shuffle_ps(b[i], b[i + 2], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm256_shuffle_ps(b[i], b[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
     const __m256 e = _mm256_add_ps(_mm256_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
