@@ -4,6 +4,7 @@
 #   make test       build and run every test (ends "N passed, N failed")
 #   make sanitize   the same tests built with -fsanitize=address,undefined
 #   make bench      benchmarks (timings live here, never in tests)
+#   make demo       the main job: a cache-type sweep on the bundled model
 #   make fuzz       libFuzzer target for the GGUF reader (needs clang)
 #   make install PREFIX=/usr/local
 #
@@ -42,7 +43,7 @@ KVQ     = $(BUILD)/kvq
 TESTS   = $(BUILD)/run_tests
 BENCH   = $(BUILD)/kvq-bench
 
-.PHONY: all test sanitize bench fuzz install clean
+.PHONY: all test sanitize bench demo fuzz install clean
 all: $(STATIC) $(SHARED) $(KVQ) $(TESTS) $(BENCH)
 
 isa_flags = $(if $(findstring _avx512,$1),$(AVX512_FLAGS),$(if $(findstring _avx2,$1),$(AVX2_FLAGS),))
@@ -81,6 +82,15 @@ sanitize:
 
 bench: $(BENCH) $(KVQ)
 	KVQ_BIN=$(abspath $(KVQ)) $(BENCH) $(BENCH_ARGS)
+
+# The main job: every cache type on the bundled model (a small qwen3 trained
+# on Jane Austen, head_dim 128) over held-out text; prints the table and the
+# recommendation ladder, writes them with the plot into out/demo.
+DEMO_MODEL ?= models/austen-qwen3-h128-q8_0.gguf
+DEMO_TEXT  ?= models/northanger-40k.txt
+DEMO_ARGS  ?= -c 512 --chunks 4
+demo: $(KVQ)
+	$(KVQ) sweep -m $(DEMO_MODEL) -f $(DEMO_TEXT) $(DEMO_ARGS) -o out/demo
 
 FUZZ_CC ?= clang
 FUZZ_TIME ?= 60

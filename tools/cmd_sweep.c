@@ -489,7 +489,9 @@ static int write_outputs(sweep *s) {
     if (st == KVQ_ERR_UNSUPPORTED) fprintf(stderr, "kvq sweep: note: no plot.png (%s)\n", err.msg);
     else if (st != KVQ_OK) fprintf(stderr, "kvq sweep: warning: no plot.png: %s\n", err.msg);
 
-    /* the ladder is the answer most readers want: print it */
+    /* print the full table, then the ladder: the answer most readers want */
+    kvq_report_write_md(stdout, s->rows, s->n_cfg, &meta, NULL);
+    printf("\n");
     kvq_ladder_write_md(stdout, s->rows, s->n_cfg, &th, NULL);
     fprintf(stderr, "kvq sweep: wrote table.md, results.csv, results.json, ladder.md, plot.svg%s in %s\n",
             st == KVQ_OK ? ", plot.png" : "", s->o->outdir);
