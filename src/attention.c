@@ -19,6 +19,12 @@
  * ranges (for long contexts with few rows) produce partial (max, sum, acc)
  * triples that are merged by log-sum-exp.  How the keys are cut depends on
  * the shapes only, so results are bitwise independent of the thread count.
+ *
+ * The key loop (score_keys / accumulate_values) runs the chunked kernels of
+ * attn_block.h by default: a chunk's K and V rows are unpacked once into
+ * f32 tiles and every GQA head is scored and accumulated from them; the
+ * per-key loop (the type's dot and axpy per key and head) is the reference
+ * it is tested against (kvq_cache_attend_loop).
  */
 #include "attn_block.h"
 #include "cache.h"
