@@ -50,17 +50,23 @@ static void quantize_rot(kvq_turbo_type t, turbo_quantize_fn q, const float *x_r
     free(pad);
 }
 
-static void dequantize_rot(kvq_turbo_type t, const void *src, float *y_rot, int64_t n) {
+typedef void (*turbo_axpy_rot_fn)(kvq_turbo_type, float, const void *, float *, int);
+
+/* R x_hat: axpy with weight 1 into zeros (exactly the codebook value times
+ * the block scale, so the scalar and SIMD axpy give the same bits). */
+static void dequantize_rot(kvq_turbo_type t, turbo_axpy_rot_fn axpy, const void *src, float *y_rot, int64_t n) {
     const int d = kvq_turbo_rot_dim((int)n);
-    float *acc = d ? calloc((size_t)d, sizeof *acc) : NULL;
+    if (!d) return;
+    float stack[STACK_ROW], *heap = NULL;
+    float *acc = d == n ? y_rot : d <= STACK_ROW ? stack : (heap = malloc((size_t)d * sizeof *acc));
     if (!acc) return;
-    kvq_turbo_axpy_rot_scalar(t, 1.0f, src, acc, d);
-    memcpy(y_rot, acc, (size_t)n * sizeof *acc);
-    free(acc);
+    memset(acc, 0, (size_t)d * sizeof *acc);
+    axpy(t, 1.0f, src, acc, d);
+    if (acc != y_rot) memcpy(y_rot, acc, (size_t)n * sizeof *acc);
+    free(heap);
 }
 
 typedef float (*turbo_dot_rot_fn)(kvq_turbo_type, const void *, const float *, int);
-typedef void (*turbo_axpy_rot_fn)(kvq_turbo_type, float, const void *, float *, int);
 
 static float dot_rot(kvq_turbo_type t, turbo_dot_rot_fn dot, const void *row, const float *x_rot, int64_t n) {
     const int d = kvq_turbo_rot_dim((int)n);
@@ -87,7 +93,12 @@ static void axpy_rot(kvq_turbo_type t, turbo_axpy_rot_fn axpy, float w, const vo
         quantize_rot(T, kvq_turbo_quantize_scalar, x, dst, n);                                               \
     }                                                                                                        \
     void kvq_##K##_quantize(const float *x, void *dst, int64_t n) { quantize_rot(T, kvq_turbo_quantize, x, dst, n); } \
-    void kvq_##K##_dequantize(const void *src, float *y, int64_t n) { dequantize_rot(T, src, y, n); }        \
+    void kvq_##K##_dequantize(const void *src, float *y, int64_t n) {                                        \
+        dequantize_rot(T, kvq_turbo_axpy_rot_scalar, src, y, n);                                             \
+    }                                                                                                        \
+    void kvq_##K##_dequantize_active(const void *src, float *y, int64_t n) {                                 \
+        dequantize_rot(T, kvq_turbo_axpy_rot, src, y, n);                                                    \
+    }                                                                                                        \
     float kvq_##K##_dot_scalar(const void *row, const float *x, int64_t n) {                                 \
         return dot_rot(T, kvq_turbo_dot_rot_scalar, row, x, n);                                              \
     }                                                                                                        \
@@ -107,6 +118,7 @@ KVQ_TURBO_TRAIT_DEF(turbo4_tcq, KVQ_TURBO4_TCQ)
 void kvq_turbo_install_active(kvq_type_traits *table) {
 #define INSTALL(TY, K)                                                                            \
     table[TY].quantize = kvq_##K##_quantize;                                                      \
+    table[TY].dequantize = kvq_##K##_dequantize_active;                                           \
     table[TY].dot = kvq_##K##_dot;                                                                \
     table[TY].axpy = kvq_##K##_axpy;
     INSTALL(KVQ_TYPE_TURBO2, turbo2)

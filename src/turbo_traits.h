@@ -11,6 +11,7 @@
     void kvq_##K##_quantize_scalar(const float *x_rot, void *dst, int64_t n);        \
     void kvq_##K##_quantize(const float *x_rot, void *dst, int64_t n);               \
     void kvq_##K##_dequantize(const void *src, float *y_rot, int64_t n);             \
+    void kvq_##K##_dequantize_active(const void *src, float *y_rot, int64_t n);      \
     float kvq_##K##_dot_scalar(const void *row, const float *x_rot, int64_t n);      \
     float kvq_##K##_dot(const void *row, const float *x_rot, int64_t n);             \
     void kvq_##K##_axpy_scalar(float w, const void *row, float *y_rot, int64_t n);   \
