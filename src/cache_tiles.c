@@ -16,10 +16,11 @@
  *     applied once per run of keys.
  * Codes of a run are unpacked once and shared by every query head.
  */
+#include "attn_block.h"
 #include "cache.h"
 #include "cache_tiles_simd.h"
 
-enum { T = KVQ_KVARN_TILE, MAX_RUN = T, MAX_WIDTH = 128 };
+enum { T = KVQ_KVARN_TILE, MAX_WIDTH = 128 };
 
 void kvq_tiles_codes_scalar(const uint8_t *tok, int width, int bits, float *out) {
     uint8_t codes[MAX_WIDTH];
@@ -99,19 +100,28 @@ static void kvq_tiles_read_row(const kvq_cache_side *sd, int head, int pos, floa
 
 /* Codes of a run of nk tokens as floats, cf[t*w + ch]: converted once
  * and shared by every query head; the products with them go through the
- * f32 row kernels of the active trait table (SIMD where the CPU has it). */
+ * register-blocked kernels of the attention's chunked loop (attn_block.h:
+ * heads x keys at once, SIMD where the CPU has it). */
 static void run_codes(const tile_unpack *u, const kvq_cache_side *sd, const uint8_t *rec, int t0, int nk, float *cf) {
     const int w = sd->tile.width;
     const size_t tok_bytes = (size_t)w * sd->tile.bits / 8;
     for (int t = 0; t < nk; t++) u->codes(rec + (size_t)(t0 + t) * tok_bytes, w, sd->tile.bits, cf + (size_t)t * w);
 }
 
+/* Heads handled per block call (their scaled queries / weights sit on the
+ * stack); larger GQA groups go in several calls. */
+enum { HEADS = 16 };
+
+/* Runs of keys are at most one attention chunk (ATTN_BLOCK_KEYS). */
 static void kvq_tiles_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
-                     int q_stride, float scale, float *wts, int w_stride) {
+                            int q_stride, float scale, float *wts, int w_stride) {
     const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
-    const kvq_type_traits *f32 = kvq_type_get(KVQ_TYPE_F32);
+    const attn_block_kernels *blk = attn_block_best();
     const tile_unpack u = unpack_for_cpu();
-    float cf[MAX_RUN * MAX_WIDTH], S[MAX_WIDTH], Z[MAX_WIDTH], O[MAX_RUN], qs[MAX_WIDTH];
+    float cf[ATTN_BLOCK_KEYS * MAX_WIDTH], S[MAX_WIDTH], Z[MAX_WIDTH], O[ATTN_BLOCK_KEYS];
+    float qs[HEADS * MAX_WIDTH], qz[HEADS], dots[HEADS * ATTN_BLOCK_KEYS];
+    const float *rows[ATTN_BLOCK_KEYS];
+    for (int t = 0; t < nk; t++) rows[t] = cf + (size_t)t * w;
     for (int j = 0; j < G; j++) memset(wts + (size_t)j * w_stride, 0, (size_t)nk * sizeof *wts);
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, kv_head, tile, s);
@@ -120,12 +130,19 @@ static void kvq_tiles_score(const kvq_cache_side *sd, int kv_head, int key0, int
         u.halves(m.Z, w, Z);
         u.halves(m.O + 2 * t0, nk, O);
         run_codes(&u, sd, rec, t0, nk, cf);
-        for (int j = 0; j < G; j++) {
-            const float *qj = q + (size_t)j * q_stride + (size_t)s * w;
-            float qz = 0.0f;
-            for (int ch = 0; ch < w; ch++) { qs[ch] = qj[ch] * S[ch]; qz += qj[ch] * Z[ch]; }
-            float *wj = wts + (size_t)j * w_stride;
-            for (int t = 0; t < nk; t++) wj[t] += O[t] * (f32->dot(cf + (size_t)t * w, qs, w) + qz);
+        for (int j0 = 0; j0 < G; j0 += HEADS) {
+            const int hg = KVQ_MIN(HEADS, G - j0);
+            for (int j = 0; j < hg; j++) {          /* q_c S_c and sum q_c Z_c per head */
+                const float *qj = q + (size_t)(j0 + j) * q_stride + (size_t)s * w;
+                float z = 0.0f;
+                for (int ch = 0; ch < w; ch++) { qs[j * w + ch] = qj[ch] * S[ch]; z += qj[ch] * Z[ch]; }
+                qz[j] = z;
+            }
+            blk->scores(rows, nk, qs, hg, w, w, 1.0f, dots, ATTN_BLOCK_KEYS);
+            for (int j = 0; j < hg; j++) {
+                float *wj = wts + (size_t)(j0 + j) * w_stride;
+                for (int t = 0; t < nk; t++) wj[t] += O[t] * (dots[j * ATTN_BLOCK_KEYS + t] + qz[j]);
+            }
         }
     }
     for (int j = 0; j < G; j++)
@@ -133,11 +150,14 @@ static void kvq_tiles_score(const kvq_cache_side *sd, int kv_head, int key0, int
 }
 
 static void kvq_tiles_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *wts, int G,
-                          int w_stride, float *acc, int acc_stride) {
+                                 int w_stride, float *acc, int acc_stride) {
     const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
-    const kvq_type_traits *f32 = kvq_type_get(KVQ_TYPE_F32);
+    const attn_block_kernels *blk = attn_block_best();
     const tile_unpack u = unpack_for_cpu();
-    float cf[MAX_RUN * MAX_WIDTH], S[MAX_RUN], Z[MAX_RUN], O[MAX_WIDTH], a[MAX_WIDTH];
+    float cf[ATTN_BLOCK_KEYS * MAX_WIDTH], S[ATTN_BLOCK_KEYS], Z[ATTN_BLOCK_KEYS], O[MAX_WIDTH];
+    float ps[HEADS * ATTN_BLOCK_KEYS], pz[HEADS], a[HEADS * MAX_WIDTH];
+    const float *rows[ATTN_BLOCK_KEYS];
+    for (int t = 0; t < nk; t++) rows[t] = cf + (size_t)t * w;
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, kv_head, tile, s);
         const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
@@ -145,17 +165,20 @@ static void kvq_tiles_accumulate(const kvq_cache_side *sd, int kv_head, int key0
         u.halves(m.Z + 2 * t0, nk, Z);
         u.halves(m.O, w, O);
         run_codes(&u, sd, rec, t0, nk, cf);
-        for (int j = 0; j < G; j++) {
-            const float *pj = wts + (size_t)j * w_stride;
-            float pz = 0.0f;
-            memset(a, 0, (size_t)w * sizeof *a);
-            for (int t = 0; t < nk; t++) {
-                if (pj[t] == 0.0f) continue;
-                pz += pj[t] * Z[t];
-                f32->axpy(pj[t] * S[t], cf + (size_t)t * w, a, w);
+        for (int j0 = 0; j0 < G; j0 += HEADS) {
+            const int hg = KVQ_MIN(HEADS, G - j0);
+            for (int j = 0; j < hg; j++) {          /* p_t S_t and sum p_t Z_t per head */
+                const float *pj = wts + (size_t)(j0 + j) * w_stride;
+                float z = 0.0f;
+                for (int t = 0; t < nk; t++) { ps[j * ATTN_BLOCK_KEYS + t] = pj[t] * S[t]; z += pj[t] * Z[t]; }
+                pz[j] = z;
             }
-            float *out = acc + (size_t)j * acc_stride + (size_t)s * w;
-            for (int ch = 0; ch < w; ch++) out[ch] += O[ch] * (a[ch] + pz);
+            memset(a, 0, (size_t)hg * w * sizeof *a);
+            blk->accumulate(rows, nk, ps, ATTN_BLOCK_KEYS, hg, a, w, w);
+            for (int j = 0; j < hg; j++) {
+                float *out = acc + (size_t)(j0 + j) * acc_stride + (size_t)s * w;
+                for (int ch = 0; ch < w; ch++) out[ch] += O[ch] * (a[j * w + ch] + pz[j]);
+            }
         }
     }
 }

@@ -23,7 +23,8 @@ struct kvq_tile_ops {
     kvq_status (*quantize)(const kvq_cache *c, const struct kvq_cache_side *sd, int tile, kvq_error *err);
     /* Dequantised (rotated) row of position pos of a quantised tile. */
     void (*read_row)(const struct kvq_cache_side *sd, int head, int pos, float *out);
-    /* Attention straight from the records, keys key0..key0+nk-1 of one tile:
+    /* Attention straight from the records, keys key0..key0+nk-1 of one tile
+     * (nk <= ATTN_BLOCK_KEYS, one chunk of the attention loop):
      *   score: w[j*w_stride + t] = scale * q_j . k_t for the G query heads
      *          q_j = q + j*q_stride (rotated, stored width);
      *   accumulate: acc_j[d] += sum_t w[j*w_stride + t] v_t[d]. */
