@@ -1,6 +1,7 @@
 /* kld.c - read and write llama.cpp's KL-divergence base files and compare
  * one position's logits against a stored row (formulas in kld.h). */
 #include "kld.h"
+#include "file_read.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -12,21 +13,6 @@ enum { HEADER_BYTES = 8 + 4 + 4 + 4 };
 
 static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static kvq_status read_file(const char *path, uint8_t **buf, size_t *len, kvq_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return kvq_fail(err, KVQ_ERR_IO, "kld base '%s': cannot open", path);
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) { fclose(f); return kvq_fail(err, KVQ_ERR_IO, "kld base '%s': cannot seek", path); }
-    *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (!*buf) { fclose(f); return kvq_fail(err, KVQ_ERR_NOMEM, "kld base '%s': out of memory (%ld bytes)", path, n); }
-    size_t got = fread(*buf, 1, (size_t)n, f);
-    fclose(f);
-    if (got != (size_t)n) { free(*buf); return kvq_fail(err, KVQ_ERR_IO, "kld base '%s': read error", path); }
-    *len = (size_t)n;
-    return KVQ_OK;
 }
 
 /* Check the header against the file size: every count must fit exactly. */
@@ -64,9 +50,10 @@ static kvq_status parse(const char *path, const uint8_t *p, size_t len, kvq_kld_
 kvq_status kvq_kld_base_read(const char *path, kvq_kld_base **out, kvq_error *err) {
     if (!out || !path) return kvq_fail(err, KVQ_ERR_ARG, "kvq_kld_base_read: NULL argument");
     *out = NULL;
-    uint8_t *buf = NULL;
+    char *text = NULL;
     size_t len = 0;
-    kvq_status st = read_file(path, &buf, &len, err);
+    kvq_status st = kvq_read_file(path, "kld base", KVQ_BASE_FILE_CAP, &text, &len, err);
+    uint8_t *buf = (uint8_t *)text;
     if (st) return st;
     kvq_kld_base *b = calloc(1, sizeof *b);
     st = b ? parse(path, buf, len, b, err) : kvq_fail(err, KVQ_ERR_NOMEM, "kld base: out of memory");

@@ -1,6 +1,7 @@
 /* engine_cli.c - shared steps of the model commands (see engine_cli.h). */
 #include "engine_cli.h"
 #include "cli.h"
+#include "file_read.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,23 +18,12 @@ kvq_model *cli_load_model(const char *cmd, const char *path) {
 }
 
 char *cli_read_text(const char *cmd, const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { cli_error(cmd, "cannot open text file '%s'", path); return NULL; }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *bigger = cap < ((size_t)1 << 31) ? realloc(buf, 2 * cap + 1) : NULL;
-        if (!bigger) { free(buf); buf = NULL; break; }
-        buf = bigger;
-        cap *= 2;
+    char *buf = NULL;
+    kvq_error err = { 0 };
+    if (kvq_read_file(path, "text file", KVQ_TEXT_CAP, &buf, len, &err) != KVQ_OK) {
+        cli_error(cmd, "%s", err.msg);
+        return NULL;
     }
-    bool bad = !buf || ferror(f);
-    fclose(f);
-    if (bad) { free(buf); cli_error(cmd, "cannot read text file '%s' (too large or I/O error)", path); return NULL; }
-    buf[n] = 0;
-    *len = n;
     return buf;
 }
 
