@@ -14,7 +14,7 @@ void kvq_plan_setup_init(kvq_plan_setup *s, const kvq_model *m, const kvq_kld_ba
     s->model = m;
     s->reference = reference;
     s->n_chunk = reference ? reference->n_chunk : 0;
-    s->n_batch = reference ? (int)reference->n_ctx : 0;
+    s->n_batch = reference ? kvq_eval_batch(0, (int)reference->n_ctx) : 0;
     kvq_cache_params_default(&s->cache);
     s->exact_type = KVQ_TYPE_F32;
 }
@@ -70,11 +70,12 @@ kvq_status kvq_plan_reference(const kvq_model *m, const int32_t *tokens, int n_c
     kvq_cache_params cp;
     kvq_cache_params_default(&cp);
     cp.type_k = cp.type_v = KVQ_TYPE_F32;
-    cp.n_ctx = cp.max_batch = n_ctx;
+    cp.n_ctx = n_ctx;
+    cp.max_batch = kvq_eval_batch(0, n_ctx);
     kvq_ctx *ctx = NULL;
     kvq_status st = kvq_ctx_create(m, &cp, n_threads, &ctx, err);
     encode_acc acc = { b->records, b->record_len, in->n_vocab };
-    kvq_chunk_run run = { b->tokens, n_ctx, n_chunk, n_ctx, bos_of(m) };
+    kvq_chunk_run run = { b->tokens, n_ctx, n_chunk, cp.max_batch, bos_of(m) };
     if (!st) st = kvq_eval_chunks(ctx, &run, encode_token, &acc, NULL, err);
     kvq_ctx_free(ctx);
     if (st) { kvq_kld_base_free(b); return st; }

@@ -45,7 +45,7 @@ typedef struct kvq_plan_setup {
     void *progress_ud;
 } kvq_plan_setup;
 
-/* Defaults: f32 exact, batch = the reference's n_ctx, every chunk. */
+/* Defaults: f32 exact, batch kvq_eval_batch(0, n_ctx) (chunks.h), every chunk. */
 void kvq_plan_setup_init(kvq_plan_setup *s, const kvq_model *m, const kvq_kld_base *reference);
 
 /* The exact cache's logits over n_chunk chunks of n_ctx tokens, held in

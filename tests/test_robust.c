@@ -80,3 +80,47 @@ TEST(cli_files_that_are_not_files) {
     CHECK_ONE_ERROR("regular file", "%s tokenize -m %s -f /dev/zero", bin, model);
     CHECK_ONE_ERROR("regular file", "%s plan -m %s -f / --budget 100%%", bin, model);
 }
+
+/* Without -b a long chunk is evaluated in batches of 512 (memory flat in
+ * -c), with the same result as one batch of the whole chunk. */
+TEST(cli_perplexity_default_batch_is_512) {
+    const char *bin = test_kvq_bin();
+    char model[1024], text[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf") ||
+        !test_shared_path(text, sizeof text, "text/gpl3.txt"))
+        SKIP("../shared not found");
+    char cmd[4096];
+    static char out[8192];
+    double ppl[2] = { 0, 0 };
+    const char *batch_flag[2] = { "", "-b 640" };
+    const char *want[2] = { "batch 512", "batch 640" };
+    const int runs = test_sanitized() ? 1 : 2;   /* the layout check alone under sanitizers */
+    for (int i = 0; i < runs; i++) {
+        CHECK(snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c 640 --chunks 1 -t 2 %s", bin, model, text,
+                       batch_flag[i]) < (int)sizeof cmd, "command too long");
+        int rc = test_run(cmd, out, sizeof out);
+        CHECK(rc == 0, "'%s' exited %d: %s", cmd, rc, out);
+        CHECK(strstr(out, want[i]), "'%s': no '%s' in: %s", cmd, want[i], out);
+        const char *fe = strstr(out, "Final estimate: PPL = ");
+        CHECK(fe && sscanf(fe, "Final estimate: PPL = %lf", &ppl[i]) == 1, "no PPL in: %s", out);
+    }
+    if (runs == 2) CHECK(fabs(ppl[0] / ppl[1] - 1.0) < 1e-4, "PPL with batches of 512 %.4f, one batch %.4f", ppl[0], ppl[1]);
+}
+
+/* Fewer than 2 scored tokens: refused before any evaluation. */
+TEST(cli_too_few_scored_tokens) {
+    const char *bin = test_kvq_bin();
+    char model[1024], text[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf") ||
+        !test_shared_path(text, sizeof text, "text/gpl3.txt"))
+        SKIP("../shared not found");
+    char tmp[128];
+    snprintf(tmp, sizeof tmp, "/tmp/kvq_test_few_%d.kld", (int)getpid());
+    CHECK_ONE_ERROR("4..", "%s perplexity -m %s -f %s -c 2", bin, model, text);
+    CHECK_ONE_ERROR("at least 2", "%s perplexity -m %s -f %s -c 4 --chunks 1", bin, model, text);
+    CHECK_ONE_ERROR("at least 2", "%s kld -m %s -f %s -c 4 --chunks 1 --save-base %s", bin, model, text, tmp);
+    CHECK(access(tmp, F_OK) != 0, "no base file may be left behind");
+    CHECK_ONE_ERROR("at least 2", "%s plan -m %s -f %s -c 4 --chunks 1 --budget 100%%", bin, model, text);
+}

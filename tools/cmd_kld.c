@@ -35,7 +35,7 @@ static void usage(FILE *f) {
         "  --kl-divergence-base FILE [--kl-divergence]   llama.cpp's spelling: without\n"
         "                         --kl-divergence it writes FILE, with it it compares\n"
         "  -c, --ctx-size N       chunk length when writing (default 512; compare: the base's)\n"
-        "  -b, --batch-size N     tokens per evaluation batch (default: the chunk)\n"
+        "  -b, --batch-size N     tokens per evaluation batch (default 512, at most the chunk)\n"
         "  --chunks N             use at most N chunks\n"
         "  -t, --threads N        threads (default: online cores)\n"
         "  --json                 print one JSON object instead of the tables\n");
@@ -225,8 +225,9 @@ static int run_compare(kld_job *j, const char *path) {
         memcpy(j->tokens, base->tokens, (size_t)j->n_ctx * j->n_chunk * sizeof *j->tokens);
         rc = j->o->text ? check_text_tokens(j, base->tokens) : 0;
     }
+    if (!rc) rc = cli_check_scored(CMD, j->n_ctx, j->n_chunk);
     if (!rc) {
-        const int batch = j->o->n_batch && j->o->n_batch < j->n_ctx ? j->o->n_batch : j->n_ctx;
+        const int batch = kvq_eval_batch(j->o->n_batch, j->n_ctx);
         j->o->n_batch = batch;
         j->ctx = cli_create_ctx(CMD, j->m, &j->o->cache, j->n_ctx, batch, j->o->n_threads);
         rc = j->ctx ? compare(j, base) : 1;
@@ -264,7 +265,8 @@ static int run_save(kld_job *j, const char *path) {
     j->n_chunk = n_tok / j->n_ctx;
     if (j->o->n_chunks && j->o->n_chunks < j->n_chunk) j->n_chunk = j->o->n_chunks;
     if (j->n_chunk < 1) return cli_error(CMD, "the text has %d tokens, fewer than one chunk of %d", n_tok, j->n_ctx);
-    const int batch = j->o->n_batch && j->o->n_batch < j->n_ctx ? j->o->n_batch : j->n_ctx;
+    if (cli_check_scored(CMD, j->n_ctx, j->n_chunk)) return 1;
+    const int batch = kvq_eval_batch(j->o->n_batch, j->n_ctx);
     j->o->n_batch = batch;
     j->ctx = cli_create_ctx(CMD, j->m, &j->o->cache, j->n_ctx, batch, j->o->n_threads);
     if (!j->ctx) return 1;

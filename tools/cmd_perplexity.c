@@ -26,7 +26,7 @@ static void usage(FILE *f) {
         "  -m, --model FILE       GGUF model\n"
         "  -f, --file FILE        text to score\n"
         "  -c, --ctx-size N       chunk length in tokens (default 512)\n"
-        "  -b, --batch-size N     tokens per evaluation batch (default: the chunk)\n"
+        "  -b, --batch-size N     tokens per evaluation batch (default 512, at most the chunk)\n"
         "  --chunks N             score at most N chunks (default: all)\n"
         "  -t, --threads N        threads (default: online cores)\n");
     cache_flags_usage(f);
@@ -39,7 +39,7 @@ static int parse_one(ppl_opts *o, int argc, char **argv, int *i) {
     long lo = 1, hi = CLI_MAX_CTX;
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; o->model = v; return 1; }
     if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; o->text = v; return 1; }
-    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { dst = &o->n_ctx; lo = 2; }
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { dst = &o->n_ctx; lo = 4; }
     else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) dst = &o->n_batch;
     else if (!strcmp(a, "--chunks")) dst = &o->n_chunks;
     else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { dst = &o->n_threads; hi = CLI_MAX_THREADS; }
@@ -100,7 +100,7 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if (!o.model) return cli_error(CMD, "no model given (use -m MODEL.gguf)");
     if (!o.text) return cli_error(CMD, "no text given (use -f TEXT)");
-    if (!o.n_batch || o.n_batch > o.n_ctx) o.n_batch = o.n_ctx;
+    o.n_batch = kvq_eval_batch(o.n_batch, o.n_ctx);
     size_t len = 0;
     char *text = cli_read_text(CMD, o.text, &len);
     if (!text) return 1;
@@ -118,6 +118,7 @@ int cmd_perplexity(int argc, char **argv) {
         cli_error(CMD, "the text has %d tokens, fewer than one chunk of %d (-c)", n_tok, o.n_ctx);
         goto done;
     }
+    if (cli_check_scored(CMD, o.n_ctx, n_chunk)) goto done;
     fprintf(stderr, "kvq perplexity: %d tokens, %d chunks of %d, batch %d\n", n_tok, n_chunk, o.n_ctx, o.n_batch);
     ctx = cli_create_ctx(CMD, m, &o.cache, o.n_ctx, o.n_batch, o.n_threads);
     if (ctx) rc = score(&o, ctx, toks, n_chunk, in->add_bos ? in->bos_id : -1);

@@ -172,6 +172,7 @@ static kvq_kld_base *read_base(plan_opts *o, const kvq_model *m, int *n_chunk) {
         rc = cli_error(CMD, "-c %d differs from the base file's context %u", o->n_ctx, b->n_ctx);
     else if (o->text)
         rc = check_text(o, m, b, *n_chunk);
+    if (!rc) rc = cli_check_scored(CMD, (int)b->n_ctx, *n_chunk);
     if (rc) { kvq_kld_base_free(b); return NULL; }
     fprintf(stderr, "kvq plan: reference '%s': %d of %d chunks of %u tokens\n", o->base, *n_chunk, b->n_chunk, b->n_ctx);
     return b;
@@ -189,7 +190,7 @@ static kvq_kld_base *compute_base(plan_opts *o, const kvq_model *m, int *n_chunk
     *n_chunk = KVQ_MIN(o->n_chunks, n_tok / n_ctx);
     kvq_kld_base *b = NULL;
     if (*n_chunk < 1) cli_error(CMD, "the text has %d tokens, fewer than one chunk of %d (-c)", n_tok, n_ctx);
-    else {
+    else if (!cli_check_scored(CMD, n_ctx, *n_chunk)) {
         fprintf(stderr, "kvq plan: reference: f32 cache, %d chunks of %d tokens\n", *n_chunk, n_ctx);
         kvq_error err = { 0 };
         if (kvq_plan_reference(m, toks, n_ctx, *n_chunk, o->n_threads, &b, &err)) cli_error(CMD, "%s", err.msg);

@@ -55,7 +55,7 @@ static void usage(FILE *f) {
         "  -f, --file FILE       evaluation text\n"
         "  -o, --output DIR      output directory (created)\n"
         "  -c, --ctx-size N      chunk length (default 512)\n"
-        "  -b, --batch-size N    tokens per evaluation batch (default: the chunk)\n"
+        "  -b, --batch-size N    tokens per evaluation batch (default 512, at most the chunk)\n"
         "  --chunks N            use at most N chunks of the text\n"
         "  --types LIST          same-type K/V pairs, e.g. q8_0,q4_0 (default: every cache type)\n"
         "  --pairs LIST          mixed pairs K/V, e.g. q8_0/q4_0 (default: q8_0/q4_0,\n"
@@ -512,7 +512,7 @@ static int prepare_tokens(sweep *s) {
     if (s->o->n_chunks && s->o->n_chunks < s->n_chunk) s->n_chunk = s->o->n_chunks;
     if (s->n_chunk < 1)
         return cli_error(CMD, "'%s' has %d tokens, fewer than one chunk of %d (-c)", s->o->text, n_tok, s->n_ctx);
-    return 0;
+    return cli_check_scored(CMD, s->n_ctx, s->n_chunk);
 }
 
 /* Everything that can be refused is checked before OUTDIR is created. */
@@ -523,7 +523,7 @@ static int setup(sweep *s) {
     s->bos = s->info->add_bos ? s->info->bos_id : -1;
     if (kvq_model_file_hash(s->o->model, &s->model_hash, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);
     if (prepare_tokens(s)) return 1;
-    s->n_batch = s->o->n_batch && s->o->n_batch < s->n_ctx ? s->o->n_batch : s->n_ctx;
+    s->n_batch = kvq_eval_batch(s->o->n_batch, s->n_ctx);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = s->o->n_threads ? s->o->n_threads : (int)(cores > 0 ? cores : 1);
     s->threads_per_job = KVQ_MAX(1, threads / KVQ_MAX(1, s->o->n_jobs));

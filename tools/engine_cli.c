@@ -2,6 +2,7 @@
 #include "engine_cli.h"
 #include "cli.h"
 #include "file_read.h"
+#include "kld.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,13 @@ int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, siz
     if (n < 0) { free(toks); cli_error(cmd, "tokenizing the text failed"); return NULL; }
     *n_out = n;
     return toks;
+}
+
+int cli_check_scored(const char *cmd, int n_ctx, int n_chunk) {
+    const size_t n = (size_t)n_chunk * (size_t)kvq_kld_scored_per_chunk(n_ctx);
+    if (n >= 2) return 0;
+    return cli_error(cmd, "%d chunk(s) of %d tokens score %zu token(s) (positions %d..%d of each chunk); at least 2 are "
+                     "needed: raise -c or --chunks", n_chunk, n_ctx, n, n_ctx / 2, n_ctx - 2);
 }
 
 kvq_ctx *cli_create_ctx(const char *cmd, const kvq_model *m, cache_flags *cf, int n_ctx, int max_batch, int n_threads) {

@@ -16,6 +16,9 @@ enum { CLI_MAX_CTX = 1 << 20, CLI_MAX_THREADS = 512 };
 kvq_model *cli_load_model(const char *cmd, const char *path);
 char *cli_read_text(const char *cmd, const char *path, size_t *len);
 int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, size_t len, bool add_bos, int *n_out);
+/* 0 when n_chunk chunks of n_ctx give at least the 2 scored tokens a
+ * PPL or KLD estimate (and its error) needs; else 1 after one error line. */
+int cli_check_scored(const char *cmd, int n_ctx, int n_chunk);
 kvq_ctx *cli_create_ctx(const char *cmd, const kvq_model *m, cache_flags *cf, int n_ctx, int max_batch, int n_threads);
 
 #endif
