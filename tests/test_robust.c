@@ -124,3 +124,10 @@ TEST(cli_too_few_scored_tokens) {
     CHECK(access(tmp, F_OK) != 0, "no base file may be left behind");
     CHECK_ONE_ERROR("at least 2", "%s plan -m %s -f %s -c 4 --chunks 1 --budget 100%%", bin, model, text);
 }
+
+/* Each of --dim and --rows is in range, their product is not (13 GiB). */
+TEST(cli_quant_test_caps_values) {
+    const char *bin = test_kvq_bin();
+    if (!bin) SKIP("KVQ_BIN not set");
+    CHECK_ONE_ERROR("64 M", "%s quant-test --dim 16384 --rows 100000", bin);
+}
