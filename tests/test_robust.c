@@ -3,6 +3,7 @@
  * robustness review (each must exit 1 with exactly one line). */
 #include "test.h"
 #include "file_read.h"
+#include "../tools/engine_cli.h"
 
 #include <string.h>
 #include <unistd.h>
@@ -130,4 +131,110 @@ TEST(cli_quant_test_caps_values) {
     const char *bin = test_kvq_bin();
     if (!bin) SKIP("KVQ_BIN not set");
     CHECK_ONE_ERROR("64 M", "%s quant-test --dim 16384 --rows 100000", bin);
+}
+
+/* The estimate printed before allocating is what the cache allocates. */
+TEST(cli_kv_bytes_matches_the_cache) {
+    kvq_model_info in = { 0 };
+    in.n_layer = 3;
+    in.n_head_kv = 2;
+    in.head_dim_k = 64;
+    in.head_dim_v = 32;
+    const kvq_type layer_k[3] = { KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0, KVQ_TYPE_F16 };
+    const int tails[3] = { 0, 16, 100 }, sinks[3] = { 0, 4, 0 };
+    for (int i = 0; i < 3; i++) {
+        kvq_cache_params p;
+        kvq_cache_params_default(&p);
+        p.n_layer = in.n_layer;
+        p.n_head_kv = in.n_head_kv;
+        p.head_dim_k = in.head_dim_k;
+        p.head_dim_v = in.head_dim_v;
+        p.n_ctx = 96;
+        p.max_batch = 32;
+        p.type_k = KVQ_TYPE_Q8_0;
+        p.type_v = KVQ_TYPE_Q4_0;
+        p.layer_type_k = i == 1 ? layer_k : NULL;
+        p.tail_tokens = tails[i];
+        p.sink_tokens = sinks[i];
+        kvq_cache *c = NULL;
+        kvq_error err = { 0 };
+        CHECK(kvq_cache_create(&p, &c, &err) == KVQ_OK, "cache: %s", err.msg);
+        kvq_cache_bytes b;
+        kvq_cache_memory(c, &b);
+        kvq_cache_free(c);
+        const double est = cli_kv_bytes(&in, &p, p.n_ctx);
+        CHECK(est == (double)b.total, "case %d: estimate %.0f bytes, the cache %zu", i, est, b.total);
+    }
+}
+
+/* A context past the trained one is a warning; a cache beyond the memory
+ * limit is refused before allocating, in one line. */
+TEST(cli_context_warning_and_memory_limit) {
+    const char *bin = test_kvq_bin();
+    char model[1024], austen[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf") ||
+        !test_shared_path(austen, sizeof austen, "models/austen-qwen3-h128.gguf"))
+        SKIP("../shared not found");
+    char cmd[4096];
+    static char out[8192];
+    CHECK(snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 --temp 0 -c 256 -t 1", bin, model) < (int)sizeof cmd, "long");
+    int rc = test_run(cmd, out, sizeof out);
+    const char *w = strstr(out, "warning: context 256 is longer than the model was trained for (128)");
+    CHECK(rc == 0 && w, "exit %d, no trained-context warning in: %s", rc, out);
+    CHECK(!strstr(w + 1, "warning: context"), "the warning must be printed once: %s", out);
+    if (test_sanitized()) SKIP("address-space limits and sanitizers do not mix");
+    /* f32 K and V of 4 layers x 2 heads x 128: 8 KiB per position, 3.1 GiB at 400000 */
+    CHECK_ONE_ERROR("GiB", "ulimit -v 2000000; %s run -m %s -p hi -n 1 -c 400000 -ctk f32 -ctv f32", bin, austen);
+}
+
+/* A copy of a shared model with the value after metadata key `key`
+ * replaced by `value` (same length), written to `out`. */
+static bool patched_model(const char *rel, const char *key, const void *value, size_t len, char *out, size_t cap) {
+    char src[1024];
+    if (!test_shared_path(src, sizeof src, rel)) return false;
+    FILE *f = fopen(src, "rb");
+    if (!f) return false;
+    static uint8_t buf[8 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    const size_t klen = strlen(key);
+    size_t at = 0;
+    while (at + klen + 4 < n && memcmp(buf + at, key, klen)) at++;
+    if (at + klen + 4 + len > n) return false;
+    memcpy(buf + at + klen + 4, value, len);   /* after the key: uint32 value type, then the value */
+    snprintf(out, cap, "/tmp/kvq_test_patched_%d.gguf", (int)getpid());
+    FILE *o = fopen(out, "wb");
+    if (!o) return false;
+    bool ok = fwrite(buf, 1, n, o) == n;
+    return fclose(o) == 0 && ok;
+}
+
+TEST(model_rejects_heads_above_the_cache_limit) {
+    char path[256];
+    const uint32_t big = 1024;   /* the synth model stores key_length as a uint32 */
+    if (!patched_model("models/synth/qwen3-h128.gguf", "qwen3.attention.key_length", &big, 4, path, sizeof path))
+        SKIP("../shared not found");
+    kvq_model *m = NULL;
+    kvq_error err = { 0 };
+    kvq_status st = kvq_model_load(path, &m, &err);
+    remove(path);
+    kvq_model_free(m);
+    CHECK(st == KVQ_ERR_UNSUPPORTED && strstr(err.msg, "1024") && strstr(err.msg, "512"),
+          "head size 1024: status %d, '%s'", (int)st, err.msg);
+}
+
+TEST(model_unsupported_arch_status_without_err) {
+    char path[256];
+    /* general.architecture's value: uint64 length 5, then "qwen3" */
+    const char value[13] = { 5, 0, 0, 0, 0, 0, 0, 0, 'q', 'w', 'e', 'n', '9' };
+    if (!patched_model("models/synth/qwen3-h128.gguf", "general.architecture", value, sizeof value, path, sizeof path))
+        SKIP("../shared not found");
+    kvq_model *m = NULL;
+    kvq_status st = kvq_model_load(path, &m, NULL);
+    kvq_error err = { 0 };
+    kvq_status st2 = kvq_model_load(path, &m, &err);
+    remove(path);
+    CHECK(st == KVQ_ERR_UNSUPPORTED && !m, "unsupported architecture with err NULL: status %d", (int)st);
+    CHECK(st2 == KVQ_ERR_UNSUPPORTED && strstr(err.msg, "qwen9"), "with err: %d '%s'", (int)st2, err.msg);
 }

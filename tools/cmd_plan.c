@@ -189,8 +189,12 @@ static kvq_kld_base *compute_base(plan_opts *o, const kvq_model *m, int *n_chunk
     const int n_ctx = o->n_ctx ? o->n_ctx : DEFAULT_CTX;
     *n_chunk = KVQ_MIN(o->n_chunks, n_tok / n_ctx);
     kvq_kld_base *b = NULL;
+    kvq_cache_params exact;   /* the planner's largest cache: f32 everywhere */
+    kvq_cache_params_default(&exact);
+    exact.type_k = exact.type_v = KVQ_TYPE_F32;
+    exact.max_batch = kvq_eval_batch(0, n_ctx);
     if (*n_chunk < 1) cli_error(CMD, "the text has %d tokens, fewer than one chunk of %d (-c)", n_tok, n_ctx);
-    else if (!cli_check_scored(CMD, n_ctx, *n_chunk)) {
+    else if (!cli_check_scored(CMD, n_ctx, *n_chunk) && !cli_check_context(CMD, kvq_model_get_info(m), &exact, n_ctx)) {
         fprintf(stderr, "kvq plan: reference: f32 cache, %d chunks of %d tokens\n", *n_chunk, n_ctx);
         kvq_error err = { 0 };
         if (kvq_plan_reference(m, toks, n_ctx, *n_chunk, o->n_threads, &b, &err)) cli_error(CMD, "%s", err.msg);

@@ -524,6 +524,11 @@ static int setup(sweep *s) {
     if (kvq_model_file_hash(s->o->model, &s->model_hash, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);
     if (prepare_tokens(s)) return 1;
     s->n_batch = kvq_eval_batch(s->o->n_batch, s->n_ctx);
+    kvq_cache_params ref;   /* the largest cache of the grid: the exact reference */
+    kvq_cache_params_default(&ref);
+    ref.type_k = ref.type_v = s->o->ref_type;
+    ref.max_batch = s->n_batch;
+    if (cli_check_context(CMD, s->info, &ref, s->n_ctx)) return 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = s->o->n_threads ? s->o->n_threads : (int)(cores > 0 ? cores : 1);
     s->threads_per_job = KVQ_MAX(1, threads / KVQ_MAX(1, s->o->n_jobs));

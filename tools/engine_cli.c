@@ -3,9 +3,12 @@
 #include "cli.h"
 #include "file_read.h"
 #include "kld.h"
+#include "kvq_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 kvq_model *cli_load_model(const char *cmd, const char *path) {
     if (!path) { cli_error(cmd, "no model given (use -m MODEL.gguf)"); return NULL; }
@@ -42,6 +45,42 @@ int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, siz
     return toks;
 }
 
+double cli_kv_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx) {
+    double body = 0.0;
+    for (int l = 0; l < in->n_layer; l++) {
+        const kvq_type tk = p->layer_type_k ? p->layer_type_k[l] : p->type_k;
+        const kvq_type tv = p->layer_type_v ? p->layer_type_v[l] : p->type_v;
+        body += (double)kvq_cache_row_bytes(tk, in->n_head_kv, in->head_dim_k) +
+                (double)kvq_cache_row_bytes(tv, in->n_head_kv, in->head_dim_v);
+    }
+    const double exact_row = (double)kvq_cache_row_bytes(p->tail_type, in->n_head_kv, in->head_dim_k) +
+                             (double)kvq_cache_row_bytes(p->tail_type, in->n_head_kv, in->head_dim_v);
+    const int batch = p->max_batch > 0 ? KVQ_MIN(p->max_batch, n_ctx) : n_ctx;
+    const int ring = p->tail_tokens > 0 ? KVQ_MIN(p->tail_tokens + batch, n_ctx) : 0;
+    const int sink = KVQ_MIN(KVQ_MAX(p->sink_tokens, 0), n_ctx);
+    return (double)n_ctx * body + (double)in->n_layer * (double)(ring + sink) * exact_row;
+}
+
+/* Physical memory, lowered to RLIMIT_AS when that is set. */
+static double memory_limit(void) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double lim = pages > 0 && page > 0 ? (double)pages * (double)page : 1e300;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) lim = KVQ_MIN(lim, (double)rl.rlim_cur);
+    return lim;
+}
+
+int cli_check_context(const char *cmd, const kvq_model_info *in, const kvq_cache_params *p, int n_ctx) {
+    const double need = cli_kv_bytes(in, p, n_ctx), have = memory_limit();
+    if (need > have)
+        return cli_error(cmd, "a KV cache of %d positions needs %.1f GiB, more than the %.1f GiB of memory available "
+                         "(lower -c or use a smaller cache type)", n_ctx, need / 1073741824.0, have / 1073741824.0);
+    if (in->n_ctx_train > 0 && n_ctx > in->n_ctx_train)
+        fprintf(stderr, "kvq %s: warning: context %d is longer than the model was trained for (%d); quality past %d "
+                "positions is not what the model was made for\n", cmd, n_ctx, in->n_ctx_train, in->n_ctx_train);
+    return 0;
+}
+
 int cli_check_scored(const char *cmd, int n_ctx, int n_chunk) {
     const size_t n = (size_t)n_chunk * (size_t)kvq_kld_scored_per_chunk(n_ctx);
     if (n >= 2) return 0;
@@ -53,6 +92,7 @@ kvq_ctx *cli_create_ctx(const char *cmd, const kvq_model *m, cache_flags *cf, in
     if (!cache_flags_apply_layers(cmd, cf, kvq_model_get_info(m)->n_layer)) return NULL;
     cache_flags_resolve(cf, n_ctx);
     cf->params.max_batch = max_batch;
+    if (cli_check_context(cmd, kvq_model_get_info(m), &cf->params, n_ctx)) return NULL;
     kvq_ctx *ctx = NULL;
     kvq_error err = { 0 };
     if (kvq_ctx_create(m, &cf->params, n_threads, &ctx, &err) != KVQ_OK) {
