@@ -91,12 +91,10 @@ void kvq_kld_encode(const float *logits, int n_vocab, uint16_t *rec) {
         min_l = fminf(min_l, logits[i]);
     }
     min_l = fmaxf(min_l, max_l - LOGPROB_RANGE);
-    double sum_exp = 0.0;
-    for (int i = 0; i < n_vocab; i++) sum_exp += expf(logits[i] - max_l);
-    const float log_sum_exp = (float)log(sum_exp);
+    const double log_norm = kvq_log_sum_exp(logits, n_vocab);
     const float scale = (max_l - min_l) / 65535.0f;
     put_f32(rec, scale);
-    put_f32(rec + 2, min_l - max_l - log_sum_exp);
+    put_f32(rec + 2, (float)((double)min_l - log_norm));   /* the log-prob of min_l */
     uint16_t *q = rec + 4;
     memset(q, 0, 2 * (((size_t)n_vocab + 1) / 2) * sizeof(uint16_t));
     if (scale > 0.0f) {
@@ -108,15 +106,19 @@ void kvq_kld_encode(const float *logits, int n_vocab, uint16_t *rec) {
 
 /* ------------------------------------------------------------ comparing */
 
-double kvq_nll(const float *logits, int n_vocab, int tok) {
-    float max_l = logits[0];
-    for (int i = 1; i < n_vocab; i++) max_l = fmaxf(max_l, logits[i]);
-    double sum_exp = 0.0;
-    for (int i = 0; i < n_vocab; i++) sum_exp += expf(logits[i] - max_l);
-    return (double)max_l + log(sum_exp) - logits[tok];
+double kvq_log_sum_exp(const float *x, int n) {
+    float max_x = x[0];
+    for (int i = 1; i < n; i++) max_x = fmaxf(max_x, x[i]);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp((double)x[i] - max_x);
+    return (double)max_x + log(sum);
 }
 
-static int argmax(const float *x, int n) {
+double kvq_nll(const float *logits, int n_vocab, int tok) {
+    return kvq_log_sum_exp(logits, n_vocab) - logits[tok];
+}
+
+int kvq_argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
@@ -127,11 +129,7 @@ kvq_kld_token kvq_kld_compare(const float *logits, int n_vocab, const uint16_t *
     kvq_kld_token r = { 0 };
     const float scale = get_f32(rec), min_lp = get_f32(rec + 2);
     const uint16_t *q = rec + 4;
-    float max_l = logits[0];
-    for (int i = 1; i < n_vocab; i++) max_l = fmaxf(max_l, logits[i]);
-    double sum_exp = 0.0;
-    for (int i = 0; i < n_vocab; i++) sum_exp += expf(logits[i] - max_l);
-    const double log_norm = (double)max_l + log(sum_exp);   /* log Σ exp(logits) */
+    const double log_norm = kvq_log_sum_exp(logits, n_vocab);
 
     r.nll = log_norm - logits[next];
     r.nll_base = -((double)scale * q[next] + min_lp);
@@ -146,7 +144,7 @@ kvq_kld_token kvq_kld_compare(const float *logits, int n_vocab, const uint16_t *
         if (lp_base > -LOGPROB_RANGE) kl += exp(lp_base) * (lp_base - ((double)logits[i] - log_norm));
     }
     r.kld = kl;
-    r.same_top = argmax(logits, n_vocab) == top_base;
+    r.same_top = kvq_argmax(logits, n_vocab) == top_base;
     r.dp = exp(-r.nll) - exp(-r.nll_base);
     return r;
 }

@@ -53,6 +53,14 @@ typedef struct kvq_kld_token {
 } kvq_kld_token;
 kvq_kld_token kvq_kld_compare(const float *logits, int n_vocab, const uint16_t *rec, int next_token);
 
+/* log sum_i exp(x[i]), the log-softmax's normaliser: the maximum taken
+ * out first, the sum of exp(x[i] - max) in double.  Every log-softmax in
+ * kvq (base writers, comparisons, NLL) goes through this one function. */
+double kvq_log_sum_exp(const float *x, int n);
+
+/* Index of the largest value (the first on ties). */
+int kvq_argmax(const float *x, int n);
+
 /* -log softmax(logits)[tok], with the sum of exponentials in double. */
 double kvq_nll(const float *logits, int n_vocab, int tok);
 

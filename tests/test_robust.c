@@ -3,6 +3,7 @@
  * robustness review (each must exit 1 with exactly one line). */
 #include "test.h"
 #include "file_read.h"
+#include "kld_ref.h"
 #include "../tools/engine_cli.h"
 
 #include <string.h>
@@ -237,4 +238,133 @@ TEST(model_unsupported_arch_status_without_err) {
     remove(path);
     CHECK(st == KVQ_ERR_UNSUPPORTED && !m, "unsupported architecture with err NULL: status %d", (int)st);
     CHECK(st2 == KVQ_ERR_UNSUPPORTED && strstr(err.msg, "qwen9"), "with err: %d '%s'", (int)st2, err.msg);
+}
+
+static double json_num(const char *json, const char *key) {
+    char k[80];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *p = strstr(json, k);
+    return p ? strtod(p + strlen(k), NULL) : NAN;
+}
+
+/* --save-base writes kvq's exact format, kld and plan read it back (KLD 0
+ * against itself, precision 100%), another model or text is refused, and
+ * llama.cpp's spelling still writes llama.cpp's format. */
+TEST(cli_kld_exact_base_round_trip_and_checks) {
+    const char *bin = test_kvq_bin();
+    char model[1024], other[1024], text[1024], readme[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf") ||
+        !test_shared_path(other, sizeof other, "models/toy-h64.gguf") ||
+        !test_shared_path(text, sizeof text, "text/gpl3.txt") ||
+        !test_shared_path(readme, sizeof readme, "golden/README.md"))
+        SKIP("../shared not found");
+    char base[128], llama[128], cmd[4096];
+    static char out[16384];
+    snprintf(base, sizeof base, "/tmp/kvq_test_exact_%d.kvqb", (int)getpid());
+    snprintf(llama, sizeof llama, "/tmp/kvq_test_llama_%d.kld", (int)getpid());
+    CHECK(snprintf(cmd, sizeof cmd, "{ %s kld -m %s -f %s -c 64 --chunks 2 -t 2 -ctk f32 -ctv f32 --save-base %s && "
+                   "%s kld -m %s -f %s -c 64 --chunks 2 -t 2 --kl-divergence-base %s; } 2>&1", bin, model, text, base, bin, model,
+                   text, llama) < (int)sizeof cmd, "command too long");
+    int rc = test_run(cmd, out, sizeof out);
+    char magic[2][9] = { "", "" };
+    const char *paths[2] = { base, llama };
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(paths[i], "rb");
+        if (f) { CHECK(fread(magic[i], 1, 8, f) == 8 || 1, "read"); fclose(f); }
+    }
+    if (rc || strcmp(magic[0], "KVQBASE1") || strcmp(magic[1], "_logits_")) { remove(base); remove(llama); }
+    CHECK(rc == 0, "writing the bases exited %d: %s", rc, out);
+    CHECK(!strcmp(magic[0], "KVQBASE1"), "--save-base must write kvq's format, got '%s'", magic[0]);
+    CHECK(!strcmp(magic[1], "_logits_"), "--kl-divergence-base must write llama.cpp's format, got '%s'", magic[1]);
+
+    CHECK(snprintf(cmd, sizeof cmd, "{ %s kld -m %s --base %s -f %s -t 2 -ctk f32 -ctv f32 --json 2>/dev/null; }", bin,
+                   model, base, text) < (int)sizeof cmd, "command too long");
+    rc = test_run(cmd, out, sizeof out);
+    const double kld = json_num(out, "mean_kld"), prec = json_num(out, "mean_precision");
+    const double mib = json_num(out, "kv_mib_full_ctx"), rms = json_num(out, "rms_dp");
+    const double bytes = json_num(out, "kv_bytes"), top = json_num(out, "same_top_p");
+    CHECK(rc == 0 && fabs(kld) < 1e-6 && fabs(prec - 100.0) < 1e-4, "exact base against itself: rc %d: %s", rc, out);
+    CHECK(top == 100.0 && fabs(rms) < 1e-6, "same top %g%%, rms dp %g%%", top, rms);
+    /* stories260K's trained context is 128, twice -c 64 */
+    CHECK(fabs(mib * 1048576.0 - 2 * bytes) < 1.0, "kv_mib_full_ctx %g MiB for %g bytes at half that context", mib, bytes);
+
+    CHECK(snprintf(cmd, sizeof cmd, "{ %s kld -m %s --base %s -t 2 --json 2>/dev/null; }", bin, model, llama) <
+              (int)sizeof cmd, "command too long");
+    rc = test_run(cmd, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "\"mean_precision\": null"), "no precision against a 16-bit base: %s", out);
+
+    CHECK(snprintf(cmd, sizeof cmd, "{ %s plan -m %s --base %s --chunks 1 -t 2 --types q8_0 --budget 400%% --json "
+                   "2>/dev/null; }", bin, model, base) < (int)sizeof cmd, "command too long");
+    rc = test_run(cmd, out, sizeof out);
+    CHECK(rc == 0 && fabs(json_num(out, "exact_mean_kld")) < 1e-6, "plan with an exact base: rc %d: %s", rc, out);
+
+    CHECK_ONE_ERROR("different model", "%s kld -m %s --base %s", bin, other, base);
+    CHECK_ONE_ERROR("does not match", "%s kld -m %s --base %s -f %s", bin, model, base, readme);
+    CHECK_ONE_ERROR("different model", "%s plan -m %s --base %s --budget 100%%", bin, other, base);
+    remove(base);
+    remove(llama);
+}
+
+/* size %: tail and sink rows on both sides, so an f16 cache is 100% of
+ * bf16 whatever its tail; output checked before the model loads. */
+TEST(cli_kld_size_pct_and_early_output_check) {
+    const char *bin = test_kvq_bin();
+    char model[1024], base[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/toy-h64.gguf") ||
+        !test_shared_path(base, sizeof base, "golden/toy-h64.gpl3.c128.kld"))
+        SKIP("../shared not found");
+    char cmd[4096];
+    static char out[8192];
+    CHECK(snprintf(cmd, sizeof cmd, "{ %s kld -m %s --base %s --chunks 1 -t 2 -ctk f16 -ctv f16 --kv-tail-tokens 16 "
+                   "--kv-sink-tokens 4 --json 2>/dev/null; }", bin, model, base) < (int)sizeof cmd, "command too long");
+    int rc = test_run(cmd, out, sizeof out);
+    CHECK(rc == 0 && fabs(json_num(out, "size_pct") - 100.0) < 1e-9, "f16 with tail and sink: rc %d: %s", rc, out);
+    CHECK_ONE_ERROR("/nonexistent/dir", "%s kld -m /nonexistent/model.gguf -f x --save-base /nonexistent/dir/x.kvqb", bin);
+    CHECK_ONE_ERROR("directory", "%s kld -m /nonexistent/model.gguf -f x --save-base /tmp", bin);
+}
+
+TEST(cli_perplexity_json) {
+    const char *bin = test_kvq_bin();
+    char model[1024], text[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf") ||
+        !test_shared_path(text, sizeof text, "text/gpl3.txt"))
+        SKIP("../shared not found");
+    char cmd[4096];
+    static char out[8192];
+    CHECK(snprintf(cmd, sizeof cmd, "{ %s perplexity -m %s -f %s -c 128 --chunks 2 -t 2 --json 2>/dev/null; }", bin,
+                   model, text) < (int)sizeof cmd, "command too long");
+    int rc = test_run(cmd, out, sizeof out);
+    CHECK(rc == 0 && count_lines(out) == 1, "perplexity --json: rc %d: %s", rc, out);
+    CHECK(json_num(out, "n_tokens") == 126 && json_num(out, "ppl") > 1 && json_num(out, "size_pct") == 100.0 &&
+          json_num(out, "kv_mib_full_ctx") > 0, "perplexity --json: %s", out);
+}
+
+/* A scored position past the reference is an error, not a NULL record
+ * read; the log-sum-exp helper is exact on a known case. */
+TEST(kld_ref_compare_past_the_end) {
+    const int n_vocab = 4;
+    float logits[4] = { 1.0f, 2.0f, 3.0f, 4.0f };
+    const double want = log(exp(1.0) + exp(2.0) + exp(3.0) + exp(4.0));
+    CHECK(fabs(kvq_log_sum_exp(logits, n_vocab) - want) < 1e-12, "log-sum-exp %.15g, want %.15g",
+          kvq_log_sum_exp(logits, n_vocab), want);
+    uint16_t rec[8];
+    int32_t tokens[4] = { 0, 1, 2, 3 };
+    kvq_kld_encode(logits, n_vocab, rec);
+    kvq_kld_base b = { .n_ctx = 4, .n_vocab = n_vocab, .n_chunk = 1, .tokens = tokens, .records = rec, .n_pos = 1,
+                       .record_len = kvq_kld_record_len(n_vocab) };
+    kvq_kld_ref ref;
+    kvq_kld_ref_from_llama(&ref, &b);
+    kvq_kld_acc acc;
+    kvq_kld_acc_init(&acc, &ref);
+    kvq_error err = { 0 };
+    kvq_status st0 = kvq_kld_acc_token(&acc, 0, logits, 3, &err);
+    kvq_status st1 = kvq_kld_acc_token(&acc, 1, logits, 3, &err);
+    const size_t n = acc.stats.n;
+    const double kld0 = n ? acc.stats.kld[0] : -1;
+    kvq_kld_acc_free(&acc);
+    CHECK(st0 == KVQ_OK && n == 1 && fabs(kld0) < 1e-6, "position 0: status %d, %zu tokens, KLD %g", (int)st0, n, kld0);
+    CHECK(st1 == KVQ_ERR_ARG && strstr(err.msg, "past"), "position 1 of 1: status %d '%s'", (int)st1, err.msg);
 }

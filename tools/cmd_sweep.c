@@ -13,6 +13,7 @@
 #include "chunks.h"
 #include "cli.h"
 #include "engine_cli.h"
+#include "kld_ref.h"
 #include "ladder.h"
 #include "model.h"
 #include "plot_svg.h"
@@ -280,19 +281,6 @@ static int ensure_reference(sweep *s) {
 
 /* ------------------------------------------------------ one configuration */
 
-typedef struct compare_acc {
-    const kvq_base_kvq *base;
-    kvq_tokstats stats;
-} compare_acc;
-
-static kvq_status compare_token(void *ud, size_t index, const float *logits, int32_t next, kvq_error *err) {
-    compare_acc *a = ud;
-    const float *lp = kvq_base_kvq_row(a->base, index);
-    if (!lp) return kvq_fail(err, KVQ_ERR_ARG, "scored position %zu is past the reference", index);
-    kvq_kld_token t = kvq_base_kvq_compare(logits, a->base->n_vocab, lp, next);
-    return kvq_tokstats_add(&a->stats, &t, err);
-}
-
 /* Generation speed: prefill half a chunk, then time single-token steps. */
 static kvq_status measure_tg(const sweep *s, kvq_ctx *ctx, double *tps, kvq_error *err) {
     const int n_prompt = s->n_ctx / 2, steps = KVQ_MIN(TG_STEPS, s->n_ctx - n_prompt);
@@ -352,7 +340,7 @@ static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, co
     r->max_kld = sum->max_kld;
     r->same_top_p = 100.0 * sum->same_top;       /* percent, as kvq kld --json */
     r->same_top_se = 100.0 * sum->same_top_se;
-    r->rms_dp = sum->rms_dp;
+    r->rms_dp = 100.0 * sum->rms_dp;             /* percent, as kvq kld --json */
     r->ppl_q = sum->ppl_q;
     r->ppl_q_se = sum->ppl_q_se;
     r->ppl_base = sum->ppl_base;
@@ -363,16 +351,18 @@ static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, co
 static kvq_status run_config(const sweep *s, const kvq_sweep_config *c, kvq_eval_row *r, kvq_error *err) {
     kvq_ctx *ctx = make_ctx(s, c, err);
     if (!ctx) return err->code ? err->code : KVQ_ERR_ARG;
-    compare_acc acc = { s->base, { 0 } };
-    kvq_tokstats_init(&acc.stats);
+    kvq_kld_ref ref;
+    kvq_kld_ref_from_exact(&ref, s->base);
+    kvq_kld_acc acc;
+    kvq_kld_acc_init(&acc, &ref);
     kvq_chunk_run run = { s->tokens, s->n_ctx, s->n_chunk, s->n_batch, s->bos };
     double secs = 0, tg = NAN;
     kvq_kld_summary sum;
-    kvq_status st = kvq_eval_chunks(ctx, &run, compare_token, &acc, &secs, err);
+    kvq_status st = kvq_eval_chunks(ctx, &run, kvq_kld_acc_token, &acc, &secs, err);
     if (st == KVQ_OK) st = measure_tg(s, ctx, &tg, err);
     if (st == KVQ_OK) st = kvq_kld_summarize(&acc.stats, &sum, err);
     if (st == KVQ_OK) fill_row(s, c, ctx, &sum, secs > 0 ? (double)s->n_ctx * s->n_chunk / secs : NAN, tg, r);
-    kvq_tokstats_free(&acc.stats);
+    kvq_kld_acc_free(&acc);
     kvq_ctx_free(ctx);
     return st;
 }

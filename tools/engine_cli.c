@@ -7,7 +7,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 kvq_model *cli_load_model(const char *cmd, const char *path) {
@@ -79,6 +81,48 @@ int cli_check_context(const char *cmd, const kvq_model_info *in, const kvq_cache
         fprintf(stderr, "kvq %s: warning: context %d is longer than the model was trained for (%d); quality past %d "
                 "positions is not what the model was made for\n", cmd, n_ctx, in->n_ctx_train, in->n_ctx_train);
     return 0;
+}
+
+/* The directory part of path ("." when none). */
+static void dir_of(const char *path, char *dir, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    while (slash && slash > path && slash[1] == 0) {   /* "a/b/" names b */
+        const char *prev = slash - 1;
+        while (prev > path && *prev != '/') prev--;
+        slash = *prev == '/' ? prev : NULL;
+    }
+    if (!slash) snprintf(dir, cap, ".");
+    else if (slash == path) snprintf(dir, cap, "/");
+    else snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+static int check_dir_writable(const char *cmd, const char *what, const char *path, const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return cli_error(cmd, "cannot create %s '%s': directory '%s' does not exist", what, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return cli_error(cmd, "cannot create %s '%s': directory '%s' is not writable", what, path, dir);
+    return 0;
+}
+
+int cli_check_writable(const char *cmd, const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return cli_error(cmd, "'%s' is a directory, not a file to write", path);
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    return check_dir_writable(cmd, "file", path, dir);
+}
+
+int cli_check_output_dir(const char *cmd, const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) return cli_error(cmd, "'%s' exists and is not a directory", dir);
+        if (access(dir, W_OK | X_OK) != 0) return cli_error(cmd, "directory '%s' is not writable", dir);
+        return 0;
+    }
+    char parent[4096];
+    dir_of(dir, parent, sizeof parent);
+    return check_dir_writable(cmd, "directory", dir, parent);
 }
 
 int cli_check_scored(const char *cmd, int n_ctx, int n_chunk) {

@@ -26,6 +26,14 @@ double cli_kv_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_c
  * refuse (one error line, returns 1) a cache larger than this machine's
  * memory or the process's address-space limit.  0 = go ahead. */
 int cli_check_context(const char *cmd, const kvq_model_info *in, const kvq_cache_params *p, int n_ctx);
+/* path can be created: its directory exists and is writable, and path
+ * is not a directory; else one error line and 1.  Checked before a model
+ * loads, so a typo costs no evaluation. */
+int cli_check_writable(const char *cmd, const char *path);
+/* dir is an existing writable directory, or one that mkdir can create
+ * (its parent exists and is writable); else one error line and 1. */
+int cli_check_output_dir(const char *cmd, const char *dir);
+
 /* 0 when n_chunk chunks of n_ctx give at least the 2 scored tokens a
  * PPL or KLD estimate (and its error) needs; else 1 after one error line. */
 int cli_check_scored(const char *cmd, int n_ctx, int n_chunk);
