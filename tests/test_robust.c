@@ -368,3 +368,35 @@ TEST(kld_ref_compare_past_the_end) {
     CHECK(st0 == KVQ_OK && n == 1 && fabs(kld0) < 1e-6, "position 0: status %d, %zu tokens, KLD %g", (int)st0, n, kld0);
     CHECK(st1 == KVQ_ERR_ARG && strstr(err.msg, "past"), "position 1 of 1: status %d '%s'", (int)st1, err.msg);
 }
+
+/* Sampling without --seed draws a random seed, prints it, and --seed
+ * with that value replays the run; greedy decoding prints none. */
+TEST(cli_run_random_seed_is_printed_and_replays) {
+    const char *bin = test_kvq_bin();
+    char model[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf")) SKIP("../shared not found");
+    char cmd[4096];
+    static char out[3][8192], replay[8192];
+    unsigned long long seed[2] = { 0, 0 };
+    for (int i = 0; i < 2; i++) {
+        CHECK(snprintf(cmd, sizeof cmd, "%s run -m %s -p 'Once upon a time' -n 24 -c 128 -t 1 --temp 1.5", bin, model) <
+                  (int)sizeof cmd, "command too long");
+        int rc = test_run(cmd, out[i], sizeof out[i]);
+        const char *s = strstr(out[i], "kvq run: seed ");
+        CHECK(rc == 0 && s && sscanf(s, "kvq run: seed %llu", &seed[i]) == 1, "no seed printed (rc %d): %s", rc, out[i]);
+    }
+    CHECK(seed[0] != seed[1], "two runs without --seed drew the same seed %llu", seed[0]);
+    /* stdout only, for the replay comparison */
+    CHECK(snprintf(cmd, sizeof cmd, "{ %s run -m %s -p 'Once upon a time' -n 24 -c 128 -t 1 --temp 1.5 --seed %llu "
+                   "2>/dev/null; }", bin, model, seed[1]) < (int)sizeof cmd, "command too long");
+    CHECK(test_run(cmd, replay, sizeof replay) == 0, "replay failed: %s", replay);
+    CHECK(snprintf(cmd, sizeof cmd, "{ %s run -m %s -p 'Once upon a time' -n 24 -c 128 -t 1 --temp 1.5 --seed %llu "
+                   "2>/dev/null; }", bin, model, seed[1]) < (int)sizeof cmd, "command too long");
+    CHECK(test_run(cmd, out[2], sizeof out[2]) == 0 && !strcmp(out[2], replay), "--seed %llu is not reproducible",
+          seed[1]);
+    CHECK(strstr(out[1], replay), "--seed %llu does not replay the run: '%s' not in '%s'", seed[1], replay, out[1]);
+    CHECK(snprintf(cmd, sizeof cmd, "%s run -m %s -p 'Once upon a time' -n 4 -c 128 -t 1 --temp 0", bin, model) <
+              (int)sizeof cmd, "command too long");
+    CHECK(test_run(cmd, out[2], sizeof out[2]) == 0 && !strstr(out[2], "seed"), "greedy printed a seed: %s", out[2]);
+}
