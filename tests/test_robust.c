@@ -186,7 +186,7 @@ TEST(cli_context_warning_and_memory_limit) {
     CHECK(!strstr(w + 1, "warning: context"), "the warning must be printed once: %s", out);
     if (test_sanitized()) SKIP("address-space limits and sanitizers do not mix");
     /* f32 K and V of 4 layers x 2 heads x 128: 8 KiB per position, 3.1 GiB at 400000 */
-    CHECK_ONE_ERROR("GiB", "ulimit -v 2000000; %s run -m %s -p hi -n 1 -c 400000 -ctk f32 -ctv f32", bin, austen);
+    CHECK_ONE_ERROR("GiB", "ulimit -v 2000000; %s run -m %s -p hi -n 1 --temp 0 -c 400000 -ctk f32 -ctv f32", bin, austen);
 }
 
 /* A copy of a shared model with the value after metadata key `key`
@@ -399,4 +399,25 @@ TEST(cli_run_random_seed_is_printed_and_replays) {
     CHECK(snprintf(cmd, sizeof cmd, "%s run -m %s -p 'Once upon a time' -n 4 -c 128 -t 1 --temp 0", bin, model) <
               (int)sizeof cmd, "command too long");
     CHECK(test_run(cmd, out[2], sizeof out[2]) == 0 && !strstr(out[2], "seed"), "greedy printed a seed: %s", out[2]);
+}
+
+/* Message style: OUTDIR checked before anything is printed; out-of-range
+ * values name the range and point at --help, in every command. */
+TEST(cli_messages_outdir_first_and_range_hints) {
+    const char *bin = test_kvq_bin();
+    char model[1024], text[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf") ||
+        !test_shared_path(text, sizeof text, "text/gpl3.txt"))
+        SKIP("../shared not found");
+    /* a tail longer than the context made the grid print a note first */
+    CHECK_ONE_ERROR("/nonexistent/a", "%s sweep -m %s -f %s -c 64 --tails 0,999 -o /nonexistent/a/b", bin, model, text);
+    CHECK_ONE_ERROR("(see kvq perplexity --help)", "%s perplexity -m %s -f %s -b 0", bin, model, text);
+    CHECK_ONE_ERROR("(see kvq kld --help)", "%s kld -m %s --base x -c 2", bin, model);
+    CHECK_ONE_ERROR("(see kvq run --help)", "%s run -m %s -p hi --temp 200", bin, model);
+    CHECK_ONE_ERROR("(see kvq sweep --help)", "%s sweep -m %s -f %s -o /tmp/x --jobs 0", bin, model, text);
+    CHECK_ONE_ERROR("(see kvq plan --help)", "%s plan -m %s -f %s --budget 10%% --chunks 0", bin, model, text);
+    CHECK_ONE_ERROR("(see kvq run --help)", "%s run -m %s -p hi --kv-tail-tokens -5", bin, model);
+    CHECK_ONE_ERROR("is not an integer in 10..1000000 (see kvq turbo-bench --help)", "%s turbo-bench -n 5", bin);
+    CHECK_ONE_ERROR("(see kvq turbo-bench --help)", "%s turbo-bench --bogus", bin);
 }

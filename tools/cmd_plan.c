@@ -70,7 +70,8 @@ static bool parse_budget(plan_opts *o, const char *s) {
     num[n] = 0;
     o->budget_is_mib = suffix[0] == 'M';
     if (!cli_parse_double(num, 1e-9, o->budget_is_mib ? 1e9 : 1000.0, &o->budget)) {
-        cli_error(CMD, "--budget: '%s' is not a positive %s", s, o->budget_is_mib ? "size in MiB" : "percentage up to 1000%");
+        cli_error(CMD, "--budget: '%s' is not a positive %s (see kvq plan --help)", s,
+                  o->budget_is_mib ? "size in MiB" : "percentage up to 1000%");
         return false;
     }
     return true;
@@ -135,7 +136,7 @@ static int parse_one(plan_opts *o, int argc, char **argv, int *i) {
     else return parse_cache_flag(o, argc, argv, i);
     if (!(v = cli_value(CMD, argc, argv, i))) return -1;
     if (str) { *str = v; return 1; }
-    if (!cli_parse_long(v, lo, hi, &l)) { cli_error(CMD, "%s: '%s' is not an integer in %ld..%ld", a, v, lo, hi); return -1; }
+    if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1;
     *num = (int)l;
     return 1;
 }

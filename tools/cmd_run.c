@@ -85,6 +85,15 @@ static kvq_status eval_prompt(kvq_ctx *ctx, const int32_t *toks, int n, int max_
     return KVQ_OK;
 }
 
+/* Sampling without --seed: a fresh seed, printed (once everything that
+ * can be refused was checked) so that the run can be replayed. */
+static void choose_seed(run_opts *o) {
+    if (o->sp.temp <= 0 || o->seed_given) return;
+    o->sp.seed = kvq_sampler_random_seed();
+    fprintf(stderr, "kvq run: seed %llu (replay with --seed %llu)\n", (unsigned long long)o->sp.seed,
+            (unsigned long long)o->sp.seed);
+}
+
 static int generate(const run_opts *o, const kvq_model *m, kvq_ctx *ctx, const int32_t *prompt, int n_prompt,
                     int max_batch) {
     const kvq_model_info *in = kvq_model_get_info(m);
@@ -133,11 +142,6 @@ int cmd_run(int argc, char **argv) {
     }
     if (!o.model) return cli_error(CMD, "no model given (use -m MODEL.gguf)");
     if (!o.prompt) return cli_error(CMD, "no prompt given (use -p TEXT)");
-    if (o.sp.temp > 0 && !o.seed_given) {   /* sampling: a fresh seed, told so it can be replayed */
-        o.sp.seed = kvq_sampler_random_seed();
-        fprintf(stderr, "kvq run: seed %llu (replay with --seed %llu)\n", (unsigned long long)o.sp.seed,
-                (unsigned long long)o.sp.seed);
-    }
     kvq_model *m = cli_load_model(CMD, o.model);
     if (!m) return 1;
     const kvq_model_info *in = kvq_model_get_info(m);
@@ -153,7 +157,10 @@ int cmd_run(int argc, char **argv) {
     }
     const int max_batch = o.n_ctx < 512 ? o.n_ctx : 512;
     ctx = cli_create_ctx(CMD, m, &o.cache, o.n_ctx, max_batch, o.n_threads);
-    if (ctx) rc = generate(&o, m, ctx, prompt, n_prompt, max_batch);
+    if (ctx) {
+        choose_seed(&o);
+        rc = generate(&o, m, ctx, prompt, n_prompt, max_batch);
+    }
 done:
     kvq_ctx_free(ctx);
     free(prompt);

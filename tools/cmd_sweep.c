@@ -94,10 +94,7 @@ static int parse_args(sweep_opts *o, int argc, char **argv) {
         if (!(v = cli_value(CMD, argc, argv, &i))) return -1;
         if (str) { *str = v; continue; }
         if (num) {
-            if (!cli_parse_long(v, lo, hi, &l)) {
-                cli_error(CMD, "%s: '%s' is not an integer in %ld..%ld", a, v, lo, hi);
-                return -1;
-            }
+            if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1;
             *num = (int)l;
             continue;
         }
@@ -508,6 +505,8 @@ static int prepare_tokens(sweep *s) {
 /* Everything that can be refused is checked before OUTDIR is created. */
 static int setup(sweep *s) {
     kvq_error err = { 0 };
+    /* OUTDIR first: a typo there must not cost a model load or print notes */
+    if (cli_check_output_dir(CMD, s->o->outdir)) return 1;
     if (!(s->m = cli_load_model(CMD, s->o->model))) return 1;
     s->info = kvq_model_get_info(s->m);
     s->bos = s->info->add_bos ? s->info->bos_id : -1;
