@@ -3,12 +3,16 @@
  * row per head (32 query heads, 8 KV heads x 128, GQA 4) over 4096 and
  * 32768 cached tokens, for every cache type (K and V of the same type).
  *
- * Printed per type and context: time per decode step with 1 and 2
- * threads, GB/s of cache rows read (K + V bodies of every key), and the
- * speed relative to f16 (f16 time / this type's time, 2 threads).
+ * Printed per type and context, for the chunked key loop (the default,
+ * src/attn_block.h): time per decode step with 1 thread (CPU time of the
+ * thread: the machines are shared) and with 2 threads (wall clock: CPU
+ * time would add both threads), GB/s of cache rows read (K + V bodies of
+ * every key), the speed relative to f16 (f16 time / this type's time) for
+ * both, and the per-key reference loop's 1-thread time (what attention
+ * ran before the chunked loop) with the chunked loop's speed-up over it.
  *
- * Each figure is the median of at least 5 timed steps (wall clock: the
- * 2-thread runs need it).  Timings live here, never in tests.
+ * Each figure is the median of at least 5 timed steps.  Timings live
+ * here, never in tests.
  */
 #include "bench.h"
 #include "cache.h"
@@ -71,20 +75,48 @@ static kvq_cache *make_cache(kvq_type t, int n_ctx) {
     return c;
 }
 
-/* Median time of one decode step (query at the last position): at least
- * 5 steps, more while under half a second, at most 50. */
-static double time_decode(kvq_cache *c, int n_ctx, const float *q, float *out, kvq_pool *pool) {
+/* Median time of one decode step (query at the last position) with the
+ * given key loop: at least 5 steps, more while under half a second, at
+ * most 50.  Without a pool: CPU time of this thread; with one: wall. */
+static double time_decode(kvq_cache *c, int n_ctx, const float *q, float *out, kvq_pool *pool,
+                          kvq_attend_pass pass) {
     const int n_head = BENCH_HEADS_KV * BENCH_GQA;
     const float scale = 1.0f / sqrtf((float)BENCH_HEAD_DIM);
+    const kvq_attend_loop loop = { pass, NULL };
+    double (*clock)(void) = pool ? bench_now : bench_cpu_now;
     double times[50], spent = 0.0;
     int reps = 0;
     while (reps < 50 && (reps < 5 || spent < 0.5)) {
-        const double t0 = bench_now();
-        if (kvq_cache_attend(c, 0, n_ctx - 1, 1, n_head, q, scale, out, pool, NULL) != KVQ_OK) return -1.0;
-        times[reps] = bench_now() - t0;
+        const double t0 = clock();
+        if (kvq_cache_attend_loop(c, 0, n_ctx - 1, 1, n_head, q, scale, out, pool, NULL, &loop, NULL) != KVQ_OK)
+            return -1.0;
+        times[reps] = clock() - t0;
         spent += times[reps++];
     }
     return bench_median(times, reps);
+}
+
+/* One thread's streaming read bandwidth from memory (GB/s): a sum over
+ * a buffer the size of the largest f16 cache here (K + V of 32768
+ * tokens = 128 MiB, far beyond every cache level), median of 5 passes.
+ * The memory bound of a decode step is its bytes / this figure. */
+static double read_bandwidth(void) {
+    const size_t words = (size_t)32768 * 2 * BENCH_HEADS_KV * BENCH_HEAD_DIM * 2 / sizeof(uint64_t);
+    uint64_t *buf = malloc(words * sizeof *buf);
+    if (!buf) return 0.0;
+    for (size_t i = 0; i < words; i++) buf[i] = i;
+    double times[5];
+    volatile uint64_t sink = 0;
+    for (int r = 0; r < 5; r++) {
+        const double t0 = bench_cpu_now();
+        uint64_t s0 = 0, s1 = 0;
+        for (size_t i = 0; i < words; i += 2) { s0 += buf[i]; s1 += buf[i + 1]; }
+        times[r] = bench_cpu_now() - t0;
+        sink += s0 + s1;
+    }
+    free(buf);
+    (void)sink;
+    return (double)words * sizeof(uint64_t) / bench_median(times, 5) * 1e-9;
 }
 
 int bench_attention(int argc, char **argv) {
@@ -98,26 +130,30 @@ int bench_attention(int argc, char **argv) {
     kvq_pool *pool2 = kvq_pool_create(2);
     printf("attention decode: %d KV heads x %d, GQA %d, simd %s\n", BENCH_HEADS_KV, BENCH_HEAD_DIM, BENCH_GQA,
            kvq_simd_level());
-    printf("%-8s %6s %9s %9s %8s %9s %8s %8s\n", "type", "ctx", "B/token", "ms(1T)", "GB/s", "ms(2T)", "GB/s",
-           "vs f16");
+    printf("streaming read from memory, 1 thread: %.2f GB/s (the memory bound of a 1T step)\n", read_bandwidth());
+    printf("chunked key loop: ms(1T) CPU time, ms(2T) wall; per-key: the reference loop, 1T CPU time\n");
+    printf("%-8s %6s %8s %8s %6s %6s %8s %6s %6s %9s %6s\n", "type", "ctx", "B/token", "ms(1T)", "GB/s", "vs f16",
+           "ms(2T)", "GB/s", "vs f16", "per-key", "gain");
     for (size_t ci = 0; ci < KVQ_ARRAY_LEN(contexts); ci++) {
         const int n_ctx = contexts[ci];
-        double t1[KVQ_TYPE_COUNT] = { 0 }, t2[KVQ_TYPE_COUNT] = { 0 };
+        double t1[KVQ_TYPE_COUNT] = { 0 }, t2[KVQ_TYPE_COUNT] = { 0 }, tk[KVQ_TYPE_COUNT] = { 0 };
         for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
             const kvq_type_traits *tr = kvq_type_get_scalar((kvq_type)t);
             kvq_cache *c = tr && tr->is_cache_type ? make_cache((kvq_type)t, n_ctx) : NULL;
             if (!c) continue;
-            t1[t] = time_decode(c, n_ctx, q, out, NULL);
-            t2[t] = pool2 ? time_decode(c, n_ctx, q, out, pool2) : t1[t];
+            t1[t] = time_decode(c, n_ctx, q, out, NULL, KVQ_PASS_CHUNKED);
+            t2[t] = pool2 ? time_decode(c, n_ctx, q, out, pool2, KVQ_PASS_CHUNKED) : t1[t];
+            tk[t] = time_decode(c, n_ctx, q, out, NULL, KVQ_PASS_PER_KEY);
             kvq_cache_free(c);
         }
         for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
-            if (t1[t] <= 0.0 || t2[t] <= 0.0) continue;
+            if (t1[t] <= 0.0 || t2[t] <= 0.0 || tk[t] <= 0.0) continue;
             const size_t per_token = 2 * kvq_cache_row_bytes((kvq_type)t, BENCH_HEADS_KV, BENCH_HEAD_DIM);
             const double bytes = (double)per_token * n_ctx;
-            printf("%-8s %6d %9zu %9.3f %8.2f %9.3f %8.2f %8.2f\n", kvq_type_name((kvq_type)t), n_ctx, per_token,
-                   1e3 * t1[t], bytes / t1[t] * 1e-9, 1e3 * t2[t], bytes / t2[t] * 1e-9,
-                   t2[KVQ_TYPE_F16] > 0.0 ? t2[KVQ_TYPE_F16] / t2[t] : 0.0);
+            printf("%-8s %6d %8zu %8.3f %6.2f %6.2f %8.3f %6.2f %6.2f %9.3f %6.2f\n", kvq_type_name((kvq_type)t),
+                   n_ctx, per_token, 1e3 * t1[t], bytes / t1[t] * 1e-9,
+                   t1[KVQ_TYPE_F16] > 0.0 ? t1[KVQ_TYPE_F16] / t1[t] : 0.0, 1e3 * t2[t], bytes / t2[t] * 1e-9,
+                   t2[KVQ_TYPE_F16] > 0.0 ? t2[KVQ_TYPE_F16] / t2[t] : 0.0, 1e3 * tk[t], tk[t] / t1[t]);
         }
     }
     kvq_pool_free(pool2);

@@ -19,14 +19,21 @@
  * ranges (for long contexts with few rows) produce partial (max, sum, acc)
  * triples that are merged by log-sum-exp.  How the keys are cut depends on
  * the shapes only, so results are bitwise independent of the thread count.
+ *
+ * The key loop (score_keys / accumulate_values) runs the chunked kernels of
+ * attn_block.h by default: a chunk's K and V rows are unpacked once into
+ * f32 tiles and every GQA head is scored and accumulated from them; the
+ * per-key loop (the type's dot and axpy per key and head) is the reference
+ * it is tested against (kvq_cache_attend_loop).
  */
+#include "attn_block.h"
 #include "cache.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 enum {
-    KEY_CHUNK = 32,        /* keys scored before one softmax update          */
+    KEY_CHUNK = ATTN_BLOCK_KEYS, /* keys scored before one softmax update      */
     MIN_SPLIT_KEYS = 256,  /* a key range shorter than this is not worth a task */
     TASKS_PER_THREAD = 4,  /* enough tasks for dynamic balancing             */
     SPLIT_TASKS = 16,      /* (KV head x row x key range) tasks wanted when rows are few */
@@ -39,6 +46,7 @@ typedef struct attn_source {
     size_t k_stride, v_stride;        /* bytes per row                      */
     size_t k_head, v_head;            /* bytes per KV head                  */
     int64_t k_len, v_len;             /* values per dot / axpy: whole blocks */
+    bool k_f32, v_f32;                /* f32 rows: the chunked pass reads them in place */
     int ring;                         /* slot = pos % ring; 0: slot = pos   */
 } attn_source;
 
@@ -56,6 +64,7 @@ typedef struct attn_job {
     float *out;                       /* [n][n_head][head_dim_v]            */
     int block_v;
     const int8_t *signs_v;
+    const attn_block_kernels *blk;    /* the chunked pass; NULL: per key (reference) */
 } attn_job;
 
 /* Online-softmax state of the `group` query heads of one row. */
@@ -64,6 +73,9 @@ typedef struct row_state {
     float *m;       /* [group]              running max score  */
     float *l;       /* [group]              running sum of weights */
     float *w;       /* [group][KEY_CHUNK]   scores, then weights */
+    float *k_tile;  /* chunked pass: [KEY_CHUNK][q_stride]   K rows as f32 */
+    float *v_tile;  /* chunked pass: [KEY_CHUNK][acc_stride] V rows as f32 */
+    float *zero;    /* chunked pass: [acc_stride] zeros */
 } row_state;
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -81,10 +93,15 @@ static const uint8_t *source_row(const uint8_t *rows, size_t stride, size_t head
 /* Fold a chunk's scores of one head into its softmax state: raise the
  * running max (rescaling what was accumulated) and turn scores into
  * weights exp(s - max). */
-static void softmax_update(row_state *st, int j, int n_keys, int acc_stride) {
+static void softmax_update(const attn_job *jb, row_state *st, int j, int n_keys, int acc_stride) {
     float *w = st->w + (size_t)j * KEY_CHUNK;
     float mx = st->m[j];
-    for (int t = 0; t < n_keys; t++) mx = w[t] > mx ? w[t] : mx;   /* a NaN score is left to poison its weight */
+    if (jb->blk) {                         /* a NaN score is left to poison its weight */
+        const float cm = jb->blk->max(w, n_keys);
+        mx = cm > mx ? cm : mx;
+    } else {
+        for (int t = 0; t < n_keys; t++) mx = w[t] > mx ? w[t] : mx;
+    }
     if (mx == -INFINITY) {                 /* every score -inf: no weight */
         for (int t = 0; t < n_keys; t++) w[t] = 0.0f;
         return;
@@ -98,9 +115,57 @@ static void softmax_update(row_state *st, int j, int n_keys, int acc_stride) {
         }
         st->m[j] = mx;
     }
+    if (jb->blk) {                         /* vectorised exp (attn_block.h) */
+        st->l[j] += jb->blk->exp_sum(w, n_keys, mx);
+        return;
+    }
     for (int t = 0; t < n_keys; t++) {
         w[t] = expf(w[t] - mx);
         st->l[j] += w[t];
+    }
+}
+
+/* Scores of keys c0..c0+nk-1 against the group's query heads q:
+ * st->w[j*KEY_CHUNK + t].  Chunked: the K rows unpacked once into a tile,
+ * every head scored from it (attn_block.h); reference: dot per key and head. */
+static void score_keys(const attn_job *jb, const attn_source *src, int kv_head, int c0, int nk,
+                       const float *q, row_state *st) {
+    const int G = jb->group;
+    if (jb->blk) {
+        const uint8_t *rows[KEY_CHUNK];
+        for (int t = 0; t < nk; t++)
+            rows[t] = source_row(src->k_rows, src->k_stride, src->k_head, src->ring, kv_head, c0 + t);
+        const attn_block_rows k = { src->k, src->k_f32, src->k_len, st->k_tile, NULL };
+        attn_block_scores(jb->blk, &k, rows, nk, q, G, jb->q_stride, jb->scale, st->w, KEY_CHUNK);
+        return;
+    }
+    for (int t = 0; t < nk; t++) {
+        const uint8_t *krow = source_row(src->k_rows, src->k_stride, src->k_head, src->ring, kv_head, c0 + t);
+        for (int j = 0; j < G; j++)
+            st->w[j * KEY_CHUNK + t] = src->k->dot(krow, q + (size_t)j * jb->q_stride, src->k_len) * jb->scale;
+    }
+}
+
+/* acc_j += sum_t w[j][t] v_t for keys c0..c0+nk-1.  Chunked: V rows
+ * unpacked once, added into all heads' accumulators in one pass;
+ * reference: axpy per key and head of nonzero weight. */
+static void accumulate_values(const attn_job *jb, const attn_source *src, int kv_head, int c0, int nk,
+                              row_state *st) {
+    const int G = jb->group;
+    if (jb->blk) {
+        const uint8_t *rows[KEY_CHUNK];
+        for (int t = 0; t < nk; t++)
+            rows[t] = source_row(src->v_rows, src->v_stride, src->v_head, src->ring, kv_head, c0 + t);
+        const attn_block_rows v = { src->v, src->v_f32, src->v_len, st->v_tile, st->zero };
+        attn_block_values(jb->blk, &v, rows, nk, st->w, KEY_CHUNK, G, st->acc, jb->acc_stride);
+        return;
+    }
+    for (int t = 0; t < nk; t++) {
+        const uint8_t *vrow = source_row(src->v_rows, src->v_stride, src->v_head, src->ring, kv_head, c0 + t);
+        for (int j = 0; j < G; j++) {
+            const float w = st->w[j * KEY_CHUNK + t];
+            if (w != 0.0f) src->v->axpy(w, vrow, st->acc + (size_t)j * jb->acc_stride, src->v_len);
+        }
     }
 }
 
@@ -110,19 +175,9 @@ static void attend_keys(const attn_job *jb, const attn_source *src, int kv_head,
     const int G = jb->group;
     for (int c0 = p0; c0 < p1; c0 += KEY_CHUNK) {
         const int nk = KVQ_MIN(KEY_CHUNK, p1 - c0);
-        for (int t = 0; t < nk; t++) {
-            const uint8_t *krow = source_row(src->k_rows, src->k_stride, src->k_head, src->ring, kv_head, c0 + t);
-            for (int j = 0; j < G; j++)
-                st->w[j * KEY_CHUNK + t] = src->k->dot(krow, q + (size_t)j * jb->q_stride, src->k_len) * jb->scale;
-        }
-        for (int j = 0; j < G; j++) softmax_update(st, j, nk, jb->acc_stride);
-        for (int t = 0; t < nk; t++) {
-            const uint8_t *vrow = source_row(src->v_rows, src->v_stride, src->v_head, src->ring, kv_head, c0 + t);
-            for (int j = 0; j < G; j++) {
-                const float w = st->w[j * KEY_CHUNK + t];
-                if (w != 0.0f) src->v->axpy(w, vrow, st->acc + (size_t)j * jb->acc_stride, src->v_len);
-            }
-        }
+        score_keys(jb, src, kv_head, c0, nk, q, st);
+        for (int j = 0; j < G; j++) softmax_update(jb, st, j, nk, jb->acc_stride);
+        accumulate_values(jb, src, kv_head, c0, nk, st);
     }
 }
 
@@ -158,8 +213,18 @@ static void attn_task(void *ctx, int task, int thread) {
     const int kv_head = task / jb->n_splits / jb->n_chunks;
     const int G = jb->group;
     float *s = jb->scratch + (size_t)thread * jb->scratch_floats;
-    row_state st = { s, s + (size_t)G * jb->acc_stride, s + (size_t)G * jb->acc_stride + G,
-                     s + (size_t)G * jb->acc_stride + 2 * G };
+    row_state st;
+    st.acc = s;
+    st.m = st.acc + (size_t)G * jb->acc_stride;
+    st.l = st.m + G;
+    st.w = st.l + G;
+    st.k_tile = st.v_tile = st.zero = NULL;
+    if (jb->blk) {                                         /* the chunked pass's tiles */
+        st.k_tile = st.w + (size_t)G * KEY_CHUNK;
+        st.v_tile = st.k_tile + (size_t)KEY_CHUNK * jb->q_stride;
+        st.zero = st.v_tile + (size_t)KEY_CHUNK * jb->acc_stride;
+        memset(st.zero, 0, (size_t)jb->acc_stride * sizeof(float));
+    }
     const int k_lo = split * jb->split_len, k_hi = k_lo + jb->split_len;
     const int r1 = KVQ_MIN(jb->n, (chunk + 1) * jb->rows_per_chunk);
     const size_t part_floats = (size_t)jb->acc_stride + 2;
@@ -225,8 +290,19 @@ static attn_source make_source(const kvq_cache *c, const kvq_cache_side *k, cons
     s.v_head = (size_t)rows * s.v_stride;
     s.k_len = round_up(k->head_dim, s.k->block_size);
     s.v_len = round_up(v->head_dim, s.v->block_size);
+    s.k_f32 = (body ? k->type : c->p.tail_type) == KVQ_TYPE_F32;
+    s.v_f32 = (body ? v->type : c->p.tail_type) == KVQ_TYPE_F32;
     s.ring = part == KVQ_PART_RING ? c->ring_rows : 0;
     return s;
+}
+
+/* The chunked pass's kernels, or NULL for the per-key reference pass:
+ * a caller's trait table alone selects the reference (its dot and axpy are
+ * what such a caller tests). */
+static const attn_block_kernels *choose_pass(const kvq_attend_opts *opts, const kvq_attend_loop *loop) {
+    const kvq_attend_pass pass = loop ? loop->pass : KVQ_PASS_DEFAULT;
+    if (pass == KVQ_PASS_PER_KEY || (pass == KVQ_PASS_DEFAULT && opts && opts->table)) return NULL;
+    return loop && loop->block ? loop->block : attn_block_best();
 }
 
 /* Rows per chunk: about TASKS_PER_THREAD tasks per thread (rows are
@@ -283,9 +359,9 @@ static void rotate_queries(const kvq_cache *c, const float *q, int rows, int q_s
     }
 }
 
-kvq_status kvq_cache_attend_opts(kvq_cache *c, int layer, int pos, int n, int n_head, const float *q,
+kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_head, const float *q,
                                  float scale, float *out, kvq_pool *pool, const kvq_attend_opts *opts,
-                                 kvq_error *err) {
+                                 const kvq_attend_loop *loop, kvq_error *err) {
     kvq_status st = check_attend(c, layer, pos, n, n_head, q, out, err);
     if (st != KVQ_OK) return st;
     const kvq_type_traits *table = opts ? opts->table : NULL;
@@ -310,8 +386,11 @@ kvq_status kvq_cache_attend_opts(kvq_cache *c, int layer, int pos, int n, int n_
     const int n_threads = kvq_pool_threads(pool);
     choose_work(&jb, c->p.n_head_kv, n_threads, opts ? opts->key_splits : 0);
 
+    jb.blk = choose_pass(opts, loop);
     const size_t q_floats = (size_t)n * n_head * jb.q_stride;
     jb.scratch_floats = (size_t)jb.group * ((size_t)jb.acc_stride + 2 + KEY_CHUNK);
+    if (jb.blk)   /* K and V tiles and a zero row (attn_task) */
+        jb.scratch_floats += (size_t)KEY_CHUNK * ((size_t)jb.q_stride + jb.acc_stride) + jb.acc_stride;
     const size_t part_floats = jb.n_splits > 1 ? (size_t)jb.n_splits * n * n_head * (jb.acc_stride + 2) : 0;
     const size_t merge_floats = jb.n_splits > 1 ? (size_t)jb.acc_stride : 0;
     float *mem = malloc((q_floats + (size_t)n_threads * jb.scratch_floats + part_floats + merge_floats) *
@@ -331,6 +410,12 @@ kvq_status kvq_cache_attend_opts(kvq_cache *c, int layer, int pos, int n, int n_
     }
     free(mem);
     return KVQ_OK;
+}
+
+kvq_status kvq_cache_attend_opts(kvq_cache *c, int layer, int pos, int n, int n_head, const float *q,
+                                 float scale, float *out, kvq_pool *pool, const kvq_attend_opts *opts,
+                                 kvq_error *err) {
+    return kvq_cache_attend_loop(c, layer, pos, n, n_head, q, scale, out, pool, opts, NULL, err);
 }
 
 kvq_status kvq_cache_attend(kvq_cache *c, int layer, int pos, int n, int n_head, const float *q,

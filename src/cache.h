@@ -69,4 +69,26 @@ kvq_status kvq_cache_attend_opts(kvq_cache *c, int layer, int pos, int n, int n_
                                  const float *q, float scale, float *out, kvq_pool *pool,
                                  const kvq_attend_opts *opts, kvq_error *err);
 
+/* Which key loop attention runs (src/attention.c). */
+typedef enum kvq_attend_pass {
+    KVQ_PASS_DEFAULT = 0,  /* chunked without a table; per key with one (its dot/axpy) */
+    KVQ_PASS_PER_KEY,      /* the reference: the type's dot and axpy per key and head */
+    KVQ_PASS_CHUNKED,      /* chunks of keys: the type's dequantize into f32 tiles, attn_block.h */
+} kvq_attend_pass;
+
+struct attn_block_kernels;
+
+/* The key loop and, for the chunked one, its kernels (attn_block_level(),
+ * NULL: the best the CPU runs); for tests and benches. */
+typedef struct kvq_attend_loop {
+    kvq_attend_pass pass;
+    const struct attn_block_kernels *block;
+} kvq_attend_loop;
+
+/* kvq_cache_attend_opts with the key loop chosen (loop NULL: default). */
+kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_head,
+                                 const float *q, float scale, float *out, kvq_pool *pool,
+                                 const kvq_attend_opts *opts, const kvq_attend_loop *loop,
+                                 kvq_error *err);
+
 #endif

@@ -1,0 +1,91 @@
+/*
+ * attn_block.h - the chunked key loop of attention over the cache
+ * (attention.c, ATTENTION.md §4).
+ *
+ * A chunk of up to ATTN_BLOCK_KEYS keys of one KV head is processed for
+ * all G query heads of its GQA group at once:
+ *
+ *   1. the chunk's K rows are unpacked into an f32 tile (the type's SIMD
+ *      dequantize; f32 rows are used in place) that stays in L1;
+ *   2. scores S[G][keys] = scale * Q . K from a register-blocked tile
+ *      (heads x keys, one accumulator per score, reduced all at once by
+ *      a transposing add tree): each loaded K vector serves every head;
+ *   3. the online softmax takes one max and one rescale per chunk and
+ *      head, with a vectorised exp (attn_block_exp, error bound below);
+ *   4. the chunk's V rows are unpacked the same way and added, weighted,
+ *      into all G accumulators in one pass over the tile (keys x heads
+ *      -> head_dim, accumulators in registers).
+ *
+ * Every output's summation order depends only on the shapes (head_dim,
+ * G, where the chunk starts), never on the thread count or on the tile's
+ * position, so results stay bitwise independent of threads.
+ *
+ * The per-key pass (the type's dot and axpy per key and head) stays in
+ * attention.c as the reference this path is tested against.
+ *
+ * exp: x = n ln2 + r, |r| <= ln2/2 (Cody-Waite split of ln2), e^r by its
+ * degree-7 Taylor polynomial (truncation < 7.5e-9 relative), times 2^n
+ * built in the exponent bits.  Error: at most 2 ulp of float (relative
+ * 2.4e-7; measured over [-87, 0]: 0.93 ulp with FMA, 1.19 ulp scalar;
+ * tests/test_attn_block.c checks 2 ulp), i.e.
+ * the order of expf's own rounding.  x < -87 gives 0 (e^-87 < 1.7e-38:
+ * the softmax's largest weight is 1, so this changes no sum), NaN stays
+ * NaN, -inf gives 0.
+ */
+#ifndef KVQ_ATTN_BLOCK_H
+#define KVQ_ATTN_BLOCK_H
+
+#include "kvq_internal.h"
+
+enum { ATTN_BLOCK_KEYS = 32 };     /* keys per chunk: K and V tiles of 128-wide heads = 32 KiB */
+
+/* The kernels of one ISA level. */
+typedef struct attn_block_kernels {
+    const char *level;                      /* "scalar", "avx2", "avx512"        */
+    /* w[g*ldw + t] = scale * sum_d q[g*q_stride + d] * k[t][d], g < G, t < nk,
+     * d < len; every score's summation order depends only on len. */
+    void (*scores)(const float *const *k, int nk, const float *q, int G, int q_stride, int64_t len, float scale,
+                   float *w, int ldw);
+    /* acc[g*acc_stride + d] += sum_t w[g*ldw + t] * v[t][d] for g < G, t < nk,
+     * d < len; per output the keys are added in order t = 0..nk-1. */
+    void (*accumulate)(const float *const *v, int nk, const float *w, int ldw, int G, float *acc,
+                       int acc_stride, int64_t len);
+    /* max of x[0..n), NaN entries skipped; -inf when there is none. */
+    float (*max)(const float *x, int n);
+    /* x[i] = exp(x[i] - shift); returns sum x[i] (a fixed order for each n). */
+    float (*exp_sum)(float *x, int n, float shift);
+} attn_block_kernels;
+
+/* The widest level this CPU runs (scalar when KVQ_FORCE_SCALAR=1). */
+const attn_block_kernels *attn_block_best(void);
+/* One level by name; NULL when unknown or not runnable on this CPU. */
+const attn_block_kernels *attn_block_level(const char *level);
+/* Per-ISA instances (attn_block_avx2.c, attn_block_avx512.c): call only
+ * after kvq_cpu_features() allowed them. */
+const attn_block_kernels *attn_block_avx2(void);
+const attn_block_kernels *attn_block_avx512(void);
+
+/* Scalar exp with the same algorithm and bound as the vector ones. */
+float attn_block_exp(float x);
+
+/* Where a chunk's rows come from and where they are unpacked. */
+typedef struct attn_block_rows {
+    const kvq_type_traits *tr;   /* the rows' type: its dequantize unpacks them */
+    bool f32;                    /* f32 rows: read in place, nothing unpacked   */
+    int64_t len;                 /* values per row (whole blocks)                */
+    float *tile;                 /* ATTN_BLOCK_KEYS x len floats of scratch      */
+    const float *zero;           /* len zeros: the row of a key of weight 0      */
+} attn_block_rows;
+
+/* w[g*ldw + t] = scale * (K row t . q_g) for the chunk's nk K rows. */
+void attn_block_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows,
+                       int nk, const float *q, int G, int q_stride, float scale, float *w, int ldw);
+
+/* acc_g += sum_t w[g*ldw + t] * V row t for the chunk's nk V rows; a key
+ * whose weight is 0 for every head is not unpacked (nor added: a
+ * non-finite V row of weight 0 does not poison the sum, as in the per-key
+ * pass). */
+void attn_block_values(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows,
+                       int nk, const float *w, int ldw, int G, float *acc, int acc_stride);
+
+#endif

@@ -1,0 +1,207 @@
+/* test_attn_block.c - the chunked attention pass (src/attn_block.*): its
+ * kernels against plain double formulas at every ISA level the CPU has,
+ * and whole attention through it against the per-key reference pass. */
+#include "attn_block.h"
+#include "attn_ref.h"
+#include "simd.h"
+
+#include <string.h>
+
+static const char *const k_levels[] = { "scalar", "avx2", "avx512" };
+
+/* |a - b| in units of b's float ulp. */
+static double ulps(float a, double b) {
+    const double ulp = ldexp(1.0, ilogb(b) - 23);
+    return fabs((double)a - b) / ulp;
+}
+
+TEST(attn_block_exp_within_two_ulp) {
+    float x[4096], y[4096];
+    int levels = 0;
+    for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
+        const attn_block_kernels *kr = attn_block_level(k_levels[li]);
+        if (!kr) continue;
+        levels++;
+        double worst = 0.0, worst_x = 0.0;
+        /* [-87, 0] densely, in blocks of 4096 (exp_sum(x, n, 0) = exp) */
+        for (int b = 0; b < 100; b++) {
+            for (int i = 0; i < 4096; i++) x[i] = y[i] = -87.0f * (float)(b * 4096 + i) / (100.0f * 4096.0f);
+            const float sum = kr->exp_sum(y, 4093, 0.0f);          /* odd n: the scalar tail too */
+            double ref_sum = 0.0;
+            for (int i = 0; i < 4093; i++) {
+                const double ref = exp((double)x[i]);
+                ref_sum += ref;
+                const double e = ulps(y[i], ref);
+                if (e > worst) { worst = e; worst_x = x[i]; }
+            }
+            CHECK(fabs(sum - ref_sum) <= 1e-5 * ref_sum, "%s: sum %.9g vs %.9g", kr->level, sum, ref_sum);
+        }
+        CHECK(worst <= 2.0, "%s: exp error %.2f ulp at x = %.9g", kr->level, worst, worst_x);
+        /* shift applied; specials: 0 -> 1 exactly, below -87 and -inf -> 0, NaN stays */
+        float s[5] = { 3.0f, 3.0f - 100.0f, -INFINITY, NAN, 2.5f };
+        kr->exp_sum(s, 5, 3.0f);
+        CHECK(s[0] == 1.0f && s[1] == 0.0f && s[2] == 0.0f && isnan(s[3]) && ulps(s[4], exp(-0.5)) <= 2.0,
+              "%s: specials %g %g %g %g %g", kr->level, s[0], s[1], s[2], s[3], s[4]);
+    }
+    CHECK(levels >= 1, "no level");
+    CHECK(attn_block_exp(-1.0f) == attn_block_level("scalar")->exp_sum((float[]){ -1.0f }, 1, 0.0f) &&
+          ulps(attn_block_exp(-1.0f), exp(-1.0)) <= 2.0, "scalar exp disagrees");
+}
+
+TEST(attn_block_max_skips_nan) {
+    for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
+        const attn_block_kernels *kr = attn_block_level(k_levels[li]);
+        if (!kr) continue;
+        float x[37];
+        for (int i = 0; i < 37; i++) x[i] = (float)((i * 7) % 37) - 50.0f;
+        x[5] = NAN;
+        x[36] = NAN;
+        const float m = kr->max(x, 37);
+        for (int i = 0; i < 37; i++) x[i] = NAN;
+        const float none = kr->max(x, 37);
+        CHECK(m == -14.0f && none == -INFINITY, "%s: max %g, all-NaN max %g", kr->level, m, none);
+    }
+}
+
+/* Scores and weighted V sums of the kernels vs double sums, for head
+ * counts that use every tile shape and lengths with vector tails. */
+TEST(attn_block_scores_and_accumulate_match_double) {
+    enum { NK = ATTN_BLOCK_KEYS, MAXG = 9, MAXLEN = 136 };
+    static float k[NK][MAXLEN], q[MAXG][MAXLEN], w[MAXG][NK], acc[MAXG][MAXLEN], acc0[MAXG][MAXLEN];
+    static const int lens[] = { 1, 5, 16, 17, 40, 128, 136 };
+    test_rng r = { 5, 0, 0 };
+    for (int t = 0; t < NK; t++)
+        for (int d = 0; d < MAXLEN; d++) k[t][d] = (float)test_rng_gauss(&r);
+    for (int g = 0; g < MAXG; g++)
+        for (int d = 0; d < MAXLEN; d++) q[g][d] = (float)test_rng_gauss(&r), acc0[g][d] = (float)test_rng_gauss(&r);
+    const float *rows[NK];
+    for (int t = 0; t < NK; t++) rows[t] = k[t];
+    double worst = 0.0;
+    const char *where = "";
+    for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
+        const attn_block_kernels *kr = attn_block_level(k_levels[li]);
+        if (!kr) continue;
+        for (int G = 1; G <= MAXG; G++)
+            for (size_t a = 0; a < KVQ_ARRAY_LEN(lens); a++) {
+                const int len = lens[a], nk = 1 + (G * 7 + a * 5) % NK;
+                kr->scores(rows, nk, &q[0][0], G, MAXLEN, len, 0.5f, &w[0][0], NK);
+                memcpy(acc, acc0, sizeof acc);
+                kr->accumulate(rows, nk, &w[0][0], NK, G, &acc[0][0], MAXLEN, len);
+                for (int g = 0; g < G; g++) {
+                    for (int t = 0; t < nk; t++) {
+                        double s = 0.0, mag = 0.0;
+                        for (int d = 0; d < len; d++) s += (double)q[g][d] * k[t][d], mag += fabs((double)q[g][d] * k[t][d]);
+                        const double e = fabs(w[g][t] - 0.5 * s) / (0.5 * mag + 1e-30);
+                        if (e > worst) { worst = e; where = kr->level; }
+                    }
+                    for (int d = 0; d < len; d++) {
+                        double s = acc0[g][d], mag = fabs(acc0[g][d]);
+                        for (int t = 0; t < nk; t++) s += (double)w[g][t] * k[t][d], mag += fabs((double)w[g][t] * k[t][d]);
+                        const double e = fabs(acc[g][d] - s) / (mag + 1e-30);
+                        if (e > worst) { worst = e; where = kr->level; }
+                    }
+                }
+                CHECK(worst < 1e-6, "%s G %d len %d nk %d: rel err %.3g", where, G, len, nk, worst);
+            }
+    }
+}
+
+/* A V row holding inf that one head weights 0: that head stays finite
+ * (the per-key pass skips zero weights; 0 * inf would be NaN). */
+TEST(attn_block_zero_weight_skips_nonfinite_row) {
+    enum { LEN = 32, G = 2 };
+    float rows_f[3][LEN], tile[ATTN_BLOCK_KEYS * LEN], zero[LEN] = { 0 }, acc[G][LEN] = { { 0 } };
+    for (int t = 0; t < 3; t++)
+        for (int d = 0; d < LEN; d++) rows_f[t][d] = (float)(t + 1);
+    rows_f[1][7] = INFINITY;
+    float w[G][ATTN_BLOCK_KEYS] = { { 0.5f, 0.0f, 0.5f }, { 0.25f, 0.5f, 0.25f } };
+    const uint8_t *rows[3] = { (const uint8_t *)rows_f[0], (const uint8_t *)rows_f[1], (const uint8_t *)rows_f[2] };
+    const attn_block_rows src = { kvq_type_get(KVQ_TYPE_F32), true, LEN, tile, zero };
+    attn_block_values(attn_block_best(), &src, rows, 3, &w[0][0], ATTN_BLOCK_KEYS, G, &acc[0][0], LEN);
+    CHECK(acc[0][7] == 2.0f && acc[0][0] == 2.0f, "head 0 (weight 0 on the inf row): %g %g", acc[0][7], acc[0][0]);
+    CHECK(isinf(acc[1][7]) && acc[1][0] == 0.25f + 1.0f + 0.75f, "head 1: %g %g", acc[1][7], acc[1][0]);
+}
+
+/* Whole attention: the chunked pass at every level == the per-key pass
+ * with the scalar kernels (the reference oracle), every cache type, with
+ * tail and sink, GQA 1..8, head dims with and without vector tails,
+ * decode and prefill rows, forced key ranges. */
+TEST(attn_block_chunked_pass_equals_per_key_reference) {
+    static kvq_type_traits scalar[KVQ_TYPE_COUNT];
+    CHECK(kvq_simd_table("scalar", scalar), "no scalar table");
+    static const int gqa[] = { 1, 3, 4, 8 }, dims[] = { 8, 80, 128 };
+    char msg[200] = "";
+    int compared = 0;
+    for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
+        const kvq_type_traits *tr = kvq_type_get_scalar((kvq_type)ty);
+        if (!tr || !tr->is_cache_type) continue;
+        const int g = gqa[ty % 4], hd = dims[ty % 3], n_tok = 101;
+        attn_data d;
+        CHECK(attn_data_make(&d, n_tok, 2 * g, 2, hd, hd, 900 + (uint64_t)ty), "alloc");
+        kvq_cache_params p;
+        attn_params(&p, 2, hd, hd, n_tok, (kvq_type)ty, (kvq_type)ty, KVQ_ROT_AUTO);
+        p.tail_tokens = 13;
+        p.sink_tokens = 3;
+        p.tail_type = ty % 2 ? KVQ_TYPE_F16 : KVQ_TYPE_F32;
+        kvq_cache *c = NULL;
+        kvq_error err = { 0, "" };
+        bool ok = kvq_cache_create(&p, &c, &err) == KVQ_OK && attn_fill(c, &d, 17);
+        const int pos = 60, n = n_tok - pos;
+        const size_t len = (size_t)n * d.n_head * hd;
+        float *ref = malloc(len * sizeof(float)), *out = malloc(len * sizeof(float));
+        const float scale = 1.0f / sqrtf((float)hd);
+        const float *q = d.q + (size_t)pos * d.n_head * hd;
+        const kvq_attend_opts ref_opts = { scalar, 0 };
+        const kvq_attend_loop per_key = { KVQ_PASS_PER_KEY, NULL };
+        ok = ok && ref && out &&
+             kvq_cache_attend_loop(c, 0, pos, n, d.n_head, q, scale, ref, NULL, &ref_opts, &per_key, &err) == KVQ_OK;
+        double worst = ok ? 0.0 : INFINITY;
+        for (size_t li = 0; ok && li < KVQ_ARRAY_LEN(k_levels); li++) {
+            const kvq_attend_loop chunked = { KVQ_PASS_CHUNKED, attn_block_level(k_levels[li]) };
+            if (!chunked.block) continue;
+            for (int splits = 0; splits <= 3; splits += 3) {
+                const kvq_attend_opts o = { NULL, splits };
+                double e = INFINITY;
+                if (kvq_cache_attend_loop(c, 0, pos, n, d.n_head, q, scale, out, NULL, &o, &chunked, &err) == KVQ_OK)
+                    e = attn_rel_err(out, ref, len);
+                if (!(e <= worst)) { worst = e; snprintf(msg, sizeof msg, "%s splits %d", k_levels[li], splits); }
+                compared++;
+            }
+        }
+        kvq_cache_free(c);
+        free(ref);
+        free(out);
+        attn_data_free(&d);
+        CHECK(ok, "%s: %s", tr->name, err.msg);
+        CHECK(worst < 1e-5, "%s gqa %d hd %d: chunked (%s) vs per-key rel err %.3g", tr->name, g, hd, msg, worst);
+    }
+    CHECK(compared > 0, "nothing compared");
+}
+
+/* The loop switch is real: a trait table whose dequantize is broken
+ * changes the chunked pass's output, not the per-key pass's. */
+static void zero_dequantize(const void *src, float *y, int64_t n) { (void)src; memset(y, 0, (size_t)n * sizeof *y); }
+
+TEST(attn_block_chunked_pass_uses_the_tables_dequantize) {
+    static kvq_type_traits broken[KVQ_TYPE_COUNT];
+    CHECK(kvq_simd_table("scalar", broken), "no scalar table");
+    broken[KVQ_TYPE_Q8_0].dequantize = zero_dequantize;
+    attn_data d;
+    CHECK(attn_data_make(&d, 50, 4, 2, 64, 64, 12), "alloc");
+    kvq_cache_params p;
+    attn_params(&p, 2, 64, 64, 50, KVQ_TYPE_Q8_0, KVQ_TYPE_Q8_0, KVQ_ROT_AUTO);
+    kvq_cache *c = NULL;
+    CHECK(kvq_cache_create(&p, &c, NULL) == KVQ_OK && attn_fill(c, &d, 50), "create");
+    float good[4 * 64], per_key[4 * 64], chunked[4 * 64];
+    const kvq_attend_opts o = { broken, 0 };
+    const kvq_attend_loop lp_key = { KVQ_PASS_PER_KEY, NULL }, lp_chunk = { KVQ_PASS_CHUNKED, NULL };
+    const float *q = d.q + (size_t)49 * 4 * 64;
+    bool ok = kvq_cache_attend(c, 0, 49, 1, 4, q, 0.125f, good, NULL, NULL) == KVQ_OK &&
+              kvq_cache_attend_loop(c, 0, 49, 1, 4, q, 0.125f, per_key, NULL, &o, &lp_key, NULL) == KVQ_OK &&
+              kvq_cache_attend_loop(c, 0, 49, 1, 4, q, 0.125f, chunked, NULL, &o, &lp_chunk, NULL) == KVQ_OK;
+    kvq_cache_free(c);
+    attn_data_free(&d);
+    CHECK(ok, "attend failed");
+    const double e_key = attn_rel_err(per_key, good, 4 * 64), e_chunk = attn_rel_err(chunked, good, 4 * 64);
+    CHECK(e_key < 1e-5 && e_chunk > 0.5, "per-key %.3g (want ~0), chunked %.3g (want large)", e_key, e_chunk);
+}
