@@ -244,8 +244,9 @@ kvq_status kvq_ctx_create(const kvq_model *m, const kvq_cache_params *cp, int n_
     kvq_status st = kvq_cache_create(&p, &c->cache, err);
     if (!st) st = alloc_scratch(c, err);
     if (!st) {
-        c->pool = kvq_pool_create(n_threads > 0 ? n_threads : online_cores());
-        if (!c->pool) st = kvq_fail(err, KVQ_ERR_NOMEM, "context: cannot start %d threads", n_threads);
+        const int threads = n_threads > 0 ? n_threads : online_cores();   /* 0 = the default, named resolved */
+        c->pool = kvq_pool_create(threads);
+        if (!c->pool) st = kvq_fail(err, KVQ_ERR_NOMEM, "context: cannot start %d threads", threads);
     }
     if (st) { kvq_ctx_free(c); return st; }
     *out = c;

@@ -201,8 +201,9 @@ TEST(cli_engine_bad_input_one_line) {
     remove(corrupt);
 }
 
-/* --save-base writes llama.cpp's format: same header fields and tokens as
- * llama.cpp's own file for the same text, and kvq reads it back. */
+/* --kl-divergence-base FILE (without --kl-divergence) writes llama.cpp's
+ * format: same header fields and tokens as llama.cpp's own file for the
+ * same text, and kvq reads it back. */
 TEST(cli_kld_save_base_matches_llama_layout) {
     const char *bin = need_bin();
     char model[1024], text[1024], base[1024], out_path[128];
@@ -214,8 +215,8 @@ TEST(cli_kld_save_base_matches_llama_layout) {
     snprintf(out_path, sizeof out_path, "/tmp/kvq_test_save_%d.kld", (int)getpid());
     char cmd[4096];
     static char out[8192];
-    CHECK(snprintf(cmd, sizeof cmd, "%s kld -m %s -f %s -c 128 --chunks 2 -t 2 -ctk f32 -ctv f32 --save-base %s", bin,
-                   model, text, out_path) < (int)sizeof cmd, "command too long");
+    CHECK(snprintf(cmd, sizeof cmd, "%s kld -m %s -f %s -c 128 --chunks 2 -t 2 -ctk f32 -ctv f32 --kl-divergence-base %s",
+                   bin, model, text, out_path) < (int)sizeof cmd, "command too long");
     int rc = run_stdout(cmd, out, sizeof out);
     CHECK(rc == 0, "save-base exited %d: %s", rc, out);
     FILE *a = fopen(out_path, "rb"), *b = fopen(base, "rb");

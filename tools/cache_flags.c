@@ -16,14 +16,14 @@ static bool parse_rot_mode(const char *cmd, const char *flag, const char *s, kvq
     if (!strcmp(s, "auto")) *out = KVQ_ROT_AUTO;
     else if (!strcmp(s, "on")) *out = KVQ_ROT_ON;
     else if (!strcmp(s, "off")) *out = KVQ_ROT_OFF;
-    else { cli_error(cmd, "%s: '%s' is not one of auto, on, off", flag, s); return false; }
+    else { cli_error(cmd, "%s: '%s' is not one of auto, on, off (see kvq %s --help)", flag, s, cmd); return false; }
     return true;
 }
 
 static bool parse_count(const char *cmd, const char *flag, const char *s, int *out) {
     long v;
     if (!cli_parse_long(s, 0, MAX_EXACT_TOKENS, &v)) {
-        cli_error(cmd, "%s: '%s' is not a token count in 0..%d", flag, s, MAX_EXACT_TOKENS);
+        cli_error(cmd, "%s: '%s' is not a token count in 0..%d (see kvq %s --help)", flag, s, MAX_EXACT_TOKENS, cmd);
         return false;
     }
     *out = (int)v;

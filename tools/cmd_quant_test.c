@@ -24,6 +24,10 @@
 static const char *CMD = "quant-test";
 
 enum { MAX_DIM = 16384, MAX_ROWS = 100000, DEFAULT_ROWS = 256, OUTLIER_SCALE = 10 };
+/* dim * rows values per distribution: two f32 copies of 64 M values are
+ * 512 MiB, the most a round-trip table needs (each limit alone allowed
+ * 1.6 G values, 13 GiB). */
+#define MAX_VALUES (64L << 20)
 
 typedef struct qt_options {
     int type;            /* a kvq_type, or -1 for every cache type */
@@ -47,7 +51,7 @@ static void usage(FILE *f) {
         "  --type T     only this cache type (default: all)\n"
         "  --dim D      values per row, the head size (default 128, 1..%d)\n"
         "  --outliers   only the rows with outlier channels (default: both kinds)\n"
-        "  --rows N     rows per distribution (default %d, 1..%d)\n"
+        "  --rows N     rows per distribution (default %d, 1..%d; D x N at most 64 M)\n"
         "  --seed S     random seed (default 1)\n"
         "  --json       JSON instead of the table\n"
         "  -h, --help   this text\n",
@@ -86,6 +90,9 @@ static int parse_args(int argc, char **argv, qt_options *o) {
             return cli_error(CMD, "unknown option '%s' (see kvq quant-test --help)", a);
         }
     }
+    if ((long)o->dim * o->rows > MAX_VALUES)
+        return cli_error(CMD, "--dim %d x --rows %d is %ld values, more than the %ld M allowed (see kvq quant-test --help)",
+                         o->dim, o->rows, (long)o->dim * o->rows, MAX_VALUES >> 20);
     return 0;
 }
 
