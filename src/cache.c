@@ -325,6 +325,23 @@ kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_erro
     return KVQ_OK;
 }
 
+kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out, kvq_error *err) {
+    if (!p || !out) return kvq_fail(err, KVQ_ERR_ARG, "cache: NULL argument");
+    memset(out, 0, sizeof *out);
+    kvq_status st = check_params(p, err);
+    if (st != KVQ_OK) return st;
+    kvq_cache *c = calloc(1, sizeof *c);
+    if (!c) return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory");
+    c->p = *p;
+    c->p.tail_tokens = KVQ_MIN(p->tail_tokens, p->n_ctx);
+    c->p.sink_tokens = KVQ_MIN(p->sink_tokens, p->n_ctx);
+    if ((st = copy_layer_types(c, err)) == KVQ_OK && (st = choose_rotation(c, err)) == KVQ_OK &&
+        (st = plan_layout(c, err)) == KVQ_OK)
+        *out = c->bytes;
+    kvq_cache_free(c);
+    return st;
+}
+
 /* ------------------------------------------------------------- regions */
 
 kvq_key_split kvq_cache_side_split(const kvq_cache_side *sd, int qp) {

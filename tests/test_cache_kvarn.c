@@ -341,3 +341,38 @@ TEST(kvarn_cli_quant_test_tiles) {
     snprintf(cmd, sizeof cmd, "%s quant-test --dim 64 --rows 16 --type kvarn3 2>&1", bin);
     CHECK(test_run(cmd, out, sizeof out) == 0 && strstr(out, "needs --rows >= 128"), "short rows: %s", out);
 }
+
+/* kvq_cache_plan_bytes (what tools report at other contexts) gives the
+ * figures of the cache created from the same parameters, for tile, turbo
+ * and block sides with tails, sinks, padded heads and per-layer types. */
+TEST(cache_plan_bytes_equal_created_cache) {
+    static const kvq_type layers_k[3] = { KVQ_TYPE_KVARN4, KVQ_TYPE_Q4_0, KVQ_TYPE_TURBO3 };
+    static const struct { kvq_type k, v; int hd, tail, sink, n_ctx, batch; bool per_layer; } cases[] = {
+        { KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, 128, 0, 0, 1000, 100, false },
+        { KVQ_TYPE_Q8_0, KVQ_TYPE_KVARN2, 80, 300, 5, 4096, 512, false },
+        { KVQ_TYPE_TURBO4_TCQ, KVQ_TYPE_F16, 192, 64, 0, 777, 64, false },
+        { KVQ_TYPE_F16, KVQ_TYPE_Q4_0, 64, 0, 200, 300, 300, true },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvq_cache_params p;
+        attn_params(&p, 2, cases[i].hd, cases[i].hd, cases[i].n_ctx, cases[i].k, cases[i].v, KVQ_ROT_AUTO);
+        p.n_layer = 3;
+        p.tail_tokens = cases[i].tail;
+        p.sink_tokens = cases[i].sink;
+        p.max_batch = cases[i].batch;
+        if (cases[i].per_layer) p.layer_type_k = layers_k;
+        kvq_cache_bytes planned, made;
+        kvq_error err = { 0, "" };
+        CHECK(kvq_cache_plan_bytes(&p, &planned, &err) == KVQ_OK, "case %zu: %s", i, err.msg);
+        kvq_cache *c = make_cache(&p);
+        CHECK(c, "case %zu: create", i);
+        kvq_cache_memory(c, &made);
+        kvq_cache_free(c);
+        CHECK(!memcmp(&planned, &made, sizeof made), "case %zu: planned %zu bytes, created %zu", i, planned.total,
+              made.total);
+    }
+    kvq_cache_params p;
+    attn_params(&p, 1, 128, 128, 100, KVQ_TYPE_KVARN4, KVQ_TYPE_COUNT, KVQ_ROT_AUTO);
+    kvq_cache_bytes b;
+    CHECK(kvq_cache_plan_bytes(&p, &b, NULL) == KVQ_ERR_ARG, "bad type accepted");
+}

@@ -298,16 +298,18 @@ static kvq_status measure_tg(const sweep *s, kvq_ctx *ctx, double *tps, kvq_erro
 }
 
 /* KV bytes of one configuration at n_ctx positions, as the cache lays
- * them out: every position in the body, plus an exact ring of tail +
- * batch rows (at most n_ctx) and the sink rows, per layer. */
-static double cache_bytes_at(const sweep *s, const kvq_sweep_config *c, kvq_type tail_type, int n_ctx) {
-    const kvq_model_info *in = s->info;
-    const double body = (double)kvq_cache_row_bytes(c->type_k, in->n_head_kv, in->head_dim_k) +
-                        (double)kvq_cache_row_bytes(c->type_v, in->n_head_kv, in->head_dim_v);
-    const double exact = (double)kvq_cache_row_bytes(tail_type, in->n_head_kv, in->head_dim_k) +
-                         (double)kvq_cache_row_bytes(tail_type, in->n_head_kv, in->head_dim_v);
-    const int ring = c->tail_tokens ? KVQ_MIN(c->tail_tokens + s->n_batch, n_ctx) : 0;
-    return (double)in->n_layer * ((double)n_ctx * body + (double)ring * exact);
+ * them out (cli_kv_bytes: the cache's own layout code, so every type's
+ * exact regions count, KVarN's first tile and staging ring included),
+ * with the cache parameters make_ctx would use. */
+static double cache_bytes_at(const sweep *s, const kvq_sweep_config *c, int n_ctx) {
+    cache_flags cf;
+    cache_flags_init(&cf);
+    cf.params.type_k = c->type_k;
+    cf.params.type_v = c->type_v;
+    cf.params.tail_tokens = c->tail_tokens;
+    cache_flags_resolve(&cf, n_ctx);
+    cf.params.max_batch = s->n_batch;
+    return cli_kv_bytes(s->info, &cf.params, n_ctx);
 }
 
 static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, const kvq_kld_summary *sum,
@@ -316,8 +318,6 @@ static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, co
     kvq_cache_bytes b;
     kvq_cache_memory(cache, &b);
     const kvq_rot_plan *rot = kvq_cache_rotation(cache);
-    kvq_cache_params defaults;
-    kvq_cache_params_default(&defaults);
     const kvq_sweep_config bf16 = { .type_k = KVQ_TYPE_BF16, .type_v = KVQ_TYPE_BF16 };
     const int n_full = s->info->n_ctx_train > 0 ? s->info->n_ctx_train : s->n_ctx;
 
@@ -325,9 +325,9 @@ static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, co
     r->rot_v = rot ? rot->block_v : 0;
     r->n_tokens = (double)sum->n;
     r->kv_bytes = (double)b.total;
-    r->kv_bytes_bf16 = cache_bytes_at(s, &bf16, defaults.tail_type, s->n_ctx);
+    r->kv_bytes_bf16 = cache_bytes_at(s, &bf16, s->n_ctx);
     r->size_pct = 100.0 * r->kv_bytes / r->kv_bytes_bf16;
-    r->mib = cache_bytes_at(s, c, defaults.tail_type, n_full) / (1024.0 * 1024.0);
+    r->mib = cache_bytes_at(s, c, n_full) / (1024.0 * 1024.0);
     r->mean_kld = sum->mean_kld;
     r->mean_kld_se = sum->mean_kld_se;
     r->median_kld = sum->median_kld;

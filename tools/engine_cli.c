@@ -1,5 +1,6 @@
 /* engine_cli.c - shared steps of the model commands (see engine_cli.h). */
 #include "engine_cli.h"
+#include "cache.h"
 #include "cli.h"
 #include "file_read.h"
 #include "kld.h"
@@ -47,7 +48,9 @@ int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, siz
     return toks;
 }
 
-double cli_kv_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx) {
+/* Rows in the body, a tail ring of tail + batch rows and the sink: the
+ * estimate when the parameters cannot make a cache (sizes overflowing). */
+static double formula_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx) {
     double body = 0.0;
     for (int l = 0; l < in->n_layer; l++) {
         const kvq_type tk = p->layer_type_k ? p->layer_type_k[l] : p->type_k;
@@ -61,6 +64,21 @@ double cli_kv_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_c
     const int ring = p->tail_tokens > 0 ? KVQ_MIN(p->tail_tokens + batch, n_ctx) : 0;
     const int sink = KVQ_MIN(KVQ_MAX(p->sink_tokens, 0), n_ctx);
     return (double)n_ctx * body + (double)in->n_layer * (double)(ring + sink) * exact_row;
+}
+
+/* The cache's own layout (kvq_cache_plan_bytes: every type's exact
+ * regions, KVarN's tiles and staging ring, padded heads) at n_ctx with the
+ * model's shape; the plain formula when no cache can be made (too large). */
+double cli_kv_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx) {
+    kvq_cache_params q = *p;
+    q.n_layer = in->n_layer;
+    q.n_head_kv = in->n_head_kv;
+    q.head_dim_k = in->head_dim_k;
+    q.head_dim_v = in->head_dim_v;
+    q.n_ctx = n_ctx;
+    q.max_batch = p->max_batch > 0 ? KVQ_MIN(p->max_batch, n_ctx) : n_ctx;
+    kvq_cache_bytes b;
+    return kvq_cache_plan_bytes(&q, &b, NULL) == KVQ_OK ? (double)b.total : formula_bytes(in, p, n_ctx);
 }
 
 /* Physical memory, lowered to RLIMIT_AS when that is set. */
