@@ -1,0 +1,128 @@
+/* bench_run.c - one timed run of `kvq bench` (see bench_run.h). */
+#include "bench_run.h"
+#include "kvq_internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU time of every thread of the process: on a shared machine this is
+ * the work done, without the time spent waiting for a core. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A fixed, spread-out token sequence: speed does not depend on the ids. */
+static int32_t bench_token(int i, int n_vocab) { return (int32_t)(((unsigned)i * 7919u + 3u) % (unsigned)n_vocab); }
+
+static void fill_tokens(int32_t *buf, int first, int n, int n_vocab) {
+    for (int i = 0; i < n; i++) buf[i] = bench_token(first + i, n_vocab);
+}
+
+/* Roughly unit-Gaussian values (sum of 4 uniforms): K/V of a normed model. */
+static float noise(uint64_t *s) {
+    float acc = 0.0f;
+    for (int i = 0; i < 4; i++) {
+        *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+        acc += (float)(*s >> 40) * (1.0f / 16777216.0f);
+    }
+    return (acc - 2.0f) * 1.7320508f;
+}
+
+/* The first `depth` positions of every layer from one block of random
+ * rows, written `batch` positions at a time. */
+static kvq_status fill_synthetic(kvq_ctx *ctx, const kvq_model_info *in, int depth, int batch, kvq_error *err) {
+    if (depth == 0) return KVQ_OK;
+    const size_t k_row = (size_t)in->n_head_kv * in->head_dim_k, v_row = (size_t)in->n_head_kv * in->head_dim_v;
+    float *k = malloc((size_t)batch * (k_row + v_row) * sizeof(float));
+    if (!k) return kvq_fail(err, KVQ_ERR_NOMEM, "bench: out of memory for %d synthetic cache rows", batch);
+    float *v = k + (size_t)batch * k_row;
+    uint64_t seed = 42;
+    for (size_t i = 0; i < (size_t)batch * (k_row + v_row); i++) k[i] = noise(&seed);
+    kvq_status st = KVQ_OK;
+    for (int start = 0; !st && start < depth; start += batch) {
+        const int n = KVQ_MIN(batch, depth - start);
+        for (int il = 0; !st && il < in->n_layer; il++) st = kvq_cache_write(kvq_ctx_cache(ctx), il, start, n, k, v, err);
+    }
+    free(k);
+    return st;
+}
+
+/* The first `depth` positions by the model's own prefill. */
+static kvq_status fill_model(kvq_ctx *ctx, const kvq_model_info *in, int depth, int batch, int32_t *buf,
+                             kvq_error *err) {
+    kvq_status st = KVQ_OK;
+    for (int start = 0; !st && start < depth; start += batch) {
+        const int n = KVQ_MIN(batch, depth - start);
+        fill_tokens(buf, start, n, in->n_vocab);
+        st = kvq_ctx_eval(ctx, buf, n, start, NULL, false, err);
+    }
+    return st;
+}
+
+/* Greedy next token: the argmax of the logits fed back. */
+static int32_t argmax(const float *logits, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++) if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+/* The timed part: one prompt batch at `depth`, then n_gen single steps. */
+static kvq_status timed(kvq_ctx *ctx, const kvq_model_info *in, const bench_run_opts *o, int depth, int32_t *buf,
+                        float *logits, bench_times *t, kvq_error *err) {
+    fill_tokens(buf, depth, o->n_prompt, in->n_vocab);
+    double t0 = wall_now(), c0 = cpu_now();
+    kvq_status st = kvq_ctx_eval(ctx, buf, o->n_prompt, depth, logits, true, err);
+    t->pp_s = wall_now() - t0;
+    t->pp_cpu_s = cpu_now() - c0;
+    t0 = wall_now();
+    c0 = cpu_now();
+    for (int s = 0; !st && s < o->n_gen; s++) {
+        int32_t tok = argmax(logits, in->n_vocab);
+        st = kvq_ctx_eval(ctx, &tok, 1, depth + o->n_prompt + s, logits, true, err);
+    }
+    t->tg_s = wall_now() - t0;
+    t->tg_cpu_s = cpu_now() - c0;
+    return st;
+}
+
+kvq_status bench_run_once(const kvq_model *m, const kvq_cache_params *cache, const bench_run_opts *o, int depth,
+                          bench_times *t, kvq_rot_plan *plan, kvq_error *err) {
+    const kvq_model_info *in = kvq_model_get_info(m);
+    if (depth < 0 || o->n_prompt < 1 || o->n_gen < 0 || (int64_t)depth + o->n_prompt + o->n_gen > o->n_ctx)
+        return kvq_fail(err, KVQ_ERR_ARG, "bench: depth %d + %d prompt + %d generated tokens exceed the context %d",
+                        depth, o->n_prompt, o->n_gen, o->n_ctx);
+    kvq_cache_params p = *cache;
+    p.n_ctx = o->n_ctx;
+    p.max_batch = KVQ_MAX(o->n_prompt, o->fill_batch);
+    kvq_ctx *ctx = NULL;
+    kvq_status st = kvq_ctx_create(m, &p, o->n_threads, &ctx, err);
+    if (st) return st;
+    int32_t *buf = malloc((size_t)p.max_batch * sizeof *buf);
+    float *logits = malloc((size_t)in->n_vocab * sizeof *logits);
+    if (!buf || !logits) st = kvq_fail(err, KVQ_ERR_NOMEM, "bench: out of memory");
+    if (!st && plan) *plan = *kvq_cache_rotation(kvq_ctx_cache(ctx));
+    /* warm-up: the first prompt touches the scratch buffers and wakes the
+     * workers, so that the timed prompt pays for neither */
+    if (!st) {
+        fill_tokens(buf, 0, o->n_prompt, in->n_vocab);
+        st = kvq_ctx_eval(ctx, buf, o->n_prompt, 0, logits, true, err);
+        kvq_cache_clear(kvq_ctx_cache(ctx));
+    }
+    const int batch = KVQ_MIN(p.max_batch, KVQ_MAX(depth, 1));
+    if (!st) st = o->fill == BENCH_FILL_MODEL ? fill_model(ctx, in, depth, batch, buf, err)
+                                              : fill_synthetic(ctx, in, depth, batch, err);
+    if (!st) st = timed(ctx, in, o, depth, buf, logits, t, err);
+    free(buf);
+    free(logits);
+    kvq_ctx_free(ctx);
+    return st;
+}
