@@ -21,7 +21,8 @@ typedef struct count_ctx {
 static void count_task(void *p, int task, int thread) {
     count_ctx *c = p;
     volatile int sink = 0;
-    for (int i = 0; i < c->busy_iters; i++) sink += i;
+    for (int i = 0; i < c->busy_iters; i++) sink = sink + i;
+    (void)sink;
     atomic_fetch_add(&c->runs[task], 1);
     if (thread < 0 || thread >= c->n_threads) atomic_fetch_add(&c->bad_thread, 1);
     if (!pthread_equal(pthread_self(), c->caller)) atomic_fetch_add(&c->off_caller, 1);
