@@ -75,54 +75,101 @@ static int32_t argmax(const float *logits, int n) {
     return best;
 }
 
-/* The timed part: one prompt batch at `depth`, then n_gen single steps. */
-static kvq_status timed(kvq_ctx *ctx, const kvq_model_info *in, const bench_run_opts *o, int depth, int32_t *buf,
-                        float *logits, bench_times *t, kvq_error *err) {
-    fill_tokens(buf, depth, o->n_prompt, in->n_vocab);
-    double t0 = wall_now(), c0 = cpu_now();
-    kvq_status st = kvq_ctx_eval(ctx, buf, o->n_prompt, depth, logits, true, err);
-    t->pp_s = wall_now() - t0;
-    t->pp_cpu_s = cpu_now() - c0;
-    t0 = wall_now();
-    c0 = cpu_now();
-    for (int s = 0; !st && s < o->n_gen; s++) {
-        int32_t tok = argmax(logits, in->n_vocab);
-        st = kvq_ctx_eval(ctx, &tok, 1, depth + o->n_prompt + s, logits, true, err);
-    }
-    t->tg_s = wall_now() - t0;
-    t->tg_cpu_s = cpu_now() - c0;
-    return st;
+/* One context being measured: the last logits feed the next step. */
+typedef struct session {
+    kvq_ctx *ctx;
+    const kvq_model_info *in;
+    int32_t *buf;
+    float *logits;
+    int pos;                 /* next position to evaluate */
+} session;
+
+static void session_close(session *s) {
+    free(s->buf);
+    free(s->logits);
+    kvq_ctx_free(s->ctx);
 }
 
-kvq_status bench_run_once(const kvq_model *m, const kvq_cache_params *cache, const bench_run_opts *o, int depth,
-                          bench_times *t, kvq_rot_plan *plan, kvq_error *err) {
-    const kvq_model_info *in = kvq_model_get_info(m);
+/* Create the context, warm it up and fill it to `depth` (all untimed). */
+static kvq_status session_open(session *s, const kvq_model *m, const kvq_cache_params *cache, const bench_run_opts *o,
+                               int depth, kvq_rot_plan *plan, kvq_error *err) {
+    *s = (session){ .in = kvq_model_get_info(m) };
     if (depth < 0 || o->n_prompt < 1 || o->n_gen < 0 || (int64_t)depth + o->n_prompt + o->n_gen > o->n_ctx)
         return kvq_fail(err, KVQ_ERR_ARG, "bench: depth %d + %d prompt + %d generated tokens exceed the context %d",
                         depth, o->n_prompt, o->n_gen, o->n_ctx);
     kvq_cache_params p = *cache;
     p.n_ctx = o->n_ctx;
     p.max_batch = KVQ_MAX(o->n_prompt, o->fill_batch);
-    kvq_ctx *ctx = NULL;
-    kvq_status st = kvq_ctx_create(m, &p, o->n_threads, &ctx, err);
+    kvq_status st = kvq_ctx_create(m, &p, o->n_threads, &s->ctx, err);
     if (st) return st;
-    int32_t *buf = malloc((size_t)p.max_batch * sizeof *buf);
-    float *logits = malloc((size_t)in->n_vocab * sizeof *logits);
-    if (!buf || !logits) st = kvq_fail(err, KVQ_ERR_NOMEM, "bench: out of memory");
-    if (!st && plan) *plan = *kvq_cache_rotation(kvq_ctx_cache(ctx));
+    s->buf = malloc((size_t)p.max_batch * sizeof *s->buf);
+    s->logits = malloc((size_t)s->in->n_vocab * sizeof *s->logits);
+    if (!s->buf || !s->logits) st = kvq_fail(err, KVQ_ERR_NOMEM, "bench: out of memory");
+    if (!st && plan) *plan = *kvq_cache_rotation(kvq_ctx_cache(s->ctx));
     /* warm-up: the first prompt touches the scratch buffers and wakes the
      * workers, so that the timed prompt pays for neither */
     if (!st) {
-        fill_tokens(buf, 0, o->n_prompt, in->n_vocab);
-        st = kvq_ctx_eval(ctx, buf, o->n_prompt, 0, logits, true, err);
-        kvq_cache_clear(kvq_ctx_cache(ctx));
+        fill_tokens(s->buf, 0, o->n_prompt, s->in->n_vocab);
+        st = kvq_ctx_eval(s->ctx, s->buf, o->n_prompt, 0, s->logits, true, err);
+        kvq_cache_clear(kvq_ctx_cache(s->ctx));
     }
     const int batch = KVQ_MIN(p.max_batch, KVQ_MAX(depth, 1));
-    if (!st) st = o->fill == BENCH_FILL_MODEL ? fill_model(ctx, in, depth, batch, buf, err)
-                                              : fill_synthetic(ctx, in, depth, batch, err);
-    if (!st) st = timed(ctx, in, o, depth, buf, logits, t, err);
-    free(buf);
-    free(logits);
-    kvq_ctx_free(ctx);
+    if (!st) st = o->fill == BENCH_FILL_MODEL ? fill_model(s->ctx, s->in, depth, batch, s->buf, err)
+                                              : fill_synthetic(s->ctx, s->in, depth, batch, err);
+    s->pos = depth;
+    if (st) session_close(s);
+    return st;
+}
+
+/* The timed prompt: n_prompt tokens in one batch. */
+static kvq_status session_prompt(session *s, int n_prompt, bench_times *t, kvq_error *err) {
+    fill_tokens(s->buf, s->pos, n_prompt, s->in->n_vocab);
+    const double t0 = wall_now(), c0 = cpu_now();
+    kvq_status st = kvq_ctx_eval(s->ctx, s->buf, n_prompt, s->pos, s->logits, true, err);
+    t->pp_s = wall_now() - t0;
+    t->pp_cpu_s = cpu_now() - c0;
+    s->pos += n_prompt;
+    return st;
+}
+
+/* One timed generation step (greedy), added to t's tg times. */
+static kvq_status session_step(session *s, bench_times *t, kvq_error *err) {
+    int32_t tok = argmax(s->logits, s->in->n_vocab);
+    const double t0 = wall_now(), c0 = cpu_now();
+    kvq_status st = kvq_ctx_eval(s->ctx, &tok, 1, s->pos++, s->logits, true, err);
+    t->tg_s += wall_now() - t0;
+    t->tg_cpu_s += cpu_now() - c0;
+    return st;
+}
+
+kvq_status bench_run_once(const kvq_model *m, const kvq_cache_params *cache, const bench_run_opts *o, int depth,
+                          bench_times *t, kvq_rot_plan *plan, kvq_error *err) {
+    session s;
+    kvq_status st = session_open(&s, m, cache, o, depth, plan, err);
+    if (st) return st;
+    *t = (bench_times){ 0 };
+    st = session_prompt(&s, o->n_prompt, t, err);
+    for (int i = 0; !st && i < o->n_gen; i++) st = session_step(&s, t, err);
+    session_close(&s);
+    return st;
+}
+
+kvq_status bench_run_pair(const kvq_model *m, const kvq_cache_params *cache_a, const kvq_cache_params *cache_b,
+                          const bench_run_opts *o, int depth, bench_times *ta, bench_times *tb, kvq_rot_plan *plan_a,
+                          kvq_rot_plan *plan_b, kvq_error *err) {
+    session a, b;
+    kvq_status st = session_open(&a, m, cache_a, o, depth, plan_a, err);
+    if (st) return st;
+    st = session_open(&b, m, cache_b, o, depth, plan_b, err);
+    if (st) { session_close(&a); return st; }
+    *ta = *tb = (bench_times){ 0 };
+    st = session_prompt(&a, o->n_prompt, ta, err);
+    if (!st) st = session_prompt(&b, o->n_prompt, tb, err);
+    for (int i = 0; !st && i < o->n_gen; i++) {
+        st = session_step(&a, ta, err);
+        if (!st) st = session_step(&b, tb, err);
+    }
+    session_close(&a);
+    session_close(&b);
     return st;
 }

@@ -41,4 +41,12 @@ typedef struct bench_times {
 kvq_status bench_run_once(const kvq_model *m, const kvq_cache_params *cache, const bench_run_opts *o, int depth,
                           bench_times *t, kvq_rot_plan *plan, kvq_error *err);
 
+/* Two configurations measured side by side (both caches in memory): the
+ * prompts one after the other, then the generation steps alternating
+ * a, b, a, b, ..., so that both see the same machine load at the scale of
+ * one step.  For small differences such as the cost of rotation. */
+kvq_status bench_run_pair(const kvq_model *m, const kvq_cache_params *cache_a, const kvq_cache_params *cache_b,
+                          const bench_run_opts *o, int depth, bench_times *ta, bench_times *tb, kvq_rot_plan *plan_a,
+                          kvq_rot_plan *plan_b, kvq_error *err);
+
 #endif
