@@ -289,11 +289,12 @@ static void print_rotation_cost(const bench_opts *o, const bench_config *cfg, in
     for (int c = 0; c < n_cfg; c++) {
         if (cfg[c].off_twin < 0 || !o->run.n_gen) continue;
         if (!any) printf("\nRotation cost at depth %d (tg time rotated / unrotated - 1, steps of the two "
-                         "interleaved, median of %d runs; target <= 2%%):", depth, o->reps);
+                         "interleaved, median of %d runs; CPU time, then wall clock; target <= 2%%):",
+                         depth, o->reps);
         const bench_config *off = &cfg[cfg[c].off_twin];
-        printf("%s %s %+.1f%% (CPU %+.1f%%)", any ? "," : "", kvq_type_name(cfg[c].type_k),
-               100.0 * paired_cost(&cfg[c], off, o->reps, offsetof(bench_times, tg_s)),
-               100.0 * paired_cost(&cfg[c], off, o->reps, offsetof(bench_times, tg_cpu_s)));
+        printf("%s %s %+.1f%% (wall %+.1f%%)", any ? "," : "", kvq_type_name(cfg[c].type_k),
+               100.0 * paired_cost(&cfg[c], off, o->reps, offsetof(bench_times, tg_cpu_s)),
+               100.0 * paired_cost(&cfg[c], off, o->reps, offsetof(bench_times, tg_s)));
         any = true;
     }
     if (any) printf("\n");
