@@ -38,7 +38,6 @@ typedef struct bench_opts {
 /* One cache configuration and its times at the current depth. */
 typedef struct bench_config {
     kvq_cache_params cache;
-    kvq_type type_k;
     int off_twin;             /* --rot both: its unrotated twin, or -1 */
     bool is_twin;             /* the unrotated twin of the one before  */
     kvq_rot_plan plan;        /* what the cache chose (first run)     */
@@ -147,22 +146,22 @@ static bool in_default_set(kvq_type t) {
 
 static bool is_block_quant(kvq_type t) { return kvq_type_get(t)->is_block_quant; }
 
-/* Add the configuration(s) of type t (both K and V); false when full. */
-static bool add_type(const bench_opts *o, kvq_type t, bench_config *cfg, int *n) {
-    const bool both = o->rot == ROT_BOTH && is_block_quant(t);
+/* Add the configuration(s) of a K/V type pair (--rot both: rotated and
+ * not when either side is block-quantised); false when full. */
+static bool add_config(const bench_opts *o, kvq_type tk, kvq_type tv, bench_config *cfg, int *n) {
+    const bool both = o->rot == ROT_BOTH && (is_block_quant(tk) || is_block_quant(tv));
     if (*n + (both ? 2 : 1) > MAX_CONFIGS) return false;
     bench_config *c = &cfg[(*n)++];
     c->cache = o->cache.params;
-    c->cache.type_k = c->cache.type_v = t;
-    c->type_k = t;
+    c->cache.type_k = tk;
+    c->cache.type_v = tv;
     c->off_twin = -1;
     static const kvq_rot_mode forced[] = { [ROT_AUTO] = KVQ_ROT_AUTO, [ROT_ON] = KVQ_ROT_ON, [ROT_OFF] = KVQ_ROT_OFF,
                                            [ROT_BOTH] = KVQ_ROT_ON };
     if (o->rot != ROT_FROM_FLAGS) {
-        c->cache.rot.mode = forced[o->rot];
+        c->cache.rot.mode = both || o->rot != ROT_BOTH ? forced[o->rot] : KVQ_ROT_AUTO;
         c->cache.rot.mode_k = c->cache.rot.mode_v = KVQ_ROT_AUTO;   /* the single switch decides */
     }
-    if (o->rot == ROT_BOTH && !both) c->cache.rot.mode = KVQ_ROT_AUTO;
     if (both) {
         bench_config *off = &cfg[(*n)++];
         *off = *c;
@@ -177,16 +176,14 @@ static bool add_type(const bench_opts *o, kvq_type t, bench_config *cfg, int *n)
 static int make_configs(const bench_opts *o, bench_config *cfg) {
     int n = 0;
     if (!o->types) {   /* -ctk/-ctv given: exactly that cache */
-        cfg[0].cache = o->cache.params;
-        cfg[0].type_k = o->cache.params.type_k;
-        cfg[0].off_twin = -1;
-        return 1;
+        add_config(o, o->cache.params.type_k, o->cache.params.type_v, cfg, &n);
+        return n;
     }
     const bool all = !strcmp(o->types, "all"), dflt = !strcmp(o->types, "default");
     if (all || dflt) {
         for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
             const kvq_type_traits *tr = kvq_type_get((kvq_type)t);
-            if (tr && tr->is_cache_type && (all || in_default_set((kvq_type)t))) add_type(o, (kvq_type)t, cfg, &n);
+            if (tr && tr->is_cache_type && (all || in_default_set((kvq_type)t))) add_config(o, (kvq_type)t, (kvq_type)t, cfg, &n);
         }
         return n;
     }
@@ -195,7 +192,7 @@ static int make_configs(const bench_opts *o, bench_config *cfg) {
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         kvq_type t;
         if (!cli_parse_type(CMD, tok, true, &t)) return 0;
-        if (!add_type(o, t, cfg, &n)) { cli_error(CMD, "--types: more than %d configurations", MAX_CONFIGS); return 0; }
+        if (!add_config(o, t, t, cfg, &n)) { cli_error(CMD, "--types: more than %d configurations", MAX_CONFIGS); return 0; }
     }
     if (!n) cli_error(CMD, "--types: empty list");
     return n;
@@ -232,6 +229,12 @@ static double paired_cost(const bench_config *on, const bench_config *off, int r
 }
 
 static double per_second(int tokens, double seconds) { return seconds > 0 ? tokens / seconds : 0.0; }
+
+/* "q4_0", or "q8_0/q4_0" when K and V differ. */
+static void config_name(const bench_config *c, char *buf, size_t cap) {
+    if (c->cache.type_k == c->cache.type_v) snprintf(buf, cap, "%s", kvq_type_name(c->cache.type_k));
+    else snprintf(buf, cap, "%s/%s", kvq_type_name(c->cache.type_k), kvq_type_name(c->cache.type_v));
+}
 
 static void plan_name(const kvq_rot_plan *p, char *buf, size_t cap) {
     if (!p->block_k && !p->block_v) snprintf(buf, cap, "off");
@@ -292,7 +295,9 @@ static void print_rotation_cost(const bench_opts *o, const bench_config *cfg, in
                          "interleaved, median of %d runs; CPU time, then wall clock; target <= 2%%):",
                          depth, o->reps);
         const bench_config *off = &cfg[cfg[c].off_twin];
-        printf("%s %s %+.1f%% (wall %+.1f%%)", any ? "," : "", kvq_type_name(cfg[c].type_k),
+        char name[32];
+        config_name(&cfg[c], name, sizeof name);
+        printf("%s %s %+.1f%% (wall %+.1f%%)", any ? "," : "", name,
                100.0 * paired_cost(&cfg[c], off, o->reps, offsetof(bench_times, tg_cpu_s)),
                100.0 * paired_cost(&cfg[c], off, o->reps, offsetof(bench_times, tg_s)));
         any = true;
