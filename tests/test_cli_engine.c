@@ -281,6 +281,32 @@ TEST(cli_bench_types_and_rotation_cost) {
           "rotation cost line missing: %s", out);
 }
 
+/* A bare run measures the default type set; --fill model fills the depth
+ * with the model's own prefill in -b batches. */
+TEST(cli_bench_default_types_and_model_fill) {
+    const char *bin = need_bin();
+    char model[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/synth/qwen3-h128-q8_0.gguf")) SKIP("../shared not found");
+    char cmd[2048];
+    static char out[16384];
+    CHECK(snprintf(cmd, sizeof cmd, "%s bench -m %s -p 4 -n 1 -r 1 -t 1", bin, model) < (int)sizeof cmd,
+          "command too long");
+    int rc = run_stdout(cmd, out, sizeof out);
+    CHECK(rc == 0, "kvq bench exited %d: %s", rc, out);
+    const char *expected[] = { "| f16/f16 |", "| q8_0/q8_0 |", "| q5_0/q5_0 |", "| q4_0/q4_0 |", "| iq4_nl/iq4_nl |",
+                               "| q3_0/q3_0 |", "| q2_0/q2_0 |" };
+    for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
+        CHECK(strstr(out, expected[i]), "default set lacks %s: %s", expected[i], out);
+    CHECK(!strstr(out, "| f32/f32 |") && !strstr(out, "| q4_1/q4_1 |"), "f32/q4_1 are not in the default set: %s", out);
+    CHECK(snprintf(cmd, sizeof cmd, "%s bench -m %s -p 4 -n 2 -r 1 -t 1 -d 40 -b 16 --fill model -ctk q4_0 -ctv q4_0",
+                   bin, model) < (int)sizeof cmd, "command too long");
+    rc = run_stdout(cmd, out, sizeof out);
+    CHECK(rc == 0, "kvq bench --fill model exited %d: %s", rc, out);
+    CHECK(strstr(out, "the model's prefill") && strstr(out, "### depth 40") &&
+          strstr(out, "| q4_0/q4_0 |"), "model-filled run missing: %s", out);
+}
+
 /* Bad bench flags: one error line each. */
 TEST(cli_bench_rejects_bad_types_and_rot) {
     const char *bin = need_bin();
