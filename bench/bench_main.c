@@ -13,6 +13,7 @@ static const bench_group g_groups[] = {
     { "formats", "per type: quantise / dequantise / dot / axpy throughput, scalar vs SIMD", bench_formats },
     { "matmul", "kvq_matmul GFLOP/s per weight type, decode and prefill, 1-2 threads", bench_matmul },
     { "attention", "decode attention over 4k/32k cached tokens per cache type, vs f16", bench_attention },
+    { "engine", "kvq bench on the synth qwen3 q8_0/q4_k models: prompt and generation t/s, 1 and 2 threads", bench_engine },
 };
 enum { N_GROUPS = sizeof g_groups / sizeof g_groups[0] };
 
