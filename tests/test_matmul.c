@@ -155,7 +155,8 @@ TEST(matmul_prefill_matches_decode) {
 }
 
 /* Every output is computed by one thread in a fixed order, so 1, 2 and 3
- * threads give the same bits (sizes span several row chunks). */
+ * threads give the same bits (sizes span several row chunks; the products
+ * are forced onto every thread, as they are small enough to run inline). */
 TEST(matmul_bitwise_same_for_any_thread_count) {
     const kvq_type types[] = { KVQ_TYPE_F32, KVQ_TYPE_F16, KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0,
                                KVQ_TYPE_Q4_K, KVQ_TYPE_Q5_K, KVQ_TYPE_Q6_K };
@@ -176,7 +177,7 @@ TEST(matmul_bitwise_same_for_any_thread_count) {
             float *Y[3];
             for (int p = 0; p < 3; p++) {
                 Y[p] = malloc(n * sizeof(float));
-                if (Y[p]) kvq_matmul(pools[p], types[i], c.W, rows, c.cols, c.X, toks[k], Y[p]);
+                if (Y[p]) kvq_matmul_split(pools[p], 0, types[i], c.W, rows, c.cols, c.X, toks[k], Y[p]);
             }
             for (int p = 1; p < 3 && !fail[0]; p++)
                 if (!Y[0] || !Y[p] || memcmp(Y[0], Y[p], n * sizeof(float)) != 0)
