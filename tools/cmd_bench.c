@@ -236,9 +236,21 @@ static void config_name(const bench_config *c, char *buf, size_t cap) {
     else snprintf(buf, cap, "%s/%s", kvq_type_name(c->cache.type_k), kvq_type_name(c->cache.type_v));
 }
 
-static void plan_name(const kvq_rot_plan *p, char *buf, size_t cap) {
-    if (!p->block_k && !p->block_v) snprintf(buf, cap, "off");
-    else snprintf(buf, cap, "K %d / V %d", p->block_k, p->block_v);
+/* One side: "format" for types that rotate inside their format (KVarN,
+ * TurboQuant: the plan's block is 0 for them), the plan's block, or "off". */
+static void side_rot(kvq_type t, int block, char *buf, size_t cap) {
+    if (kvq_type_get(t)->format_rot != KVQ_FMT_ROT_NONE) snprintf(buf, cap, "format");
+    else if (block) snprintf(buf, cap, "%d", block);
+    else snprintf(buf, cap, "off");
+}
+
+static void plan_name(const bench_config *c, char *buf, size_t cap) {
+    char k[16], v[16];
+    side_rot(c->cache.type_k, c->plan.block_k, k, sizeof k);
+    side_rot(c->cache.type_v, c->plan.block_v, v, sizeof v);
+    const bool same_word = !strcmp(k, v) && (!strcmp(k, "off") || !strcmp(k, "format"));
+    if (same_word) snprintf(buf, cap, "%s", k);
+    else snprintf(buf, cap, "K %s / V %s", k, v);
 }
 
 static void print_header(const bench_opts *o, const kvq_model_info *in, int n_threads) {
@@ -275,7 +287,7 @@ static void print_table(const bench_opts *o, bench_config *cfg, int n_cfg, int d
         double med[4];
         for (int f = 0; f < 4; f++) med[f] = median_of(&cfg[c], o->reps, fields[f]);
         char rot[48], pr[16], tr[16], tcr[16];
-        plan_name(&cfg[c].plan, rot, sizeof rot);
+        plan_name(&cfg[c], rot, sizeof rot);
         ratio(pr, sizeof pr, ref[0], med[0]);
         ratio(tr, sizeof tr, ref[1], med[1]);
         ratio(tcr, sizeof tcr, ref[3], med[3]);
