@@ -202,7 +202,7 @@ typedef struct kvq_rot_request {
 typedef struct kvq_rot_plan {
     int block_k;          /* Hadamard block for Q and K; 0 = no rotation */
     int block_v;          /* Hadamard block for V;       0 = no rotation */
-    char reason[200];     /* one line saying what was chosen and why     */
+    char reason[320];     /* one line saying what was chosen and why     */
 } kvq_rot_plan;
 
 /* Fill a request's env_* fields from the LLAMA_ATTN_ROT_* variables. */

@@ -136,6 +136,7 @@ static kvq_status choose_rotation(kvq_cache *c, kvq_error *err) {
     req.type_k = representative_type(p->type_k, c->types_k, p->n_layer);
     req.type_v = representative_type(p->type_v, c->types_v, p->n_layer);
     c->plan = kvq_rot_choose(&req);
+    kvq_random_signs(c->mix_signs, KVQ_MAX_HEAD_DIM, KVQ_ROT_SEED_MIX);
     if (!valid_block(c->plan.block_k, p->head_dim_k) || !valid_block(c->plan.block_v, p->head_dim_v))
         return kvq_fail(err, KVQ_ERR_UNSUPPORTED, "cache: rotation blocks %d/%d do not fit head dims %d/%d",
                         c->plan.block_k, c->plan.block_v, p->head_dim_k, p->head_dim_v);
@@ -182,6 +183,20 @@ static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
         sd->store_dim = sd->head_dim;
         sd->rot_block = is_v ? c->plan.block_v : c->plan.block_k;
         sd->rot_signs = is_v ? c->signs_v : c->signs_k;
+        sd->mix_signs = NULL;
+        /* A head shorter than the type's block (8 values in a 32-block)
+         * leaves most of the stored block padding.  Rotating the padded
+         * row puts those bytes to work: H.D.H over the padded width spreads
+         * the head over every stored value (H alone would write 4 equal
+         * copies of H8 x / 2), so the block's independent rounding errors
+         * average out when rotated back.  Same bytes, exact in real
+         * arithmetic, since H.D.H is orthogonal and its own inverse. */
+        const int bs = kvq_type_get_scalar(sd->type)->block_size;
+        if (sd->rot_block && !sd->rot_signs && bs > 1 && sd->head_dim % bs) {
+            sd->store_dim = round_up_int(sd->head_dim, bs);
+            sd->rot_block = kvq_rot_block_for(sd->store_dim, 8);
+            sd->mix_signs = c->mix_signs;
+        }
     }
     sd->row_bytes = kvq_row_bytes(sd->type, sd->store_dim);
     sd->tail_tokens = p->tail_tokens;
@@ -215,6 +230,16 @@ static void shape_tile_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
     sd->ring_rows = (int)KVQ_MIN(ring, (int64_t)p->n_ctx);
 }
 
+/* Say once per side in the plan's reason line that padded rows are mixed
+ * over their padded width (the start-up log prints that line). */
+static void note_padded_mixing(kvq_rot_plan *plan, bool is_v, int store_dim, int block) {
+    char note[80];
+    snprintf(note, sizeof note, "; %c rows padded to %d, mixed by H.D.H (block %d)", is_v ? 'V' : 'K', store_dim, block);
+    if (strstr(plan->reason, note)) return;
+    size_t len = strlen(plan->reason);
+    if (len + strlen(note) < sizeof plan->reason) memcpy(plan->reason + len, note, strlen(note) + 1);
+}
+
 /* Compute every side's shape and sizes and the four totals; no allocation
  * yet.  Each total stays below SIZE_MAX / 4, so their sum cannot overflow. */
 static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
@@ -234,6 +259,7 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
             sd->head_dim = dims[s];
             if (sd->layout == KVQ_LAYOUT_TILES) shape_tile_side(c, sd, s == 1);
             else shape_row_side(c, sd, s == 1);
+            if (sd->mix_signs) note_padded_mixing(&c->plan, s == 1, sd->store_dim, sd->rot_block);
             sd->exact_row_bytes = kvq_row_bytes(p->tail_type, sd->store_dim);
             size_t body, ring, sink, per_head_tiles = 0;
             const bool ok_body =
@@ -367,7 +393,8 @@ void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out)
     if (sd->rot_kind == KVQ_FMT_ROT_TURBO) { kvq_turbo_rotate_row(x, out, sd->head_dim); return; }
     memcpy(out, x, (size_t)sd->head_dim * sizeof *out);
     memset(out + sd->head_dim, 0, (size_t)(sd->store_dim - sd->head_dim) * sizeof *out);
-    if (sd->rot_block) kvq_rotate_row(out, sd->store_dim, sd->rot_block, sd->rot_signs);
+    if (sd->mix_signs) kvq_rotate_row(out, sd->store_dim, sd->rot_block, NULL);   /* H, then D.H below */
+    if (sd->rot_block) kvq_rotate_row(out, sd->store_dim, sd->rot_block, sd->mix_signs ? sd->mix_signs : sd->rot_signs);
 }
 
 void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc) {
@@ -377,7 +404,8 @@ void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc) {
         memcpy(acc, out, (size_t)sd->head_dim * sizeof *out);
         return;
     }
-    if (sd->rot_block) kvq_rotate_row_inverse(acc, sd->store_dim, sd->rot_block, sd->rot_signs);
+    if (sd->rot_block) kvq_rotate_row_inverse(acc, sd->store_dim, sd->rot_block, sd->mix_signs ? sd->mix_signs : sd->rot_signs);
+    if (sd->mix_signs) kvq_rotate_row_inverse(acc, sd->store_dim, sd->rot_block, NULL);
 }
 
 /* ---------------------------------------------------------------- write */

@@ -45,6 +45,7 @@ typedef struct kvq_cache_side {
                                SLICE: Hadamard per tile slice; TURBO: S2 H S1 */
     int rot_block;          /* Hadamard block of this side, 0 = none       */
     const int8_t *rot_signs;/* randomised diagonal (generic plan) or NULL  */
+    const int8_t *mix_signs;/* padded rows: H.D.H over the padded row, or NULL */
     /* body */
     size_t row_bytes;       /* rows: one head's body row; tiles: 0         */
     kvq_kvarn_shape tile;   /* tiles: slice width, bits, orientation       */
@@ -67,6 +68,7 @@ struct kvq_cache {
     kvq_type *types_k, *types_v;
     kvq_rot_plan plan;
     int8_t *signs_k, *signs_v; /* randomised Hadamard diagonals, or NULL   */
+    int8_t mix_signs[KVQ_MAX_HEAD_DIM]; /* D of the padded-row mixing H.D.H  */
     kvq_cache_side *k, *v;  /* [n_layer]                                   */
     int *n_stored;          /* [n_layer]: positions 0..n_stored-1 written  */
     uint8_t *mem[4];        /* K bodies, V bodies, rings, sinks            */

@@ -34,6 +34,8 @@ typedef struct kld_run {
     size_t rec_len;
     kvq_tokstats st;
     bool record;             /* true: fill ref; false: compare against it */
+    kvq_rot_mode rot;        /* --attn-rot (AUTO unless a test sets it)  */
+    int tail;                /* --kv-tail-tokens                          */
 } kld_run;
 
 static kvq_status on_scored(void *ud, size_t i, const float *logits, int32_t next, kvq_error *err) {
@@ -51,6 +53,8 @@ static double eval_cache(kld_run *r, kvq_type tk, kvq_type tv, char *msg, size_t
     kvq_cache_params p;
     kvq_cache_params_default(&p);
     memset(&p.rot, 0, sizeof p.rot);             /* environment ignored */
+    p.rot.mode = r->rot;
+    p.tail_tokens = r->tail;
     p.type_k = tk;
     p.type_v = tv;
     p.n_ctx = r->n_ctx;
@@ -171,7 +175,7 @@ static void turbo_kld(test_ctx *t, const char *model_rel, const char *base_rel) 
         kvq_model_free(m);
         CHECK(0, "load: %s", err.msg);
     }
-    kld_run r = { m, b->tokens, (int)b->n_ctx, test_sanitized() ? 2 : b->n_chunk, NULL, b, 0, { 0 }, false };
+    kld_run r = { m, b->tokens, (int)b->n_ctx, test_sanitized() ? 2 : b->n_chunk, NULL, b, 0, { 0 }, false, KVQ_ROT_AUTO, 0 };
     static const kvq_type pairs[][2] = {
         { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0 }, { KVQ_TYPE_TURBO4, KVQ_TYPE_TURBO4 },
         { KVQ_TYPE_TURBO3, KVQ_TYPE_TURBO3 }, { KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO3_TCQ },
@@ -201,3 +205,121 @@ static void turbo_kld(test_ctx *t, const char *model_rel, const char *base_rel) 
 
 TEST(cache_kld_turbo_toy_h64) { turbo_kld(t, "models/toy-h64.gguf", "golden/toy-h64.gpl3.c128.kld"); }
 TEST(cache_kld_turbo_qwen3_h128) { turbo_kld(t, "models/synth/qwen3-h128.gguf", "golden/qwen3-h128.gpl3.c128.kld"); }
+
+/* ------------------------------------------------- block types, engine level */
+
+/* A model and its golden base (llama.cpp, f32 cache, c=128): the reference
+ * for the block types, which have no exact regions of their own.  All 16
+ * chunks normally, 3 under sanitizers. */
+typedef struct golden_setup { kvq_model *m; kvq_kld_base *b; kld_run r; } golden_setup;
+
+static int golden_open(golden_setup *g, const char *model_rel, const char *base_rel, char *msg, size_t cap) {
+    char mpath[1024], bpath[1024];
+    memset(g, 0, sizeof *g);
+    if (!test_shared_path(mpath, sizeof mpath, model_rel) || !test_shared_path(bpath, sizeof bpath, base_rel)) return 0;
+    kvq_error err = { 0, "" };
+    if (kvq_model_load(mpath, &g->m, &err) || kvq_kld_base_read(bpath, &g->b, &err)) {
+        snprintf(msg, cap, "load: %s", err.msg);
+        return -1;
+    }
+    kld_run r = { g->m, g->b->tokens, (int)g->b->n_ctx, test_sanitized() ? 3 : g->b->n_chunk, NULL, g->b, 0, { 0 },
+                  false, KVQ_ROT_AUTO, 0 };
+    g->r = r;
+    return 1;
+}
+
+static void golden_close(golden_setup *g) {
+    kvq_kld_base_free(g->b);
+    kvq_model_free(g->m);
+}
+
+#define GOLDEN_OPEN(g, model_rel, base_rel)                                              \
+    char msg[400] = "";                                                                  \
+    golden_setup g;                                                                      \
+    {                                                                                    \
+        int rc_ = golden_open(&g, model_rel, base_rel, msg, sizeof msg);                 \
+        if (rc_ == 0) { golden_close(&g); SKIP("../shared/%s or %s not found", model_rel, base_rel); } \
+        if (rc_ < 0) { golden_close(&g); CHECK(0, "%s", msg); }                          \
+    }
+
+/* ATTENTION issue proof: q8_0 below 1e-4, the block types ordered by their
+ * precision (q8_0 < q5_1 < q5_0 < q4_0, q4_1 < q4_0), and rotation lowering
+ * q4_0's KLD on models with outlier channels. */
+static void block_order(test_ctx *t, const char *model_rel, const char *base_rel) {
+    GOLDEN_OPEN(g, model_rel, base_rel);
+    enum { Q8, Q51, Q50, Q40, Q41, Q40_OFF, N };
+    static const kvq_type types[N] = { KVQ_TYPE_Q8_0, KVQ_TYPE_Q5_1, KVQ_TYPE_Q5_0, KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1,
+                                       KVQ_TYPE_Q4_0 };
+    double kld[N];
+    bool ok = true;
+    for (int i = 0; i < N && ok; i++) {
+        g.r.rot = i == Q40_OFF ? KVQ_ROT_OFF : KVQ_ROT_AUTO;
+        ok = (kld[i] = eval_cache(&g.r, types[i], types[i], msg, sizeof msg)) >= 0;
+    }
+    golden_close(&g);
+    CHECK(ok, "%s", msg);
+    fprintf(stderr, "  %s mean KLD: q8_0 %.3g q5_1 %.3g q5_0 %.3g q4_0 %.3g q4_1 %.3g q4_0 rot-off %.3g\n", model_rel,
+            kld[Q8], kld[Q51], kld[Q50], kld[Q40], kld[Q41], kld[Q40_OFF]);
+    CHECK(kld[Q8] < 1e-4, "q8_0 mean KLD %.3g >= 1e-4", kld[Q8]);
+    CHECK(kld[Q8] < kld[Q51] && kld[Q51] < kld[Q50] && kld[Q50] < kld[Q40],
+          "not ordered q8_0 < q5_1 < q5_0 < q4_0: %.3g %.3g %.3g %.3g", kld[Q8], kld[Q51], kld[Q50], kld[Q40]);
+    CHECK(kld[Q41] < kld[Q40], "q4_1 %.3g >= q4_0 %.3g", kld[Q41], kld[Q40]);
+    CHECK(kld[Q40] < kld[Q40_OFF], "q4_0 rotated %.3g >= unrotated %.3g", kld[Q40], kld[Q40_OFF]);
+}
+
+TEST(cache_kld_blocks_toy_h64) { block_order(t, "models/toy-h64.gguf", "golden/toy-h64.gpl3.c128.kld"); }
+TEST(cache_kld_blocks_llama_h64) { block_order(t, "models/synth/llama-h64.gguf", "golden/llama-h64.gpl3.c128.kld"); }
+TEST(cache_kld_blocks_qwen3_h128) {
+    block_order(t, "models/synth/qwen3-h128.gguf", "golden/qwen3-h128.gpl3.c128.kld");
+}
+
+/* An exact tail of 64 recent positions lowers q4_0's KLD (toy-h64, gpl3);
+ * and rotation forced on an f32 cache changes the KLD only by rounding. */
+TEST(cache_kld_tail_and_f32_rotation) {
+    GOLDEN_OPEN(g, "models/toy-h64.gguf", "golden/toy-h64.gpl3.c128.kld");
+    double q4 = eval_cache(&g.r, KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0, msg, sizeof msg);
+    g.r.tail = 64;
+    double q4_tail = q4 >= 0 ? eval_cache(&g.r, KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0, msg, sizeof msg) : -1;
+    g.r.tail = 0;
+    double f32 = q4_tail >= 0 ? eval_cache(&g.r, KVQ_TYPE_F32, KVQ_TYPE_F32, msg, sizeof msg) : -1;
+    g.r.rot = KVQ_ROT_ON;
+    double f32_rot = f32 >= 0 ? eval_cache(&g.r, KVQ_TYPE_F32, KVQ_TYPE_F32, msg, sizeof msg) : -1;
+    golden_close(&g);
+    CHECK(f32_rot >= 0, "%s", msg);
+    fprintf(stderr, "  toy-h64 mean KLD: q4_0 %.4g, tail 64 %.4g; f32 %.3g, f32 rotated %.3g\n", q4, q4_tail, f32,
+            f32_rot);
+    CHECK(q4_tail < q4, "tail 64 %.4g not below tail 0 %.4g", q4_tail, q4);
+    CHECK(fabs(f32_rot - f32) < 1e-6, "rotation on an f32 cache moved the KLD by %.3g", fabs(f32_rot - f32));
+}
+
+/* stories260K has head_dim 8 (llama.cpp refuses or corrupts block types
+ * there): kvq pads to one block and rotates with an 8-wide Hadamard. */
+TEST(cache_kld_head_dim_8) {
+    GOLDEN_OPEN(g, "models/stories260K.gguf", "golden/stories260K.gpl3.c128.kld");
+    double q8 = eval_cache(&g.r, KVQ_TYPE_Q8_0, KVQ_TYPE_Q8_0, msg, sizeof msg);
+    double q4 = q8 >= 0 ? eval_cache(&g.r, KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0, msg, sizeof msg) : -1;
+    golden_close(&g);
+    CHECK(q4 >= 0, "%s", msg);
+    fprintf(stderr, "  stories260K mean KLD: q8_0 %.4g q4_0 %.4g\n", q8, q4);
+    CHECK(q8 < 0.05, "q8_0 mean KLD %.4g >= 0.05", q8);
+    CHECK(q4 < 0.5, "q4_0 mean KLD %.4g >= 0.5", q4);
+    CHECK(q8 < q4, "q8_0 %.4g not below q4_0 %.4g", q8, q4);
+}
+
+/* Mixed K/V types: q8_0/q4_0 and q4_0/q8_0 each lie strictly between the
+ * uniform q8_0 and q4_0 caches, and differ from each other - a kernel that
+ * read one side with the other side's type would break this. */
+TEST(cache_kld_swapped_kv_types) {
+    GOLDEN_OPEN(g, "models/synth/qwen3-h128.gguf", "golden/qwen3-h128.gpl3.c128.kld");
+    const kvq_type Q8 = KVQ_TYPE_Q8_0, Q4 = KVQ_TYPE_Q4_0;
+    double k8v8 = eval_cache(&g.r, Q8, Q8, msg, sizeof msg);
+    double k8v4 = k8v8 >= 0 ? eval_cache(&g.r, Q8, Q4, msg, sizeof msg) : -1;
+    double k4v8 = k8v4 >= 0 ? eval_cache(&g.r, Q4, Q8, msg, sizeof msg) : -1;
+    double k4v4 = k4v8 >= 0 ? eval_cache(&g.r, Q4, Q4, msg, sizeof msg) : -1;
+    golden_close(&g);
+    CHECK(k4v4 >= 0, "%s", msg);
+    fprintf(stderr, "  qwen3-h128 mean KLD: q8/q8 %.3g q8/q4 %.3g q4/q8 %.3g q4/q4 %.3g\n", k8v8, k8v4, k4v8, k4v4);
+    CHECK(k8v8 < k8v4 && k8v4 < k4v4, "q8_0/q4_0 %.3g not between %.3g and %.3g", k8v4, k8v8, k4v4);
+    CHECK(k8v8 < k4v8 && k4v8 < k4v4, "q4_0/q8_0 %.3g not between %.3g and %.3g", k4v8, k8v8, k4v4);
+    CHECK(k8v4 != k4v8, "swapping the K and V types changed nothing (%.6g)", k8v4);
+}
