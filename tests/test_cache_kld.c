@@ -261,10 +261,15 @@ static void block_order(test_ctx *t, const char *model_rel, const char *base_rel
     fprintf(stderr, "  %s mean KLD: q8_0 %.3g q5_1 %.3g q5_0 %.3g q4_0 %.3g q4_1 %.3g q4_0 rot-off %.3g\n", model_rel,
             kld[Q8], kld[Q51], kld[Q50], kld[Q40], kld[Q41], kld[Q40_OFF]);
     CHECK(kld[Q8] < 1e-4, "q8_0 mean KLD %.3g >= 1e-4", kld[Q8]);
+    CHECK(kld[Q8] < kld[Q50] && kld[Q50] < kld[Q40], "not ordered q8_0 < q5_0 < q4_0: %.3g %.3g %.3g", kld[Q8],
+          kld[Q50], kld[Q40]);
+    CHECK(kld[Q40] < kld[Q40_OFF], "q4_0 rotated %.3g >= unrotated %.3g", kld[Q40], kld[Q40_OFF]);
+    /* q5_1 vs q5_0 and q4_1 vs q4_0 differ by 10-25%: that needs all 16
+     * chunks; the 3 chunks of a sanitizer run can order them either way */
+    if (test_sanitized()) return;
     CHECK(kld[Q8] < kld[Q51] && kld[Q51] < kld[Q50] && kld[Q50] < kld[Q40],
           "not ordered q8_0 < q5_1 < q5_0 < q4_0: %.3g %.3g %.3g %.3g", kld[Q8], kld[Q51], kld[Q50], kld[Q40]);
     CHECK(kld[Q41] < kld[Q40], "q4_1 %.3g >= q4_0 %.3g", kld[Q41], kld[Q40]);
-    CHECK(kld[Q40] < kld[Q40_OFF], "q4_0 rotated %.3g >= unrotated %.3g", kld[Q40], kld[Q40_OFF]);
 }
 
 TEST(cache_kld_blocks_toy_h64) { block_order(t, "models/toy-h64.gguf", "golden/toy-h64.gpl3.c128.kld"); }
