@@ -1,5 +1,6 @@
 /* attn_block_avx512.c - the chunked attention kernels (attn_block.inc)
- * with AVX-512 (16 lanes). */
+ * with AVX-512 (16 lanes), and the fused packed-row kernels
+ * (attn_fused.inc). */
 #include "attn_block.h"
 
 #include <immintrin.h>
@@ -44,6 +45,23 @@ static inline void vsum_lanes(const __m512 acc[16], float *s) {
                                    _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
     const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
     _mm512_storeu_ps(s, _mm512_permutexvar_ps(order, e));
+}
+
+/* The fused packed-row kernels' primitives (attn_fused.inc). */
+#define VPB 2
+#define VI __m512i
+#define vload_u8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define vload_s8(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define vnibble(x, sh) _mm512_and_si512(_mm512_srli_epi32(x, sh), _mm512_set1_epi32(15))
+#define vcvt(x) _mm512_cvtepi32_ps(x)
+#define VBOOK __m512
+#define vbook(tbl) _mm512_cvtepi32_ps(vload_s8(tbl))
+#define vlookup(book, idx) _mm512_permutexvar_ps(idx, book)
+#define FUSED_V_HEADS 4
+#define FUSED_TABLE g_fused_avx512
+static inline void vcodes_float(__m256i c, __m512 v[2]) {
+    v[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(c)));
+    v[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(c, 1)));
 }
 
 #include "attn_block.inc"
