@@ -77,7 +77,7 @@ static const float *unpack_row(const attn_block_rows *src, const uint8_t *row, i
 }
 
 const attn_block_fused *attn_block_fused_for(const attn_block_kernels *kr, const attn_block_rows *src) {
-    if (src->f32 || !kr->fused) return NULL;
+    if (src->f32 || !kr->fused || src->len > 32 * ATTN_FUSED_MAX_BLOCKS) return NULL;
     const kvq_type_traits *own = kvq_type_get(KVQ_TYPE_F32);     /* row 0 of the library's table */
     for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
         if (src->tr != own + t) continue;

@@ -42,6 +42,7 @@
 #include "kvq_internal.h"
 
 enum { ATTN_BLOCK_KEYS = 32 };     /* keys per chunk: K and V tiles of 128-wide heads = 32 KiB */
+enum { ATTN_FUSED_MAX_BLOCKS = 16 };  /* fused kernels: rows of at most 16 blocks (512 values) */
 
 /* Fused kernels for packed rows of one 32-value block type: scores and
  * V sums straight from the blocks, each block decoded once into registers

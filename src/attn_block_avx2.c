@@ -71,6 +71,7 @@ static inline __m256 vlookup(fused_book b, __m256i idx) {
     const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));   /* sign bit = index bit 3 */
     return _mm256_blendv_ps(_mm256_permutevar8x32_ps(b.lo, idx), _mm256_permutevar8x32_ps(b.hi, idx), bit3);
 }
+#define vhalf(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define FUSED_V_HEADS 2
 #define FUSED_TABLE g_fused_avx2
 static inline void vcodes_float(__m256i c, __m256 v[4]) {

@@ -57,6 +57,7 @@ static inline void vsum_lanes(const __m512 acc[16], float *s) {
 #define VBOOK __m512
 #define vbook(tbl) _mm512_cvtepi32_ps(vload_s8(tbl))
 #define vlookup(book, idx) _mm512_permutexvar_ps(idx, book)
+#define vhalf(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_avx512
 static inline void vcodes_float(__m256i c, __m512 v[2]) {
