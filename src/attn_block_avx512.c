@@ -47,12 +47,16 @@ static inline void vsum_lanes(const __m512 acc[16], float *s) {
     _mm512_storeu_ps(s, _mm512_permutexvar_ps(order, e));
 }
 
-/* The fused packed-row kernels' primitives (attn_fused.inc). */
+/* The fused packed-row kernels' primitives (attn_fused.inc); lookups by
+ * vpermps, which reads only the low 4 bits of each index. */
 #define VPB 2
 #define VI __m512i
 #define vload_u8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define vload_s8(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
-#define vnibble(x, sh) _mm512_and_si512(_mm512_srli_epi32(x, sh), _mm512_set1_epi32(15))
+#define vsrl4(x) _mm512_srli_epi32(x, 4)
+/* vpermps reads only the index's low 4 bits: one instruction for both
+ * the mask and the conversion. */
+#define vnibble_float(x) _mm512_permutexvar_ps(x, _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 #define vcvt(x) _mm512_cvtepi32_ps(x)
 #define VBOOK __m512
 #define vbook(tbl) _mm512_cvtepi32_ps(vload_s8(tbl))
