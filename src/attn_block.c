@@ -123,14 +123,6 @@ static int heads_weighting(const float *w, int ldw, int G, int t) {
     return weighted;
 }
 
-/* weighted[t] = heads_weighting(t) for the chunk's keys, heads outer (a
- * pass over each head's contiguous weights). */
-static void count_weighting(const float *w, int ldw, int G, int nk, int *weighted) {
-    for (int t = 0; t < nk; t++) weighted[t] = 0;
-    for (int g = 0; g < G; g++)
-        for (int t = 0; t < nk; t++) weighted[t] += w[(size_t)g * ldw + t] != 0.0f;
-}
-
 /* A packed row's values are finite iff its fp16 headers are (codes are
  * small integers): exponent bits all ones is inf or NaN. */
 static bool packed_row_is_finite(const attn_block_fused *f, const uint8_t *row, int64_t len) {
@@ -141,20 +133,19 @@ static bool packed_row_is_finite(const attn_block_fused *f, const uint8_t *row, 
     return true;
 }
 
-/* The fused V step: keys no head weights are dropped (NULL), a
- * non-finite row only some heads weight is added apart. */
+/* The fused V step.  A finite row is added with its weights as they are
+ * (a weight of 0 adds 0); a non-finite one (an inf or NaN block scale)
+ * only to the heads that weight it, as in the per-key pass. */
 static void values_fused(const attn_block_fused *fz, const attn_block_rows *v, const uint8_t *const *rows,
                          int nk, const float *w, int ldw, int G, float *acc, int acc_stride) {
     const uint8_t *keep[ATTN_BLOCK_KEYS];
-    int count[ATTN_BLOCK_KEYS];
-    count_weighting(w, ldw, G, nk, count);
     for (int t = 0; t < nk; t++) {
-        const int weighted = count[t];
-        keep[t] = weighted ? rows[t] : NULL;
-        if (!weighted || weighted == G || packed_row_is_finite(fz, rows[t], v->len)) continue;
+        keep[t] = rows[t];
+        if (packed_row_is_finite(fz, rows[t], v->len)) continue;
+        keep[t] = NULL;
+        if (!heads_weighting(w, ldw, G, t)) continue;
         v->tr->dequantize(rows[t], v->tile, v->len);
         add_where_weighted(v->tile, v->len, w, ldw, t, G, acc, acc_stride);
-        keep[t] = NULL;
     }
     fz->accumulate(keep, nk, w, ldw, G, acc, acc_stride, v->len);
 }
