@@ -60,7 +60,6 @@ static inline void vsum_lanes(const __m256 acc[8], float *s) {
 #define vload_u8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
 #define vload_s8(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
 #define vsrl4(x) _mm256_srli_epi32(x, 4)
-#define vnibble_float(x) _mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(15)))
 #define vcvt(x) _mm256_cvtepi32_ps(x)
 typedef struct { __m256 lo, hi; } fused_book;
 #define VBOOK fused_book
@@ -71,6 +70,11 @@ static inline fused_book vbook(const int8_t *tbl) {
 static inline __m256 vlookup(fused_book b, __m256i idx) {   /* permutevar8x32 reads bits 0-2 */
     const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));   /* sign bit = index bit 3 */
     return _mm256_blendv_ps(_mm256_permutevar8x32_ps(b.lo, idx), _mm256_permutevar8x32_ps(b.hi, idx), bit3);
+}
+static inline __m256 vload_w(const float *p, int n) {
+    if (n >= 8) return _mm256_loadu_ps(p);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
 }
 #define vhalf(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define FUSED_V_HEADS 2

@@ -56,11 +56,11 @@ static inline void vsum_lanes(const __m512 acc[16], float *s) {
 #define vsrl4(x) _mm512_srli_epi32(x, 4)
 /* vpermps reads only the index's low 4 bits: one instruction for both
  * the mask and the conversion. */
-#define vnibble_float(x) _mm512_permutexvar_ps(x, _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 #define vcvt(x) _mm512_cvtepi32_ps(x)
 #define VBOOK __m512
 #define vbook(tbl) _mm512_cvtepi32_ps(vload_s8(tbl))
 #define vlookup(book, idx) _mm512_permutexvar_ps(idx, book)
+#define vload_w(p, n) ((n) >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << ((n) > 0 ? (n) : 0)) - 1u), p))
 #define vhalf(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_avx512

@@ -287,7 +287,9 @@ TEST(attn_block_fused_kernels_match_double) {
                         }
                         worst = fmax(worst, fabs(acc[g * len + d] - s) / (mag + 1e-30));
                     }
-                CHECK(worst < 2e-6, "%s %s G %d len %d nk %d: V sums rel err %.3g", kr->level, tr->name, G, len, nk,
+                /* 1e-5: the min's term is summed apart (w*d*c + w*m), so a value
+                 * d*c + m near 0 may carry rounding of its larger parts */
+                CHECK(worst < 1e-5, "%s %s G %d len %d nk %d: V sums rel err %.3g", kr->level, tr->name, G, len, nk,
                       worst);
                 checked++;
             }
