@@ -7,9 +7,11 @@
  *
  *   1. the chunk's K rows are unpacked into an f32 tile (the type's SIMD
  *      dequantize; f32 rows are used in place) that stays in L1 - or, for
- *      the 32-value block types at the AVX2/AVX-512 levels, not at all:
- *      the fused kernels (attn_fused.inc) decode each block into
- *      registers once and score every head from them;
+ *      the 32-value block types at the AVX-512 level, not at all: the
+ *      fused kernels (attn_fused.inc) decode each block into registers
+ *      once and score every head from them (at the AVX2 level, with 16
+ *      registers, they measured 1.1-1.4x slower than the tile, so AVX2
+ *      keeps it);
  *   2. scores S[G][keys] = scale * Q . K from a register-blocked tile
  *      (heads x keys, one accumulator per score, reduced all at once by
  *      a transposing add tree): each loaded K vector serves every head;

@@ -1,5 +1,5 @@
 /* attn_block_avx2.c - the chunked attention kernels (attn_block.inc) with
- * AVX2 + FMA (8 lanes), and the fused packed-row kernels (attn_fused.inc). */
+ * AVX2 + FMA (8 lanes). */
 #include "attn_block.h"
 
 #include <immintrin.h>
@@ -51,40 +51,6 @@ static inline void vsum_lanes(const __m256 acc[8], float *s) {
     const __m256 e = _mm256_add_ps(_mm256_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                    _mm256_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
     _mm256_storeu_ps(s, _mm256_permute_ps(e, _MM_SHUFFLE(3, 1, 2, 0)));
-}
-
-/* The fused packed-row kernels' primitives (attn_fused.inc).  A 16-entry
- * table is two registers: lanes with index bit 3 set take the second. */
-#define VPB 4
-#define VI __m256i
-#define vload_u8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
-#define vload_s8(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
-#define vsrl4(x) _mm256_srli_epi32(x, 4)
-#define vcvt(x) _mm256_cvtepi32_ps(x)
-typedef struct { __m256 lo, hi; } fused_book;
-#define VBOOK fused_book
-static inline fused_book vbook(const int8_t *tbl) {
-    const fused_book b = { _mm256_cvtepi32_ps(vload_s8(tbl)), _mm256_cvtepi32_ps(vload_s8(tbl + 8)) };
-    return b;
-}
-static inline __m256 vlookup(fused_book b, __m256i idx) {   /* permutevar8x32 reads bits 0-2 */
-    const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));   /* sign bit = index bit 3 */
-    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(b.lo, idx), _mm256_permutevar8x32_ps(b.hi, idx), bit3);
-}
-static inline __m256 vload_w(const float *p, int n) {
-    if (n >= 8) return _mm256_loadu_ps(p);
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
-}
-#define vhalf(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
-#define FUSED_V_HEADS 2
-#define FUSED_TABLE g_fused_avx2
-static inline void vcodes_float(__m256i c, __m256 v[4]) {
-    const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
-    v[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
-    v[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
-    v[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
-    v[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
 }
 
 #include "attn_block.inc"
