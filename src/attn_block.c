@@ -50,6 +50,7 @@ const attn_block_kernels *attn_block_level(const char *level) {
 #if defined(__x86_64__)
     if (strcmp(level, "avx2") == 0) return cpu->avx2 && cpu->fma && cpu->f16c ? attn_block_avx2() : NULL;
     if (strcmp(level, "avx512") == 0) return cpu->avx512 ? attn_block_avx512() : NULL;
+    if (strcmp(level, "avx512-tile") == 0) return cpu->avx512 ? attn_block_avx512_tile() : NULL;
 #else
     (void)cpu;
 #endif

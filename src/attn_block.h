@@ -81,12 +81,14 @@ typedef struct attn_block_kernels {
 
 /* The widest level this CPU runs (scalar when KVQ_FORCE_SCALAR=1). */
 const attn_block_kernels *attn_block_best(void);
-/* One level by name; NULL when unknown or not runnable on this CPU. */
+/* One level by name ("scalar", "avx2", "avx512", or "avx512-tile": AVX-512
+ * without the fused kernels); NULL when unknown or not runnable here. */
 const attn_block_kernels *attn_block_level(const char *level);
 /* Per-ISA instances (attn_block_avx2.c, attn_block_avx512.c): call only
  * after kvq_cpu_features() allowed them. */
 const attn_block_kernels *attn_block_avx2(void);
 const attn_block_kernels *attn_block_avx512(void);
+const attn_block_kernels *attn_block_avx512_tile(void);
 
 /* Scalar exp with the same algorithm and bound as the vector ones. */
 float attn_block_exp(float x);

@@ -72,3 +72,10 @@ static inline void vcodes_float(__m256i c, __m512 v[2]) {
 #include "attn_block.inc"
 
 const attn_block_kernels *attn_block_avx512(void) { return &g_block_avx512; }
+
+/* The same kernels without the fused ones: every type through the f32 tile
+ * (what AVX-512 ran before them; for measurements and tests). */
+static const attn_block_kernels g_block_avx512_tile = {
+    "avx512-tile", block_scores, block_accumulate, block_max, block_exp_sum, NULL,
+};
+const attn_block_kernels *attn_block_avx512_tile(void) { return &g_block_avx512_tile; }

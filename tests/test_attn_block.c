@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_levels[] = { "scalar", "avx2", "avx512" };
+static const char *const k_levels[] = { "scalar", "avx2", "avx512", "avx512-tile" };
 
 /* |a - b| in units of b's float ulp. */
 static double ulps(float a, double b) {
