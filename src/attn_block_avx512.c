@@ -54,20 +54,16 @@ static inline void vsum_lanes(const __m512 acc[16], float *s) {
 #define vload_u8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define vload_s8(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define vsrl4(x) _mm512_srli_epi32(x, 4)
-/* vpermps reads only the index's low 4 bits: one instruction for both
- * the mask and the conversion. */
 #define vcvt(x) _mm512_cvtepi32_ps(x)
 #define VBOOK __m512
 #define vbook(tbl) _mm512_cvtepi32_ps(vload_s8(tbl))
+/* vpermps reads only the index's low 4 bits: one instruction for both
+ * the nibble mask and the conversion to float. */
 #define vlookup(book, idx) _mm512_permutexvar_ps(idx, book)
 #define vload_w(p, n) ((n) >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << ((n) > 0 ? (n) : 0)) - 1u), p))
 #define vhalf(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_avx512
-static inline void vcodes_float(__m256i c, __m512 v[2]) {
-    v[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(c)));
-    v[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(c, 1)));
-}
 
 #include "attn_block.inc"
 

@@ -210,7 +210,7 @@ TEST(attn_block_fused_pass_equals_per_key_reference) {
             configs++;
         }
     }
-    CHECK(configs >= 12 * per_type && compared > 0, "%d configurations, %d runs", configs, compared);
+    CHECK(configs >= 4 * per_type && compared > 0, "%d configurations, %d runs", configs, compared);
 }
 
 /* Random rows of type ty quantised: packed [nk][row_bytes] and their
@@ -296,7 +296,7 @@ TEST(attn_block_fused_kernels_match_double) {
         }
     }
     if (!fused_levels) SKIP("no level with fused kernels on this CPU");
-    CHECK(checked >= 12 * 8, "only %d cases", checked);
+    CHECK(checked >= 4 * 8, "only %d cases", checked);
 }
 
 /* A packed V row whose block scale is inf, weighted 0 by one head: that
