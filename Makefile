@@ -90,6 +90,7 @@ DEMO_MODEL ?= models/austen-qwen3-h128-q8_0.gguf
 DEMO_TEXT  ?= models/northanger-40k.txt
 DEMO_ARGS  ?= -c 512 --chunks 4
 demo: $(KVQ)
+	@mkdir -p out
 	$(KVQ) sweep -m $(DEMO_MODEL) -f $(DEMO_TEXT) $(DEMO_ARGS) -o out/demo
 
 FUZZ_CC ?= clang

@@ -72,6 +72,49 @@ static double time_matmul(kvq_pool *pool, kvq_type ty, const uint8_t *W, int64_t
     return t[reps / 2];
 }
 
+/* Median seconds per product, forcing the rows onto every thread of the
+ * pool (threshold 0), each timed batch long enough (>= 0.5 ms) for the
+ * clock. */
+static double time_split(kvq_pool *pool, const uint8_t *W, int64_t rows, int64_t cols, const float *X,
+                         float *Y, int reps) {
+    double t[64];
+    const int inner = (int)(2e6 / ((double)rows * (double)cols)) + 1;   /* ~2M multiply-adds per batch */
+    kvq_matmul_split(pool, 0, KVQ_TYPE_Q8_0, W, rows, cols, X, 1, Y);
+    for (int i = 0; i < reps; i++) {
+        double t0 = now_s();
+        for (int k = 0; k < inner; k++) kvq_matmul_split(pool, 0, KVQ_TYPE_Q8_0, W, rows, cols, X, 1, Y);
+        t[i] = (now_s() - t0) / inner;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    return t[reps / 2];
+}
+
+/* Where sharing a decode product between 2 threads starts to pay: the
+ * evidence behind KVQ_MATMUL_MIN_PARALLEL_MACS (matmul.h). */
+static void print_break_even(kvq_pool *const pools[2], int reps) {
+    static const int64_t shapes[][2] = { { 128, 256 }, { 256, 256 }, { 512, 256 }, { 512, 512 },
+                                         { 1024, 512 }, { 1024, 1024 }, { 2048, 1024 }, { 2048, 2048 } };
+    const int64_t max_cols = 2048, max_rows = 2048;
+    uint8_t *W = make_weights(KVQ_TYPE_Q8_0, max_rows, max_cols);
+    float *X = malloc(sizeof(float) * (size_t)max_cols), *Y = malloc(sizeof(float) * (size_t)max_rows);
+    uint64_t s = 11;
+    if (!W || !X || !Y) { fprintf(stderr, "bench_matmul: out of memory\n"); free(W); free(X); free(Y); return; }
+    for (int64_t i = 0; i < max_cols; i++) X[i] = rng_float(&s);
+    printf("\nthreads break-even (q8_0 decode, rows always shared; kvq_matmul runs products under %.0f "
+           "multiply-adds on one thread), median of %d:\n\n", KVQ_MATMUL_MIN_PARALLEL_MACS, reps);
+    printf("| rows x cols | multiply-adds | 1 thread us | 2 threads us | 2T speed-up |\n|---|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t rows = shapes[i][0], cols = shapes[i][1];
+        /* the first bytes of W read as rows x cols: any q8_0 blocks are valid weights */
+        const double t1 = time_split(pools[0], W, rows, cols, X, Y, reps);
+        const double t2 = time_split(pools[1], W, rows, cols, X, Y, reps);
+        printf("| %lldx%lld | %lld | %.2f | %.2f | %.2fx |\n", (long long)rows, (long long)cols,
+               (long long)(rows * cols), 1e6 * t1, 1e6 * t2, t1 / t2);
+        fflush(stdout);
+    }
+    free(W); free(X); free(Y);
+}
+
 static bool type_selected(const char *list, const char *name) {
     if (!list) return true;
     size_t n = strlen(name);
@@ -90,6 +133,7 @@ int bench_matmul(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cols") && v) cols = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && v) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && v) types = argv[++i];
+        else if (!strcmp(argv[i], "--break-even")) types = "";   /* no type: the break-even table only */
         else { fprintf(stderr, "bench_matmul: unknown option '%s'\n", argv[i]); return 1; }
     }
     if (rows < 1 || cols < 256 || cols % 256 || reps < 1 || reps > 64) {
@@ -126,6 +170,7 @@ int bench_matmul(int argc, char **argv) {
         free(W);
     }
     free(X); free(Y);
+    if (!types || !types[0]) print_break_even(pools, reps < 9 ? 9 : reps);
     kvq_pool_free(pools[0]);
     kvq_pool_free(pools[1]);
     return 0;

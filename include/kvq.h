@@ -70,15 +70,52 @@ typedef enum kvq_type {
     KVQ_TYPE_Q4_K,
     KVQ_TYPE_Q5_K,
     KVQ_TYPE_Q6_K,
+    /* KVarN (FORMATS.md §3): 128-token tiles of 128 (or 64) channels */
+    KVQ_TYPE_KVARN2,
+    KVQ_TYPE_KVARN3,
+    KVQ_TYPE_KVARN4,
+    KVQ_TYPE_KVARN5,
+    KVQ_TYPE_KVARN6,
+    KVQ_TYPE_KVARN8,
+    /* TurboQuant (FORMATS.md §4-5): rows of 128- (or 64-) value blocks */
+    KVQ_TYPE_TURBO2,
+    KVQ_TYPE_TURBO3,
+    KVQ_TYPE_TURBO4,
+    KVQ_TYPE_TURBO2_TCQ,
+    KVQ_TYPE_TURBO3_TCQ,
+    KVQ_TYPE_TURBO4_TCQ,
     KVQ_TYPE_COUNT
 } kvq_type;
 
-/* Row kernels.  `n` is always a multiple of the type's block size here;
- * the kvq_*_row wrappers below accept any n and pad the last block. */
+/* How a type stores a cache: rows of blocks along head_dim (every type of
+ * FORMATS.md §1-2, written token by token), or records of 128-token tiles
+ * (KVarN: a tile is quantised once, when its 128 tokens exist; the cache
+ * keeps the first tile and the incomplete last one exact, docs/kvarn.md).
+ * Tile types have no row kernels (quantize..axpy are NULL): the cache
+ * reaches them through their `tile` hooks (src/tile_ops.h). */
+typedef enum kvq_layout { KVQ_LAYOUT_ROWS = 0, KVQ_LAYOUT_TILES } kvq_layout;
+
+/* A rotation that is part of a format (ATTENTION.md §1: applied whatever
+ * the --attn-rot switches say, never a second time on top). */
+typedef enum kvq_format_rot {
+    KVQ_FMT_ROT_NONE = 0,   /* the generic rule of kvq_rot_choose applies     */
+    KVQ_FMT_ROT_SLICE,      /* normalised Hadamard over each 128 (or 64) slice */
+    KVQ_FMT_ROT_TURBO,      /* S2 H S1 per 128 (or 64) block (src/turbo.h)     */
+} kvq_format_rot;
+
+/* Row kernels.  `n` is always a multiple of the type's block size here
+ * (any n for types with a row_bytes hook); the kvq_*_row wrappers below
+ * accept any n and pad the last block.  Types with format_rot work in the
+ * format's rotated domain (TurboQuant: quantize takes R x, dequantize
+ * gives R x_hat, dot/axpy take rotated vectors), because that is where
+ * the cache keeps rows; their NMSE and dot errors equal the original
+ * domain's (R is orthogonal). */
 typedef void  (*kvq_quantize_fn)(const float *x, void *dst, int64_t n);
 typedef void  (*kvq_dequantize_fn)(const void *src, float *y, int64_t n);
 typedef float (*kvq_dot_fn)(const void *row, const float *x, int64_t n);
 typedef void  (*kvq_axpy_fn)(float w, const void *row, float *y, int64_t n);
+typedef size_t (*kvq_row_bytes_fn)(int64_t n);
+struct kvq_tile_ops;   /* hooks of a tile format (src/tile_ops.h) */
 
 typedef struct kvq_type_traits {
     const char *name;        /* "q4_0": the name used by -ctk/-ctv        */
@@ -87,6 +124,15 @@ typedef struct kvq_type_traits {
     int ggml_id;             /* GGUF tensor type id, -1 if none            */
     bool is_cache_type;      /* usable as a KV-cache type (-ctk/-ctv)      */
     bool is_block_quant;     /* a quantised block type (rotation applies)  */
+    kvq_layout layout;       /* rows of blocks, or 128-token tiles          */
+    kvq_format_rot format_rot; /* rotation that is part of the format       */
+    int bits;                /* code bits of tile types (0 for row types)   */
+    /* NULL: a row is whole blocks of block_size (the last zero-padded).
+     * Otherwise the row has its own layout (TurboQuant: 128-blocks, then a
+     * 64- or 128-block for the rest): bytes of a row of n values, and the
+     * kernels below take any n >= 1 themselves. */
+    kvq_row_bytes_fn row_bytes;
+    const struct kvq_tile_ops *tile; /* tile types: the format's hooks; else NULL */
     kvq_quantize_fn   quantize;    /* NULL for weight-only types           */
     kvq_dequantize_fn dequantize;
     kvq_dot_fn        dot;         /* sum_i row[i] * x[i]                  */
@@ -106,10 +152,12 @@ const char *kvq_type_name(kvq_type t);
 kvq_type kvq_type_from_name(const char *name);
 /* Returns KVQ_TYPE_COUNT when the GGUF id has no kvq equivalent. */
 kvq_type kvq_type_from_ggml_id(int ggml_id);
-/* Bits per stored value, metadata included (q4_0: 4.5). */
+/* Bits per stored value, metadata included (q4_0: 4.5; kvarn4: 4.375 for a
+ * 128x128 tile, its block being one tile record). */
 double kvq_type_bpv(kvq_type t);
 
-/* Bytes of one row of n values: whole blocks, the last one zero-padded. */
+/* Bytes of one row of n values: whole blocks, the last one zero-padded;
+ * 0 for tile types (they have no rows: see kvq_cache_row_bytes). */
 size_t kvq_row_bytes(kvq_type t, int64_t n);
 /* Row operations for any n >= 1 (padding handled).  NaN/Inf inputs are
  * not rejected: plain types store them as they are; a block type stores a
@@ -154,7 +202,7 @@ typedef struct kvq_rot_request {
 typedef struct kvq_rot_plan {
     int block_k;          /* Hadamard block for Q and K; 0 = no rotation */
     int block_v;          /* Hadamard block for V;       0 = no rotation */
-    char reason[200];     /* one line saying what was chosen and why     */
+    char reason[320];     /* one line saying what was chosen and why     */
 } kvq_rot_plan;
 
 /* Fill a request's env_* fields from the LLAMA_ATTN_ROT_* variables. */
@@ -197,9 +245,11 @@ typedef struct kvq_cache_params {
     kvq_type type_k, type_v;      /* -ctk / -ctv                           */
     const kvq_type *layer_type_k; /* optional: n_layer overrides, or NULL  */
     const kvq_type *layer_type_v;
-    int tail_tokens;              /* exact recent positions (0 = none)     */
+    int tail_tokens;              /* exact recent positions (0 = none;     */
+                                  /* KVarN sides: whole 128-token tiles)   */
     kvq_type tail_type;           /* f32, f16 or bf16                      */
-    int sink_tokens;              /* exact first positions (0 = none)      */
+    int sink_tokens;              /* exact first positions (0 = none;      */
+                                  /* KVarN sides: at least the first tile) */
     kvq_rot_request rot;          /* head dims / types are filled in       */
     bool rot_random_signs;        /* randomised Hadamard (fixed seed)      */
 } kvq_cache_params;
@@ -232,7 +282,10 @@ typedef struct kvq_cache_bytes {
     size_t total;
 } kvq_cache_bytes;
 void kvq_cache_memory(const kvq_cache *c, kvq_cache_bytes *b);
-/* Bytes per token of K (or V) rows of one layer for a type and head shape. */
+/* Bytes per token of K (or V) rows of one layer for a type and head shape.
+ * Tile types: their quantised records per token (head padded to 64 or whole
+ * 128-wide slices; for 64-wide slices the V figure, 1 byte/token above K's);
+ * the exact first tile, incomplete tile and tail come on top. */
 size_t kvq_cache_row_bytes(kvq_type t, int n_head_kv, int head_dim);
 const kvq_rot_plan *kvq_cache_rotation(const kvq_cache *c);
 

@@ -2,18 +2,20 @@
  * attention.c - causal attention over the quantised cache (ATTENTION.md §3-4).
  *
  * Per KV head and query row there is one pass over keys 0..pos+i.  Each key
- * is read from exactly one copy:
- *   sink  if key < sink_rows,
- *   ring  if key >= (pos+i) - tail_tokens + 1 (the query's own most recent
- *         tail_tokens positions),
- *   body  otherwise (quantised, read in packed form by the type's dot/axpy).
+ * is read from exactly one copy per side (kvq_cache_side_split): the sink
+ * (first positions), the ring (the query's most recent positions; for tile
+ * sides also its incomplete tile) or the body (quantised, read in packed
+ * form: a row type's dot/axpy, or a tile type's records straight through
+ * its tile hooks, src/tile_ops.h).  K and V may have different types and so different
+ * splits; keys are cut at the boundaries of both.
  * All query heads sharing the KV head (GQA) are scored per key, so K and V
  * rows are read once per group.  Scores go through one online softmax per
  * query head (running max and denominator in f32) in chunks of KEY_CHUNK
  * keys, so a rescale of the accumulator happens at most once per chunk.
  *
- * Q is rotated once per head with the K plan; the output is rotated back
- * once per head with the V plan (H^-1), so rotation never enters the loop.
+ * Q is rotated once per head with the K side's rotation (the plan's, or
+ * the format's own per-slice Hadamard); the output is rotated back once
+ * per head with the V side's (H^-1), so rotation never enters the loop.
  *
  * Work is split over (KV head x chunk of query rows x key range); key
  * ranges (for long contexts with few rows) produce partial (max, sum, acc)
@@ -21,10 +23,12 @@
  * the shapes only, so results are bitwise independent of the thread count.
  *
  * The key loop (score_keys / accumulate_values) runs the chunked kernels of
- * attn_block.h by default: a chunk's K and V rows are unpacked once into
- * f32 tiles and every GQA head is scored and accumulated from them; the
- * per-key loop (the type's dot and axpy per key and head) is the reference
- * it is tested against (kvq_cache_attend_loop).
+ * attn_block.h by default for row types: a chunk's K and V rows are
+ * unpacked once into f32 tiles and every GQA head is scored and accumulated
+ * from them; the per-key loop (the type's dot and axpy per key and head) is
+ * the reference it is tested against (kvq_cache_attend_loop).  Tile bodies
+ * (KVarN) always go through their format's hooks, which share one unpacking
+ * of a run of keys between the heads in the same way.
  */
 #include "attn_block.h"
 #include "cache.h"
@@ -39,22 +43,26 @@ enum {
     SPLIT_TASKS = 16,      /* (KV head x row x key range) tasks wanted when rows are few */
 };
 
-/* One copy (body, ring or sink) of one layer's K and V rows. */
+/* One copy (body, ring or sink) of one side (K or V) of a layer: rows read
+ * with a type's row kernels, or (tile bodies) records read by the tile
+ * hooks of its format (src/tile_ops.h). */
 typedef struct attn_source {
-    const kvq_type_traits *k, *v;
-    const uint8_t *k_rows, *v_rows;   /* row 0 of KV head 0                 */
-    size_t k_stride, v_stride;        /* bytes per row                      */
-    size_t k_head, v_head;            /* bytes per KV head                  */
-    int64_t k_len, v_len;             /* values per dot / axpy: whole blocks */
-    bool k_f32, v_f32;                /* f32 rows: the chunked pass reads them in place */
+    const kvq_cache_side *tiles;      /* non-NULL: records of this side     */
+    const kvq_type_traits *tr;        /* row kernels                        */
+    const uint8_t *rows;              /* row 0 of KV head 0                 */
+    size_t stride;                    /* bytes per row                      */
+    size_t head;                      /* bytes per KV head                  */
+    int64_t len;                      /* values per dot / axpy: whole blocks */
+    bool f32;                         /* f32 rows: the chunked pass reads them in place */
     int ring;                         /* slot = pos % ring; 0: slot = pos   */
 } attn_source;
 
 typedef struct attn_job {
     int pos, n, n_head, group;
-    int sink_rows, tail_tokens;
     float scale;
-    attn_source src[3];               /* indexed by kvq_cache_part          */
+    const kvq_cache_side *side_k, *side_v;
+    attn_source k[3], v[3];           /* indexed by kvq_cache_part          */
+    bool cut_at_tiles;                /* a tile side: runs never cross a tile */
     const float *q;                   /* rotated: [n][n_head][q_stride]     */
     int q_stride, acc_stride, head_dim_v;
     int rows_per_chunk, n_chunks, n_splits, split_len;
@@ -62,8 +70,6 @@ typedef struct attn_job {
     size_t scratch_floats;
     float *partial;                   /* [n_splits][n][n_head][acc_stride+2] */
     float *out;                       /* [n][n_head][head_dim_v]            */
-    int block_v;
-    const int8_t *signs_v;
     const attn_block_kernels *blk;    /* the chunked pass; NULL: per key (reference) */
 } attn_job;
 
@@ -84,10 +90,9 @@ static int lcm(int a, int b) { return a / gcd(a, b) * b; }
 
 /* ------------------------------------------------------------ the pass */
 
-static const uint8_t *source_row(const uint8_t *rows, size_t stride, size_t head_bytes, int ring,
-                                 int kv_head, int pos) {
-    const int slot = ring ? pos % ring : pos;
-    return rows + (size_t)kv_head * head_bytes + (size_t)slot * stride;
+static const uint8_t *source_row(const attn_source *src, int kv_head, int pos) {
+    const int slot = src->ring ? pos % src->ring : pos;
+    return src->rows + (size_t)kv_head * src->head + (size_t)slot * src->stride;
 }
 
 /* Fold a chunk's scores of one head into its softmax state: raise the
@@ -126,83 +131,103 @@ static void softmax_update(const attn_job *jb, row_state *st, int j, int n_keys,
 }
 
 /* Scores of keys c0..c0+nk-1 against the group's query heads q:
- * st->w[j*KEY_CHUNK + t].  Chunked: the K rows unpacked once into a tile,
- * every head scored from it (attn_block.h); reference: dot per key and head. */
-static void score_keys(const attn_job *jb, const attn_source *src, int kv_head, int c0, int nk,
-                       const float *q, row_state *st) {
+ * st->w[j*KEY_CHUNK + t].  Tile bodies: their format's hook.  Chunked:
+ * the K rows unpacked once into a tile, every head scored from it
+ * (attn_block.h); reference: dot per key and head. */
+static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, int c0, int nk, const float *q,
+                       row_state *st) {
     const int G = jb->group;
+    if (ks->tiles) {
+        ks->tiles->tile_ops->score(ks->tiles, kv_head, c0, nk, q, G, jb->q_stride, jb->scale, st->w, KEY_CHUNK);
+        return;
+    }
     if (jb->blk) {
         const uint8_t *rows[KEY_CHUNK];
-        for (int t = 0; t < nk; t++)
-            rows[t] = source_row(src->k_rows, src->k_stride, src->k_head, src->ring, kv_head, c0 + t);
-        const attn_block_rows k = { src->k, src->k_f32, src->k_len, st->k_tile, NULL };
+        for (int t = 0; t < nk; t++) rows[t] = source_row(ks, kv_head, c0 + t);
+        const attn_block_rows k = { ks->tr, ks->f32, ks->len, st->k_tile, NULL };
         attn_block_scores(jb->blk, &k, rows, nk, q, G, jb->q_stride, jb->scale, st->w, KEY_CHUNK);
         return;
     }
     for (int t = 0; t < nk; t++) {
-        const uint8_t *krow = source_row(src->k_rows, src->k_stride, src->k_head, src->ring, kv_head, c0 + t);
+        const uint8_t *krow = source_row(ks, kv_head, c0 + t);
         for (int j = 0; j < G; j++)
-            st->w[j * KEY_CHUNK + t] = src->k->dot(krow, q + (size_t)j * jb->q_stride, src->k_len) * jb->scale;
+            st->w[j * KEY_CHUNK + t] = ks->tr->dot(krow, q + (size_t)j * jb->q_stride, ks->len) * jb->scale;
     }
 }
 
-/* acc_j += sum_t w[j][t] v_t for keys c0..c0+nk-1.  Chunked: V rows
- * unpacked once, added into all heads' accumulators in one pass;
- * reference: axpy per key and head of nonzero weight. */
-static void accumulate_values(const attn_job *jb, const attn_source *src, int kv_head, int c0, int nk,
+/* acc_j += sum_t w[j][t] v_t for keys c0..c0+nk-1.  Tile bodies: their
+ * format's hook.  Chunked: V rows unpacked once, added into all heads'
+ * accumulators in one pass; reference: axpy per key and head of nonzero
+ * weight. */
+static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_head, int c0, int nk,
                               row_state *st) {
     const int G = jb->group;
+    if (vs->tiles) {
+        vs->tiles->tile_ops->accumulate(vs->tiles, kv_head, c0, nk, st->w, G, KEY_CHUNK, st->acc, jb->acc_stride);
+        return;
+    }
     if (jb->blk) {
         const uint8_t *rows[KEY_CHUNK];
-        for (int t = 0; t < nk; t++)
-            rows[t] = source_row(src->v_rows, src->v_stride, src->v_head, src->ring, kv_head, c0 + t);
-        const attn_block_rows v = { src->v, src->v_f32, src->v_len, st->v_tile, st->zero };
+        for (int t = 0; t < nk; t++) rows[t] = source_row(vs, kv_head, c0 + t);
+        const attn_block_rows v = { vs->tr, vs->f32, vs->len, st->v_tile, st->zero };
         attn_block_values(jb->blk, &v, rows, nk, st->w, KEY_CHUNK, G, st->acc, jb->acc_stride);
         return;
     }
     for (int t = 0; t < nk; t++) {
-        const uint8_t *vrow = source_row(src->v_rows, src->v_stride, src->v_head, src->ring, kv_head, c0 + t);
+        const uint8_t *vrow = source_row(vs, kv_head, c0 + t);
         for (int j = 0; j < G; j++) {
-            const float w = st->w[j * KEY_CHUNK + t];
-            if (w != 0.0f) src->v->axpy(w, vrow, st->acc + (size_t)j * jb->acc_stride, src->v_len);
+            const float wt = st->w[j * KEY_CHUNK + t];
+            if (wt != 0.0f) vs->tr->axpy(wt, vrow, st->acc + (size_t)j * jb->acc_stride, vs->len);
         }
     }
 }
 
-/* Keys [p0, p1) of one copy against the group's query heads q. */
-static void attend_keys(const attn_job *jb, const attn_source *src, int kv_head, int p0, int p1,
-                        const float *q, row_state *st) {
+/* Keys [p0, p1), K from one copy and V from one copy, against the group's
+ * query heads q.  With a tile side, runs of keys stop at tile ends. */
+static void attend_keys(const attn_job *jb, const attn_source *ks, const attn_source *vs, int kv_head, int p0,
+                        int p1, const float *q, row_state *st) {
     const int G = jb->group;
-    for (int c0 = p0; c0 < p1; c0 += KEY_CHUNK) {
-        const int nk = KVQ_MIN(KEY_CHUNK, p1 - c0);
-        score_keys(jb, src, kv_head, c0, nk, q, st);
+    for (int c0 = p0; c0 < p1;) {
+        int nk = KVQ_MIN(KEY_CHUNK, p1 - c0);
+        if (jb->cut_at_tiles) nk = KVQ_MIN(nk, KVQ_KVARN_TILE - c0 % KVQ_KVARN_TILE);
+        score_keys(jb, ks, kv_head, c0, nk, q, st);
         for (int j = 0; j < G; j++) softmax_update(jb, st, j, nk, jb->acc_stride);
-        accumulate_values(jb, src, kv_head, c0, nk, st);
+        accumulate_values(jb, vs, kv_head, c0, nk, st);
+        c0 += nk;
     }
 }
 
-/* out[d] = acc[d] / l, then back from the V rotation. */
-static void finalize_row(const attn_job *jb, const float *acc, float l, float *out) {
+/* out = first head_dim_v values of (acc / l) rotated back from the V
+ * side's rotation (acc is scratch and is overwritten). */
+static void finalize_row(const attn_job *jb, float *acc, float l, float *out) {
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int d = 0; d < jb->head_dim_v; d++) out[d] = acc[d] * inv;
-    if (jb->block_v) kvq_rotate_row_inverse(out, jb->head_dim_v, jb->block_v, jb->signs_v);
+    for (int d = 0; d < jb->side_v->store_dim; d++) acc[d] *= inv;
+    kvq_cache_side_unrotate(jb->side_v, acc);
+    memcpy(out, acc, (size_t)jb->head_dim_v * sizeof *out);
 }
 
-/* One query row (all heads of one KV head) over the keys of one range. */
+/* Which copy a key at or after `a` falls in, given one side's split. */
+static kvq_cache_part part_at(kvq_key_split s, int a) {
+    return a < s.sink_end ? KVQ_PART_SINK : a < s.ring_start ? KVQ_PART_BODY : KVQ_PART_RING;
+}
+
+/* One query row (all heads of one KV head) over the keys of one range.
+ * K and V each have their own split into sink, body and ring (their types
+ * may differ); the keys are cut at every boundary of either side, so each
+ * run reads K from one copy and V from one copy. */
 static void attend_row(const attn_job *jb, int kv_head, int i, int k_lo, int k_hi, row_state *st) {
     const int G = jb->group;
     const int qp = jb->pos + i;                      /* the query's position */
     memset(st->acc, 0, (size_t)G * (size_t)jb->acc_stride * sizeof(float));
     for (int j = 0; j < G; j++) { st->m[j] = -INFINITY; st->l[j] = 0.0f; }
-    /* [0, sink_end): sink; [sink_end, tail_start): body; [tail_start, qp]: ring */
-    const int sink_end = KVQ_MIN(jb->sink_rows, qp + 1);
-    const int tail_start = KVQ_MAX(sink_end, qp + 1 - jb->tail_tokens);
-    const int bounds[4] = { 0, sink_end, tail_start, qp + 1 };
-    const kvq_cache_part parts[3] = { KVQ_PART_SINK, KVQ_PART_BODY, KVQ_PART_RING };
+    const kvq_key_split sk = kvq_cache_side_split(jb->side_k, qp), sv = kvq_cache_side_split(jb->side_v, qp);
+    int cuts[6] = { 0, sk.sink_end, sk.ring_start, sv.sink_end, sv.ring_start, qp + 1 };
+    for (int a = 1; a < 5; a++)                      /* sort the four inner cuts */
+        for (int b = a; b > 1 && cuts[b] < cuts[b - 1]; b--) { int x = cuts[b]; cuts[b] = cuts[b - 1]; cuts[b - 1] = x; }
     const float *q = jb->q + ((size_t)i * jb->n_head + (size_t)kv_head * G) * jb->q_stride;
-    for (int s = 0; s < 3; s++) {
-        const int a = KVQ_MAX(bounds[s], k_lo), b = KVQ_MIN(bounds[s + 1], k_hi);
-        if (a < b) attend_keys(jb, &jb->src[parts[s]], kv_head, a, b, q, st);
+    for (int s = 0; s < 5; s++) {
+        const int a = KVQ_MAX(cuts[s], k_lo), b = KVQ_MIN(cuts[s + 1], k_hi);
+        if (a < b) attend_keys(jb, &jb->k[part_at(sk, a)], &jb->v[part_at(sv, a)], kv_head, a, b, q, st);
     }
 }
 
@@ -232,7 +257,7 @@ static void attn_task(void *ctx, int task, int thread) {
         attend_row(jb, kv_head, i, k_lo, k_hi, &st);
         for (int j = 0; j < G; j++) {
             const size_t head = (size_t)kv_head * G + (size_t)j;
-            const float *acc = st.acc + (size_t)j * jb->acc_stride;
+            float *acc = st.acc + (size_t)j * jb->acc_stride;
             if (jb->n_splits == 1) {
                 finalize_row(jb, acc, st.l[j], jb->out + ((size_t)i * jb->n_head + head) * jb->head_dim_v);
                 continue;
@@ -274,26 +299,31 @@ static const kvq_type_traits *traits_of(const kvq_type_traits *table, kvq_type t
     return table ? &table[t] : kvq_type_get(t);
 }
 
-static attn_source make_source(const kvq_cache *c, const kvq_cache_side *k, const kvq_cache_side *v,
-                               kvq_cache_part part, const kvq_type_traits *table) {
+static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq_cache_part part,
+                               const kvq_type_traits *table) {
     attn_source s;
     memset(&s, 0, sizeof s);
     const bool body = part == KVQ_PART_BODY;
-    const int rows = body ? c->p.n_ctx : part == KVQ_PART_RING ? c->ring_rows : c->sink_rows;
-    s.k = traits_of(table, body ? k->type : c->p.tail_type);
-    s.v = traits_of(table, body ? v->type : c->p.tail_type);
-    s.k_rows = body ? k->body : part == KVQ_PART_RING ? k->ring : k->sink;
-    s.v_rows = body ? v->body : part == KVQ_PART_RING ? v->ring : v->sink;
-    s.k_stride = body ? k->row_bytes : k->exact_row_bytes;
-    s.v_stride = body ? v->row_bytes : v->exact_row_bytes;
-    s.k_head = (size_t)rows * s.k_stride;
-    s.v_head = (size_t)rows * s.v_stride;
-    s.k_len = round_up(k->head_dim, s.k->block_size);
-    s.v_len = round_up(v->head_dim, s.v->block_size);
-    s.k_f32 = (body ? k->type : c->p.tail_type) == KVQ_TYPE_F32;
-    s.v_f32 = (body ? v->type : c->p.tail_type) == KVQ_TYPE_F32;
-    s.ring = part == KVQ_PART_RING ? c->ring_rows : 0;
+    if (body && sd->layout == KVQ_LAYOUT_TILES) {
+        s.tiles = sd;
+        return s;
+    }
+    const int rows = body ? c->p.n_ctx : part == KVQ_PART_RING ? sd->ring_rows : sd->sink_rows;
+    s.tr = traits_of(table, body ? sd->type : c->p.tail_type);
+    s.rows = body ? sd->body : part == KVQ_PART_RING ? sd->ring : sd->sink;
+    s.stride = body ? sd->row_bytes : sd->exact_row_bytes;
+    s.head = (size_t)rows * s.stride;
+    s.len = s.tr->row_bytes ? sd->store_dim : round_up(sd->store_dim, s.tr->block_size);
+    s.f32 = (body ? sd->type : c->p.tail_type) == KVQ_TYPE_F32;
+    s.ring = part == KVQ_PART_RING ? sd->ring_rows : 0;
     return s;
+}
+
+/* Values a rotated query (or accumulator) row holds: the side's stored
+ * width, rounded up to whole blocks of every row type that reads it. */
+static int padded_width(const kvq_cache_side *sd, const kvq_type_traits *body, int exact_block) {
+    const int body_block = sd->layout == KVQ_LAYOUT_ROWS && !body->row_bytes ? body->block_size : 1;
+    return (int)round_up(sd->store_dim, lcm(body_block, exact_block));
 }
 
 /* The chunked pass's kernels, or NULL for the per-key reference pass:
@@ -341,21 +371,24 @@ static kvq_status check_attend(const kvq_cache *c, int layer, int pos, int n, in
     if (pos < 0 || n < 1 || (int64_t)pos + n > stored)
         return kvq_fail(err, KVQ_ERR_ARG, "attend: queries at %d..%d but layer %d holds %d positions "
                         "(write first, then attend)", pos, pos + n - 1, layer, stored);
-    /* The oldest ring row a query needs must not have been overwritten. */
-    if (c->ring_rows && KVQ_MAX(0, pos + 1 - c->p.tail_tokens) < stored - c->ring_rows)
-        return kvq_fail(err, KVQ_ERR_ARG, "attend: queries from %d are too old for the tail ring "
-                        "(holds positions %d..%d)", pos, stored - c->ring_rows, stored - 1);
+    /* The oldest ring row a query needs must not have been overwritten
+     * (ring_start only grows with the query position). */
+    const kvq_cache_side *sides[2] = { &c->k[layer], &c->v[layer] };
+    for (int s = 0; s < 2; s++) {
+        const kvq_cache_side *sd = sides[s];
+        if (sd->ring_rows && kvq_cache_side_split(sd, pos).ring_start < stored - sd->ring_rows)
+            return kvq_fail(err, KVQ_ERR_ARG, "attend: queries from %d are too old for the %c tail ring "
+                            "(holds positions %d..%d)", pos, s ? 'V' : 'K', stored - sd->ring_rows, stored - 1);
+    }
     return KVQ_OK;
 }
 
 /* Rotated, zero-padded copy of every query row: [n][n_head][q_stride]. */
-static void rotate_queries(const kvq_cache *c, const float *q, int rows, int q_stride, float *qr) {
-    const int d = c->p.head_dim_k;
+static void rotate_queries(const kvq_cache_side *sk, const float *q, int rows, int q_stride, float *qr) {
     for (int r = 0; r < rows; r++) {
         float *dst = qr + (size_t)r * q_stride;
-        memcpy(dst, q + (size_t)r * d, (size_t)d * sizeof(float));
-        memset(dst + d, 0, (size_t)(q_stride - d) * sizeof(float));
-        if (c->plan.block_k) kvq_rotate_row(dst, d, c->plan.block_k, c->signs_k);
+        kvq_cache_side_rotate(sk, q + (size_t)r * sk->head_dim, dst);
+        memset(dst + sk->store_dim, 0, (size_t)(q_stride - sk->store_dim) * sizeof(float));
     }
 }
 
@@ -372,17 +405,19 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     jb.n = n;
     jb.n_head = n_head;
     jb.group = n_head / c->p.n_head_kv;
-    jb.sink_rows = c->sink_rows;
-    jb.tail_tokens = c->ring_rows ? c->p.tail_tokens : 0;
     jb.scale = scale;
-    for (int part = 0; part < 3; part++) jb.src[part] = make_source(c, k, v, (kvq_cache_part)part, table);
+    jb.side_k = k;
+    jb.side_v = v;
+    for (int part = 0; part < 3; part++) {
+        jb.k[part] = make_source(c, k, (kvq_cache_part)part, table);
+        jb.v[part] = make_source(c, v, (kvq_cache_part)part, table);
+    }
+    jb.cut_at_tiles = k->layout == KVQ_LAYOUT_TILES || v->layout == KVQ_LAYOUT_TILES;
     const int exact_block = traits_of(table, c->p.tail_type)->block_size;
-    jb.q_stride = (int)round_up(k->head_dim, lcm(jb.src[KVQ_PART_BODY].k->block_size, exact_block));
-    jb.acc_stride = (int)round_up(v->head_dim, lcm(jb.src[KVQ_PART_BODY].v->block_size, exact_block));
+    jb.q_stride = padded_width(k, traits_of(table, k->type), exact_block);
+    jb.acc_stride = padded_width(v, traits_of(table, v->type), exact_block);
     jb.head_dim_v = v->head_dim;
     jb.out = out;
-    jb.block_v = c->plan.block_v;
-    jb.signs_v = c->signs_v;
     const int n_threads = kvq_pool_threads(pool);
     choose_work(&jb, c->p.n_head_kv, n_threads, opts ? opts->key_splits : 0);
 
@@ -399,7 +434,7 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     float *qr = mem;
     jb.scratch = qr + q_floats;
     jb.partial = jb.scratch + (size_t)n_threads * jb.scratch_floats;
-    rotate_queries(c, q, n * n_head, jb.q_stride, qr);
+    rotate_queries(k, q, n * n_head, jb.q_stride, qr);
     jb.q = qr;
 
     kvq_pool_run(pool, attn_task, &jb, c->p.n_head_kv * jb.n_chunks * jb.n_splits);

@@ -163,12 +163,7 @@ kvq_status kvq_base_kvq_writer_open(const char *path, uint64_t model_hash, int n
 kvq_status kvq_base_kvq_writer_add(kvq_base_kvq_writer *w, const float *logits, kvq_error *err) {
     if (w->written == w->expected)
         return kvq_fail(err, KVQ_ERR_ARG, "kvq base '%s': more than the %zu scored positions", w->path, w->expected);
-    /* log-softmax with the sum of exponentials in double */
-    float max_l = logits[0];
-    for (int i = 1; i < w->n_vocab; i++) max_l = fmaxf(max_l, logits[i]);
-    double sum = 0.0;
-    for (int i = 0; i < w->n_vocab; i++) sum += exp((double)logits[i] - max_l);
-    const double log_norm = (double)max_l + log(sum);
+    const double log_norm = kvq_log_sum_exp(logits, w->n_vocab);
     for (int i = 0; i < w->n_vocab; i++)
         wr32(w->bytes + 4 * (size_t)i, kvq_f32_bits((float)((double)logits[i] - log_norm)));
     size_t len = 4 * (size_t)w->n_vocab;
@@ -333,15 +328,10 @@ kvq_status kvq_base_kvq_check_tokens(const kvq_base_kvq *b, const int32_t *token
 
 kvq_kld_token kvq_base_kvq_compare(const float *logits, int n_vocab, const float *base_lp, int next) {
     kvq_kld_token r = { 0 };
-    float max_l = logits[0];
-    int top_test = 0, top_base = 0;
-    for (int i = 1; i < n_vocab; i++) {
-        if (logits[i] > max_l) { max_l = logits[i]; top_test = i; }
+    int top_base = 0;
+    for (int i = 1; i < n_vocab; i++)
         if (base_lp[i] > base_lp[top_base]) top_base = i;
-    }
-    double sum = 0.0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - max_l);
-    const double log_norm = (double)max_l + log(sum);      /* log sum exp(logits) */
+    const double log_norm = kvq_log_sum_exp(logits, n_vocab);
     double kl = 0.0;
     for (int i = 0; i < n_vocab; i++) {
         const double lb = base_lp[i];
@@ -351,6 +341,6 @@ kvq_kld_token kvq_base_kvq_compare(const float *logits, int n_vocab, const float
     r.nll = log_norm - logits[next];
     r.nll_base = -(double)base_lp[next];
     r.dp = exp(-r.nll) - exp(-r.nll_base);
-    r.same_top = top_test == top_base;
+    r.same_top = kvq_argmax(logits, n_vocab) == top_base;
     return r;
 }

@@ -1,11 +1,14 @@
 /*
  * cache.c - the quantised KV cache: creation (all memory from n_ctx, once),
  * writing (rotate, quantise once into the body, exact copies into the tail
- * ring and the sink) and the memory figures.  Attention over it lives in
- * attention.c; the layout is described in cache.h.
+ * ring and the sink; tile sides quantise a tile once, when it completes)
+ * and the memory figures.  Attention over it lives in attention.c, tile
+ * records through the tile hooks (src/tile_ops.h); the layout is described
+ * in cache.h.
  */
 #include "cache.h"
 #include "hadamard.h"
+#include "turbo_traits.h"
 
 #include <stdlib.h>
 
@@ -28,8 +31,12 @@ void kvq_cache_params_default(kvq_cache_params *p) {
 }
 
 size_t kvq_cache_row_bytes(kvq_type t, int n_head_kv, int head_dim) {
-    if (n_head_kv <= 0) return 0;
-    return (size_t)n_head_kv * kvq_row_bytes(t, head_dim);
+    const kvq_type_traits *tr = kvq_type_get_scalar(t);
+    if (n_head_kv <= 0 || !tr || head_dim <= 0) return 0;
+    if (tr->layout == KVQ_LAYOUT_ROWS) return (size_t)n_head_kv * kvq_row_bytes(t, head_dim);
+    kvq_cache_side sd = { .type = t, .head_dim = head_dim };
+    tr->tile->shape(&sd, true);      /* records divide into whole bytes per token */
+    return (size_t)n_head_kv * (size_t)sd.n_slices * sd.record_bytes / KVQ_KVARN_TILE;
 }
 
 const kvq_rot_plan *kvq_cache_rotation(const kvq_cache *c) { return c ? &c->plan : NULL; }
@@ -54,6 +61,7 @@ void kvq_cache_free(kvq_cache *c) {
     free(c->k);
     free(c->v);
     free(c->n_stored);
+    free(c->tile_scratch);
     free(c);
 }
 
@@ -61,7 +69,7 @@ void kvq_cache_free(kvq_cache *c) {
 
 static bool is_cache_type(kvq_type t) {
     const kvq_type_traits *tr = kvq_type_get_scalar(t);
-    return tr && tr->is_cache_type && tr->quantize;
+    return tr && tr->is_cache_type && (tr->layout == KVQ_LAYOUT_TILES ? tr->tile != NULL : tr->quantize != NULL);
 }
 
 static bool is_exact_type(kvq_type t) {
@@ -128,6 +136,7 @@ static kvq_status choose_rotation(kvq_cache *c, kvq_error *err) {
     req.type_k = representative_type(p->type_k, c->types_k, p->n_layer);
     req.type_v = representative_type(p->type_v, c->types_v, p->n_layer);
     c->plan = kvq_rot_choose(&req);
+    kvq_random_signs(c->mix_signs, KVQ_MAX_HEAD_DIM, KVQ_ROT_SEED_MIX);
     if (!valid_block(c->plan.block_k, p->head_dim_k) || !valid_block(c->plan.block_v, p->head_dim_v))
         return kvq_fail(err, KVQ_ERR_UNSUPPORTED, "cache: rotation blocks %d/%d do not fit head dims %d/%d",
                         c->plan.block_k, c->plan.block_v, p->head_dim_k, p->head_dim_v);
@@ -160,12 +169,84 @@ static bool array_bytes(int n_head_kv, int rows, size_t row_bytes, size_t *out) 
     return mul_size((size_t)rows, row_bytes, &per_head) && mul_size((size_t)n_head_kv, per_head, out);
 }
 
-/* Compute every side's sizes and the four totals; no allocation yet.
- * Each total stays below SIZE_MAX / 4, so their sum cannot overflow. */
+static int round_up_int(int x, int m) { return (int)(((int64_t)x + m - 1) / m * m); }
+
+/* Rows: the plan's rotation, tail and sink as given, ring = tail + batch. */
+static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
+    const kvq_cache_params *p = &c->p;
+    sd->rot_kind = kvq_type_get_scalar(sd->type)->format_rot;
+    if (sd->rot_kind == KVQ_FMT_ROT_TURBO) {      /* the format's rotation, its padded blocks */
+        sd->store_dim = kvq_turbo_store_dim(sd->head_dim);
+        sd->rot_block = 0;
+        sd->rot_signs = NULL;
+    } else {
+        sd->store_dim = sd->head_dim;
+        sd->rot_block = is_v ? c->plan.block_v : c->plan.block_k;
+        sd->rot_signs = is_v ? c->signs_v : c->signs_k;
+        sd->mix_signs = NULL;
+        /* A head shorter than the type's block (8 values in a 32-block)
+         * leaves most of the stored block padding.  Rotating the padded
+         * row puts those bytes to work: H.D.H over the padded width spreads
+         * the head over every stored value (H alone would write 4 equal
+         * copies of H8 x / 2), so the block's independent rounding errors
+         * average out when rotated back.  Same bytes, exact in real
+         * arithmetic, since H.D.H is orthogonal and its own inverse. */
+        const int bs = kvq_type_get_scalar(sd->type)->block_size;
+        if (sd->rot_block && !sd->rot_signs && bs > 1 && sd->head_dim % bs) {
+            sd->store_dim = round_up_int(sd->head_dim, bs);
+            sd->rot_block = kvq_rot_block_for(sd->store_dim, 8);
+            sd->mix_signs = c->mix_signs;
+        }
+    }
+    sd->row_bytes = kvq_row_bytes(sd->type, sd->store_dim);
+    sd->tail_tokens = p->tail_tokens;
+    sd->ring_rows = p->tail_tokens ? (int)KVQ_MIN((int64_t)p->tail_tokens + p->max_batch, p->n_ctx) : 0;
+    sd->sink_rows = p->sink_tokens;
+}
+
+/* Tiles (docs/kvarn.md): the format's rotation per slice; the sink holds at
+ * least the first tile, in whole tiles; the tail is counted in whole tiles;
+ * the ring always exists (it stages the incomplete tile) and holds the
+ * tail, the incomplete tile and a batch: with the first query of a batch
+ * at pos, the ring must reach back from pos + n - 1 to the start of the
+ * tail tiles before pos's incomplete tile, at most tail + 126 + n rows.
+ * Ring rows are whole tiles (or n_ctx, when it never wraps) so that a
+ * tile's staging rows are contiguous. */
+static void shape_tile_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
+    const kvq_cache_params *p = &c->p;
+    const int T = KVQ_KVARN_TILE;
+    sd->tile_ops = kvq_type_get_scalar(sd->type)->tile;
+    sd->tile_ops->shape(sd, is_v);
+    sd->rot_kind = KVQ_FMT_ROT_SLICE;
+    sd->rot_block = sd->tile.width;
+    sd->rot_signs = NULL;
+    sd->row_bytes = 0;
+    sd->tail_tokens = round_up_int(p->tail_tokens, T);
+    const int sink_whole = round_up_int(KVQ_MAX(p->sink_tokens, T), T);
+    sd->first_tile = sink_whole / T;
+    sd->sink_rows = KVQ_MIN(sink_whole, p->n_ctx);
+    sd->n_tiles = KVQ_MAX(0, p->n_ctx / T - sd->first_tile);
+    const int64_t ring = ((int64_t)sd->tail_tokens + p->max_batch + T - 1 + T - 1) / T * T;
+    sd->ring_rows = (int)KVQ_MIN(ring, (int64_t)p->n_ctx);
+}
+
+/* Say once per side in the plan's reason line that padded rows are mixed
+ * over their padded width (the start-up log prints that line). */
+static void note_padded_mixing(kvq_rot_plan *plan, bool is_v, int store_dim, int block) {
+    char note[80];
+    snprintf(note, sizeof note, "; %c rows padded to %d, mixed by H.D.H (block %d)", is_v ? 'V' : 'K', store_dim, block);
+    if (strstr(plan->reason, note)) return;
+    size_t len = strlen(plan->reason);
+    if (len + strlen(note) < sizeof plan->reason) memcpy(plan->reason + len, note, strlen(note) + 1);
+}
+
+/* Compute every side's shape and sizes and the four totals; no allocation
+ * yet.  Each total stays below SIZE_MAX / 4, so their sum cannot overflow. */
 static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
     const kvq_cache_params *p = &c->p;
     kvq_cache_bytes *b = &c->bytes;
     memset(b, 0, sizeof *b);
+    size_t scratch = 0;
     for (int l = 0; l < p->n_layer; l++) {
         kvq_cache_side *sides[2] = { &c->k[l], &c->v[l] };
         const kvq_type types[2] = { c->types_k[l], c->types_v[l] };
@@ -174,22 +255,33 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
         for (int s = 0; s < 2; s++) {
             kvq_cache_side *sd = sides[s];
             sd->type = types[s];
+            sd->layout = kvq_type_get_scalar(types[s])->layout;
             sd->head_dim = dims[s];
-            sd->row_bytes = kvq_row_bytes(types[s], dims[s]);
-            sd->exact_row_bytes = kvq_row_bytes(p->tail_type, dims[s]);
-            size_t body, ring, sink;
-            if (!array_bytes(p->n_head_kv, p->n_ctx, sd->row_bytes, &body) ||
-                !array_bytes(p->n_head_kv, c->ring_rows, sd->exact_row_bytes, &ring) ||
-                !array_bytes(p->n_head_kv, c->sink_rows, sd->exact_row_bytes, &sink) ||
+            if (sd->layout == KVQ_LAYOUT_TILES) shape_tile_side(c, sd, s == 1);
+            else shape_row_side(c, sd, s == 1);
+            if (sd->mix_signs) note_padded_mixing(&c->plan, s == 1, sd->store_dim, sd->rot_block);
+            sd->exact_row_bytes = kvq_row_bytes(p->tail_type, sd->store_dim);
+            size_t body, ring, sink, per_head_tiles = 0;
+            const bool ok_body =
+                sd->layout == KVQ_LAYOUT_TILES
+                    ? mul_size((size_t)sd->n_tiles * (size_t)sd->n_slices, sd->record_bytes, &per_head_tiles) &&
+                          mul_size((size_t)p->n_head_kv, per_head_tiles, &body)
+                    : array_bytes(p->n_head_kv, p->n_ctx, sd->row_bytes, &body);
+            sd->body_head_bytes = sd->layout == KVQ_LAYOUT_TILES ? per_head_tiles : (size_t)p->n_ctx * sd->row_bytes;
+            if (!ok_body || !array_bytes(p->n_head_kv, sd->ring_rows, sd->exact_row_bytes, &ring) ||
+                !array_bytes(p->n_head_kv, sd->sink_rows, sd->exact_row_bytes, &sink) ||
                 body > SIZE_MAX / 4 - *body_total[s] || ring > SIZE_MAX / 4 - b->tail ||
                 sink > SIZE_MAX / 4 - b->sink)
                 return kvq_fail(err, KVQ_ERR_ARG, "cache: size overflow (n_ctx %d too large)", p->n_ctx);
             *body_total[s] += body;
             b->tail += ring;
             b->sink += sink;
+            if (sd->layout == KVQ_LAYOUT_TILES) scratch = KVQ_MAX(scratch, sd->tile_ops->scratch_floats(sd));
         }
     }
     b->total = b->k + b->v + b->tail + b->sink;
+    if (scratch && !(c->tile_scratch = malloc(scratch * sizeof(float))))
+        return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory for tile quantisation");
     return KVQ_OK;
 }
 
@@ -210,11 +302,11 @@ static kvq_status allocate_layout(kvq_cache *c, kvq_error *err) {
         for (int s = 0; s < 2; s++) {
             kvq_cache_side *sd = sides[s];
             sd->body = *bodies[s];
-            *bodies[s] += nh * (size_t)c->p.n_ctx * sd->row_bytes;
-            sd->ring = c->ring_rows ? ring : NULL;
-            ring += nh * (size_t)c->ring_rows * sd->exact_row_bytes;
-            sd->sink = c->sink_rows ? sink : NULL;
-            sink += nh * (size_t)c->sink_rows * sd->exact_row_bytes;
+            *bodies[s] += nh * sd->body_head_bytes;
+            sd->ring = sd->ring_rows ? ring : NULL;
+            ring += nh * (size_t)sd->ring_rows * sd->exact_row_bytes;
+            sd->sink = sd->sink_rows ? sink : NULL;
+            sink += nh * (size_t)sd->sink_rows * sd->exact_row_bytes;
         }
     }
     return KVQ_OK;
@@ -250,8 +342,6 @@ kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_erro
     /* Tail or sink longer than the context would only waste memory. */
     c->p.tail_tokens = KVQ_MIN(p->tail_tokens, p->n_ctx);
     c->p.sink_tokens = KVQ_MIN(p->sink_tokens, p->n_ctx);
-    c->ring_rows = c->p.tail_tokens ? (int)KVQ_MIN((int64_t)c->p.tail_tokens + p->max_batch, p->n_ctx) : 0;
-    c->sink_rows = c->p.sink_tokens;
     if ((st = copy_layer_types(c, err)) != KVQ_OK || (st = choose_rotation(c, err)) != KVQ_OK ||
         (st = plan_layout(c, err)) != KVQ_OK || (st = allocate_layout(c, err)) != KVQ_OK) {
         kvq_cache_free(c);
@@ -259,6 +349,63 @@ kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_erro
     }
     *out = c;
     return KVQ_OK;
+}
+
+kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out, kvq_error *err) {
+    if (!p || !out) return kvq_fail(err, KVQ_ERR_ARG, "cache: NULL argument");
+    memset(out, 0, sizeof *out);
+    kvq_status st = check_params(p, err);
+    if (st != KVQ_OK) return st;
+    kvq_cache *c = calloc(1, sizeof *c);
+    if (!c) return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory");
+    c->p = *p;
+    c->p.tail_tokens = KVQ_MIN(p->tail_tokens, p->n_ctx);
+    c->p.sink_tokens = KVQ_MIN(p->sink_tokens, p->n_ctx);
+    if ((st = copy_layer_types(c, err)) == KVQ_OK && (st = choose_rotation(c, err)) == KVQ_OK &&
+        (st = plan_layout(c, err)) == KVQ_OK)
+        *out = c->bytes;
+    kvq_cache_free(c);
+    return st;
+}
+
+/* ------------------------------------------------------------- regions */
+
+kvq_key_split kvq_cache_side_split(const kvq_cache_side *sd, int qp) {
+    kvq_key_split s;
+    s.sink_end = KVQ_MIN(sd->sink_rows, qp + 1);
+    if (sd->layout == KVQ_LAYOUT_TILES) {
+        const int complete = (qp + 1) / KVQ_KVARN_TILE;            /* tiles 0..complete-1 */
+        const int body_end = (complete - sd->tail_tokens / KVQ_KVARN_TILE) * KVQ_KVARN_TILE;
+        s.ring_start = KVQ_MAX(s.sink_end, body_end);
+    } else {
+        const int tail = sd->ring_rows ? sd->tail_tokens : 0;
+        s.ring_start = KVQ_MAX(s.sink_end, qp + 1 - tail);
+    }
+    return s;
+}
+
+kvq_cache_part kvq_cache_key_part(const kvq_cache *c, int layer, bool is_v, int qp, int key) {
+    const kvq_key_split s = kvq_cache_side_split(is_v ? &c->v[layer] : &c->k[layer], qp);
+    return key < s.sink_end ? KVQ_PART_SINK : key < s.ring_start ? KVQ_PART_BODY : KVQ_PART_RING;
+}
+
+void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out) {
+    if (sd->rot_kind == KVQ_FMT_ROT_TURBO) { kvq_turbo_rotate_row(x, out, sd->head_dim); return; }
+    memcpy(out, x, (size_t)sd->head_dim * sizeof *out);
+    memset(out + sd->head_dim, 0, (size_t)(sd->store_dim - sd->head_dim) * sizeof *out);
+    if (sd->mix_signs) kvq_rotate_row(out, sd->store_dim, sd->rot_block, NULL);   /* H, then D.H below */
+    if (sd->rot_block) kvq_rotate_row(out, sd->store_dim, sd->rot_block, sd->mix_signs ? sd->mix_signs : sd->rot_signs);
+}
+
+void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc) {
+    if (sd->rot_kind == KVQ_FMT_ROT_TURBO) {
+        float out[MAX_HEAD_DIM];
+        kvq_turbo_unrotate_row(acc, out, sd->head_dim);
+        memcpy(acc, out, (size_t)sd->head_dim * sizeof *out);
+        return;
+    }
+    if (sd->rot_block) kvq_rotate_row_inverse(acc, sd->store_dim, sd->rot_block, sd->mix_signs ? sd->mix_signs : sd->rot_signs);
+    if (sd->mix_signs) kvq_rotate_row_inverse(acc, sd->store_dim, sd->rot_block, NULL);
 }
 
 /* ---------------------------------------------------------------- write */
@@ -269,26 +416,34 @@ static uint8_t *side_row(const kvq_cache *c, const kvq_cache_side *sd, kvq_cache
     case KVQ_PART_BODY:
         return sd->body + ((size_t)head * (size_t)c->p.n_ctx + (size_t)pos) * sd->row_bytes;
     case KVQ_PART_RING:
-        return sd->ring + ((size_t)head * (size_t)c->ring_rows + (size_t)(pos % c->ring_rows)) *
+        return sd->ring + ((size_t)head * (size_t)sd->ring_rows + (size_t)(pos % sd->ring_rows)) *
                               sd->exact_row_bytes;
     case KVQ_PART_SINK:
-        return sd->sink + ((size_t)head * (size_t)c->sink_rows + (size_t)pos) * sd->exact_row_bytes;
+        return sd->sink + ((size_t)head * (size_t)sd->sink_rows + (size_t)pos) * sd->exact_row_bytes;
     }
     return NULL;
 }
 
-/* Rotate one head's row and store it: quantised once into the body, and
- * exact into the ring (and the sink for the first positions). */
-static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int block, const int8_t *signs,
-                      int head, int pos, const float *x) {
+/* Rotate one head's row and store it: rows quantised once into the body;
+ * exact into the ring (and the sink for the first positions).  Tile
+ * bodies are filled when a tile completes (write_tiles). */
+static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos, const float *x) {
     float buf[MAX_HEAD_DIM];
-    memcpy(buf, x, (size_t)sd->head_dim * sizeof *buf);
-    if (block) kvq_rotate_row(buf, sd->head_dim, block, signs);
-    kvq_quantize_row(sd->type, buf, side_row(c, sd, KVQ_PART_BODY, head, pos), sd->head_dim);
-    if (c->ring_rows)
-        kvq_quantize_row(c->p.tail_type, buf, side_row(c, sd, KVQ_PART_RING, head, pos), sd->head_dim);
-    if (pos < c->sink_rows)
-        kvq_quantize_row(c->p.tail_type, buf, side_row(c, sd, KVQ_PART_SINK, head, pos), sd->head_dim);
+    kvq_cache_side_rotate(sd, x, buf);
+    if (sd->layout == KVQ_LAYOUT_ROWS)
+        kvq_quantize_row(sd->type, buf, side_row(c, sd, KVQ_PART_BODY, head, pos), sd->store_dim);
+    if (sd->ring_rows)
+        kvq_quantize_row(c->p.tail_type, buf, side_row(c, sd, KVQ_PART_RING, head, pos), sd->store_dim);
+    if (pos < sd->sink_rows)
+        kvq_quantize_row(c->p.tail_type, buf, side_row(c, sd, KVQ_PART_SINK, head, pos), sd->store_dim);
+}
+
+/* After position pos is written: quantise the tile it completes, once. */
+static kvq_status write_tiles(const kvq_cache *c, const kvq_cache_side *sd, int pos, kvq_error *err) {
+    if (sd->layout != KVQ_LAYOUT_TILES || (pos + 1) % KVQ_KVARN_TILE) return KVQ_OK;
+    const int tile = pos / KVQ_KVARN_TILE;
+    if (tile < sd->first_tile) return KVQ_OK;
+    return sd->tile_ops->quantize(c, sd, tile, err);
 }
 
 kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n, const float *k, const float *v,
@@ -310,8 +465,13 @@ kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n, const float 
     for (int t = 0; t < n; t++) {
         for (int h = 0; h < p->n_head_kv; h++) {
             const size_t row = (size_t)t * (size_t)p->n_head_kv + (size_t)h;
-            write_row(c, sk, c->plan.block_k, c->signs_k, h, pos + t, k + row * (size_t)p->head_dim_k);
-            write_row(c, sv, c->plan.block_v, c->signs_v, h, pos + t, v + row * (size_t)p->head_dim_v);
+            write_row(c, sk, h, pos + t, k + row * (size_t)p->head_dim_k);
+            write_row(c, sv, h, pos + t, v + row * (size_t)p->head_dim_v);
+        }
+        kvq_status st;
+        if ((st = write_tiles(c, sk, pos + t, err)) != KVQ_OK || (st = write_tiles(c, sv, pos + t, err)) != KVQ_OK) {
+            c->n_stored[layer] = pos + t;     /* what is complete stays usable */
+            return st;
         }
     }
     c->n_stored[layer] = pos + n;
@@ -325,14 +485,22 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
     if (!c || !out) return kvq_fail(err, KVQ_ERR_ARG, "cache read: NULL argument");
     if (layer < 0 || layer >= c->p.n_layer || head < 0 || head >= c->p.n_head_kv)
         return kvq_fail(err, KVQ_ERR_ARG, "cache read: layer %d / head %d out of range", layer, head);
-    if (pos < 0 || pos >= c->n_stored[layer])
+    const int stored = c->n_stored[layer];
+    if (pos < 0 || pos >= stored)
         return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d not stored", pos);
     const kvq_cache_side *sd = is_v ? &c->v[layer] : &c->k[layer];
-    if (part == KVQ_PART_RING && (!c->ring_rows || pos < c->n_stored[layer] - c->ring_rows))
+    if (part == KVQ_PART_RING && (!sd->ring_rows || pos < stored - sd->ring_rows))
         return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in the tail ring", pos);
-    if (part == KVQ_PART_SINK && pos >= c->sink_rows)
+    if (part == KVQ_PART_SINK && pos >= sd->sink_rows)
         return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in the sink", pos);
-    const kvq_type t = part == KVQ_PART_BODY ? sd->type : c->p.tail_type;
-    kvq_dequantize_row(t, side_row(c, sd, part, head, pos), out, sd->head_dim);
+    if (part == KVQ_PART_BODY && sd->layout == KVQ_LAYOUT_TILES) {
+        const int tile = pos / KVQ_KVARN_TILE;
+        if (tile < sd->first_tile || (tile + 1) * KVQ_KVARN_TILE > stored)
+            return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in a quantised tile", pos);
+        sd->tile_ops->read_row(sd, head, pos, out);
+        return KVQ_OK;
+    }
+    if (part == KVQ_PART_BODY) kvq_dequantize_row(sd->type, side_row(c, sd, part, head, pos), out, sd->store_dim);
+    else kvq_dequantize_row(c->p.tail_type, side_row(c, sd, part, head, pos), out, sd->store_dim);
     return KVQ_OK;
 }

@@ -1,27 +1,35 @@
 /*
  * cache.h - internals of the KV cache (src/cache.c) shared with the
- * attention kernel (src/attention.c) and the tests.
+ * attention kernel (src/attention.c), the tile formats (src/tile_ops.h)
+ * and the tests.
  *
- * Layout (all memory allocated once, at creation, from n_ctx):
+ * Layout (all memory allocated once, at creation, from n_ctx), per layer
+ * and side (K, V), each side with its own type, layout and exact regions:
  *
- *   body  per layer and side: [n_head_kv][n_ctx][row_bytes]
+ *   body  rows layout:  [n_head_kv][n_ctx][row_bytes]
  *         one head's row = head_dim values quantised in whole blocks of
  *         the layer's type, the last block zero-padded (padding counted);
- *   ring  per layer and side: [n_head_kv][ring_rows][exact_row_bytes]
+ *         tiles layout (KVarN): [n_head_kv][n_tiles][n_slices][record_bytes]
+ *         one record per complete 128-token tile from first_tile on;
+ *   ring  [n_head_kv][ring_rows][exact_row_bytes]
  *         exact copies (tail_type) of recent positions, position p in slot
- *         p % ring_rows; ring_rows = min(tail_tokens + max_batch, n_ctx),
- *         so that a batch of max_batch new tokens never overwrites a row a
- *         query of the same batch still reads;
- *   sink  per layer and side: [n_head_kv][sink_rows][exact_row_bytes]
- *         exact copies of positions 0..sink_rows-1.
+ *         p % ring_rows (rows: tail + max_batch rows; tiles: the tail in
+ *         whole tiles + the incomplete tile + max_batch, docs/kvarn.md);
+ *   sink  [n_head_kv][sink_rows][exact_row_bytes]
+ *         exact copies of positions 0..sink_rows-1 (tiles: at least the
+ *         first tile, in whole tiles).
  *
- * Every row is stored rotated (when the plan says so); body, ring and sink
- * hold the same rotated values, so one rotated Q serves all three.
+ * Every stored row is rotated (when the plan or the format says so) and
+ * has store_dim values (head_dim, or padded to the format's whole slices
+ * or blocks: KVarN, TurboQuant); body, ring and sink hold the same rotated
+ * values, so one rotated Q serves all three.
  */
 #ifndef KVQ_CACHE_H
 #define KVQ_CACHE_H
 
 #include "kvq_internal.h"
+#include "kvarn.h"
+#include "tile_ops.h"
 
 /* Where a stored row lives (which copy). */
 typedef enum kvq_cache_part { KVQ_PART_BODY = 0, KVQ_PART_RING, KVQ_PART_SINK } kvq_cache_part;
@@ -29,29 +37,70 @@ typedef enum kvq_cache_part { KVQ_PART_BODY = 0, KVQ_PART_RING, KVQ_PART_SINK } 
 /* One side (K or V) of one layer. */
 typedef struct kvq_cache_side {
     kvq_type type;          /* body type of this layer and side            */
-    int head_dim;
-    size_t row_bytes;       /* one head's body row (whole blocks)          */
-    uint8_t *body;          /* [n_head_kv][n_ctx][row_bytes]               */
+    kvq_layout layout;      /* rows of blocks or 128-token tiles           */
+    const struct kvq_tile_ops *tile_ops; /* tiles: the format's hooks      */
+    int head_dim;           /* values per head (the model's)               */
+    int store_dim;          /* values per stored row (>= head_dim, padded) */
+    kvq_format_rot rot_kind;/* NONE: the plan's Hadamard (rot_block, signs);
+                               SLICE: Hadamard per tile slice; TURBO: S2 H S1 */
+    int rot_block;          /* Hadamard block of this side, 0 = none       */
+    const int8_t *rot_signs;/* randomised diagonal (generic plan) or NULL  */
+    const int8_t *mix_signs;/* padded rows: H.D.H over the padded row, or NULL */
+    /* body */
+    size_t row_bytes;       /* rows: one head's body row; tiles: 0         */
+    kvq_kvarn_shape tile;   /* tiles: slice width, bits, orientation       */
+    int n_slices;           /* tiles: store_dim / tile.width               */
+    size_t record_bytes;    /* tiles: one slice's record                   */
+    int first_tile;         /* tiles: first tile with a record             */
+    int n_tiles;            /* tiles: records per head and slice           */
+    uint8_t *body;
+    size_t body_head_bytes; /* bytes per KV head in body                   */
+    /* exact copies */
+    int tail_tokens;        /* tiles: rounded up to whole tiles            */
+    int ring_rows, sink_rows; /* 0 = no ring / no sink                     */
+    size_t exact_row_bytes; /* one head's row of store_dim values in tail_type */
     uint8_t *ring;          /* [n_head_kv][ring_rows][exact_row_bytes]     */
     uint8_t *sink;          /* [n_head_kv][sink_rows][exact_row_bytes]     */
-    size_t exact_row_bytes; /* one head's row in tail_type                 */
 } kvq_cache_side;
 
 struct kvq_cache {
     kvq_cache_params p;     /* copy; layer_type_* point into types_k/v     */
     kvq_type *types_k, *types_v;
-    int ring_rows;          /* 0 when tail_tokens == 0                     */
-    int sink_rows;          /* 0 when sink_tokens == 0                     */
     kvq_rot_plan plan;
     int8_t *signs_k, *signs_v; /* randomised Hadamard diagonals, or NULL   */
+    int8_t mix_signs[KVQ_MAX_HEAD_DIM]; /* D of the padded-row mixing H.D.H  */
     kvq_cache_side *k, *v;  /* [n_layer]                                   */
     int *n_stored;          /* [n_layer]: positions 0..n_stored-1 written  */
     uint8_t *mem[4];        /* K bodies, V bodies, rings, sinks            */
+    float *tile_scratch;    /* tile quantisation (NULL without tile sides) */
     kvq_cache_bytes bytes;
 };
 
+/* Which copy the keys of a query at position qp are read from, for one
+ * side: [0, sink_end) sink, [sink_end, ring_start) body, [ring_start, qp]
+ * ring.  Rows: the first sink_rows keys and the query's own last
+ * tail_tokens keys are exact.  Tiles: also every key of a tile that is not
+ * complete within 0..qp, and the tail counts whole complete tiles back
+ * from there (docs/kvarn.md).  A function of (qp, key) only, so prefill
+ * reads exactly what decode would. */
+typedef struct kvq_key_split { int sink_end, ring_start; } kvq_key_split;
+kvq_key_split kvq_cache_side_split(const kvq_cache_side *sd, int qp);
+/* The copy key `key` is read from by a query at qp (key <= qp); tests. */
+kvq_cache_part kvq_cache_key_part(const kvq_cache *c, int layer, bool is_v, int qp, int key);
+
+/* Rotate one row the way a side stores it: x[head_dim] -> out[store_dim]
+ * (zero-padded, then the side's Hadamard); and back: acc[store_dim] ->
+ * acc rotated back in place (its first head_dim values are the result). */
+void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out);
+void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc);
+
+/* The memory figures kvq_cache_create would give these parameters (the
+ * same layout code), without allocating the cache: for tools that report
+ * sizes at other context lengths or check a size before creating. */
+kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out, kvq_error *err);
+
 /* Dequantise one stored row (rotated values, as the kernel reads them) of
- * one head into out[head_dim]; for tests and tools. */
+ * one head into out[store_dim]; for tests and tools. */
 kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cache_part part,
                               int head, int pos, float *out, kvq_error *err);
 

@@ -14,7 +14,7 @@ double kvq_now_seconds(void) {
 /* Evaluate one chunk; logits of the scored positions go to fn. */
 static kvq_status run_chunk(kvq_ctx *ctx, const kvq_chunk_run *r, int chunk, int32_t *toks, float *logits,
                             int n_vocab, kvq_scored_fn fn, void *ud, size_t *index, double *secs, kvq_error *err) {
-    const int n_ctx = r->n_ctx, first = n_ctx / 2;
+    const int n_ctx = r->n_ctx, first = kvq_chunk_first_scored(n_ctx);
     memcpy(toks, r->tokens + (size_t)chunk * n_ctx, (size_t)n_ctx * sizeof *toks);
     if (r->bos >= 0) toks[0] = r->bos;
     kvq_cache_clear(kvq_ctx_cache(ctx));
@@ -42,7 +42,10 @@ kvq_status kvq_eval_chunks(kvq_ctx *ctx, const kvq_chunk_run *r, kvq_scored_fn f
         return kvq_fail(err, KVQ_ERR_ARG, "chunks: bad arguments");
     const int n_vocab = kvq_ctx_n_vocab(ctx);
     int32_t *toks = malloc((size_t)r->n_ctx * sizeof *toks);
-    float *logits = malloc((size_t)KVQ_MIN(r->n_batch, r->n_ctx) * (size_t)n_vocab * sizeof *logits);
+    /* logits only for the scored rows of one batch: at most the batch,
+     * at most the scored half of the chunk */
+    const int rows = KVQ_MIN(r->n_batch, r->n_ctx - kvq_chunk_first_scored(r->n_ctx));
+    float *logits = malloc((size_t)rows * (size_t)n_vocab * sizeof *logits);
     kvq_status st = toks && logits ? KVQ_OK : kvq_fail(err, KVQ_ERR_NOMEM, "chunks: out of memory for logits");
     size_t index = 0;
     double secs = 0.0;

@@ -27,7 +27,7 @@ typedef struct kvq_eval_row {
     double mean_kld, mean_kld_se, median_kld;
     double p90_kld, p99_kld, p99_9_kld, max_kld;
     double same_top_p, same_top_se;     /* percent, as `kvq kld --json`        */
-    double rms_dp;                      /* RMS of delta-p of the true token     */
+    double rms_dp;                      /* RMS of delta-p of the true token, percent */
     double ppl_q, ppl_q_se, ppl_base;
     double pp_tps, tg_tps;              /* prompt / generated tokens per second */
 

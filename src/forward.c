@@ -108,6 +108,13 @@ static void matmul(kvq_ctx *c, const kvq_weight *w, const float *x, int n, float
     kvq_matmul(c->pool, w->type, w->data, w->rows, w->cols, x, n, y);
 }
 
+/* The pool for a job of `macs` multiply-adds: none (run on this thread)
+ * when sharing would cost more than it saves; the same threshold as the
+ * products' (matmul.h), as attention's per-key work is dot/axpy rows too. */
+static kvq_pool *pool_for(const kvq_ctx *c, double macs) {
+    return macs < KVQ_MATMUL_MIN_PARALLEL_MACS ? NULL : c->pool;
+}
+
 /* ---------------------------------------------------------- the layers */
 
 static void embed(const kvq_model *m, const int32_t *tokens, int n, float *x) {
@@ -141,7 +148,10 @@ static kvq_status attention_block(kvq_ctx *c, int il, int pos, int n, kvq_error 
 
     kvq_status st = kvq_cache_write(c->cache, il, pos, n, c->k, c->v, err);
     if (st) return st;
-    st = kvq_cache_attend(c->cache, il, pos, n, in->n_head, c->q, 1.0f / sqrtf((float)dk), c->attn, c->pool, err);
+    /* each of the n queries of every head reads up to pos + n keys and values */
+    const double attn_macs = (double)n * (double)(pos + n) * in->n_head * (dk + dv);
+    st = kvq_cache_attend(c->cache, il, pos, n, in->n_head, c->q, 1.0f / sqrtf((float)dk), c->attn,
+                          pool_for(c, attn_macs), err);
     if (st) return st;
     matmul(c, &L->wo, c->attn, n, c->h);
     add_into(c->x, c->h, (size_t)n * in->n_embd);
@@ -244,8 +254,9 @@ kvq_status kvq_ctx_create(const kvq_model *m, const kvq_cache_params *cp, int n_
     kvq_status st = kvq_cache_create(&p, &c->cache, err);
     if (!st) st = alloc_scratch(c, err);
     if (!st) {
-        c->pool = kvq_pool_create(n_threads > 0 ? n_threads : online_cores());
-        if (!c->pool) st = kvq_fail(err, KVQ_ERR_NOMEM, "context: cannot start %d threads", n_threads);
+        const int threads = n_threads > 0 ? n_threads : online_cores();   /* 0 = the default, named resolved */
+        c->pool = kvq_pool_create(threads);
+        if (!c->pool) st = kvq_fail(err, KVQ_ERR_NOMEM, "context: cannot start %d threads", threads);
     }
     if (st) { kvq_ctx_free(c); return st; }
     *out = c;

@@ -379,10 +379,12 @@ static kvq_status place_tensors(gguf_file *f, kvq_error *err) {
                             shown(t->name, nb, sizeof nb), (unsigned long long)t->offset, f->alignment);
         uint64_t room = f->data_offset <= f->size ? f->size - f->data_offset : 0;
         if (t->offset > room || t->nbytes > room - t->offset)
+            /* offset and size as stored: their sum may not fit 64 bits */
             return kvq_fail(err, KVQ_ERR_FORMAT,
-                            "gguf: tensor '%s' data [%llu, %llu) extends past end of file (size %zu)",
-                            shown(t->name, nb, sizeof nb), (unsigned long long)(f->data_offset + t->offset),
-                            (unsigned long long)(f->data_offset + t->offset + t->nbytes), f->size);
+                            "gguf: tensor '%s' (%llu bytes at offset %llu of the data section, which starts at "
+                            "%llu) extends past the end of the file (size %zu)",
+                            shown(t->name, nb, sizeof nb), (unsigned long long)t->nbytes,
+                            (unsigned long long)t->offset, (unsigned long long)f->data_offset, f->size);
         t->data = f->base + f->data_offset + t->offset;
     }
     const gguf_tensor **v = (const gguf_tensor **)sorted_ptrs(f->tensors, f->n_tensors, sizeof *f->tensors,

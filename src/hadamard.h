@@ -32,5 +32,7 @@ void kvq_fwht_avx2(float *x, int n);
  */
 #define KVQ_ROT_SEED_QK UINT64_C(0x6b76712d726f742b) /* "kvq-rot+" */
 #define KVQ_ROT_SEED_V  UINT64_C(0x6b76712d726f742d) /* "kvq-rot-" */
+/* D of the H.D.H mixing of padded rows (src/cache.c), shared by Q/K and V. */
+#define KVQ_ROT_SEED_MIX UINT64_C(0x6b76712d6d697821) /* "kvq-mix!" */
 
 #endif

@@ -1,6 +1,7 @@
 /* kld.c - read and write llama.cpp's KL-divergence base files and compare
  * one position's logits against a stored row (formulas in kld.h). */
 #include "kld.h"
+#include "file_read.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -12,21 +13,6 @@ enum { HEADER_BYTES = 8 + 4 + 4 + 4 };
 
 static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static kvq_status read_file(const char *path, uint8_t **buf, size_t *len, kvq_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return kvq_fail(err, KVQ_ERR_IO, "kld base '%s': cannot open", path);
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) { fclose(f); return kvq_fail(err, KVQ_ERR_IO, "kld base '%s': cannot seek", path); }
-    *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (!*buf) { fclose(f); return kvq_fail(err, KVQ_ERR_NOMEM, "kld base '%s': out of memory (%ld bytes)", path, n); }
-    size_t got = fread(*buf, 1, (size_t)n, f);
-    fclose(f);
-    if (got != (size_t)n) { free(*buf); return kvq_fail(err, KVQ_ERR_IO, "kld base '%s': read error", path); }
-    *len = (size_t)n;
-    return KVQ_OK;
 }
 
 /* Check the header against the file size: every count must fit exactly. */
@@ -64,9 +50,10 @@ static kvq_status parse(const char *path, const uint8_t *p, size_t len, kvq_kld_
 kvq_status kvq_kld_base_read(const char *path, kvq_kld_base **out, kvq_error *err) {
     if (!out || !path) return kvq_fail(err, KVQ_ERR_ARG, "kvq_kld_base_read: NULL argument");
     *out = NULL;
-    uint8_t *buf = NULL;
+    char *text = NULL;
     size_t len = 0;
-    kvq_status st = read_file(path, &buf, &len, err);
+    kvq_status st = kvq_read_file(path, "kld base", KVQ_BASE_FILE_CAP, &text, &len, err);
+    uint8_t *buf = (uint8_t *)text;
     if (st) return st;
     kvq_kld_base *b = calloc(1, sizeof *b);
     st = b ? parse(path, buf, len, b, err) : kvq_fail(err, KVQ_ERR_NOMEM, "kld base: out of memory");
@@ -104,12 +91,10 @@ void kvq_kld_encode(const float *logits, int n_vocab, uint16_t *rec) {
         min_l = fminf(min_l, logits[i]);
     }
     min_l = fmaxf(min_l, max_l - LOGPROB_RANGE);
-    double sum_exp = 0.0;
-    for (int i = 0; i < n_vocab; i++) sum_exp += expf(logits[i] - max_l);
-    const float log_sum_exp = (float)log(sum_exp);
+    const double log_norm = kvq_log_sum_exp(logits, n_vocab);
     const float scale = (max_l - min_l) / 65535.0f;
     put_f32(rec, scale);
-    put_f32(rec + 2, min_l - max_l - log_sum_exp);
+    put_f32(rec + 2, (float)((double)min_l - log_norm));   /* the log-prob of min_l */
     uint16_t *q = rec + 4;
     memset(q, 0, 2 * (((size_t)n_vocab + 1) / 2) * sizeof(uint16_t));
     if (scale > 0.0f) {
@@ -121,15 +106,19 @@ void kvq_kld_encode(const float *logits, int n_vocab, uint16_t *rec) {
 
 /* ------------------------------------------------------------ comparing */
 
-double kvq_nll(const float *logits, int n_vocab, int tok) {
-    float max_l = logits[0];
-    for (int i = 1; i < n_vocab; i++) max_l = fmaxf(max_l, logits[i]);
-    double sum_exp = 0.0;
-    for (int i = 0; i < n_vocab; i++) sum_exp += expf(logits[i] - max_l);
-    return (double)max_l + log(sum_exp) - logits[tok];
+double kvq_log_sum_exp(const float *x, int n) {
+    float max_x = x[0];
+    for (int i = 1; i < n; i++) max_x = fmaxf(max_x, x[i]);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp((double)x[i] - max_x);
+    return (double)max_x + log(sum);
 }
 
-static int argmax(const float *x, int n) {
+double kvq_nll(const float *logits, int n_vocab, int tok) {
+    return kvq_log_sum_exp(logits, n_vocab) - logits[tok];
+}
+
+int kvq_argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
@@ -140,11 +129,7 @@ kvq_kld_token kvq_kld_compare(const float *logits, int n_vocab, const uint16_t *
     kvq_kld_token r = { 0 };
     const float scale = get_f32(rec), min_lp = get_f32(rec + 2);
     const uint16_t *q = rec + 4;
-    float max_l = logits[0];
-    for (int i = 1; i < n_vocab; i++) max_l = fmaxf(max_l, logits[i]);
-    double sum_exp = 0.0;
-    for (int i = 0; i < n_vocab; i++) sum_exp += expf(logits[i] - max_l);
-    const double log_norm = (double)max_l + log(sum_exp);   /* log Σ exp(logits) */
+    const double log_norm = kvq_log_sum_exp(logits, n_vocab);
 
     r.nll = log_norm - logits[next];
     r.nll_base = -((double)scale * q[next] + min_lp);
@@ -159,7 +144,7 @@ kvq_kld_token kvq_kld_compare(const float *logits, int n_vocab, const uint16_t *
         if (lp_base > -LOGPROB_RANGE) kl += exp(lp_base) * (lp_base - ((double)logits[i] - log_norm));
     }
     r.kld = kl;
-    r.same_top = argmax(logits, n_vocab) == top_base;
+    r.same_top = kvq_argmax(logits, n_vocab) == top_base;
     r.dp = exp(-r.nll) - exp(-r.nll_base);
     return r;
 }

@@ -24,6 +24,10 @@ static inline int kvq_kld_first_scored(int n_ctx) { return n_ctx / 2; }
 static inline int kvq_kld_scored_per_chunk(int n_ctx) { return n_ctx - 1 - n_ctx / 2; }
 static inline size_t kvq_kld_record_len(int n_vocab) { return 4 + 2 * (((size_t)n_vocab + 1) / 2); }
 
+/* Largest base file read into memory (a 150k vocabulary at 64k scored
+ * positions is 19 GiB); larger is refused before any allocation. */
+#define KVQ_BASE_FILE_CAP ((size_t)64 << 30)
+
 kvq_status kvq_kld_base_read(const char *path, kvq_kld_base **out, kvq_error *err);
 void kvq_kld_base_free(kvq_kld_base *b);
 const uint16_t *kvq_kld_base_record(const kvq_kld_base *b, size_t pos);
@@ -48,6 +52,14 @@ typedef struct kvq_kld_token {
     bool same_top;     /* argmax of test == argmax of base              */
 } kvq_kld_token;
 kvq_kld_token kvq_kld_compare(const float *logits, int n_vocab, const uint16_t *rec, int next_token);
+
+/* log sum_i exp(x[i]), the log-softmax's normaliser: the maximum taken
+ * out first, the sum of exp(x[i] - max) in double.  Every log-softmax in
+ * kvq (base writers, comparisons, NLL) goes through this one function. */
+double kvq_log_sum_exp(const float *x, int n);
+
+/* Index of the largest value (the first on ties). */
+int kvq_argmax(const float *x, int n);
 
 /* -log softmax(logits)[tok], with the sum of exponentials in double. */
 double kvq_nll(const float *logits, int n_vocab, int tok);

@@ -119,18 +119,32 @@ static void pack_token(const uint8_t *codes, int width, int bits, uint8_t *out) 
     }
 }
 
+/* Eight b-bit codes occupy exactly b bytes: group g of a token is the
+ * little-endian word of bytes g*b..g*b+b-1, value j at bits j*b. */
 static void unpack_token(const uint8_t *in, int width, int bits, uint8_t *codes) {
-    const uint32_t mask = (1u << bits) - 1;
     if (bits == 8) { memcpy(codes, in, (size_t)width); return; }
-    if (bits == 4) {
-        for (int i = 0; i < width / 2; i++) { codes[2 * i] = in[i] & 15; codes[2 * i + 1] = in[i] >> 4; }
-        return;
+    const uint64_t mask = (1u << bits) - 1;
+    for (int g = 0; g < width / 8; g++) {
+        const uint8_t *p = in + g * bits;
+        uint64_t word = 0;
+        for (int k = 0; k < bits; k++) word |= (uint64_t)p[k] << (8 * k);
+        for (int j = 0; j < 8; j++) codes[8 * g + j] = (uint8_t)((word >> (j * bits)) & mask);
     }
-    for (int i = 0, bit = 0; i < width; i++, bit += bits) {
-        int k = bit >> 3;
-        uint32_t v = in[k] | (k + 1 < width * bits / 8 ? (uint32_t)in[k + 1] << 8 : 0);
-        codes[i] = (uint8_t)((v >> (bit & 7)) & mask);
-    }
+}
+
+/* Widths are multiples of 8 (64 or 128), so a token is whole groups. */
+void kvq_kvarn_unpack(kvq_kvarn_shape s, const uint8_t *record, int t0, int n, uint8_t *codes) {
+    const size_t tok_bytes = (size_t)s.width * s.bits / 8;
+    for (int i = 0; i < n; i++)
+        unpack_token(record + (size_t)(t0 + i) * tok_bytes, s.width, s.bits, codes + (size_t)i * s.width);
+}
+
+kvq_kvarn_meta kvq_kvarn_meta_of(kvq_kvarn_shape s, const uint8_t *record) {
+    kvq_kvarn_meta m;
+    m.S = record + payload_bytes(s);
+    m.Z = m.S + 2 * a_rows(s);
+    m.O = m.Z + 2 * a_rows(s);
+    return m;
 }
 
 /* --------------------------------------------------------- quantisation */

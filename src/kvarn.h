@@ -53,6 +53,13 @@ kvq_status kvq_kvarn_quantize(kvq_kvarn_shape s, const float *x, int iters, uint
 /* Reconstruct the tile: y[t*width + c]. */
 void kvq_kvarn_dequantize(kvq_kvarn_shape s, const uint8_t *record, float *y);
 
+/* Codes of tokens t0..t0+n-1 of a record: codes[i*width + ch]. */
+void kvq_kvarn_unpack(kvq_kvarn_shape s, const uint8_t *record, int t0, int n, uint8_t *codes);
+/* The record's fp16 metadata: S[rows], Z[rows], O[cols] of A (K: rows are
+ * channels, cols tokens; V the reverse). */
+typedef struct kvq_kvarn_meta { const uint8_t *S, *Z, *O; } kvq_kvarn_meta;
+kvq_kvarn_meta kvq_kvarn_meta_of(kvq_kvarn_shape s, const uint8_t *record);
+
 /* Attention straight from a record (no dequantised copy of the tile):
  * K: scores[t] += scale * q . k_t for t < n_tok;  V: out[c] += sum_t p[t] v_t[c]. */
 void kvq_kvarn_scores(kvq_kvarn_shape s, const uint8_t *record, const float *q, float scale,

@@ -121,9 +121,17 @@ static void gemv_each_token(kvq_pool *pool, matmul_job *j) {
 
 void kvq_matmul(kvq_pool *pool, kvq_type wtype, const void *W, int64_t rows, int64_t cols,
                 const float *X, int64_t n_tok, float *Y) {
+    kvq_matmul_split(pool, KVQ_MATMUL_MIN_PARALLEL_MACS, wtype, W, rows, cols, X, n_tok, Y);
+}
+
+void kvq_matmul_split(kvq_pool *pool, double min_parallel_macs, kvq_type wtype, const void *W, int64_t rows,
+                      int64_t cols, const float *X, int64_t n_tok, float *Y) {
     const kvq_type_traits *tr = kvq_type_get(wtype);
-    if (!tr || !W || !X || !Y || rows < 1 || cols < 1 || n_tok < 1) return;
+    if (!tr || !tr->dot || !W || !X || !Y || rows < 1 || cols < 1 || n_tok < 1) return; /* tile types are no weights */
     if (rows > (int64_t)INT32_MAX * GEMV_TASK_ROWS / 2) return;   /* task index is an int */
+    /* Too small to share: the same tasks run on this thread alone (the
+     * task grouping, hence every output bit, does not change). */
+    if ((double)rows * (double)cols * (double)n_tok < min_parallel_macs) pool = NULL;
     matmul_job j = {
         .wtype = wtype, .W = W, .row_bytes = kvq_row_bytes(wtype, cols),
         .rows = rows, .cols = cols, .n_tok = n_tok, .X = X, .Y = Y,

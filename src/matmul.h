@@ -27,6 +27,23 @@
 void kvq_matmul(kvq_pool *pool, kvq_type wtype, const void *W, int64_t rows, int64_t cols,
                 const float *X, int64_t n_tok, float *Y);
 
+/* Products of fewer multiply-adds (rows * cols * n_tok) than this run on
+ * the calling thread even when a pool is given: handing work to another
+ * thread costs a few microseconds (more when the cores are shared), which
+ * is all a 256x256 decode product takes.  Measured by `kvq-bench matmul`
+ * (its "threads break-even" table, docs/benchmarks.md): on the 2-core
+ * development VM 2 threads lost below ~1M multiply-adds even with a
+ * spinning worker; 2^18 keeps the tiny test models' decode (<= 131k per
+ * product) on one thread and every product of a real model (n_embd >=
+ * 1024: >= 1M per decode product) shared. */
+#define KVQ_MATMUL_MIN_PARALLEL_MACS (double)(1 << 18)
+
+/* kvq_matmul with the threshold given: 0 always shares the rows among
+ * the pool's threads (tests of thread independence, the break-even
+ * benchmark). */
+void kvq_matmul_split(kvq_pool *pool, double min_parallel_macs, kvq_type wtype, const void *W, int64_t rows,
+                      int64_t cols, const float *X, int64_t n_tok, float *Y);
+
 /* ---- tile kernels (internal to matmul.c and its ISA files) ----
  * out[t*rows_per_tile + r] = sum_k w[r][k] * x[t][k] for one tile of
  * rows_per_tile weight rows and toks_per_tile token rows; unused slots of a

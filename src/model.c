@@ -13,7 +13,9 @@
 
 /* Largest values accepted from a file: far above any real model, low
  * enough that products of them cannot overflow the sizes computed later. */
-enum { MAX_EMBD = 1 << 16, MAX_LAYERS = 1024, MAX_HEADS = 1024, MAX_HEAD_DIM = 4096,
+/* Head sizes are parsed up to MAX_EMBD and then held to KVQ_MAX_HEAD_DIM
+ * (kvq_internal.h), the cache's limit, with a message that says so. */
+enum { MAX_EMBD = 1 << 16, MAX_LAYERS = 1024, MAX_HEADS = 1024,
        MAX_FF = 1 << 20, MAX_VOCAB = 1 << 22 };
 
 typedef struct arch_desc {
@@ -89,17 +91,18 @@ static kvq_status read_rope_scaling(const gguf_file *f, const char *arch, kvq_mo
     return KVQ_OK;
 }
 
-static const arch_desc *find_arch(const gguf_file *f, char *name, size_t cap, kvq_error *err) {
+/* The status is returned (not read back from err, which may be NULL). */
+static kvq_status find_arch(const gguf_file *f, char *name, size_t cap, const arch_desc **out, kvq_error *err) {
     gguf_str s;
-    if (!gguf_get_str(f, "general.architecture", &s)) {
-        kvq_fail(err, KVQ_ERR_FORMAT, "model: missing metadata key 'general.architecture'");
-        return NULL;
-    }
+    if (!gguf_get_str(f, "general.architecture", &s))
+        return kvq_fail(err, KVQ_ERR_FORMAT, "model: missing metadata key 'general.architecture'");
     snprintf(name, cap, "%.*s", (int)KVQ_MIN(s.len, cap - 1), s.ptr);
     for (size_t i = 0; i < KVQ_ARRAY_LEN(g_archs); i++)
-        if (gguf_str_eq(s, g_archs[i].name)) return &g_archs[i];
-    kvq_fail(err, KVQ_ERR_UNSUPPORTED, "model: architecture '%s' is not supported (llama, qwen2, qwen3)", name);
-    return NULL;
+        if (gguf_str_eq(s, g_archs[i].name)) {
+            *out = &g_archs[i];
+            return KVQ_OK;
+        }
+    return kvq_fail(err, KVQ_ERR_UNSUPPORTED, "model: architecture '%s' is not supported (llama, qwen2, qwen3)", name);
 }
 
 static kvq_status read_hparams(const gguf_file *f, const arch_desc *a, kvq_model *m, kvq_error *err) {
@@ -124,13 +127,16 @@ static kvq_status read_hparams(const gguf_file *f, const arch_desc *a, kvq_model
         return kvq_fail(err, KVQ_ERR_FORMAT, "model: head_count %d is not a multiple of head_count_kv %d",
                         in->n_head, in->n_head_kv);
     in->head_dim_k = in->head_dim_v = in->n_embd / in->n_head;
-    if ((st = get_int(f, an, "attention.key_length", false, 1, MAX_HEAD_DIM, &in->head_dim_k, err)) ||
-        (st = get_int(f, an, "attention.value_length", false, 1, MAX_HEAD_DIM, &in->head_dim_v, err)))
+    if ((st = get_int(f, an, "attention.key_length", false, 1, MAX_EMBD, &in->head_dim_k, err)) ||
+        (st = get_int(f, an, "attention.value_length", false, 1, MAX_EMBD, &in->head_dim_v, err)))
         return st;
+    if (in->head_dim_k > KVQ_MAX_HEAD_DIM || in->head_dim_v > KVQ_MAX_HEAD_DIM)
+        return kvq_fail(err, KVQ_ERR_UNSUPPORTED, "model: head size %d (K) / %d (V) is above the KV cache's limit of %d",
+                        in->head_dim_k, in->head_dim_v, KVQ_MAX_HEAD_DIM);
     if (in->head_dim_k < 2 || in->head_dim_k % 2)
         return kvq_fail(err, KVQ_ERR_FORMAT, "model: key head size %d must be even and >= 2", in->head_dim_k);
     int rope_dims = in->head_dim_k;
-    if ((st = get_int(f, an, "rope.dimension_count", false, 1, MAX_HEAD_DIM, &rope_dims, err))) return st;
+    if ((st = get_int(f, an, "rope.dimension_count", false, 1, MAX_EMBD, &rope_dims, err))) return st;
     if (rope_dims != in->head_dim_k)
         return kvq_fail(err, KVQ_ERR_UNSUPPORTED, "model: partial RoPE (%d of %d dims) is not supported",
                         rope_dims, in->head_dim_k);
@@ -274,10 +280,7 @@ kvq_status kvq_model_load(const char *path, kvq_model **out, kvq_error *err) {
     if (!m) return kvq_fail(err, KVQ_ERR_NOMEM, "model: out of memory");
     kvq_status st = gguf_open(path, &m->file, err);
     const arch_desc *a = NULL;
-    if (!st) {
-        a = find_arch(m->file, m->arch_name, sizeof m->arch_name, err);
-        if (!a) st = err ? err->code : KVQ_ERR_FORMAT;
-    }
+    if (!st) st = find_arch(m->file, m->arch_name, sizeof m->arch_name, &a, err);
     if (!st) st = read_hparams(m->file, a, m, err);
     if (!st) st = load_tensors(m->file, a, m, err);
     if (!st) st = load_tokenizer(m, err);

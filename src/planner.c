@@ -9,12 +9,12 @@
 
 #include <stdlib.h>
 
-void kvq_plan_setup_init(kvq_plan_setup *s, const kvq_model *m, const kvq_kld_base *reference) {
+void kvq_plan_setup_init(kvq_plan_setup *s, const kvq_model *m, const kvq_kld_ref *reference) {
     memset(s, 0, sizeof *s);
     s->model = m;
     s->reference = reference;
     s->n_chunk = reference ? reference->n_chunk : 0;
-    s->n_batch = reference ? (int)reference->n_ctx : 0;
+    s->n_batch = reference ? kvq_eval_batch(0, reference->n_ctx) : 0;
     kvq_cache_params_default(&s->cache);
     s->exact_type = KVQ_TYPE_F32;
 }
@@ -70,11 +70,12 @@ kvq_status kvq_plan_reference(const kvq_model *m, const int32_t *tokens, int n_c
     kvq_cache_params cp;
     kvq_cache_params_default(&cp);
     cp.type_k = cp.type_v = KVQ_TYPE_F32;
-    cp.n_ctx = cp.max_batch = n_ctx;
+    cp.n_ctx = n_ctx;
+    cp.max_batch = kvq_eval_batch(0, n_ctx);
     kvq_ctx *ctx = NULL;
     kvq_status st = kvq_ctx_create(m, &cp, n_threads, &ctx, err);
     encode_acc acc = { b->records, b->record_len, in->n_vocab };
-    kvq_chunk_run run = { b->tokens, n_ctx, n_chunk, n_ctx, bos_of(m) };
+    kvq_chunk_run run = { b->tokens, n_ctx, n_chunk, cp.max_batch, bos_of(m) };
     if (!st) st = kvq_eval_chunks(ctx, &run, encode_token, &acc, NULL, err);
     kvq_ctx_free(ctx);
     if (st) { kvq_kld_base_free(b); return st; }
@@ -84,20 +85,9 @@ kvq_status kvq_plan_reference(const kvq_model *m, const int32_t *tokens, int n_c
 
 /* -------------------------------------------------------------- measure */
 
-typedef struct compare_acc {
-    const kvq_kld_base *base;
-    kvq_tokstats stats;
-} compare_acc;
-
-static kvq_status compare_token(void *ud, size_t index, const float *logits, int32_t next, kvq_error *err) {
-    compare_acc *a = ud;
-    kvq_kld_token t = kvq_kld_compare(logits, a->base->n_vocab, kvq_kld_base_record(a->base, index), next);
-    return kvq_tokstats_add(&a->stats, &t, err);
-}
-
 static kvq_status check_setup(const kvq_plan_setup *s, kvq_error *err) {
     if (!s || !s->model || !s->reference) return kvq_fail(err, KVQ_ERR_ARG, "plan: no model or reference");
-    const kvq_kld_base *r = s->reference;
+    const kvq_kld_ref *r = s->reference;
     if (r->n_vocab != kvq_model_get_info(s->model)->n_vocab)
         return kvq_fail(err, KVQ_ERR_ARG, "plan: the reference has a vocabulary of %d, the model %d", r->n_vocab,
                         kvq_model_get_info(s->model)->n_vocab);
@@ -112,8 +102,8 @@ kvq_status kvq_plan_measure(const kvq_plan_setup *s, const kvq_type *types_k, co
     kvq_status st = check_setup(s, err);
     if (st) return st;
     if (!types_k || !types_v || !out) return kvq_fail(err, KVQ_ERR_ARG, "plan: NULL layer types");
-    const kvq_kld_base *r = s->reference;
-    const int n_ctx = (int)r->n_ctx;
+    const kvq_kld_ref *r = s->reference;
+    const int n_ctx = r->n_ctx;
     kvq_cache_params cp = s->cache;
     cp.n_ctx = n_ctx;
     cp.max_batch = KVQ_MIN(s->n_batch, n_ctx);
@@ -123,14 +113,14 @@ kvq_status kvq_plan_measure(const kvq_plan_setup *s, const kvq_type *types_k, co
     cp.layer_type_v = types_v;
     kvq_ctx *ctx = NULL;
     if ((st = kvq_ctx_create(s->model, &cp, s->n_threads, &ctx, err))) return st;
-    compare_acc acc = { r, { 0 } };
-    kvq_tokstats_init(&acc.stats);
+    kvq_kld_acc acc;
+    kvq_kld_acc_init(&acc, r);
     kvq_chunk_run run = { r->tokens, n_ctx, s->n_chunk, cp.max_batch, bos_of(s->model) };
-    st = kvq_eval_chunks(ctx, &run, compare_token, &acc, NULL, err);
+    st = kvq_eval_chunks(ctx, &run, kvq_kld_acc_token, &acc, NULL, err);
     if (!st) st = kvq_kld_summarize(&acc.stats, &out->kld, err);
     kvq_cache_bytes b;
     kvq_cache_memory(kvq_ctx_cache(ctx), &b);
-    kvq_tokstats_free(&acc.stats);
+    kvq_kld_acc_free(&acc);
     kvq_ctx_free(ctx);
     out->kv_bytes = b.total;
     out->kv_bytes_bf16 = kvq_plan_bf16_bytes_per_token(kvq_model_get_info(s->model)) * (size_t)n_ctx;

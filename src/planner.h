@@ -23,8 +23,7 @@
 #ifndef KVQ_PLANNER_H
 #define KVQ_PLANNER_H
 
-#include "kld.h"
-#include "stats.h"
+#include "kld_ref.h"
 
 enum { KVQ_PLAN_MAX_TYPES = 32 };
 
@@ -35,7 +34,7 @@ typedef void (*kvq_plan_progress_fn)(void *ud, int done, int total, int layer, i
 
 typedef struct kvq_plan_setup {
     const kvq_model *model;
-    const kvq_kld_base *reference; /* tokens and exact log-probs               */
+    const kvq_kld_ref *reference;  /* tokens and exact log-probs (either format) */
     int n_chunk;                   /* chunks used, 1..reference->n_chunk        */
     int n_batch;                   /* tokens per evaluation (<= n_ctx)          */
     int n_threads;                 /* 0: online cores                           */
@@ -45,8 +44,8 @@ typedef struct kvq_plan_setup {
     void *progress_ud;
 } kvq_plan_setup;
 
-/* Defaults: f32 exact, batch = the reference's n_ctx, every chunk. */
-void kvq_plan_setup_init(kvq_plan_setup *s, const kvq_model *m, const kvq_kld_base *reference);
+/* Defaults: f32 exact, batch kvq_eval_batch(0, n_ctx) (chunks.h), every chunk. */
+void kvq_plan_setup_init(kvq_plan_setup *s, const kvq_model *m, const kvq_kld_ref *reference);
 
 /* The exact cache's logits over n_chunk chunks of n_ctx tokens, held in
  * memory in the base-file encoding (kld.h), so that every comparison

@@ -62,12 +62,15 @@ static rot_switch switch_for(char side, kvq_rot_mode mode_side, kvq_rot_mode mod
     return sw;
 }
 
-/* Hook for types that rotate inside their own format (KVarN, TurboQuant,
- * FORMATS.md §3-4): the cache rotates them whatever the switches say, so
- * the generic rotation must stay off for them: a second H of the same
- * size on top of the format's own would cancel it (H H = I).  When those
- * types land, this becomes a column of the trait table. */
-static bool format_rotates_itself(kvq_type t) { (void)t; return false; }
+/* Types that rotate inside their own format (KVarN: a normalised Hadamard
+ * per slice, FORMATS.md §3) are rotated by the cache whatever the switches
+ * say, so the generic rotation stays off for them: a second H of the same
+ * size on top of the format's own would cancel it (H H = I).  A column of
+ * the trait table (format_rot). */
+static bool format_rotates_itself(kvq_type t) {
+    const kvq_type_traits *tr = kvq_type_get_scalar(t);
+    return tr && tr->format_rot != KVQ_FMT_ROT_NONE;
+}
 
 static bool is_block_quant(kvq_type t) {
     const kvq_type_traits *tr = kvq_type_get(t);
@@ -80,7 +83,12 @@ static int choose_side(char side, int head_dim, int block, kvq_type type, rot_sw
     const char *tname = kvq_type_name(type);
     if (is_mla) { snprintf(why, cap, "%c: off (MLA cache: never rotated)", side); return 0; }
     if (format_rotates_itself(type)) {
-        snprintf(why, cap, "%c: off (%s rotates inside its format)", side, tname);
+        if (kvq_type_get_scalar(type)->format_rot == KVQ_FMT_ROT_TURBO)
+            snprintf(why, cap, "%c: format (%s rotates inside its format: S2 H S1 per %d-block)", side, tname,
+                     head_dim <= 64 ? 64 : 128);
+        else
+            snprintf(why, cap, "%c: format (%s rotates inside its format: hadamard per %d-wide slice)", side, tname,
+                     head_dim <= 64 ? 64 : 128);
         return 0;
     }
     if (sw.mode == KVQ_ROT_OFF) { snprintf(why, cap, "%c: off (%s)", side, sw.source); return 0; }

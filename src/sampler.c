@@ -3,6 +3,8 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef struct sample_cand { int id; float logit; } sample_cand;
 
@@ -19,6 +21,19 @@ void kvq_sampler_params_default(kvq_sampler_params *p) {
     p->top_k = 40;
     p->top_p = 0.95f;
     p->seed = 0;
+}
+
+uint64_t kvq_sampler_random_seed(void) {
+    uint64_t seed = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    bool got = f && fread(&seed, sizeof seed, 1, f) == 1;
+    if (f) fclose(f);
+    if (!got) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 32;
+    }
+    return (seed ^ seed >> 32) & 0xffffffffu;
 }
 
 kvq_status kvq_sampler_create(const kvq_sampler_params *p, kvq_sampler **out, kvq_error *err) {

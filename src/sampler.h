@@ -21,8 +21,14 @@ typedef struct kvq_sampler_params {
     uint64_t seed;
 } kvq_sampler_params;
 
-/* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95; seed 0. */
+/* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95; seed 0 (the
+ * CLI draws a random one when --seed is not given, see below). */
 void kvq_sampler_params_default(kvq_sampler_params *p);
+
+/* A fresh seed in 0..2^32-1 (the range --seed accepts, so that a run can
+ * be replayed): 8 bytes of /dev/urandom, or the clock and process id
+ * when that cannot be read. */
+uint64_t kvq_sampler_random_seed(void);
 
 typedef struct kvq_sampler kvq_sampler;
 

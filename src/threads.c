@@ -2,15 +2,29 @@
  * threads.c - the fixed worker pool behind kvq_pool_run (kvq.h, "threads").
  *
  * A pool of n threads starts n-1 workers once; the calling thread is the
- * n-th and works too.  A job is published by bumping a generation counter;
- * every thread then takes task indices from one atomic counter until the
- * tasks run out (dynamic hand-out balances uneven tasks), and the caller
- * returns once every worker has reported back.
+ * n-th and works too.  Tasks are handed out from one 64-bit atomic "claim
+ * word" holding (generation, task count, next task index): a thread claims
+ * a task with one fetch-add and learns from the value it got back which
+ * job the task belongs to and whether it is a real task.
  *
- * Waiting: a worker spins briefly on the generation counter (a job usually
- * follows the previous one within microseconds during a forward pass), then
- * sleeps on a condition variable, so an idle pool burns no CPU.  The caller
- * waits for stragglers the same way.
+ * Why the count and generation live in the claim word: the caller returns
+ * as soon as every task has *run*, not when every worker has *reported
+ * back*.  A worker the scheduler has not woken yet (the usual case on a
+ * loaded machine, and a few microseconds even on an idle one) is then
+ * never waited for; it wakes late, claims from whatever job is current,
+ * and either gets a real task of that job or finds it exhausted.  A claim
+ * is all a worker ever reads before knowing it holds a live task, so a
+ * late worker cannot run a finished job's task against a stale context:
+ * the job's fn/ctx are only read after a successful claim, and a job with
+ * a claimed task cannot finish, so they cannot change under it.
+ *
+ * Waiting: a thread spins briefly (a decoding forward pass issues a job
+ * every few microseconds), then sleeps on a condition variable, so an idle
+ * pool burns no CPU.  The other side only pays for a wake-up (a mutex and
+ * a futex call) when someone is actually asleep: "sleepers" counters are
+ * checked after publishing, and a would-be sleeper re-checks after
+ * registering (both sequentially consistent, so one of them sees the
+ * other).
  *
  * One job at a time: kvq_pool_run must not be called concurrently on the
  * same pool, nor from inside one of its tasks.
@@ -19,6 +33,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -32,105 +47,131 @@
  * matmul of a forward pass without burning a core when idle. */
 enum { SPIN_ITERS = 1000 };
 
+/* The claim word: bits 0-23 next task index, 24-47 task count of the job,
+ * 48-63 generation (wraps; only "changed" matters).  A job has at most
+ * JOB_MAX_TASKS tasks (larger runs are split), so the index, bumped at most
+ * once more per thread after the tasks run out, never carries into the
+ * count field. */
+enum { FIELD_BITS = 24, GEN_SHIFT = 2 * FIELD_BITS, JOB_MAX_TASKS = 1 << 22, MAX_THREADS = 1024 };
+#define FIELD_MASK ((UINT64_C(1) << FIELD_BITS) - 1)
+
+static uint64_t claim_word(unsigned gen, int n_tasks) {
+    return ((uint64_t)(gen & 0xffffu) << GEN_SHIFT) | ((uint64_t)n_tasks << FIELD_BITS);
+}
+static unsigned word_gen(uint64_t w) { return (unsigned)(w >> GEN_SHIFT); }
+static int word_tasks(uint64_t w) { return (int)((w >> FIELD_BITS) & FIELD_MASK); }
+static int word_next(uint64_t w) { return (int)(w & FIELD_MASK); }
+
 struct kvq_pool {
     int n_threads;
-    pthread_t *workers;          /* n_threads - 1 of them                  */
+    pthread_t *workers;          /* n_threads - 1 of them                   */
     int n_started;
 
     pthread_mutex_t mu;
-    pthread_cond_t job_cv;       /* workers sleep here between jobs        */
-    pthread_cond_t done_cv;      /* the caller sleeps here for stragglers  */
+    pthread_cond_t job_cv;       /* workers sleep here between jobs         */
+    pthread_cond_t done_cv;      /* the caller sleeps here for stragglers   */
 
-    /* the current job: written by the caller before the generation bump */
+    /* the current job: written by the caller before the claim word */
     kvq_task_fn fn;
     void *ctx;
-    int n_tasks;
+    int first_task;              /* task index of claim 0 (split runs)      */
 
-    atomic_uint generation;      /* bumped once per job (and at shutdown)  */
-    atomic_int next_task;        /* next task index to hand out            */
-    atomic_int pending;          /* workers that have not finished the job */
+    _Atomic uint64_t claim;      /* see claim_word                          */
+    atomic_int done;             /* tasks of the current job that finished  */
+    atomic_int sleeping_workers; /* workers (about to be) in job_cv         */
+    atomic_int caller_sleeping;  /* the caller is (about to be) in done_cv  */
     atomic_bool stop;
+    unsigned generation;         /* caller's copy of the current generation */
 };
 
 typedef struct worker_arg { kvq_pool *pool; int thread; } worker_arg;
 
-/* Take tasks until none are left. */
-static void drain_tasks(kvq_pool *p, int thread) {
+static void wake_caller_if_asleep(kvq_pool *p) {
+    if (!atomic_load(&p->caller_sleeping)) return;
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_signal(&p->done_cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Claim and run tasks until a claim comes back empty; returns the
+ * generation of that empty claim (the job this thread saw exhausted). */
+static unsigned drain_tasks(kvq_pool *p, int thread) {
     for (;;) {
-        int task = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
-        if (task >= p->n_tasks) return;
-        p->fn(p->ctx, task, thread);
+        const uint64_t w = atomic_fetch_add(&p->claim, 1);
+        const int n = word_tasks(w), task = word_next(w);
+        if (task >= n) return word_gen(w);
+        p->fn(p->ctx, p->first_task + task, thread);
+        if (atomic_fetch_add(&p->done, 1) + 1 == n) wake_caller_if_asleep(p);
     }
 }
 
-/* Block until the generation differs from `seen`; returns the new one. */
-static unsigned wait_for_job(kvq_pool *p, unsigned seen) {
+/* Block until the claim word's generation differs from `seen`. */
+static void wait_for_job(kvq_pool *p, unsigned seen) {
     for (int i = 0; i < SPIN_ITERS; i++) {
-        unsigned g = atomic_load_explicit(&p->generation, memory_order_acquire);
-        if (g != seen) return g;
+        if (word_gen(atomic_load_explicit(&p->claim, memory_order_acquire)) != seen) return;
         CPU_RELAX();
     }
     pthread_mutex_lock(&p->mu);
-    unsigned g;
-    while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen)
-        pthread_cond_wait(&p->job_cv, &p->mu);
+    atomic_fetch_add(&p->sleeping_workers, 1);
+    while (word_gen(atomic_load(&p->claim)) == seen) pthread_cond_wait(&p->job_cv, &p->mu);
+    atomic_fetch_sub(&p->sleeping_workers, 1);
     pthread_mutex_unlock(&p->mu);
-    return g;
 }
 
 static void *worker_main(void *arg) {
     worker_arg wa = *(worker_arg *)arg;
     free(arg);
     kvq_pool *p = wa.pool;
-    unsigned seen = 0;
+    unsigned seen = 0;    /* generation 0 is the empty job the pool starts with */
     for (;;) {
-        seen = wait_for_job(p, seen);
-        if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
-        drain_tasks(p, wa.thread);
-        /* the last worker to finish wakes the caller (under the mutex, so
-         * the wake-up cannot slip between its check and its wait) */
-        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done_cv);
-            pthread_mutex_unlock(&p->mu);
-        }
+        wait_for_job(p, seen);
+        seen = drain_tasks(p, wa.thread);
+        /* checked after the drain: its claim may already have seen the
+         * shutdown generation, which is published after `stop` is set */
+        if (atomic_load(&p->stop)) return NULL;
     }
 }
 
-static void wait_for_workers(kvq_pool *p) {
+/* Block until all n tasks of the current job have finished. */
+static void wait_for_done(kvq_pool *p, int n) {
     for (int i = 0; i < SPIN_ITERS; i++) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
+        if (atomic_load_explicit(&p->done, memory_order_acquire) == n) return;
         CPU_RELAX();
     }
     pthread_mutex_lock(&p->mu);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
-        pthread_cond_wait(&p->done_cv, &p->mu);
+    atomic_store(&p->caller_sleeping, 1);
+    while (atomic_load(&p->done) != n) pthread_cond_wait(&p->done_cv, &p->mu);
+    atomic_store(&p->caller_sleeping, 0);
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Wake every worker for a new generation (a job, or shutdown). */
-static void publish(kvq_pool *p) {
+/* Start a new generation of n tasks (0 at shutdown) and wake sleepers. */
+static void publish(kvq_pool *p, int n_tasks) {
+    p->generation++;
+    atomic_store(&p->done, 0);
+    atomic_store(&p->claim, claim_word(p->generation, n_tasks));
+    if (atomic_load(&p->sleeping_workers) == 0) return;
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
     pthread_cond_broadcast(&p->job_cv);
     pthread_mutex_unlock(&p->mu);
 }
 
 static void stop_workers(kvq_pool *p) {
-    atomic_store_explicit(&p->stop, true, memory_order_release);
-    publish(p);
+    atomic_store(&p->stop, true);
+    publish(p, 0);
     for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i], NULL);
     p->n_started = 0;
 }
 
 kvq_pool *kvq_pool_create(int n_threads) {
-    if (n_threads < 1 || n_threads > 1024) return NULL;
+    if (n_threads < 1 || n_threads > MAX_THREADS) return NULL;
     kvq_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads;
-    atomic_init(&p->generation, 0);
-    atomic_init(&p->next_task, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->claim, claim_word(0, 0));
+    atomic_init(&p->done, 0);
+    atomic_init(&p->sleeping_workers, 0);
+    atomic_init(&p->caller_sleeping, 0);
     atomic_init(&p->stop, false);
     if (pthread_mutex_init(&p->mu, NULL) != 0) { free(p); return NULL; }
     if (pthread_cond_init(&p->job_cv, NULL) != 0) goto fail_mu;
@@ -177,6 +218,16 @@ void kvq_pool_free(kvq_pool *p) {
 
 int kvq_pool_threads(const kvq_pool *p) { return p ? p->n_threads : 1; }
 
+/* One job of n_tasks <= JOB_MAX_TASKS tasks, numbered from first. */
+static void run_job(kvq_pool *p, kvq_task_fn fn, void *ctx, int first, int n_tasks) {
+    p->fn = fn;
+    p->ctx = ctx;
+    p->first_task = first;
+    publish(p, n_tasks);
+    drain_tasks(p, 0);
+    wait_for_done(p, n_tasks);
+}
+
 void kvq_pool_run(kvq_pool *p, kvq_task_fn fn, void *ctx, int n_tasks) {
     if (!fn || n_tasks <= 0) return;
     /* one thread, or one task: no hand-off is cheaper than doing it here */
@@ -184,12 +235,6 @@ void kvq_pool_run(kvq_pool *p, kvq_task_fn fn, void *ctx, int n_tasks) {
         for (int task = 0; task < n_tasks; task++) fn(ctx, task, 0);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
-    publish(p);
-    drain_tasks(p, 0);
-    wait_for_workers(p);
+    for (int first = 0; first < n_tasks; first += JOB_MAX_TASKS)
+        run_job(p, fn, ctx, first, KVQ_MIN(JOB_MAX_TASKS, n_tasks - first));
 }

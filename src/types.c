@@ -9,18 +9,37 @@
 #include "quant_kquants.h"
 #include "simd.h"
 #include "kquants_simd.h"
+#include "turbo_traits.h"
+#include "tile_ops.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
 #define ROW(T, NAME, BS, BYTES, GGML, CACHE, BLOCKQ, K)                        \
-    [T] = { NAME, BS, BYTES, GGML, CACHE, BLOCKQ,                              \
+    [T] = { NAME, BS, BYTES, GGML, CACHE, BLOCKQ, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_NONE, 0, NULL, NULL, \
             kvq_##K##_quantize, kvq_##K##_dequantize, kvq_##K##_dot, kvq_##K##_axpy }
 
 /* Weight-only rows have no quantiser: kvq reads them, it never writes them. */
 #define WROW(T, NAME, BS, BYTES, GGML, K)                                      \
-    [T] = { NAME, BS, BYTES, GGML, false, false,                               \
+    [T] = { NAME, BS, BYTES, GGML, false, false, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_NONE, 0, NULL, NULL, \
             NULL, kvq_##K##_dequantize, kvq_##K##_dot, kvq_##K##_axpy }
+
+/* KVarN tile rows: the "block" is one 128x128 record (2048*b + 768 bytes,
+ * FORMATS.md §3), rotated per slice by the format; no row kernels: the
+ * cache quantises and reads tiles through the tile hooks (src/tile_ops.h,
+ * KVarN's in src/cache_tiles.c). */
+#define TILE_ROW(T, NAME, BITS)                                                \
+    [T] = { NAME, 128 * 128, 2048 * (BITS) + 768, -1, true, false,             \
+            KVQ_LAYOUT_TILES, KVQ_FMT_ROT_SLICE, BITS, NULL, &kvq_kvarn_tile_ops,      \
+            NULL, NULL, NULL, NULL }
+
+/* TurboQuant rows (src/turbo_traits.c): blocks of 128 values, their own
+ * row layout (row_bytes hook), the format's rotation, scalar kernels here
+ * (kvq_simd_table installs the dispatching ones for avx2/avx512). */
+#define TURBO_ROW(T, NAME, BYTES128, K)                                        \
+    [T] = { NAME, 128, BYTES128, -1, true, false, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_TURBO, 0, \
+            kvq_##K##_row_bytes, NULL, kvq_##K##_quantize_scalar, kvq_##K##_dequantize, \
+            kvq_##K##_dot_scalar, kvq_##K##_axpy_scalar }
 
 static const kvq_type_traits g_scalar[KVQ_TYPE_COUNT] = {
     /*   type             name      block bytes ggml cache blockq kernels */
@@ -42,6 +61,20 @@ static const kvq_type_traits g_scalar[KVQ_TYPE_COUNT] = {
     WROW(KVQ_TYPE_Q4_K,  "q4_K",  256, 144,   12, q4_K),
     WROW(KVQ_TYPE_Q5_K,  "q5_K",  256, 176,   13, q5_K),
     WROW(KVQ_TYPE_Q6_K,  "q6_K",  256, 210,   14, q6_K),
+    /*        type              name     bits */
+    TILE_ROW(KVQ_TYPE_KVARN2, "kvarn2", 2),
+    TILE_ROW(KVQ_TYPE_KVARN3, "kvarn3", 3),
+    TILE_ROW(KVQ_TYPE_KVARN4, "kvarn4", 4),
+    TILE_ROW(KVQ_TYPE_KVARN5, "kvarn5", 5),
+    TILE_ROW(KVQ_TYPE_KVARN6, "kvarn6", 6),
+    TILE_ROW(KVQ_TYPE_KVARN8, "kvarn8", 8),
+    /*        type                  name         bytes/128 kernels */
+    TURBO_ROW(KVQ_TYPE_TURBO2,     "turbo2",     34, turbo2),
+    TURBO_ROW(KVQ_TYPE_TURBO3,     "turbo3",     50, turbo3),
+    TURBO_ROW(KVQ_TYPE_TURBO4,     "turbo4",     66, turbo4),
+    TURBO_ROW(KVQ_TYPE_TURBO2_TCQ, "turbo2_tcq", 36, turbo2_tcq),
+    TURBO_ROW(KVQ_TYPE_TURBO3_TCQ, "turbo3_tcq", 52, turbo3_tcq),
+    TURBO_ROW(KVQ_TYPE_TURBO4_TCQ, "turbo4_tcq", 68, turbo4_tcq),
 };
 
 static kvq_type_traits g_active[KVQ_TYPE_COUNT];
@@ -60,6 +93,7 @@ bool kvq_simd_table(const char *level, kvq_type_traits table[KVQ_TYPE_COUNT]) {
     if (want512) kvq_simd_install_avx512(table);
     if (want512) kvq_kquants_install_avx512(table);
 #endif
+    if (want2 || want512) kvq_turbo_install_active(table);
     return true;
 }
 
@@ -110,6 +144,8 @@ double kvq_type_bpv(kvq_type t) {
 size_t kvq_row_bytes(kvq_type t, int64_t n) {
     if (!valid(t) || n <= 0) return 0;
     const kvq_type_traits *tr = &g_scalar[t];
+    if (tr->layout != KVQ_LAYOUT_ROWS) return 0;
+    if (tr->row_bytes) return tr->row_bytes(n);
     return (size_t)((n + tr->block_size - 1) / tr->block_size) * (size_t)tr->block_bytes;
 }
 
@@ -120,6 +156,7 @@ enum { MAX_BLOCK = 256 };
 void kvq_quantize_row(kvq_type t, const float *x, void *dst, int64_t n) {
     const kvq_type_traits *tr = kvq_type_get(t);
     if (!tr || !tr->quantize || n <= 0) return;
+    if (tr->row_bytes) { tr->quantize(x, dst, n); return; }   /* the row's own layout */
     const int64_t full = n / tr->block_size * tr->block_size;
     if (full) tr->quantize(x, dst, full);
     if (full < n) {
@@ -131,7 +168,8 @@ void kvq_quantize_row(kvq_type t, const float *x, void *dst, int64_t n) {
 
 void kvq_dequantize_row(kvq_type t, const void *src, float *y, int64_t n) {
     const kvq_type_traits *tr = kvq_type_get(t);
-    if (!tr || n <= 0) return;
+    if (!tr || !tr->dequantize || n <= 0) return;
+    if (tr->row_bytes) { tr->dequantize(src, y, n); return; }
     const int64_t full = n / tr->block_size * tr->block_size;
     if (full) tr->dequantize(src, y, full);
     if (full < n) {
@@ -143,7 +181,8 @@ void kvq_dequantize_row(kvq_type t, const void *src, float *y, int64_t n) {
 
 float kvq_dot_row(kvq_type t, const void *row, const float *x, int64_t n) {
     const kvq_type_traits *tr = kvq_type_get(t);
-    if (!tr || n <= 0) return 0.0f;
+    if (!tr || !tr->dot || n <= 0) return 0.0f;
+    if (tr->row_bytes) return tr->dot(row, x, n);
     const int64_t full = n / tr->block_size * tr->block_size;
     float s = full ? tr->dot(row, x, full) : 0.0f;
     if (full < n) {
@@ -156,7 +195,8 @@ float kvq_dot_row(kvq_type t, const void *row, const float *x, int64_t n) {
 
 void kvq_axpy_row(kvq_type t, float w, const void *row, float *y, int64_t n) {
     const kvq_type_traits *tr = kvq_type_get(t);
-    if (!tr || n <= 0) return;
+    if (!tr || !tr->axpy || n <= 0) return;
+    if (tr->row_bytes) { tr->axpy(w, row, y, n); return; }
     const int64_t full = n / tr->block_size * tr->block_size;
     if (full) tr->axpy(w, row, y, full);
     if (full < n) {

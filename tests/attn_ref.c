@@ -106,65 +106,70 @@ void attn_ref_plain(const attn_data *d, int pos, int n, float scale, float *out)
 /* Cached rows of one KV head, dequantised once: for each position its
  * body, ring (when still held) and sink value; picked per query. */
 typedef struct cache_ctx {
-    const float *body_k, *body_v, *exact_k, *exact_v;  /* [n_keys][hd] */
+    const float *body_k, *body_v, *exact_k, *exact_v;  /* [n_keys][store_dim] */
     const kvq_cache *c;
-    int q_pos, hd_k, hd_v;
+    int q_pos, dim_k, dim_v;
 } cache_ctx;
 
-/* ATTENTION.md §3, written independently of the kernel. */
-static bool use_exact(const cache_ctx *cc, int p) {
-    const int tail = cc->c->ring_rows ? cc->c->p.tail_tokens : 0;
-    return p < cc->c->sink_rows || p >= cc->q_pos - tail + 1;
+/* ATTENTION.md §3 and docs/kvarn.md, written independently of the kernel:
+ * rows: the first sink_rows keys and the query's last tail keys are exact;
+ * tiles: also every key whose tile is not complete within 0..q_pos, and
+ * the last tail/128 complete tiles. */
+static bool use_exact(const kvq_cache_side *sd, int q_pos, int p) {
+    if (p < sd->sink_rows) return true;
+    if (sd->layout == KVQ_LAYOUT_ROWS) return p >= q_pos - (sd->ring_rows ? sd->tail_tokens : 0) + 1;
+    const int complete_tiles = (q_pos + 1) / 128;
+    return p / 128 >= complete_tiles - sd->tail_tokens / 128;
 }
 static const float *cache_key(void *ctx, int p) {
     const cache_ctx *cc = ctx;
-    return (use_exact(cc, p) ? cc->exact_k : cc->body_k) + (size_t)p * cc->hd_k;
+    return (use_exact(&cc->c->k[0], cc->q_pos, p) ? cc->exact_k : cc->body_k) + (size_t)p * cc->dim_k;
 }
 static const float *cache_val(void *ctx, int p) {
     const cache_ctx *cc = ctx;
-    return (use_exact(cc, p) ? cc->exact_v : cc->body_v) + (size_t)p * cc->hd_v;
+    return (use_exact(&cc->c->v[0], cc->q_pos, p) ? cc->exact_v : cc->body_v) + (size_t)p * cc->dim_v;
 }
 
-/* Exact copy of position p: the sink when it holds p, else the ring; an
- * exact copy the ring no longer holds is never used by any query here. */
+/* A stored row of position p from one copy, or NaNs when that copy does
+ * not hold it (a row no query here may read). */
+static void read_or_nan(const kvq_cache *c, bool is_v, kvq_cache_part part, int kvh, int p, float *out) {
+    const int dim = is_v ? c->v[0].store_dim : c->k[0].store_dim;
+    if (kvq_cache_read_row(c, 0, is_v, part, kvh, p, out, NULL) == KVQ_OK) return;
+    for (int i = 0; i < dim; i++) out[i] = NAN;
+}
+
+/* Exact copy of position p: the sink when it holds p, else the ring. */
 static void read_exact(const kvq_cache *c, bool is_v, int kvh, int p, float *out) {
-    kvq_cache_part part = p < c->sink_rows ? KVQ_PART_SINK : KVQ_PART_RING;
-    const int hd = is_v ? c->p.head_dim_v : c->p.head_dim_k;
-    if (part == KVQ_PART_RING && kvq_cache_read_row(c, 0, is_v, part, kvh, p, out, NULL) == KVQ_OK) return;
-    if (part == KVQ_PART_SINK && kvq_cache_read_row(c, 0, is_v, part, kvh, p, out, NULL) == KVQ_OK) return;
-    for (int i = 0; i < hd; i++) out[i] = NAN;   /* must never be read */
+    const kvq_cache_side *sd = is_v ? &c->v[0] : &c->k[0];
+    read_or_nan(c, is_v, p < sd->sink_rows ? KVQ_PART_SINK : KVQ_PART_RING, kvh, p, out);
 }
 
 bool attn_ref_cache(const kvq_cache *c, const attn_data *d, int pos, int n, float scale, float *out) {
-    const int n_keys = pos + n, hd_k = d->hd_k, hd_v = d->hd_v;
+    const kvq_cache_side *sk = &c->k[0], *sv = &c->v[0];
+    const int n_keys = pos + n, dk = sk->store_dim, dv = sv->store_dim;
     const int group = d->n_head / d->n_head_kv;
-    float *mem = malloc((size_t)n_keys * 2 * (hd_k + hd_v) * sizeof(float));
+    float *mem = malloc((size_t)n_keys * 2 * (dk + dv) * sizeof(float));
     if (!mem) return false;
-    float *bk = mem, *bv = bk + (size_t)n_keys * hd_k, *ek = bv + (size_t)n_keys * hd_v,
-          *ev = ek + (size_t)n_keys * hd_k;
-    const kvq_rot_plan *plan = kvq_cache_rotation(c);
+    float *bk = mem, *bv = bk + (size_t)n_keys * dk, *ek = bv + (size_t)n_keys * dv,
+          *ev = ek + (size_t)n_keys * dk;
     double acc[512];
-    float qr[512];
+    float qr[512], o[512];
     for (int kvh = 0; kvh < d->n_head_kv; kvh++) {
         for (int p = 0; p < n_keys; p++) {
-            if (kvq_cache_read_row(c, 0, false, KVQ_PART_BODY, kvh, p, bk + (size_t)p * hd_k, NULL) ||
-                kvq_cache_read_row(c, 0, true, KVQ_PART_BODY, kvh, p, bv + (size_t)p * hd_v, NULL)) {
-                free(mem);
-                return false;
-            }
-            read_exact(c, false, kvh, p, ek + (size_t)p * hd_k);
-            read_exact(c, true, kvh, p, ev + (size_t)p * hd_v);
+            read_or_nan(c, false, KVQ_PART_BODY, kvh, p, bk + (size_t)p * dk);
+            read_or_nan(c, true, KVQ_PART_BODY, kvh, p, bv + (size_t)p * dv);
+            read_exact(c, false, kvh, p, ek + (size_t)p * dk);
+            read_exact(c, true, kvh, p, ev + (size_t)p * dv);
         }
         for (int i = 0; i < n; i++)
             for (int g = 0; g < group; g++) {
                 const int h = kvh * group + g;
-                memcpy(qr, d->q + ((size_t)(pos + i) * d->n_head + h) * hd_k, (size_t)hd_k * sizeof(float));
-                if (plan->block_k) kvq_rotate_row(qr, hd_k, plan->block_k, c->signs_k);
-                cache_ctx cc = { bk, bv, ek, ev, c, pos + i, hd_k, hd_v };
-                attend_one(qr, hd_k, hd_v, pos + i + 1, scale, cache_key, cache_val, &cc, acc);
-                float *o = out + ((size_t)i * d->n_head + h) * hd_v;
-                for (int j = 0; j < hd_v; j++) o[j] = (float)acc[j];
-                if (plan->block_v) kvq_rotate_row_inverse(o, hd_v, plan->block_v, c->signs_v);
+                kvq_cache_side_rotate(sk, d->q + ((size_t)(pos + i) * d->n_head + h) * d->hd_k, qr);
+                cache_ctx cc = { bk, bv, ek, ev, c, pos + i, dk, dv };
+                attend_one(qr, dk, dv, pos + i + 1, scale, cache_key, cache_val, &cc, acc);
+                for (int j = 0; j < dv; j++) o[j] = (float)acc[j];
+                kvq_cache_side_unrotate(sv, o);
+                memcpy(out + ((size_t)i * d->n_head + h) * d->hd_v, o, (size_t)d->hd_v * sizeof(float));
             }
     }
     free(mem);

@@ -11,8 +11,12 @@ static void base_params(kvq_cache_params *p) {
 /* Hand-computed: 2 layers x 2 KV heads, K 80 wide, V 48 wide, n_ctx 100.
  *   K row  q4_0: 80 -> 3 blocks x 18 = 54 B; layer 1 overridden to f16: 160 B
  *   V row  q8_0: 48 -> 2 blocks x 34 = 68 B
- *   ring   tail 10 + max_batch 7 = 17 rows, bf16: (80 + 48) x 2 = 256 B/head
- *   sink   3 rows of the same 256 B/head */
+ *   Rotated block-type rows whose head is not a whole number of blocks are
+ *   stored (and mixed) at their padded width, exact copies included:
+ *   K q4_0 96 values, K f16 80 (plain: no padding), V q8_0 64.
+ *   ring   tail 10 + max_batch 7 = 17 rows, bf16, per head:
+ *          layer 0 (96 + 64) x 2 = 320 B, layer 1 (80 + 64) x 2 = 288 B
+ *   sink   3 rows of the same 320 + 288 B per head */
 TEST(cache_memory_figures_exact) {
     kvq_cache_params p;
     attn_params(&p, 2, 80, 48, 100, KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0, KVQ_ROT_AUTO);
@@ -31,9 +35,9 @@ TEST(cache_memory_figures_exact) {
     kvq_cache_free(c);
     CHECK(b.k == (size_t)2 * 100 * (54 + 160), "K body %zu", b.k);
     CHECK(b.v == (size_t)2 * 2 * 100 * 68, "V body %zu", b.v);
-    CHECK(b.tail == (size_t)2 * 2 * 17 * 256, "tail %zu", b.tail);
-    CHECK(b.sink == (size_t)2 * 2 * 3 * 256, "sink %zu", b.sink);
-    CHECK(b.total == b.k + b.v + b.tail + b.sink && b.total == 90480, "total %zu", b.total);
+    CHECK(b.tail == (size_t)2 * 17 * (320 + 288), "tail %zu", b.tail);
+    CHECK(b.sink == (size_t)2 * 3 * (320 + 288), "sink %zu", b.sink);
+    CHECK(b.total == b.k + b.v + b.tail + b.sink && b.total == 94320, "total %zu", b.total);
     CHECK(kvq_cache_row_bytes(KVQ_TYPE_Q4_0, 8, 128) == 8 * 4 * 18, "row bytes q4_0");
     CHECK(kvq_cache_row_bytes(KVQ_TYPE_Q5_1, 1, 24) == 24, "row bytes q5_1 24 (one padded block)");
     CHECK(kvq_cache_row_bytes(KVQ_TYPE_F16, 4, 80) == 640, "row bytes f16");

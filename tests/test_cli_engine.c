@@ -201,8 +201,9 @@ TEST(cli_engine_bad_input_one_line) {
     remove(corrupt);
 }
 
-/* --save-base writes llama.cpp's format: same header fields and tokens as
- * llama.cpp's own file for the same text, and kvq reads it back. */
+/* --kl-divergence-base FILE (without --kl-divergence) writes llama.cpp's
+ * format: same header fields and tokens as llama.cpp's own file for the
+ * same text, and kvq reads it back. */
 TEST(cli_kld_save_base_matches_llama_layout) {
     const char *bin = need_bin();
     char model[1024], text[1024], base[1024], out_path[128];
@@ -214,8 +215,8 @@ TEST(cli_kld_save_base_matches_llama_layout) {
     snprintf(out_path, sizeof out_path, "/tmp/kvq_test_save_%d.kld", (int)getpid());
     char cmd[4096];
     static char out[8192];
-    CHECK(snprintf(cmd, sizeof cmd, "%s kld -m %s -f %s -c 128 --chunks 2 -t 2 -ctk f32 -ctv f32 --save-base %s", bin,
-                   model, text, out_path) < (int)sizeof cmd, "command too long");
+    CHECK(snprintf(cmd, sizeof cmd, "%s kld -m %s -f %s -c 128 --chunks 2 -t 2 -ctk f32 -ctv f32 --kl-divergence-base %s",
+                   bin, model, text, out_path) < (int)sizeof cmd, "command too long");
     int rc = run_stdout(cmd, out, sizeof out);
     CHECK(rc == 0, "save-base exited %d: %s", rc, out);
     FILE *a = fopen(out_path, "rb"), *b = fopen(base, "rb");
@@ -237,18 +238,91 @@ TEST(cli_kld_save_base_matches_llama_layout) {
     CHECK(fabs(kld) < 1e-5, "the same run against its own base: mean KLD %g", kld);
 }
 
-/* bench prints one table row per depth (timings are not checked). */
+/* bench prints a table per depth with one row per configuration (timings
+ * are not checked). */
 TEST(cli_bench_rows_per_depth) {
     const char *bin = need_bin();
     char model[1024];
     if (!bin) SKIP("KVQ_BIN not set");
     if (!test_shared_path(model, sizeof model, "models/synth/qwen3-h128-q4_k.gguf")) SKIP("../shared not found");
     char cmd[2048];
-    static char out[4096];
+    static char out[8192];
     CHECK(snprintf(cmd, sizeof cmd, "%s bench -m %s -p 16 -n 4 -r 1 -d 0,24 -t 2 -ctk q8_0 -ctv q4_0", bin, model) <
               (int)sizeof cmd, "command too long");
     int rc = run_stdout(cmd, out, sizeof out);
     CHECK(rc == 0, "kvq bench exited %d: %s", rc, out);
-    CHECK(count_lines(out) == 4, "header, rule and 2 rows expected: %s", out);
-    CHECK(strstr(out, "| q8_0/q4_0 | 0 |") && strstr(out, "| q8_0/q4_0 | 24 |"), "rows for depths 0 and 24 missing: %s", out);
+    CHECK(strstr(out, "2 threads") && strstr(out, "context 44 (trained 4096)"), "header lacks threads/context: %s", out);
+    const char *d0 = strstr(out, "### depth 0\n"), *d24 = strstr(out, "### depth 24\n");
+    CHECK(d0 && d24 && d0 < d24, "tables for depths 0 and 24 missing: %s", out);
+    CHECK(strstr(d0, "| q8_0/q4_0 | K 128 / V 64 |") && strstr(d24, "| q8_0/q4_0 | K 128 / V 64 |"),
+          "a row per depth expected: %s", out);
+    CHECK(!strstr(out, "| f16/f16 |"), "only the -ctk/-ctv cache expected: %s", out);
+}
+
+/* --types with --rot both: f16 once, each block type rotated and not,
+ * ratios to f16, and the rotation cost line; past the trained context the
+ * run still works (with a warning on stderr). */
+TEST(cli_bench_types_and_rotation_cost) {
+    const char *bin = need_bin();
+    char model[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/synth/qwen3-h128-q8_0.gguf")) SKIP("../shared not found");
+    char cmd[2048];
+    static char out[16384];
+    CHECK(snprintf(cmd, sizeof cmd, "%s bench -m %s -p 8 -n 2 -r 2 -d 4090 -t 1 --types f16,q4_0,q8_0 --rot both",
+                   bin, model) < (int)sizeof cmd, "command too long");
+    int rc = run_stdout(cmd, out, sizeof out);
+    CHECK(rc == 0, "kvq bench exited %d: %s", rc, out);
+    CHECK(strstr(out, "context 4100 (trained 4096)"), "context line missing: %s", out);
+    CHECK(strstr(out, "| f16/f16 | off |") && strstr(out, "| q4_0/q4_0 | K 128 / V 64 |") &&
+          strstr(out, "| q4_0/q4_0 | off |") && strstr(out, "| q8_0/q8_0 | off |"), "rows missing: %s", out);
+    const char *f16_row = strstr(out, "| f16/f16 | off |");
+    CHECK(f16_row && strstr(f16_row, "| 1.00 | 1.00 | 1.00 |"), "f16 row is not its own reference: %s", out);
+    CHECK(strstr(out, "Rotation cost at depth 4090") && strstr(out, " q4_0 ") && strstr(out, " q8_0 "),
+          "rotation cost line missing: %s", out);
+}
+
+/* A bare run measures the default type set; --fill model fills the depth
+ * with the model's own prefill in -b batches. */
+TEST(cli_bench_default_types_and_model_fill) {
+    const char *bin = need_bin();
+    char model[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/synth/qwen3-h128-q8_0.gguf")) SKIP("../shared not found");
+    char cmd[2048];
+    static char out[16384];
+    CHECK(snprintf(cmd, sizeof cmd, "%s bench -m %s -p 4 -n 1 -r 1 -t 1", bin, model) < (int)sizeof cmd,
+          "command too long");
+    int rc = run_stdout(cmd, out, sizeof out);
+    CHECK(rc == 0, "kvq bench exited %d: %s", rc, out);
+    const char *expected[] = { "| f16/f16 |", "| q8_0/q8_0 |", "| q5_0/q5_0 |", "| q4_0/q4_0 |", "| iq4_nl/iq4_nl |",
+                               "| q3_0/q3_0 |", "| q2_0/q2_0 |" };
+    for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
+        CHECK(strstr(out, expected[i]), "default set lacks %s: %s", expected[i], out);
+    CHECK(!strstr(out, "| f32/f32 |") && !strstr(out, "| q4_1/q4_1 |"), "f32/q4_1 are not in the default set: %s", out);
+    CHECK(snprintf(cmd, sizeof cmd, "%s bench -m %s -p 4 -n 2 -r 1 -t 1 -d 40 -b 16 --fill model -ctk q4_0 -ctv q4_0",
+                   bin, model) < (int)sizeof cmd, "command too long");
+    rc = run_stdout(cmd, out, sizeof out);
+    CHECK(rc == 0, "kvq bench --fill model exited %d: %s", rc, out);
+    CHECK(strstr(out, "the model's prefill") && strstr(out, "### depth 40") &&
+          strstr(out, "| q4_0/q4_0 |"), "model-filled run missing: %s", out);
+}
+
+/* Bad bench flags: one error line each. */
+TEST(cli_bench_rejects_bad_types_and_rot) {
+    const char *bin = need_bin();
+    char model[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/synth/qwen3-h128-q8_0.gguf")) SKIP("../shared not found");
+    const char *flags[] = { "--types q4_0,nope", "--types q4_k", "--rot sideways", "--fill magic",
+                            "--types q4_0 -ctk q8_0", "--types ,", "-b 0" };
+    static char out[8192];
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        char cmd[2048];
+        CHECK(snprintf(cmd, sizeof cmd, "%s bench -m %s -p 4 -n 1 -r 1 %s", bin, model, flags[i]) < (int)sizeof cmd,
+              "command too long");
+        int rc = test_run(cmd, out, sizeof out);
+        CHECK(rc == 1, "'%s' exited %d: %s", flags[i], rc, out);
+        CHECK(count_lines(out) == 1 && strstr(out, "error"), "'%s' printed %d lines: %s", flags[i], count_lines(out), out);
+    }
 }

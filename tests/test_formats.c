@@ -2,6 +2,7 @@
  * input for every cache type (docs/formats.md states the rules tested). */
 #include "test.h"
 #include "kvq.h"
+#include "turbo.h"
 
 #include <float.h>
 #include <string.h>
@@ -42,6 +43,19 @@ static double predicted_nmse(kvq_type t) {
     case KVQ_TYPE_Q8_0: return amax2 / (12.0 * 127 * 127);
     case KVQ_TYPE_IQ4_NL: return 0.8 * amax2 / (12.0 * 64);
     default: break;
+    }
+    /* TurboQuant: the codebook's distortion D per unit-variance value
+     * (E[q.x_hat] = sqrt(1 - D) q.x, kvq_turbo_ip_gain); norm' keeps the
+     * length, so NMSE ~ D (docs/turbo.md). */
+    static const struct { kvq_type t; kvq_turbo_type tt; } turbo[] = {
+        { KVQ_TYPE_TURBO2, KVQ_TURBO2 }, { KVQ_TYPE_TURBO3, KVQ_TURBO3 }, { KVQ_TYPE_TURBO4, KVQ_TURBO4 },
+        { KVQ_TYPE_TURBO2_TCQ, KVQ_TURBO2_TCQ }, { KVQ_TYPE_TURBO3_TCQ, KVQ_TURBO3_TCQ },
+        { KVQ_TYPE_TURBO4_TCQ, KVQ_TURBO4_TCQ },
+    };
+    for (size_t i = 0; i < sizeof turbo / sizeof turbo[0]; i++) {
+        if (turbo[i].t != t) continue;
+        const double g = kvq_turbo_ip_gain(turbo[i].tt);
+        return 1.0 - g * g;
     }
     static const struct { kvq_type t; int bits; bool has_min; } spec[] = {
         { KVQ_TYPE_Q6_0, 6, false }, { KVQ_TYPE_Q6_1, 6, true }, { KVQ_TYPE_Q5_0, 5, false },
@@ -157,6 +171,9 @@ TEST(formats_odd_row_lengths) {
     const int nt = cache_types(types);
     for (int ti = 0; ti < nt; ti++)
         for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+            /* rows with their own layout (TurboQuant: 64/128-blocks, its
+             * kernels pad) are checked in test_turbo.c and the cache tests */
+            if (kvq_type_get(types[ti])->row_bytes) continue;
             check_odd_length(t, types[ti], lengths[li]);
             if (t->result != TEST_PASS) return;
         }
@@ -180,6 +197,7 @@ TEST(formats_nonfinite_input) {
     for (int ti = 0; ti < nt; ti++) {
         const kvq_type ty = types[ti];
         const kvq_type_traits *tr = kvq_type_get(ty);
+        if (tr->row_bytes) continue;   /* TurboQuant: a non-finite value makes its block's norm NaN/Inf (test_turbo.c) */
         for (size_t bi = 0; bi < sizeof bad_values / sizeof bad_values[0]; bi++) {
             fill_gauss(&rng, x, N);
             x[5] = NAN;

@@ -338,7 +338,7 @@ TEST(gguf_bad_tensor_info) {
     b = gw_baseline_tensors[0];
     b.ne[0] = 1ull << 60;   /* 2^62 bytes: fits the arithmetic, not the file */
     b.ne[1] = 1;
-    expect_tensor_error(t, 0, b, "extends past end of file", "huge tensor");
+    expect_tensor_error(t, 0, b, "extends past the end of the file", "huge tensor");
     b.ne[0] = 1ull << 62;   /* 2^62 values fit int64, their 2^64 bytes do not fit size_t */
     expect_tensor_error(t, 0, b, "byte size overflows", "byte size overflow");
     b = gw_baseline_tensors[0];
@@ -361,15 +361,16 @@ TEST(gguf_bad_tensor_placement) {
     b.offset = 65;
     expect_tensor_error(t, 1, b, "tensor 'norm' offset 65 is not a multiple of the alignment 32", "misaligned");
     b.offset = 1ull << 40;
-    expect_tensor_error(t, 1, b, "tensor 'norm' data [", "offset past end");
+    expect_tensor_error(t, 1, b, "tensor 'norm' (", "offset past end");
     b.offset = UINT64_MAX - 31;       /* aligned; offset + size wraps */
-    expect_tensor_error(t, 1, b, "extends past end of file", "offset near 2^64");
+    /* the message shows the offset as stored, not a wrapped sum */
+    expect_tensor_error(t, 1, b, "at offset 18446744073709551584 of the data section", "offset near 2^64");
     {
         /* The last tensor one byte longer than the file. */
         gw_model m = gw_model_default();
         gw w;
         build(&w, &m);
-        expect_format_error(t, w.p, w.n - 1, "tensor 'q8' data [", "last tensor cut by one byte");
+        expect_format_error(t, w.p, w.n - 1, "tensor 'q8' (", "last tensor cut by one byte");
         gw_free(&w);
     }
     b = gw_baseline_tensors[1];

@@ -4,6 +4,7 @@
  * configuration of no larger size, measured the same way. */
 #include "test.h"
 #include "knapsack.h"
+#include "kld_ref.h"
 #include "planner.h"
 #include "../tools/cache_flags.h"
 
@@ -264,8 +265,10 @@ TEST(plan_on_toy_h64_beats_uniform_types_within_budget) {
     kvq_error err = { 0 };
     CHECK(kvq_model_load(model_path, &m, &err) == KVQ_OK, "%s", err.msg);
     if (kvq_kld_base_read(base_path, &base, &err)) { kvq_model_free(m); CHECK(0, "%s", err.msg); }
+    kvq_kld_ref ref;
+    kvq_kld_ref_from_llama(&ref, base);
     kvq_plan_setup s;
-    kvq_plan_setup_init(&s, m, base);
+    kvq_plan_setup_init(&s, m, &ref);
     s.n_chunk = test_sanitized() ? 1 : 4;
     s.n_threads = 2;
     /* q3_0 is what frees bytes for q5_0 where it matters: without it a
@@ -359,7 +362,8 @@ TEST(cli_plan_flags_reproduce_its_verification_in_kld) {
     CHECK(strstr(flags, "q4_0") && strstr(flags, "q3_0"), "a 25%% plan should mix q4_0 and q3_0: '%s'", flags);
 
     snprintf(base, sizeof base, "/tmp/kvq_test_plan_%d.kld", (int)getpid());
-    snprintf(cmd, sizeof cmd, "{ %s kld -m %s -f %s -c 32 --chunks 2 -t 2 -ctk f32 -ctv f32 --save-base %s 2>/dev/null; }",
+    /* llama.cpp's 16-bit format, the encoding of the plan's in-memory reference */
+    snprintf(cmd, sizeof cmd, "{ %s kld -m %s -f %s -c 32 --chunks 2 -t 2 -ctk f32 -ctv f32 --kl-divergence-base %s 2>/dev/null; }",
              bin, model, text, base);
     rc = test_run(cmd, kld_out, sizeof kld_out);
     if (rc == 0) {

@@ -15,10 +15,14 @@ typedef struct count_ctx {
     int n_threads;
     pthread_t caller;
     atomic_int off_caller;    /* tasks that ran on another thread */
+    int busy_iters;           /* work before the count (lets workers take tasks) */
 } count_ctx;
 
 static void count_task(void *p, int task, int thread) {
     count_ctx *c = p;
+    volatile int sink = 0;
+    for (int i = 0; i < c->busy_iters; i++) sink = sink + i;
+    (void)sink;
     atomic_fetch_add(&c->runs[task], 1);
     if (thread < 0 || thread >= c->n_threads) atomic_fetch_add(&c->bad_thread, 1);
     if (!pthread_equal(pthread_self(), c->caller)) atomic_fetch_add(&c->off_caller, 1);
@@ -30,6 +34,7 @@ static void reset(count_ctx *c, int n_threads) {
     atomic_init(&c->off_caller, 0);
     c->n_threads = n_threads;
     c->caller = pthread_self();
+    c->busy_iters = 0;
 }
 
 /* Runs n_tasks through the pool and reports the first task not run once. */
@@ -74,6 +79,37 @@ TEST(pool_reuse_many_jobs) {
     }
     kvq_pool_free(pool);
     CHECK(bad_job < 0, "job %d: task %d not run exactly once", bad_job, bad_task);
+}
+
+/* The caller returns once every task ran, without waiting for workers
+ * that never woke up; such a late worker must not run a task of a job that
+ * already returned.  Jobs alternate between two contexts: after each job
+ * the other context (whose job has returned) must be untouched. */
+static long total_runs(count_ctx *c) {
+    long sum = 0;
+    for (int i = 0; i < MAX_TASKS; i++) sum += atomic_load(&c->runs[i]);
+    return sum;
+}
+
+TEST(pool_late_workers_never_run_old_jobs) {
+    static count_ctx c[2];
+    kvq_pool *pool = kvq_pool_create(4);
+    CHECK(pool != NULL, "kvq_pool_create(4) failed");
+    reset(&c[0], 4);
+    reset(&c[1], 4);
+    c[0].busy_iters = c[1].busy_iters = 2000;   /* a few microseconds per task */
+    const int jobs = test_sanitized() ? 2000 : 20000;
+    long expected[2] = { 0, 0 };   /* task runs of each context so far */
+    int bad_job = -1;
+    for (int j = 0; j < jobs && bad_job < 0; j++) {
+        const int n = 2 + j % 5;
+        kvq_pool_run(pool, count_task, &c[j % 2], n);
+        expected[j % 2] += n;
+        if (total_runs(&c[0]) != expected[0] || total_runs(&c[1]) != expected[1]) bad_job = j;
+    }
+    kvq_pool_free(pool);
+    CHECK(bad_job < 0, "job %d: task runs %ld/%ld, expected %ld/%ld", bad_job, total_runs(&c[0]),
+          total_runs(&c[1]), expected[0], expected[1]);
 }
 
 TEST(pool_single_thread_runs_inline) {

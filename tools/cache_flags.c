@@ -16,14 +16,14 @@ static bool parse_rot_mode(const char *cmd, const char *flag, const char *s, kvq
     if (!strcmp(s, "auto")) *out = KVQ_ROT_AUTO;
     else if (!strcmp(s, "on")) *out = KVQ_ROT_ON;
     else if (!strcmp(s, "off")) *out = KVQ_ROT_OFF;
-    else { cli_error(cmd, "%s: '%s' is not one of auto, on, off", flag, s); return false; }
+    else { cli_error(cmd, "%s: '%s' is not one of auto, on, off (see kvq %s --help)", flag, s, cmd); return false; }
     return true;
 }
 
 static bool parse_count(const char *cmd, const char *flag, const char *s, int *out) {
     long v;
     if (!cli_parse_long(s, 0, MAX_EXACT_TOKENS, &v)) {
-        cli_error(cmd, "%s: '%s' is not a token count in 0..%d", flag, s, MAX_EXACT_TOKENS);
+        cli_error(cmd, "%s: '%s' is not a token count in 0..%d (see kvq %s --help)", flag, s, MAX_EXACT_TOKENS, cmd);
         return false;
     }
     *out = (int)v;
@@ -190,6 +190,7 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
         if (!cf->tail_auto) ok = parse_count(cmd, a, v, &p->tail_tokens);
     } else if (is(a, "--kv-tail-type", NULL)) {
         ok = cli_parse_type(cmd, v, true, &p->tail_type);
+        cf->tail_type_given = true;
         if (ok && p->tail_type != KVQ_TYPE_F32 && p->tail_type != KVQ_TYPE_F16 && p->tail_type != KVQ_TYPE_BF16) {
             cli_error(cmd, "--kv-tail-type: '%s' is not an exact type (f32, f16, bf16)", v);
             ok = false;
@@ -201,9 +202,20 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
     return ok ? 1 : -1;
 }
 
+static bool is_tiles(kvq_type t) { return kvq_type_get(t)->layout == KVQ_LAYOUT_TILES; }
+
+/* Does -ctk, -ctv or a per-layer override name a KVarN type? */
+static bool uses_tiles(const cache_flags *cf) {
+    bool tiles = is_tiles(cf->params.type_k) || is_tiles(cf->params.type_v);
+    for (int side = 0; side < 2; side++)
+        for (int e = 0; e < cf->layers[side].n; e++) tiles |= is_tiles(cf->layers[side].r[e].type);
+    return tiles;
+}
+
 void cache_flags_resolve(cache_flags *cf, int n_ctx) {
     cf->params.n_ctx = n_ctx;
     if (cf->tail_auto) cf->params.tail_tokens = (n_ctx < AUTO_TAIL_TOKENS ? n_ctx : AUTO_TAIL_TOKENS);
+    if (uses_tiles(cf) && !cf->tail_type_given) cf->params.tail_type = KVQ_TYPE_F16;
 }
 
 void cache_flags_usage(FILE *f) {
@@ -214,8 +226,10 @@ void cache_flags_usage(FILE *f) {
         "  --cache-type-k-layers SPEC  per-layer K types, e.g. 0-3:q8_0,4-27:q4_0 (ranges\n"
         "                              inclusive, later entries win, others keep -ctk)\n"
         "  --cache-type-v-layers SPEC  the same for V (others keep -ctv)\n"
-        "  --kv-tail-tokens N|auto     recent positions read from an exact copy (auto = 1024)\n"
+        "  --kv-tail-tokens N|auto     recent positions read from an exact copy (auto = 1024;\n"
+        "                              KVarN: whole 128-token tiles, rounded up)\n"
         "  --kv-tail-type T            f32, f16 or bf16 for the tail and sink copies\n"
+        "                              (default bf16; f16 when a side is KVarN)\n"
         "  --kv-sink-tokens S          first positions read from an exact copy\n"
         "  --attn-rot auto|on|off      Hadamard rotation of Q/K and V (both sides)\n"
         "  --attn-rot-k MODE, --attn-rot-v MODE   one side only\n"

@@ -26,6 +26,7 @@ typedef struct layer_spec {
 typedef struct cache_flags {
     kvq_cache_params params;   /* types, tail, sink, rotation request */
     bool tail_auto;            /* --kv-tail-tokens auto               */
+    bool tail_type_given;      /* --kv-tail-type was on the command line */
     layer_spec layers[2];      /* [0] K, [1] V                        */
     /* storage behind params.layer_type_k / layer_type_v once applied */
     kvq_type layer_types[2][CACHE_FLAGS_MAX_LAYERS];
@@ -42,7 +43,9 @@ bool layer_spec_parse(const char *spec, layer_spec *out, char *msg, size_t cap);
  * params.layer_type_k/v (left NULL on a side without overrides); prints
  * one error line and returns false when a range names a layer >= n_layer. */
 bool cache_flags_apply_layers(const char *cmd, cache_flags *cf, int n_layer);
-/* Settle what depends on the context size (auto tail = 1024, capped). */
+/* Settle what depends on the context size (auto tail = 1024, capped) and
+ * on the types (tail type f16 when a side is KVarN and none was given,
+ * ATTENTION.md §3; per-layer types count once applied). */
 void cache_flags_resolve(cache_flags *cf, int n_ctx);
 void cache_flags_usage(FILE *f);
 /* Log the cache's memory figures and rotation choice to stderr. */

@@ -37,6 +37,18 @@ bool cli_parse_double(const char *s, double lo, double hi, double *out) {
     return true;
 }
 
+bool cli_flag_long(const char *cmd, const char *flag, const char *v, long lo, long hi, long *out) {
+    if (cli_parse_long(v, lo, hi, out)) return true;
+    cli_error(cmd, "%s: '%s' is not an integer in %ld..%ld (see kvq %s --help)", flag, v, lo, hi, cmd);
+    return false;
+}
+
+bool cli_flag_double(const char *cmd, const char *flag, const char *v, double lo, double hi, double *out) {
+    if (cli_parse_double(v, lo, hi, out)) return true;
+    cli_error(cmd, "%s: '%s' is not a number in %g..%g (see kvq %s --help)", flag, v, lo, hi, cmd);
+    return false;
+}
+
 const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
         cli_error(cmd, "option %s needs a value (see kvq %s --help)", argv[*i], cmd);

@@ -28,6 +28,11 @@ int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(print
 bool cli_parse_long(const char *s, long lo, long hi, long *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);
 
+/* A flag's integer value in [lo, hi]; otherwise one error line with the
+ * range and a hint ("see kvq CMD --help") and false. */
+bool cli_flag_long(const char *cmd, const char *flag, const char *v, long lo, long hi, long *out);
+bool cli_flag_double(const char *cmd, const char *flag, const char *v, double lo, double hi, double *out);
+
 /* Fetch the value of flag argv[*i] (advancing *i); NULL + error if absent. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 

@@ -1,33 +1,71 @@
-/* cmd_bench.c - `kvq bench`: prompt and generation speed of a model with
- * a cache configuration (median of several runs; EVAL.md §6). */
-#include "chunks.h"
+/* cmd_bench.c - `kvq bench`: prompt and generation speed of a model per
+ * cache type and depth, relative to the f16 cache, and the cost of the
+ * Hadamard rotation (EVAL.md §6).
+ *
+ * Every (type, rotation) configuration is run `reps` times at each depth,
+ * the configurations interleaved run by run (rep 1 of every one, then rep
+ * 2, ...) so that a change of machine load hits them all alike; medians
+ * are reported.  The rotation cost compares each rotated run with the
+ * unrotated run of the same type right after it (paired ratios). */
+#include "bench_run.h"
 #include "cli.h"
 #include "engine_cli.h"
-#include "model.h"
+#include "kvq_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *CMD = "bench";
 
-enum { MAX_DEPTHS = 16 };
+enum { MAX_DEPTHS = 16, MAX_CONFIGS = 2 * KVQ_TYPE_COUNT, MAX_REPS = 100, DEFAULT_FILL_BATCH = 2048 };
+
+/* Rotation of the configurations: as the cache flags say, or forced. */
+typedef enum rot_choice { ROT_FROM_FLAGS = 0, ROT_AUTO, ROT_ON, ROT_OFF, ROT_BOTH } rot_choice;
 
 typedef struct bench_opts {
     const char *model;
-    int n_prompt, n_gen, n_threads, reps;
+    bench_run_opts run;
+    int reps;
     int depths[MAX_DEPTHS], n_depths;   /* tokens already in the cache */
+    const char *types;                  /* --types list, NULL: none given */
+    bool kv_types_given;                /* -ctk / -ctv given */
+    rot_choice rot;
     cache_flags cache;
 } bench_opts;
+
+/* One cache configuration and its times at the current depth. */
+typedef struct bench_config {
+    kvq_cache_params cache;
+    int off_twin;             /* --rot both: its unrotated twin, or -1 */
+    bool is_twin;             /* the unrotated twin of the one before  */
+    kvq_rot_plan plan;        /* what the cache chose (first run)     */
+    bench_times t[MAX_REPS];
+} bench_config;
 
 static void usage(FILE *f) {
     fprintf(f,
         "usage: kvq bench -m MODEL [options]\n"
-        "  -p, --n-prompt N       prompt tokens (default 128)\n"
-        "  -n, --n-gen N          generated tokens (default 64)\n"
-        "  -r, --repetitions N    runs; the median is reported (default 5)\n"
-        "  -d, --depth LIST       cache depths to measure at, e.g. 0,4096 (default 0)\n"
-        "  -t, --threads N        threads (default: online cores)\n");
+        "Prompt (pp) and generation (tg) tokens/s per cache type and depth, median of -r runs.\n"
+        "  -p, --n-prompt N       prompt tokens, evaluated as one batch (default 128)\n"
+        "  -n, --n-gen N          generated tokens, one step each (default 64)\n"
+        "  -r, --repetitions N    runs per figure; the median is reported (default 5)\n"
+        "  -d, --depth LIST       cache depths to measure at, e.g. 0,4096,16384 (default 0)\n"
+        "  -t, --threads N        threads (default: online cores)\n"
+        "  --types LIST           cache types, each run with -ctk = -ctv = TYPE: names separated by\n"
+        "                         commas, 'default' (every cache type but f32, bf16 and the rarely\n"
+        "                         used q6_0 q6_1 q5_1 q4_1 q3_1 q2_1) or 'all'.  Without --types\n"
+        "                         and without -ctk/-ctv: default\n"
+        "  --rot auto|on|off|both rotation of every configuration; both = on and off for each\n"
+        "                         block-quantised type, and the rotation cost line (default: the\n"
+        "                         cache flags, i.e. auto)\n"
+        "  --fill synthetic|model how the depth is filled (not timed): random K/V rows written into\n"
+        "                         the cache (default; linear in the depth), or the model's own\n"
+        "                         prefill (quadratic: minutes at 16384 on a small machine)\n"
+        "  -b, --batch-size N     tokens per fill batch (default 2048)\n"
+        "Depths past the model's trained context are allowed with a warning: RoPE\n"
+        "extrapolates, the speed is the same, the outputs are not meaningful.\n");
     cache_flags_usage(f);
 }
 
@@ -48,98 +86,275 @@ static bool parse_depths(bench_opts *o, const char *list) {
     return true;
 }
 
+static bool parse_rot(const char *s, rot_choice *out) {
+    static const struct { const char *name; rot_choice v; } names[] = {
+        { "auto", ROT_AUTO }, { "on", ROT_ON }, { "off", ROT_OFF }, { "both", ROT_BOTH } };
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(names); i++)
+        if (!strcmp(s, names[i].name)) { *out = names[i].v; return true; }
+    cli_error(CMD, "--rot: '%s' is not one of auto, on, off, both", s);
+    return false;
+}
+
+static bool is_kv_type_flag(const char *a) {
+    return !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v");
+}
+
 static int parse_one(bench_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i], *v;
     int *dst;
     long l, lo = 1, hi = CLI_MAX_CTX;
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; o->model = v; return 1; }
+    if (!strcmp(a, "--types")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; o->types = v; return 1; }
+    if (!strcmp(a, "--rot")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; return parse_rot(v, &o->rot) ? 1 : -1; }
+    if (!strcmp(a, "--fill")) {
+        if (!(v = cli_value(CMD, argc, argv, i))) return -1;
+        if (!strcmp(v, "synthetic")) o->run.fill = BENCH_FILL_SYNTHETIC;
+        else if (!strcmp(v, "model")) o->run.fill = BENCH_FILL_MODEL;
+        else { cli_error(CMD, "--fill: '%s' is not one of synthetic, model", v); return -1; }
+        return 1;
+    }
     if (!strcmp(a, "-d") || !strcmp(a, "--depth")) {
         if (!(v = cli_value(CMD, argc, argv, i))) return -1;
         return parse_depths(o, v) ? 1 : -1;
     }
-    if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) dst = &o->n_prompt;
-    else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) dst = &o->n_gen;
-    else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) { dst = &o->reps; hi = 1000; }
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { dst = &o->n_threads; hi = CLI_MAX_THREADS; }
-    else return cache_flags_parse(CMD, &o->cache, argc, argv, i);
+    if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) dst = &o->run.n_prompt;
+    else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) { dst = &o->run.n_gen; lo = 0; }
+    else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) { dst = &o->reps; hi = MAX_REPS; }
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { dst = &o->run.n_threads; hi = CLI_MAX_THREADS; }
+    else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) dst = &o->run.fill_batch;
+    else {
+        o->kv_types_given |= is_kv_type_flag(a);
+        return cache_flags_parse(CMD, &o->cache, argc, argv, i);
+    }
     if (!(v = cli_value(CMD, argc, argv, i))) return -1;
     if (!cli_parse_long(v, lo, hi, &l)) { cli_error(CMD, "%s: '%s' is not an integer in %ld..%ld", a, v, lo, hi); return -1; }
     *dst = (int)l;
     return 1;
 }
 
+/* ------------------------------------------------------------ configs */
+
+/* Left out of --types default: full precision, and the variants that
+ * only trade a little size for a little accuracy against their sibling. */
+static bool in_default_set(kvq_type t) {
+    static const kvq_type skipped[] = { KVQ_TYPE_F32, KVQ_TYPE_BF16, KVQ_TYPE_Q6_0, KVQ_TYPE_Q6_1, KVQ_TYPE_Q5_1,
+                                        KVQ_TYPE_Q4_1, KVQ_TYPE_Q3_1, KVQ_TYPE_Q2_1 };
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(skipped); i++)
+        if (t == skipped[i]) return false;
+    return true;
+}
+
+static bool is_block_quant(kvq_type t) { return kvq_type_get(t)->is_block_quant; }
+
+/* Add the configuration(s) of a K/V type pair (--rot both: rotated and
+ * not when either side is block-quantised); false when full. */
+static bool add_config(const bench_opts *o, kvq_type tk, kvq_type tv, bench_config *cfg, int *n) {
+    const bool both = o->rot == ROT_BOTH && (is_block_quant(tk) || is_block_quant(tv));
+    if (*n + (both ? 2 : 1) > MAX_CONFIGS) return false;
+    bench_config *c = &cfg[(*n)++];
+    c->cache = o->cache.params;
+    c->cache.type_k = tk;
+    c->cache.type_v = tv;
+    c->off_twin = -1;
+    static const kvq_rot_mode forced[] = { [ROT_AUTO] = KVQ_ROT_AUTO, [ROT_ON] = KVQ_ROT_ON, [ROT_OFF] = KVQ_ROT_OFF,
+                                           [ROT_BOTH] = KVQ_ROT_ON };
+    if (o->rot != ROT_FROM_FLAGS) {
+        c->cache.rot.mode = both || o->rot != ROT_BOTH ? forced[o->rot] : KVQ_ROT_AUTO;
+        c->cache.rot.mode_k = c->cache.rot.mode_v = KVQ_ROT_AUTO;   /* the single switch decides */
+    }
+    if (both) {
+        bench_config *off = &cfg[(*n)++];
+        *off = *c;
+        off->cache.rot.mode = KVQ_ROT_OFF;
+        off->is_twin = true;
+        c->off_twin = *n - 1;
+    }
+    return true;
+}
+
+/* The configurations to run; 0 after printing an error. */
+static int make_configs(const bench_opts *o, bench_config *cfg) {
+    int n = 0;
+    if (!o->types) {   /* -ctk/-ctv given: exactly that cache */
+        add_config(o, o->cache.params.type_k, o->cache.params.type_v, cfg, &n);
+        return n;
+    }
+    const bool all = !strcmp(o->types, "all"), dflt = !strcmp(o->types, "default");
+    if (all || dflt) {
+        for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
+            const kvq_type_traits *tr = kvq_type_get((kvq_type)t);
+            if (tr && tr->is_cache_type && (all || in_default_set((kvq_type)t))) add_config(o, (kvq_type)t, (kvq_type)t, cfg, &n);
+        }
+        return n;
+    }
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", o->types);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        kvq_type t;
+        if (!cli_parse_type(CMD, tok, true, &t)) return 0;
+        if (!add_config(o, t, t, cfg, &n)) { cli_error(CMD, "--types: more than %d configurations", MAX_CONFIGS); return 0; }
+    }
+    if (!n) cli_error(CMD, "--types: empty list");
+    return n;
+}
+
+/* ------------------------------------------------------------ figures */
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-/* A fixed, spread-out token sequence: speed does not depend on the ids. */
-static int32_t bench_token(int i, int n_vocab) { return (int32_t)(((unsigned)i * 7919u + 3u) % (unsigned)n_vocab); }
-
-/* Fill the cache with `depth` tokens (not timed), in batches. */
-static kvq_status fill(kvq_ctx *ctx, int depth, int n_vocab, int32_t *buf, int batch, kvq_error *err) {
-    for (int start = 0; start < depth; start += batch) {
-        const int n = depth - start < batch ? depth - start : batch;
-        for (int i = 0; i < n; i++) buf[i] = bench_token(start + i, n_vocab);
-        kvq_status st = kvq_ctx_eval(ctx, buf, n, start, NULL, false, err);
-        if (st) return st;
-    }
-    return KVQ_OK;
-}
-
-/* One run at one depth: prefill n_prompt tokens in one batch, then n_gen
- * single-token steps feeding back the argmax.  Times in seconds. */
-static kvq_status one_run(kvq_ctx *ctx, const bench_opts *o, int depth, int n_vocab, int32_t *buf, float *logits,
-                          double *t_pp, double *t_tg, kvq_error *err) {
-    kvq_cache_clear(kvq_ctx_cache(ctx));
-    kvq_status st = fill(ctx, depth, n_vocab, buf, o->n_prompt, err);
-    for (int i = 0; i < o->n_prompt; i++) buf[i] = bench_token(depth + i, n_vocab);
-    double t0 = kvq_now_seconds();
-    if (!st) st = kvq_ctx_eval(ctx, buf, o->n_prompt, depth, logits, true, err);
-    *t_pp = kvq_now_seconds() - t0;
-    t0 = kvq_now_seconds();
-    for (int s = 0; !st && s < o->n_gen; s++) {
-        int32_t tok = 0;
-        for (int i = 1; i < n_vocab; i++) if (logits[i] > logits[tok]) tok = i;
-        st = kvq_ctx_eval(ctx, &tok, 1, depth + o->n_prompt + s, logits, true, err);
-    }
-    *t_tg = kvq_now_seconds() - t0;
-    return st;
-}
-
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static int bench(const bench_opts *o, kvq_ctx *ctx, const kvq_model_info *in) {
-    int32_t *buf = malloc((size_t)o->n_prompt * sizeof *buf);
-    float *logits = malloc((size_t)in->n_vocab * sizeof *logits);
-    double *pp = malloc((size_t)o->reps * sizeof *pp), *tg = malloc((size_t)o->reps * sizeof *tg);
-    int rc = 0;
-    if (!buf || !logits || !pp || !tg) rc = cli_error(CMD, "out of memory");
-    char name[64];
-    cache_flags_name(&o->cache, name, sizeof name);
+/* Median over the runs of one field of bench_times. */
+static double median_of(const bench_config *c, int reps, size_t field_offset) {
+    double v[MAX_REPS];
+    for (int r = 0; r < reps; r++) v[r] = *(const double *)((const char *)&c->t[r] + field_offset);
+    return median(v, reps);
+}
+
+/* Median over paired runs of (rotated / unrotated) - 1 for one field. */
+static double paired_cost(const bench_config *on, const bench_config *off, int reps, size_t field_offset) {
+    double v[MAX_REPS];
+    for (int r = 0; r < reps; r++) {
+        const double a = *(const double *)((const char *)&on->t[r] + field_offset);
+        const double b = *(const double *)((const char *)&off->t[r] + field_offset);
+        v[r] = b > 0 ? a / b - 1.0 : 0.0;
+    }
+    return median(v, reps);
+}
+
+static double per_second(int tokens, double seconds) { return seconds > 0 ? tokens / seconds : 0.0; }
+
+/* "q4_0", or "q8_0/q4_0" when K and V differ. */
+static void config_name(const bench_config *c, char *buf, size_t cap) {
+    if (c->cache.type_k == c->cache.type_v) snprintf(buf, cap, "%s", kvq_type_name(c->cache.type_k));
+    else snprintf(buf, cap, "%s/%s", kvq_type_name(c->cache.type_k), kvq_type_name(c->cache.type_v));
+}
+
+/* One side: "format" for types that rotate inside their format (KVarN,
+ * TurboQuant: the plan's block is 0 for them), the plan's block, or "off". */
+static void side_rot(kvq_type t, int block, char *buf, size_t cap) {
+    if (kvq_type_get(t)->format_rot != KVQ_FMT_ROT_NONE) snprintf(buf, cap, "format");
+    else if (block) snprintf(buf, cap, "%d", block);
+    else snprintf(buf, cap, "off");
+}
+
+static void plan_name(const bench_config *c, char *buf, size_t cap) {
+    char k[16], v[16];
+    side_rot(c->cache.type_k, c->plan.block_k, k, sizeof k);
+    side_rot(c->cache.type_v, c->plan.block_v, v, sizeof v);
+    const bool same_word = !strcmp(k, v) && (!strcmp(k, "off") || !strcmp(k, "format"));
+    if (same_word) snprintf(buf, cap, "%s", k);
+    else snprintf(buf, cap, "K %s / V %s", k, v);
+}
+
+static void print_header(const bench_opts *o, const kvq_model_info *in, int n_threads) {
     const char *base = strrchr(o->model, '/');
-    if (!rc) printf("| model | threads | cache | depth | pp%d t/s | tg%d t/s |\n|---|---|---|---|---|---|\n",
-                    o->n_prompt, o->n_gen);
+    printf("## kvq bench: %s, %d thread%s, context %d (trained %d), pp%d / tg%d, median of %d run%s\n\n",
+           base ? base + 1 : o->model, n_threads, n_threads == 1 ? "" : "s", o->run.n_ctx, in->n_ctx_train,
+           o->run.n_prompt, o->run.n_gen, o->reps, o->reps == 1 ? "" : "s");
+    printf("Depth filled (untimed) by %s; pp: one batch of %d tokens after it, tg: %d single steps.\n"
+           "t/s from wall-clock time; CPU t/s from the process's CPU time (all threads), which on a\n"
+           "shared machine leaves out the time spent waiting for a core.  \"vs f16\": speed / f16's.\n",
+           o->run.fill == BENCH_FILL_MODEL ? "the model's prefill" : "synthetic K/V rows", o->run.n_prompt,
+           o->run.n_gen);
+}
+
+/* "1.23" = this configuration's speed / f16's (time of f16 / this). */
+static void ratio(char *buf, size_t cap, double ref_s, double s) {
+    if (ref_s > 0 && s > 0) snprintf(buf, cap, "%.2f", ref_s / s);
+    else snprintf(buf, cap, "-");
+}
+
+static void print_table(const bench_opts *o, bench_config *cfg, int n_cfg, int depth) {
+    static const size_t fields[4] = { offsetof(bench_times, pp_s), offsetof(bench_times, tg_s),
+                                      offsetof(bench_times, pp_cpu_s), offsetof(bench_times, tg_cpu_s) };
+    const int tokens[4] = { o->run.n_prompt, o->run.n_gen, o->run.n_prompt, o->run.n_gen };
+    int f16 = -1;
+    for (int c = 0; c < n_cfg && f16 < 0; c++)
+        if (cfg[c].cache.type_k == KVQ_TYPE_F16 && cfg[c].cache.type_v == KVQ_TYPE_F16) f16 = c;
+    double ref[4] = { 0, 0, 0, 0 };
+    for (int f = 0; f < 4 && f16 >= 0; f++) ref[f] = median_of(&cfg[f16], o->reps, fields[f]);
+    printf("\n### depth %d\n\n| cache K/V | rotation | pp%d t/s | tg%d t/s | pp CPU t/s | tg CPU t/s "
+           "| pp vs f16 | tg vs f16 | tg CPU vs f16 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+           depth, o->run.n_prompt, o->run.n_gen);
+    for (int c = 0; c < n_cfg; c++) {
+        double med[4];
+        for (int f = 0; f < 4; f++) med[f] = median_of(&cfg[c], o->reps, fields[f]);
+        char rot[48], pr[16], tr[16], tcr[16];
+        plan_name(&cfg[c], rot, sizeof rot);
+        ratio(pr, sizeof pr, ref[0], med[0]);
+        ratio(tr, sizeof tr, ref[1], med[1]);
+        ratio(tcr, sizeof tcr, ref[3], med[3]);
+        printf("| %s/%s | %s |", kvq_type_name(cfg[c].cache.type_k), kvq_type_name(cfg[c].cache.type_v), rot);
+        for (int f = 0; f < 4; f++) printf(" %.1f |", per_second(tokens[f], med[f]));
+        printf(" %s | %s | %s |\n", pr, tr, tcr);
+    }
+}
+
+/* The cost of rotating: tg time of each rotated run over its unrotated
+ * twin's (their steps interleaved), wall clock and process CPU time. */
+static void print_rotation_cost(const bench_opts *o, const bench_config *cfg, int n_cfg, int depth) {
+    bool any = false;
+    for (int c = 0; c < n_cfg; c++) {
+        if (cfg[c].off_twin < 0 || !o->run.n_gen) continue;
+        if (!any) printf("\nRotation cost at depth %d (tg time rotated / unrotated - 1, steps of the two "
+                         "interleaved, median of %d runs; CPU time, then wall clock; target <= 2%%):",
+                         depth, o->reps);
+        const bench_config *off = &cfg[cfg[c].off_twin];
+        char name[32];
+        config_name(&cfg[c], name, sizeof name);
+        printf("%s %s %+.1f%% (wall %+.1f%%)", any ? "," : "", name,
+               100.0 * paired_cost(&cfg[c], off, o->reps, offsetof(bench_times, tg_cpu_s)),
+               100.0 * paired_cost(&cfg[c], off, o->reps, offsetof(bench_times, tg_s)));
+        any = true;
+    }
+    if (any) printf("\n");
+}
+
+/* ---------------------------------------------------------------- run */
+
+/* Run r of configuration c; a rotated configuration runs step by step
+ * against its unrotated twin (bench_run_pair). */
+static kvq_status run_config(const bench_opts *o, const kvq_model *m, bench_config *cfg, int c, int depth, int r,
+                             kvq_error *err) {
+    bench_config *a = &cfg[c];
+    kvq_rot_plan *plan_a = r == 0 ? &a->plan : NULL;
+    if (a->off_twin < 0) return bench_run_once(m, &a->cache, &o->run, depth, &a->t[r], plan_a, err);
+    bench_config *b = &cfg[a->off_twin];
+    return bench_run_pair(m, &a->cache, &b->cache, &o->run, depth, &a->t[r], &b->t[r], plan_a,
+                          r == 0 ? &b->plan : NULL, err);
+}
+
+static int bench(const bench_opts *o, const kvq_model *m, bench_config *cfg, int n_cfg) {
     kvq_error err = { 0 };
-    for (int d = 0; !rc && d < o->n_depths; d++) {
-        for (int r = 0; !rc && r < o->reps; r++)
-            if (one_run(ctx, o, o->depths[d], in->n_vocab, buf, logits, &pp[r], &tg[r], &err))
-                rc = cli_error(CMD, "%s", err.msg);
-        if (rc) break;
-        const double mp = median(pp, o->reps), mt = median(tg, o->reps);
-        printf("| %s | %d | %s | %d | %.1f | %.1f |\n", base ? base + 1 : o->model, kvq_ctx_threads(ctx), name,
-               o->depths[d], mp > 0 ? o->n_prompt / mp : 0.0, mt > 0 && o->n_gen ? o->n_gen / mt : 0.0);
+    for (int d = 0; d < o->n_depths; d++) {
+        for (int r = 0; r < o->reps; r++)
+            for (int c = 0; c < n_cfg; c++) {
+                if (cfg[c].is_twin) continue;   /* measured with its rotated sibling */
+                if (run_config(o, m, cfg, c, o->depths[d], r, &err)) return cli_error(CMD, "%s", err.msg);
+            }
+        print_table(o, cfg, n_cfg, o->depths[d]);
+        print_rotation_cost(o, cfg, n_cfg, o->depths[d]);
         fflush(stdout);
     }
-    free(buf); free(logits); free(pp); free(tg);
-    return rc;
+    return 0;
+}
+
+/* What kvq_ctx_create does with 0 threads. */
+static int online_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 && n < 1024 ? (int)n : 1;
 }
 
 int cmd_bench(int argc, char **argv) {
-    bench_opts o = { .n_prompt = 128, .n_gen = 64, .reps = 5, .n_depths = 1 };
+    bench_opts o = { .run = { .n_prompt = 128, .n_gen = 64, .fill_batch = DEFAULT_FILL_BATCH }, .reps = 5,
+                     .n_depths = 1 };
     cache_flags_init(&o.cache);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
@@ -147,14 +362,24 @@ int cmd_bench(int argc, char **argv) {
         if (r < 0) return 1;
         if (r == 0) return cli_error(CMD, "unknown option '%s' (see kvq bench --help)", argv[i]);
     }
+    if (o.types && o.kv_types_given) return cli_error(CMD, "give either --types or -ctk/-ctv, not both");
+    if (!o.types && !o.kv_types_given) o.types = "default";
+    int max_depth = 0;
+    for (int d = 0; d < o.n_depths; d++) max_depth = KVQ_MAX(max_depth, o.depths[d]);
+    o.run.n_ctx = max_depth + o.run.n_prompt + o.run.n_gen;
+    cache_flags_resolve(&o.cache, o.run.n_ctx);
+    static bench_config cfg[MAX_CONFIGS];
+    memset(cfg, 0, sizeof cfg);
+    const int n_cfg = make_configs(&o, cfg);
+    if (!n_cfg) return 1;
     kvq_model *m = cli_load_model(CMD, o.model);
     if (!m) return 1;
     const kvq_model_info *in = kvq_model_get_info(m);
-    int max_depth = 0;
-    for (int d = 0; d < o.n_depths; d++) max_depth = o.depths[d] > max_depth ? o.depths[d] : max_depth;
-    kvq_ctx *ctx = cli_create_ctx(CMD, m, &o.cache, max_depth + o.n_prompt + o.n_gen, o.n_prompt, o.n_threads);
-    int rc = ctx ? bench(&o, ctx, in) : 1;
-    kvq_ctx_free(ctx);
+    if (o.run.n_ctx > in->n_ctx_train)
+        fprintf(stderr, "kvq %s: warning: context %d exceeds the model's trained context %d: RoPE extrapolates "
+                "past it (the speed is the same; the outputs are not meaningful)\n", CMD, o.run.n_ctx, in->n_ctx_train);
+    print_header(&o, in, o.run.n_threads ? o.run.n_threads : online_threads());
+    const int rc = bench(&o, m, cfg, n_cfg);
     kvq_model_free(m);
     return rc;
 }

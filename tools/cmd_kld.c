@@ -1,10 +1,14 @@
 /* cmd_kld.c - `kvq kld`: KL divergence of a cache configuration against
- * a reference (llama.cpp's --kl-divergence-base file), or writing such a
- * reference (--save-base).  Protocol: EVAL.md §1; statistics: §3. */
+ * a reference base file of either format (kvq's exact one or llama.cpp's
+ * --kl-divergence-base), or writing one (--save-base: kvq's exact format;
+ * --kl-divergence-base FILE alone: llama.cpp's).  Protocol: EVAL.md §1;
+ * statistics: §3; units of the JSON keys: docs/engine.md. */
+#include "base_kvq.h"
 #include "chunks.h"
 #include "cli.h"
 #include "engine_cli.h"
-#include "kld.h"
+#include "eval_row.h"
+#include "kld_ref.h"
 #include "model.h"
 #include "stats.h"
 
@@ -20,6 +24,7 @@ enum { TG_TOKENS = 32 };   /* decode steps timed for tg_tps */
 typedef struct kld_opts {
     const char *model, *text, *base_in, *base_out, *llama_base;
     bool llama_compare, json;
+    bool save_llama;          /* the base written is llama.cpp's format */
     int n_ctx, n_batch, n_chunks, n_threads;
     cache_flags cache;
 } kld_opts;
@@ -30,12 +35,15 @@ static void usage(FILE *f) {
         "       kvq kld -m MODEL -f TEXT --save-base FILE [options]\n"
         "  -m, --model FILE       GGUF model\n"
         "  -f, --file FILE        text (compare: checked against the base's tokens)\n"
-        "  --base FILE            reference logits (llama.cpp --kl-divergence-base format)\n"
-        "  --save-base FILE       write the reference logits of this run\n"
+        "  --base FILE            reference logits: kvq's exact base or llama.cpp's\n"
+        "                         --kl-divergence-base file (told apart by their magic)\n"
+        "  --save-base FILE       write this run's reference in kvq's exact format (float\n"
+        "                         log-probs, model and token hashes, checksum)\n"
         "  --kl-divergence-base FILE [--kl-divergence]   llama.cpp's spelling: without\n"
-        "                         --kl-divergence it writes FILE, with it it compares\n"
+        "                         --kl-divergence it writes FILE in llama.cpp's format,\n"
+        "                         with it it compares against FILE (either format)\n"
         "  -c, --ctx-size N       chunk length when writing (default 512; compare: the base's)\n"
-        "  -b, --batch-size N     tokens per evaluation batch (default: the chunk)\n"
+        "  -b, --batch-size N     tokens per evaluation batch (default 512, at most the chunk)\n"
         "  --chunks N             use at most N chunks\n"
         "  -t, --threads N        threads (default: online cores)\n"
         "  --json                 print one JSON object instead of the tables\n");
@@ -61,7 +69,7 @@ static int parse_one(kld_opts *o, int argc, char **argv, int *i) {
     else return cache_flags_parse(CMD, &o->cache, argc, argv, i);
     if (!(v = cli_value(CMD, argc, argv, i))) return -1;
     if (str) { *str = v; return 1; }
-    if (!cli_parse_long(v, lo, hi, &l)) { cli_error(CMD, "%s: '%s' is not an integer in %ld..%ld", a, v, lo, hi); return -1; }
+    if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1;
     *num = (int)l;
     return 1;
 }
@@ -99,40 +107,17 @@ static kvq_status measure_tg(kld_job *j, kvq_error *err) {
     return st;
 }
 
-/* The text's tokens must be the base's (same model vocabulary, same text). */
-static int check_text_tokens(const kld_job *j, const int32_t *base_toks) {
+/* -f TEXT's tokens (NULL after one error line). */
+static int32_t *text_tokens(const kld_job *j, int *n) {
     size_t len = 0;
     char *text = cli_read_text(CMD, j->o->text, &len);
-    if (!text) return 1;
-    const kvq_model_info *in = kvq_model_get_info(j->m);
-    int n = 0;
-    int32_t *toks = cli_tokenize(CMD, j->m, text, len, in->add_bos, &n);
+    if (!text) return NULL;
+    int32_t *toks = cli_tokenize(CMD, j->m, text, len, kvq_model_get_info(j->m)->add_bos, n);
     free(text);
-    if (!toks) return 1;
-    const int need = j->n_ctx * j->n_chunk;
-    int rc = 0;
-    if (n < need) rc = cli_error(CMD, "'%s' has %d tokens, the base file holds %d", j->o->text, n, need);
-    for (int i = 0; !rc && i < need; i++)
-        if (toks[i] != base_toks[i])
-            rc = cli_error(CMD, "'%s' does not match the base file: token %d is %d, the base has %d (other text or vocabulary?)",
-                           j->o->text, i, (int)toks[i], (int)base_toks[i]);
-    free(toks);
-    return rc;
+    return toks;
 }
 
 /* ------------------------------------------------------------ compare */
-
-typedef struct compare_acc {
-    const kvq_kld_base *base;
-    int n_vocab;
-    kvq_tokstats stats;
-} compare_acc;
-
-static kvq_status compare_token(void *ud, size_t index, const float *logits, int32_t next, kvq_error *err) {
-    compare_acc *a = ud;
-    kvq_kld_token t = kvq_kld_compare(logits, a->n_vocab, kvq_kld_base_record(a->base, index), next);
-    return kvq_tokstats_add(&a->stats, &t, err);
-}
 
 static void print_tables(const kvq_kld_summary *s) {
     const double ratio = exp(s->ln_ratio);
@@ -162,83 +147,157 @@ static void print_tables(const kvq_kld_summary *s) {
     printf("Same top p: %6.3f ± %5.3f %%\n", 100.0 * s->same_top, 100.0 * s->same_top_se);
 }
 
-/* KV bytes of a plain bf16 cache of the same shape and context: the
- * denominator of size %. */
-static size_t bf16_bytes(const kvq_model_info *in, int n_ctx) {
-    return (size_t)in->n_layer * (size_t)n_ctx *
-           (kvq_cache_row_bytes(KVQ_TYPE_BF16, in->n_head_kv, in->head_dim_k) +
-            kvq_cache_row_bytes(KVQ_TYPE_BF16, in->n_head_kv, in->head_dim_v));
-}
-
-static void print_json(const kld_job *j, const kvq_kld_summary *s) {
+/* The run as one result row (eval_row.h, the sweep's row): sizes with
+ * tail and sink on both sides of the ratio, MiB at the trained context,
+ * speeds, and precision when the reference's own KLD is known to be 0 (an
+ * exact base is the exact cache itself; a 16-bit llama.cpp base has an
+ * unmeasured floor, so no precision is claimed against it). */
+static void fill_row(const kld_job *j, const kvq_kld_ref *ref, const kvq_kld_summary *s, kvq_eval_row *r) {
+    const kvq_model_info *in = kvq_model_get_info(j->m);
     const kvq_cache *c = kvq_ctx_cache(j->ctx);
+    const kvq_cache_params *p = &j->o->cache.params;
     kvq_cache_bytes b;
     kvq_cache_memory(c, &b);
-    const size_t ref = bf16_bytes(kvq_model_get_info(j->m), j->n_ctx);
+    kvq_cache_params bf16 = *p;
+    bf16.type_k = bf16.type_v = KVQ_TYPE_BF16;
+    bf16.layer_type_k = bf16.layer_type_v = NULL;
     const kvq_rot_plan *rot = kvq_cache_rotation(c);
-    const kvq_cache_params *p = &j->o->cache.params;
-    const double n_eval = (double)j->n_ctx * j->n_chunk;
+    const int full_ctx = in->n_ctx_train > 0 ? in->n_ctx_train : j->n_ctx;
+
+    kvq_eval_row_init(r);
+    kvq_eval_copy_str(r->cache_k, sizeof r->cache_k, kvq_type_name(p->type_k));
+    kvq_eval_copy_str(r->cache_v, sizeof r->cache_v, kvq_type_name(p->type_v));
+    r->rot_k = rot ? rot->block_k : 0;
+    r->rot_v = rot ? rot->block_v : 0;
+    r->tail_tokens = p->tail_tokens;
+    r->sink_tokens = p->sink_tokens;
+    r->n_tokens = (double)s->n;
+    r->kv_bytes = (double)b.total;
+    r->kv_bytes_bf16 = cli_kv_bytes(in, &bf16, j->n_ctx);
+    r->size_pct = 100.0 * r->kv_bytes / r->kv_bytes_bf16;
+    r->mib = cli_kv_bytes(in, p, full_ctx) / 1048576.0;
+    r->mean_kld = s->mean_kld;
+    r->mean_kld_se = s->mean_kld_se;
+    r->median_kld = s->median_kld;
+    r->p90_kld = s->p_kld[4];      /* levels: .001 .01 .05 .10 .90 .95 .99 .999 */
+    r->p99_kld = s->p_kld[6];
+    r->p99_9_kld = s->p_kld[7];
+    r->max_kld = s->max_kld;
+    r->same_top_p = 100.0 * s->same_top;
+    r->same_top_se = 100.0 * s->same_top_se;
+    r->rms_dp = 100.0 * s->rms_dp;
+    r->ppl_q = s->ppl_q;
+    r->ppl_q_se = s->ppl_q_se;
+    r->ppl_base = s->ppl_base;
+    r->pp_tps = j->eval_secs > 0 ? (double)j->n_ctx * j->n_chunk / j->eval_secs : NAN;
+    r->tg_tps = j->tg_tps;
+    if (ref->format == KVQ_BASE_KVQ) kvq_eval_rows_precision(r, 1);
+}
+
+static void print_cache_block(const kld_job *j, const kvq_eval_row *r) {
+    const kvq_model_info *in = kvq_model_get_info(j->m);
+    printf("\n====== KV cache, precision and speed ======\n");
+    printf("Cache K/V     : %s/%s (Hadamard block K %d, V %d; tail %d, sink %d)\n", r->cache_k, r->cache_v, r->rot_k,
+           r->rot_v, r->tail_tokens, r->sink_tokens);
+    printf("KV size       : %.3f MiB at n_ctx %d = %.2f%% of bf16; %.3f MiB at the trained context %d\n",
+           r->kv_bytes / 1048576.0, j->n_ctx, r->size_pct, r->mib, in->n_ctx_train > 0 ? in->n_ctx_train : j->n_ctx);
+    if (isnan(r->mean_precision)) printf("Precision     : - (a llama.cpp base's own KLD floor is unknown)\n");
+    else printf("Precision     : mean %.3f%%, 99.9%% %.3f%%\n", r->mean_precision, r->p99_9_precision);
+    printf("Speed         : prompt %.1f tokens/s, generation %.1f tokens/s\n", r->pp_tps, r->tg_tps);
+}
+
+/* A JSON number, or null when not measured. */
+static void json_num(const char *key, const char *fmt, double v, bool last) {
+    printf("\"%s\": ", key);
+    if (isnan(v)) printf("null");
+    else printf(fmt, v);
+    printf(last ? "}\n" : ", ");
+}
+
+static void print_json(const kvq_kld_summary *s, const kvq_eval_row *r) {
     printf("{\"n_tokens\": %zu, \"ppl_q\": %.6f, \"ppl_q_se\": %.6f, \"ppl_base\": %.6f, \"ppl_base_se\": %.6f, "
            "\"ln_ratio\": %.8f, \"mean_kld\": %.8g, \"mean_kld_se\": %.8g, \"median_kld\": %.8g, "
            "\"p90_kld\": %.8g, \"p99_kld\": %.8g, \"p99_9_kld\": %.8g, \"max_kld\": %.8g, "
-           "\"same_top_p\": %.6f, \"rms_dp\": %.8g, \"kv_bytes\": %zu, \"kv_bytes_bf16\": %zu, \"size_pct\": %.4f, "
-           "\"cache_k\": \"%s\", \"cache_v\": \"%s\", \"rot_k\": %d, \"rot_v\": %d, "
-           "\"tail_tokens\": %d, \"sink_tokens\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f}\n",
+           "\"same_top_p\": %.6f, \"same_top_se\": %.6f, \"rms_dp\": %.8g, \"kv_bytes\": %.0f, \"kv_bytes_bf16\": %.0f, "
+           "\"size_pct\": %.4f, \"kv_mib_full_ctx\": %.6f, \"cache_k\": \"%s\", \"cache_v\": \"%s\", \"rot_k\": %d, "
+           "\"rot_v\": %d, \"tail_tokens\": %d, \"sink_tokens\": %d, ",
            s->n, s->ppl_q, s->ppl_q_se, s->ppl_base, s->ppl_base_se, s->ln_ratio, s->mean_kld, s->mean_kld_se,
-           s->median_kld, s->p_kld[4], s->p_kld[6], s->p_kld[7], s->max_kld, 100.0 * s->same_top, s->rms_dp,
-           b.total, ref, ref ? 100.0 * (double)b.total / (double)ref : 0.0, kvq_type_name(p->type_k),
-           kvq_type_name(p->type_v), rot ? rot->block_k : 0, rot ? rot->block_v : 0, p->tail_tokens,
-           p->sink_tokens, j->eval_secs > 0 ? n_eval / j->eval_secs : 0.0, j->tg_tps);
+           s->median_kld, r->p90_kld, r->p99_kld, r->p99_9_kld, s->max_kld, r->same_top_p, r->same_top_se, r->rms_dp,
+           r->kv_bytes, r->kv_bytes_bf16, r->size_pct, r->mib, r->cache_k, r->cache_v, r->rot_k, r->rot_v,
+           r->tail_tokens, r->sink_tokens);
+    json_num("mean_precision", "%.6f", r->mean_precision, false);
+    json_num("p99_9_precision", "%.6f", r->p99_9_precision, false);
+    json_num("pp_tps", "%.2f", r->pp_tps, false);
+    json_num("tg_tps", "%.2f", r->tg_tps, true);
 }
 
-static int compare(kld_job *j, const kvq_kld_base *base) {
-    compare_acc acc = { base, base->n_vocab, { 0 } };
-    kvq_tokstats_init(&acc.stats);
+static int compare(kld_job *j, const kvq_kld_ref *ref) {
+    kvq_kld_acc acc;
+    kvq_kld_acc_init(&acc, ref);
     kvq_chunk_run run = { j->tokens, j->n_ctx, j->n_chunk, j->o->n_batch, j->bos };
     kvq_error err = { 0 };
     kvq_kld_summary sum;
-    kvq_status st = kvq_eval_chunks(j->ctx, &run, compare_token, &acc, &j->eval_secs, &err);
+    kvq_status st = kvq_eval_chunks(j->ctx, &run, kvq_kld_acc_token, &acc, &j->eval_secs, &err);
     if (!st) st = measure_tg(j, &err);
     if (!st) st = kvq_kld_summarize(&acc.stats, &sum, &err);
-    kvq_tokstats_free(&acc.stats);
+    kvq_kld_acc_free(&acc);
     if (st) return cli_error(CMD, "%s", err.msg);
-    if (j->o->json) print_json(j, &sum);
-    else print_tables(&sum);
+    kvq_eval_row row;
+    fill_row(j, ref, &sum, &row);
+    if (j->o->json) print_json(&sum, &row);
+    else {
+        print_tables(&sum);
+        print_cache_block(j, &row);
+    }
     return 0;
+}
+
+/* The base must be this model's (vocabulary; model hash for kvq's
+ * format), match -c and -f, and score at least 2 tokens. */
+static int check_base(kld_job *j, const kvq_kld_ref *ref, const char *path) {
+    kvq_error err = { 0 };
+    if (kvq_kld_ref_check_model(ref, j->o->model, kvq_model_get_info(j->m), &err))
+        return cli_error(CMD, "base file '%s': %s", path, err.msg);
+    if (j->o->n_ctx && j->o->n_ctx != j->n_ctx)
+        return cli_error(CMD, "-c %d differs from the base file's context %d", j->o->n_ctx, j->n_ctx);
+    if (j->o->text) {
+        int n = 0;
+        int32_t *toks = text_tokens(j, &n);
+        if (!toks) return 1;
+        kvq_status st = kvq_kld_ref_check_tokens(ref, toks, (size_t)n, j->n_chunk, &err);
+        free(toks);
+        if (st) return cli_error(CMD, "'%s' does not match base file '%s': %s", j->o->text, path, err.msg);
+    }
+    return cli_check_scored(CMD, j->n_ctx, j->n_chunk);
 }
 
 static int run_compare(kld_job *j, const char *path) {
     kvq_error err = { 0 };
-    kvq_kld_base *base = NULL;
-    if (kvq_kld_base_read(path, &base, &err)) return cli_error(CMD, "%s", err.msg);
-    const kvq_model_info *in = kvq_model_get_info(j->m);
-    int rc = 1;
-    j->n_ctx = (int)base->n_ctx;
-    j->n_chunk = j->o->n_chunks && j->o->n_chunks < base->n_chunk ? j->o->n_chunks : base->n_chunk;
-    if (base->n_vocab != in->n_vocab)
-        cli_error(CMD, "base file '%s' has a vocabulary of %d, the model %d", path, base->n_vocab, in->n_vocab);
-    else if (j->o->n_ctx && j->o->n_ctx != j->n_ctx)
-        cli_error(CMD, "-c %d differs from the base file's context %d", j->o->n_ctx, j->n_ctx);
-    else if (!(j->tokens = malloc((size_t)j->n_ctx * j->n_chunk * sizeof *j->tokens)))
-        cli_error(CMD, "out of memory");
-    else {
-        memcpy(j->tokens, base->tokens, (size_t)j->n_ctx * j->n_chunk * sizeof *j->tokens);
-        rc = j->o->text ? check_text_tokens(j, base->tokens) : 0;
-    }
+    kvq_kld_ref ref;
+    if (kvq_kld_ref_open(path, &ref, &err)) return cli_error(CMD, "%s", err.msg);
+    j->n_ctx = ref.n_ctx;
+    j->n_chunk = j->o->n_chunks && j->o->n_chunks < ref.n_chunk ? j->o->n_chunks : ref.n_chunk;
+    int rc = check_base(j, &ref, path);
+    if (!rc && !(j->tokens = malloc((size_t)j->n_ctx * j->n_chunk * sizeof *j->tokens))) rc = cli_error(CMD, "out of memory");
     if (!rc) {
-        const int batch = j->o->n_batch && j->o->n_batch < j->n_ctx ? j->o->n_batch : j->n_ctx;
-        j->o->n_batch = batch;
-        j->ctx = cli_create_ctx(CMD, j->m, &j->o->cache, j->n_ctx, batch, j->o->n_threads);
-        rc = j->ctx ? compare(j, base) : 1;
+        memcpy(j->tokens, ref.tokens, (size_t)j->n_ctx * j->n_chunk * sizeof *j->tokens);
+        j->o->n_batch = kvq_eval_batch(j->o->n_batch, j->n_ctx);
+        j->ctx = cli_create_ctx(CMD, j->m, &j->o->cache, j->n_ctx, j->o->n_batch, j->o->n_threads);
+        rc = j->ctx ? compare(j, &ref) : 1;
     }
-    kvq_kld_base_free(base);
+    if (!rc && ref.format == KVQ_BASE_LLAMA)   /* after the run: an error stays one line */
+        fprintf(stderr, "kvq kld: note: '%s' is a llama.cpp base: it carries no model hash, so only its vocabulary "
+                "size%s could be checked\n", path, j->o->text ? " and tokens" : " (give -f TEXT to check its tokens)");
+    kvq_kld_ref_close(&ref);
     return rc;
 }
 
 /* --------------------------------------------------------------- save */
 
+/* A base writer of either format behind one add/close. */
 typedef struct save_acc {
-    kvq_kld_writer *w;
+    kvq_kld_writer *llama;
+    kvq_base_kvq_writer *exact;
     int n_vocab;
     double *nll;
 } save_acc;
@@ -246,49 +305,78 @@ typedef struct save_acc {
 static kvq_status save_token(void *ud, size_t index, const float *logits, int32_t next, kvq_error *err) {
     save_acc *a = ud;
     a->nll[index] = kvq_nll(logits, a->n_vocab, next);
-    return kvq_kld_writer_add(a->w, logits, err);
+    return a->exact ? kvq_base_kvq_writer_add(a->exact, logits, err) : kvq_kld_writer_add(a->llama, logits, err);
+}
+
+static kvq_status open_writer(const kld_job *j, const char *path, save_acc *a, kvq_error *err) {
+    const int n_vocab = kvq_model_get_info(j->m)->n_vocab;
+    if (j->o->save_llama) return kvq_kld_writer_open(path, j->n_ctx, n_vocab, j->n_chunk, j->tokens, &a->llama, err);
+    uint64_t hash = 0;
+    kvq_status st = kvq_model_file_hash(j->o->model, &hash, err);
+    return st ? st : kvq_base_kvq_writer_open(path, hash, j->n_ctx, n_vocab, j->n_chunk, j->tokens, &a->exact, err);
+}
+
+static kvq_status close_writer(save_acc *a, kvq_error *err) {
+    if (a->exact) return kvq_base_kvq_writer_close(a->exact, err);
+    return a->llama ? kvq_kld_writer_close(a->llama, err) : KVQ_OK;
 }
 
 static int run_save(kld_job *j, const char *path) {
-    if (!j->o->text) return cli_error(CMD, "writing a base needs the text (-f TEXT)");
-    size_t len = 0;
-    char *text = cli_read_text(CMD, j->o->text, &len);
-    if (!text) return 1;
-    const kvq_model_info *in = kvq_model_get_info(j->m);
     int n_tok = 0;
-    int32_t *all = cli_tokenize(CMD, j->m, text, len, in->add_bos, &n_tok);
-    free(text);
-    if (!all) return 1;
-    j->tokens = all;
+    if (!(j->tokens = text_tokens(j, &n_tok))) return 1;
     j->n_ctx = j->o->n_ctx ? j->o->n_ctx : 512;
     j->n_chunk = n_tok / j->n_ctx;
     if (j->o->n_chunks && j->o->n_chunks < j->n_chunk) j->n_chunk = j->o->n_chunks;
     if (j->n_chunk < 1) return cli_error(CMD, "the text has %d tokens, fewer than one chunk of %d", n_tok, j->n_ctx);
-    const int batch = j->o->n_batch && j->o->n_batch < j->n_ctx ? j->o->n_batch : j->n_ctx;
-    j->o->n_batch = batch;
+    if (cli_check_scored(CMD, j->n_ctx, j->n_chunk)) return 1;
+    const int batch = kvq_eval_batch(j->o->n_batch, j->n_ctx);
     j->ctx = cli_create_ctx(CMD, j->m, &j->o->cache, j->n_ctx, batch, j->o->n_threads);
     if (!j->ctx) return 1;
 
     const size_t n_scored = (size_t)j->n_chunk * (size_t)kvq_kld_scored_per_chunk(j->n_ctx);
-    save_acc acc = { NULL, in->n_vocab, malloc(n_scored * sizeof(double)) };
+    save_acc acc = { NULL, NULL, kvq_model_get_info(j->m)->n_vocab, malloc(n_scored * sizeof(double)) };
     if (!acc.nll) return cli_error(CMD, "out of memory");
     kvq_error err = { 0 };
-    kvq_status st = kvq_kld_writer_open(path, j->n_ctx, in->n_vocab, j->n_chunk, j->tokens, &acc.w, &err);
+    kvq_status st = open_writer(j, path, &acc, &err);
     kvq_chunk_run run = { j->tokens, j->n_ctx, j->n_chunk, batch, j->bos };
     if (!st) st = kvq_eval_chunks(j->ctx, &run, save_token, &acc, &j->eval_secs, &err);
     kvq_error cerr = { 0 };
-    kvq_status cst = acc.w ? kvq_kld_writer_close(acc.w, &cerr) : KVQ_OK;
+    kvq_status cst = close_writer(&acc, &cerr);
     if (!st && cst) { st = cst; err = cerr; }
     double ppl = 0, se = 0;
     if (!st) kvq_ppl_from_nll(acc.nll, n_scored, &ppl, &se);
     free(acc.nll);
     if (st) return cli_error(CMD, "%s", err.msg);
-    fprintf(stderr, "kvq kld: wrote %zu positions to '%s'\n", n_scored, path);
+    fprintf(stderr, "kvq kld: wrote %zu positions to '%s' (%s format)\n", n_scored, path,
+            j->o->save_llama ? "llama.cpp's 16-bit" : "kvq's exact");
     printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, se);
     return 0;
 }
 
 /* --------------------------------------------------------------- main */
+
+/* Which file is read or written, in which format (llama.cpp's spelling:
+ * --kl-divergence-base alone writes its format, with --kl-divergence it
+ * is read); 0, or 1 after one error line. */
+static int resolve_files(kld_opts *o) {
+    if (o->llama_base) {
+        if (o->llama_compare) {
+            if (o->base_in) return cli_error(CMD, "give the base once: --base or --kl-divergence-base");
+            o->base_in = o->llama_base;
+        } else {
+            if (o->base_out) return cli_error(CMD, "give one output: --save-base (kvq's format) or "
+                                              "--kl-divergence-base (llama.cpp's)");
+            o->base_out = o->llama_base;
+            o->save_llama = true;
+        }
+    }
+    if (!o->model) return cli_error(CMD, "no model given (use -m MODEL.gguf)");
+    if (!o->base_in == !o->base_out)
+        return cli_error(CMD, "give exactly one of --base FILE (compare) and --save-base FILE (write)");
+    if (o->base_out && !o->text) return cli_error(CMD, "writing a base needs the text (-f TEXT)");
+    /* an output that cannot be created is refused before the model loads */
+    return o->base_out ? cli_check_writable(CMD, o->base_out) : 0;
+}
 
 int cmd_kld(int argc, char **argv) {
     kld_opts o = { 0 };
@@ -299,14 +387,7 @@ int cmd_kld(int argc, char **argv) {
         if (r < 0) return 1;
         if (r == 0) return cli_error(CMD, "unknown option '%s' (see kvq kld --help)", argv[i]);
     }
-    /* llama.cpp: --kl-divergence-base alone writes, with --kl-divergence reads */
-    if (o.llama_base) {
-        if (o.llama_compare) o.base_in = o.base_in ? o.base_in : o.llama_base;
-        else o.base_out = o.base_out ? o.base_out : o.llama_base;
-    }
-    if (!o.model) return cli_error(CMD, "no model given (use -m MODEL.gguf)");
-    if (!o.base_in == !o.base_out)
-        return cli_error(CMD, "give exactly one of --base FILE (compare) and --save-base FILE (write)");
+    if (resolve_files(&o)) return 1;
     kld_job j = { .o = &o };
     j.m = cli_load_model(CMD, o.model);
     if (!j.m) return 1;

@@ -17,6 +17,7 @@ static const char *CMD = "perplexity";
 typedef struct ppl_opts {
     const char *model, *text;
     int n_ctx, n_batch, n_chunks, n_threads;
+    bool json;
     cache_flags cache;
 } ppl_opts;
 
@@ -26,9 +27,10 @@ static void usage(FILE *f) {
         "  -m, --model FILE       GGUF model\n"
         "  -f, --file FILE        text to score\n"
         "  -c, --ctx-size N       chunk length in tokens (default 512)\n"
-        "  -b, --batch-size N     tokens per evaluation batch (default: the chunk)\n"
+        "  -b, --batch-size N     tokens per evaluation batch (default 512, at most the chunk)\n"
         "  --chunks N             score at most N chunks (default: all)\n"
-        "  -t, --threads N        threads (default: online cores)\n");
+        "  -t, --threads N        threads (default: online cores)\n"
+        "  --json                 print one JSON object instead of the Final estimate line\n");
     cache_flags_usage(f);
 }
 
@@ -37,15 +39,16 @@ static int parse_one(ppl_opts *o, int argc, char **argv, int *i) {
     long l;
     int *dst = NULL;
     long lo = 1, hi = CLI_MAX_CTX;
+    if (!strcmp(a, "--json")) { o->json = true; return 1; }
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; o->model = v; return 1; }
     if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; o->text = v; return 1; }
-    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { dst = &o->n_ctx; lo = 2; }
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { dst = &o->n_ctx; lo = 4; }
     else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) dst = &o->n_batch;
     else if (!strcmp(a, "--chunks")) dst = &o->n_chunks;
     else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { dst = &o->n_threads; hi = CLI_MAX_THREADS; }
     else return cache_flags_parse(CMD, &o->cache, argc, argv, i);
     if (!(v = cli_value(CMD, argc, argv, i))) return -1;
-    if (!cli_parse_long(v, lo, hi, &l)) { cli_error(CMD, "%s: '%s' is not an integer in %ld..%ld", a, v, lo, hi); return -1; }
+    if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1;
     *dst = (int)l;
     return 1;
 }
@@ -69,6 +72,24 @@ static kvq_status add_token(void *ud, size_t index, const float *logits, int32_t
     return KVQ_OK;
 }
 
+/* One JSON object; sizes as kvq kld --json (docs/engine.md). */
+static void print_json(const ppl_opts *o, kvq_ctx *ctx, size_t n_scored, double ppl, double se, double tps) {
+    const kvq_model_info *in = kvq_model_get_info(kvq_ctx_model(ctx));
+    const kvq_cache_params *p = &o->cache.params;
+    kvq_cache_bytes b;
+    kvq_cache_memory(kvq_ctx_cache(ctx), &b);
+    kvq_cache_params bf16 = *p;
+    bf16.type_k = bf16.type_v = KVQ_TYPE_BF16;
+    bf16.layer_type_k = bf16.layer_type_v = NULL;
+    const double ref = cli_kv_bytes(in, &bf16, o->n_ctx);
+    const int full_ctx = in->n_ctx_train > 0 ? in->n_ctx_train : o->n_ctx;
+    printf("{\"n_tokens\": %zu, \"ppl\": %.6f, \"ppl_se\": %.6f, \"n_ctx\": %d, \"n_batch\": %d, \"cache_k\": \"%s\", "
+           "\"cache_v\": \"%s\", \"tail_tokens\": %d, \"sink_tokens\": %d, \"kv_bytes\": %zu, \"kv_bytes_bf16\": %.0f, "
+           "\"size_pct\": %.4f, \"kv_mib_full_ctx\": %.6f, \"pp_tps\": %.2f}\n",
+           n_scored, ppl, se, o->n_ctx, o->n_batch, kvq_type_name(p->type_k), kvq_type_name(p->type_v), p->tail_tokens,
+           p->sink_tokens, b.total, ref, 100.0 * (double)b.total / ref, cli_kv_bytes(in, p, full_ctx) / 1048576.0, tps);
+}
+
 static int score(const ppl_opts *o, kvq_ctx *ctx, const int32_t *toks, int n_chunk, int bos) {
     ppl_acc acc = { NULL, kvq_ctx_n_vocab(ctx), kvq_kld_scored_per_chunk(o->n_ctx) };
     const size_t n_scored = (size_t)n_chunk * (size_t)acc.per_chunk;
@@ -83,9 +104,10 @@ static int score(const ppl_opts *o, kvq_ctx *ctx, const int32_t *toks, int n_chu
     double ppl, se;
     kvq_ppl_from_nll(acc.nll, n_scored, &ppl, &se);
     free(acc.nll);
-    fprintf(stderr, "kvq perplexity: %d chunks of %d tokens, %.1f tokens/s\n", n_chunk, o->n_ctx,
-            secs > 0 ? (double)n_chunk * o->n_ctx / secs : 0.0);
-    printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, se);
+    const double tps = secs > 0 ? (double)n_chunk * o->n_ctx / secs : 0.0;
+    fprintf(stderr, "kvq perplexity: %d chunks of %d tokens, %.1f tokens/s\n", n_chunk, o->n_ctx, tps);
+    if (o->json) print_json(o, ctx, n_scored, ppl, se, tps);
+    else printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, se);
     return 0;
 }
 
@@ -100,7 +122,7 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if (!o.model) return cli_error(CMD, "no model given (use -m MODEL.gguf)");
     if (!o.text) return cli_error(CMD, "no text given (use -f TEXT)");
-    if (!o.n_batch || o.n_batch > o.n_ctx) o.n_batch = o.n_ctx;
+    o.n_batch = kvq_eval_batch(o.n_batch, o.n_ctx);
     size_t len = 0;
     char *text = cli_read_text(CMD, o.text, &len);
     if (!text) return 1;
@@ -118,6 +140,7 @@ int cmd_perplexity(int argc, char **argv) {
         cli_error(CMD, "the text has %d tokens, fewer than one chunk of %d (-c)", n_tok, o.n_ctx);
         goto done;
     }
+    if (cli_check_scored(CMD, o.n_ctx, n_chunk)) goto done;
     fprintf(stderr, "kvq perplexity: %d tokens, %d chunks of %d, batch %d\n", n_tok, n_chunk, o.n_ctx, o.n_batch);
     ctx = cli_create_ctx(CMD, m, &o.cache, o.n_ctx, o.n_batch, o.n_threads);
     if (ctx) rc = score(&o, ctx, toks, n_chunk, in->add_bos ? in->bos_id : -1);

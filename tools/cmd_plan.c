@@ -39,7 +39,8 @@ static void usage(FILE *f) {
         "  prints it as flags for kvq run / kvq kld.\n"
         "  -m, --model FILE       GGUF model\n"
         "  -f, --file FILE        text (reference computed with an f32 cache)\n"
-        "  --base FILE            reference logits instead (llama.cpp --kl-divergence-base)\n"
+        "  --base FILE            reference logits instead: kvq's exact base (kvq kld --save-base)\n"
+        "                         or llama.cpp's --kl-divergence-base file\n"
         "  --budget B             30%% = size of the bf16 cache at the same context, or\n"
         "                         120MiB = MiB at the model's trained context\n"
         "  --types LIST           candidate types, comma-separated (default q8_0,q6_0,q5_0,q4_0,q3_0)\n"
@@ -69,7 +70,8 @@ static bool parse_budget(plan_opts *o, const char *s) {
     num[n] = 0;
     o->budget_is_mib = suffix[0] == 'M';
     if (!cli_parse_double(num, 1e-9, o->budget_is_mib ? 1e9 : 1000.0, &o->budget)) {
-        cli_error(CMD, "--budget: '%s' is not a positive %s", s, o->budget_is_mib ? "size in MiB" : "percentage up to 1000%");
+        cli_error(CMD, "--budget: '%s' is not a positive %s (see kvq plan --help)", s,
+                  o->budget_is_mib ? "size in MiB" : "percentage up to 1000%");
         return false;
     }
     return true;
@@ -134,7 +136,7 @@ static int parse_one(plan_opts *o, int argc, char **argv, int *i) {
     else return parse_cache_flag(o, argc, argv, i);
     if (!(v = cli_value(CMD, argc, argv, i))) return -1;
     if (str) { *str = v; return 1; }
-    if (!cli_parse_long(v, lo, hi, &l)) { cli_error(CMD, "%s: '%s' is not an integer in %ld..%ld", a, v, lo, hi); return -1; }
+    if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1;
     *num = (int)l;
     return 1;
 }
@@ -142,7 +144,7 @@ static int parse_one(plan_opts *o, int argc, char **argv, int *i) {
 /* ------------------------------------------------------------ reference */
 
 /* The text's tokens must be the base's (same model vocabulary, same text). */
-static int check_text(const plan_opts *o, const kvq_model *m, const kvq_kld_base *b, int n_chunk) {
+static int check_text(const plan_opts *o, const kvq_model *m, const kvq_kld_ref *r, int n_chunk) {
     size_t len = 0;
     char *text = cli_read_text(CMD, o->text, &len);
     if (!text) return 1;
@@ -150,52 +152,61 @@ static int check_text(const plan_opts *o, const kvq_model *m, const kvq_kld_base
     int32_t *toks = cli_tokenize(CMD, m, text, len, kvq_model_get_info(m)->add_bos, &n);
     free(text);
     if (!toks) return 1;
-    const int need = (int)b->n_ctx * n_chunk;
-    int rc = n < need ? cli_error(CMD, "'%s' has %d tokens, the base file's %d chunks hold %d", o->text, n, n_chunk, need) : 0;
-    for (int i = 0; !rc && i < need; i++)
-        if (toks[i] != b->tokens[i])
-            rc = cli_error(CMD, "'%s' does not match the base file at token %d (other text or vocabulary?)", o->text, i);
+    kvq_error err = { 0 };
+    int rc = kvq_kld_ref_check_tokens(r, toks, (size_t)n, n_chunk, &err) ? cli_error(CMD, "'%s': %s", o->text, err.msg) : 0;
     free(toks);
     return rc;
 }
 
-static kvq_kld_base *read_base(plan_opts *o, const kvq_model *m, int *n_chunk) {
+/* --base FILE of either format (kld_ref.h), checked against the model,
+ * -c and the text. */
+static int read_base(plan_opts *o, const kvq_model *m, kvq_kld_ref *r, int *n_chunk) {
     kvq_error err = { 0 };
-    kvq_kld_base *b = NULL;
-    if (kvq_kld_base_read(o->base, &b, &err)) { cli_error(CMD, "%s", err.msg); return NULL; }
-    const kvq_model_info *in = kvq_model_get_info(m);
-    *n_chunk = KVQ_MIN(o->n_chunks, b->n_chunk);
+    if (kvq_kld_ref_open(o->base, r, &err)) return cli_error(CMD, "%s", err.msg);
+    *n_chunk = KVQ_MIN(o->n_chunks, r->n_chunk);
     int rc = 0;
-    if (b->n_vocab != in->n_vocab)
-        rc = cli_error(CMD, "base file '%s' has a vocabulary of %d, the model %d", o->base, b->n_vocab, in->n_vocab);
-    else if (o->n_ctx && o->n_ctx != (int)b->n_ctx)
-        rc = cli_error(CMD, "-c %d differs from the base file's context %u", o->n_ctx, b->n_ctx);
+    if (kvq_kld_ref_check_model(r, o->model, kvq_model_get_info(m), &err))
+        rc = cli_error(CMD, "base file '%s': %s", o->base, err.msg);
+    else if (o->n_ctx && o->n_ctx != r->n_ctx)
+        rc = cli_error(CMD, "-c %d differs from the base file's context %d", o->n_ctx, r->n_ctx);
     else if (o->text)
-        rc = check_text(o, m, b, *n_chunk);
-    if (rc) { kvq_kld_base_free(b); return NULL; }
-    fprintf(stderr, "kvq plan: reference '%s': %d of %d chunks of %u tokens\n", o->base, *n_chunk, b->n_chunk, b->n_ctx);
-    return b;
+        rc = check_text(o, m, r, *n_chunk);
+    if (!rc) rc = cli_check_scored(CMD, r->n_ctx, *n_chunk);
+    if (rc) { kvq_kld_ref_close(r); return 1; }
+    if (r->format == KVQ_BASE_LLAMA)
+        fprintf(stderr, "kvq plan: note: '%s' is a llama.cpp base: it carries no model hash, only its vocabulary size%s "
+                "could be checked\n", o->base, o->text ? " and tokens" : "");
+    fprintf(stderr, "kvq plan: reference '%s': %d of %d chunks of %d tokens\n", o->base, *n_chunk, r->n_chunk, r->n_ctx);
+    return 0;
 }
 
-static kvq_kld_base *compute_base(plan_opts *o, const kvq_model *m, int *n_chunk) {
+/* The f32 cache's reference of -f TEXT, held in memory. */
+static int compute_base(plan_opts *o, const kvq_model *m, kvq_kld_ref *r, int *n_chunk) {
     size_t len = 0;
     char *text = cli_read_text(CMD, o->text, &len);
-    if (!text) return NULL;
+    if (!text) return 1;
     int n_tok = 0;
     int32_t *toks = cli_tokenize(CMD, m, text, len, kvq_model_get_info(m)->add_bos, &n_tok);
     free(text);
-    if (!toks) return NULL;
+    if (!toks) return 1;
     const int n_ctx = o->n_ctx ? o->n_ctx : DEFAULT_CTX;
     *n_chunk = KVQ_MIN(o->n_chunks, n_tok / n_ctx);
     kvq_kld_base *b = NULL;
+    kvq_cache_params exact;   /* the planner's largest cache: f32 everywhere */
+    kvq_cache_params_default(&exact);
+    exact.type_k = exact.type_v = KVQ_TYPE_F32;
+    exact.max_batch = kvq_eval_batch(0, n_ctx);
     if (*n_chunk < 1) cli_error(CMD, "the text has %d tokens, fewer than one chunk of %d (-c)", n_tok, n_ctx);
-    else {
+    else if (!cli_check_scored(CMD, n_ctx, *n_chunk) && !cli_check_context(CMD, kvq_model_get_info(m), &exact, n_ctx)) {
         fprintf(stderr, "kvq plan: reference: f32 cache, %d chunks of %d tokens\n", *n_chunk, n_ctx);
         kvq_error err = { 0 };
         if (kvq_plan_reference(m, toks, n_ctx, *n_chunk, o->n_threads, &b, &err)) cli_error(CMD, "%s", err.msg);
     }
     free(toks);
-    return b;
+    if (!b) return 1;
+    kvq_kld_ref_from_llama(r, b);
+    r->own_llama = b;
+    return 0;
 }
 
 /* ------------------------------------------------------------- progress */
@@ -339,7 +350,7 @@ static kvq_status measure_uniform(const kvq_plan_setup *s, plan_result *r, kvq_e
     return st;
 }
 
-static int plan_and_verify(plan_opts *o, const kvq_model *m, const kvq_kld_base *base, int n_chunk, plan_result *r) {
+static int plan_and_verify(plan_opts *o, const kvq_model *m, const kvq_kld_ref *base, int n_chunk, plan_result *r) {
     kvq_plan_setup s;
     kvq_plan_setup_init(&s, m, base);
     s.n_chunk = n_chunk;
@@ -348,7 +359,7 @@ static int plan_and_verify(plan_opts *o, const kvq_model *m, const kvq_kld_base 
     progress pr = { kvq_now_seconds() };
     s.progress = on_progress;
     s.progress_ud = &pr;
-    r->n_ctx = (int)base->n_ctx;
+    r->n_ctx = base->n_ctx;
     r->n_chunk = n_chunk;
     kvq_error err = { 0 };
     fprintf(stderr, "kvq plan: %d sensitivity runs (%d layers x K,V x %d types) + exact + verification\n",
@@ -393,7 +404,7 @@ int cmd_plan(int argc, char **argv) {
     if (!m) return 1;
     plan_result *r = calloc(1, sizeof *r);
     int rc = 1, n_chunk = 0;
-    kvq_kld_base *base = NULL;
+    kvq_kld_ref base = { 0 };
     if (!r) { cli_error(CMD, "out of memory"); goto done; }
     r->in = kvq_model_get_info(m);
     r->budget = o.budget_is_mib ? kvq_plan_budget_mib(r->in, o.budget) : kvq_plan_budget_pct(r->in, o.budget);
@@ -408,15 +419,15 @@ int cmd_plan(int argc, char **argv) {
                   "%zu (%.2f%%)", o.budget_arg, r->budget, pct(r->budget, bf16), smallest, pct(smallest, bf16));
         goto done;
     }
-    base = o.base ? read_base(&o, m, &n_chunk) : compute_base(&o, m, &n_chunk);
-    if (base) rc = plan_and_verify(&o, m, base, n_chunk, r);
+    if (!(o.base ? read_base(&o, m, &base, &n_chunk) : compute_base(&o, m, &base, &n_chunk)))
+        rc = plan_and_verify(&o, m, &base, n_chunk, r);
 done:
     if (r) {
         kvq_plan_table_free(&r->table);
         kvq_plan_free(&r->plan);
     }
     free(r);
-    kvq_kld_base_free(base);
+    kvq_kld_ref_close(&base);
     kvq_model_free(m);
     return rc;
 }

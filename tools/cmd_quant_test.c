@@ -12,6 +12,8 @@
  * can beat.
  */
 #include "cli.h"
+#include "kvarn.h"
+#include "turbo.h"
 
 #include <limits.h>
 #include <math.h>
@@ -22,6 +24,10 @@
 static const char *CMD = "quant-test";
 
 enum { MAX_DIM = 16384, MAX_ROWS = 100000, DEFAULT_ROWS = 256, OUTLIER_SCALE = 10 };
+/* dim * rows values per distribution: two f32 copies of 64 M values are
+ * 512 MiB, the most a round-trip table needs (each limit alone allowed
+ * 1.6 G values, 13 GiB). */
+#define MAX_VALUES (64L << 20)
 
 typedef struct qt_options {
     int type;            /* a kvq_type, or -1 for every cache type */
@@ -38,11 +44,14 @@ static void usage(FILE *f) {
         "Round-trip error (NMSE, max abs error) of every cache type on unit-Gaussian\n"
         "rows and on rows with a few outlier channels (x%d), each without and with\n"
         "Hadamard rotation (block = largest power of two >= 8 dividing D, at most 512).\n"
+        "KVarN types take the rows as tokens: each whole group of 128 rows is a K tile\n"
+        "per 64/128-wide slice; KVarN and TurboQuant always rotate as their format says\n"
+        "(both columns alike).\n"
         "\n"
         "  --type T     only this cache type (default: all)\n"
         "  --dim D      values per row, the head size (default 128, 1..%d)\n"
         "  --outliers   only the rows with outlier channels (default: both kinds)\n"
-        "  --rows N     rows per distribution (default %d, 1..%d)\n"
+        "  --rows N     rows per distribution (default %d, 1..%d; D x N at most 64 M)\n"
         "  --seed S     random seed (default 1)\n"
         "  --json       JSON instead of the table\n"
         "  -h, --help   this text\n",
@@ -81,6 +90,9 @@ static int parse_args(int argc, char **argv, qt_options *o) {
             return cli_error(CMD, "unknown option '%s' (see kvq quant-test --help)", a);
         }
     }
+    if ((long)o->dim * o->rows > MAX_VALUES)
+        return cli_error(CMD, "--dim %d x --rows %d is %ld values, more than the %ld M allowed (see kvq quant-test --help)",
+                         o->dim, o->rows, (long)o->dim * o->rows, MAX_VALUES >> 20);
     return 0;
 }
 
@@ -137,6 +149,70 @@ static qt_error round_trip(kvq_type t, const float *x, int rows, int dim, int bl
         kvq_quantize_row(t, s->work, s->packed, dim);
         kvq_dequantize_row(t, s->packed, s->decoded, dim);
         if (block) kvq_rotate_row_inverse(s->decoded, dim, block, NULL);
+        for (int i = 0; i < dim; i++) {
+            const double e = (double)s->decoded[i] - row[i];
+            err2 += e * e;
+            ref2 += (double)row[i] * row[i];
+            if (fabs(e) > max_abs) max_abs = fabs(e);
+        }
+    }
+    return (qt_error){ ref2 > 0 ? err2 / ref2 : 0.0, max_abs };
+}
+
+/* KVarN (tile types): the rows are tokens.  Every complete group of 128
+ * rows is one tile per slice (64 wide for dim <= 64, else 128; the row
+ * zero-padded to whole slices), rotated by the format's normalised
+ * Hadamard over the slice, quantised as a K tile (one scale per channel,
+ * the orientation of K caches), reconstructed and rotated back.  Rows
+ * after the last whole tile are not measured: a cache keeps them exact.
+ * The format always rotates, so there is no unrotated variant. */
+static qt_error tile_round_trip(kvq_type t, const float *x, int rows, int dim) {
+    const int width = dim <= 64 ? 64 : 128, n_slices = (dim + width - 1) / width;
+    const kvq_kvarn_shape shape = { width, kvq_type_get(t)->bits, true };
+    float *tile = malloc((size_t)KVQ_KVARN_TILE * width * sizeof *tile);
+    float *back = malloc((size_t)KVQ_KVARN_TILE * width * sizeof *back);
+    float *scratch = malloc(kvq_kvarn_scratch_floats(shape) * sizeof *scratch);
+    uint8_t *rec = malloc(kvq_kvarn_record_bytes(shape));
+    double err2 = 0, ref2 = 0, max_abs = 0;
+    for (int g = 0; tile && back && scratch && rec && (g + 1) * KVQ_KVARN_TILE <= rows; g++)
+        for (int sl = 0; sl < n_slices; sl++) {
+            const int c0 = sl * width, nc = KVQ_MIN(width, dim - c0);
+            for (int r = 0; r < KVQ_KVARN_TILE; r++) {
+                float *dst = tile + (size_t)r * width;
+                memcpy(dst, x + (size_t)(g * KVQ_KVARN_TILE + r) * dim + c0, (size_t)nc * sizeof *dst);
+                memset(dst + nc, 0, (size_t)(width - nc) * sizeof *dst);
+                kvq_rotate_row(dst, width, width, NULL);
+            }
+            kvq_kvarn_quantize(shape, tile, KVQ_KVARN_ITERS, rec, scratch);
+            kvq_kvarn_dequantize(shape, rec, back);
+            for (int r = 0; r < KVQ_KVARN_TILE; r++) {
+                float *y = back + (size_t)r * width;
+                const float *row = x + (size_t)(g * KVQ_KVARN_TILE + r) * dim + c0;
+                kvq_rotate_row_inverse(y, width, width, NULL);
+                for (int i = 0; i < nc; i++) {
+                    const double e = (double)y[i] - row[i];
+                    err2 += e * e;
+                    ref2 += (double)row[i] * row[i];
+                    if (fabs(e) > max_abs) max_abs = fabs(e);
+                }
+            }
+        }
+    free(tile); free(back); free(scratch); free(rec);
+    return (qt_error){ ref2 > 0 ? err2 / ref2 : 0.0, max_abs };
+}
+
+/* TurboQuant: as the cache stores it, R x (R = S2 H S1 per block, the row
+ * padded to its blocks) quantised in the rotated domain, decoded and
+ * rotated back; the format always rotates. */
+static qt_error turbo_round_trip(kvq_type t, const float *x, int rows, int dim, qt_scratch *s) {
+    const int d = kvq_turbo_rot_dim(dim);
+    double err2 = 0, ref2 = 0, max_abs = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *row = x + (size_t)r * dim;
+        kvq_turbo_rotate_query(row, s->work, dim);
+        kvq_quantize_row(t, s->work, s->packed, d);
+        kvq_dequantize_row(t, s->packed, s->work, d);
+        kvq_turbo_unrotate(s->work, s->decoded, dim);
         for (int i = 0; i < dim; i++) {
             const double e = (double)s->decoded[i] - row[i];
             err2 += e * e;
@@ -246,6 +322,14 @@ static size_t max_row_bytes(int dim) {
 }
 
 static qt_pair measure(kvq_type t, const float *x, int rows, int dim, int block, qt_scratch *s) {
+    if (kvq_type_get(t)->layout == KVQ_LAYOUT_TILES) {   /* both columns: the format rotates */
+        const qt_error e = tile_round_trip(t, x, rows, dim);
+        return (qt_pair){ e, e };
+    }
+    if (kvq_type_get(t)->format_rot == KVQ_FMT_ROT_TURBO) {
+        const qt_error e = turbo_round_trip(t, x, rows, dim, s);
+        return (qt_pair){ e, e };
+    }
     qt_pair p = { round_trip(t, x, rows, dim, 0, s), { 0, 0 } };
     if (block) p.rotated = round_trip(t, x, rows, dim, block, s);
     return p;
@@ -258,7 +342,9 @@ int cmd_quant_test(int argc, char **argv) {
 
     const size_t n = (size_t)o.rows * (size_t)o.dim;
     float *gauss = malloc(n * sizeof(float)), *outl = malloc(n * sizeof(float));
-    qt_scratch s = { malloc((size_t)o.dim * sizeof(float)), malloc((size_t)o.dim * sizeof(float)),
+    /* work holds a row padded to TurboQuant's blocks (>= dim) */
+    const size_t work = (size_t)KVQ_MAX(o.dim, kvq_turbo_rot_dim(o.dim));
+    qt_scratch s = { malloc(work * sizeof(float)), malloc((size_t)o.dim * sizeof(float)),
                      malloc(max_row_bytes(o.dim)) };
     qt_result *res = malloc(KVQ_TYPE_COUNT * sizeof *res);
     int status = 0;
@@ -278,6 +364,11 @@ int cmd_quant_test(int argc, char **argv) {
     for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
         const kvq_type_traits *tr = kvq_type_get((kvq_type)t);
         if (!tr || !tr->is_cache_type || (o.type >= 0 && t != o.type)) continue;
+        if (tr->layout == KVQ_LAYOUT_TILES && o.rows < KVQ_KVARN_TILE) {
+            fprintf(stderr, "kvq %s: note: %s skipped: it needs --rows >= %d (one %d-token tile)\n", CMD, tr->name,
+                    KVQ_KVARN_TILE, KVQ_KVARN_TILE);
+            continue;
+        }
         qt_result *q = &res[count++];
         q->type = (kvq_type)t;
         q->bpv = kvq_type_bpv(q->type);

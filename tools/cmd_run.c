@@ -18,6 +18,7 @@ typedef struct run_opts {
     const char *model, *prompt;
     int n_predict, n_ctx, n_threads;
     kvq_sampler_params sp;
+    bool seed_given;
     cache_flags cache;
 } run_opts;
 
@@ -31,7 +32,9 @@ static void usage(FILE *f) {
         "  -t, --threads N        threads (default: online cores)\n"
         "  --temp T               temperature, 0 = greedy (default 0.8)\n"
         "  --top-k K, --top-p P   sampling filters (defaults 40, 0.95)\n"
-        "  --seed S               sampler seed\n");
+        "  --seed S               sampler seed, 0..4294967295 (default -1: a random one,\n"
+        "                         printed to stderr so the run can be replayed; greedy\n"
+        "                         decoding (--temp 0) never uses it)\n");
     cache_flags_usage(f);
 }
 
@@ -42,8 +45,8 @@ static int parse_one(run_opts *o, int argc, char **argv, int *i) {
     long l;
     double d;
 #define VALUE() if (!(v = cli_value(CMD, argc, argv, i))) return -1
-#define LONG(lo, hi, dst) do { VALUE(); if (!cli_parse_long(v, lo, hi, &l)) { cli_error(CMD, "%s: '%s' is not an integer in %ld..%ld", a, v, (long)(lo), (long)(hi)); return -1; } dst = (int)l; } while (0)
-#define REAL(lo, hi, dst) do { VALUE(); if (!cli_parse_double(v, lo, hi, &d)) { cli_error(CMD, "%s: '%s' is not a number in %g..%g", a, v, (double)(lo), (double)(hi)); return -1; } dst = (float)d; } while (0)
+#define LONG(lo, hi, dst) do { VALUE(); if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1; dst = (int)l; } while (0)
+#define REAL(lo, hi, dst) do { VALUE(); if (!cli_flag_double(CMD, a, v, lo, hi, &d)) return -1; dst = (float)d; } while (0)
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VALUE(); o->model = v; }
     else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { VALUE(); o->prompt = v; }
     else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) LONG(0, 1 << 24, o->n_predict);
@@ -52,7 +55,12 @@ static int parse_one(run_opts *o, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--temp")) REAL(0.0, 100.0, o->sp.temp);
     else if (!strcmp(a, "--top-k")) LONG(0, 1 << 24, o->sp.top_k);
     else if (!strcmp(a, "--top-p")) REAL(0.0, 1.0, o->sp.top_p);
-    else if (!strcmp(a, "--seed")) { VALUE(); if (!cli_parse_long(v, 0, 4294967295L, &l)) { cli_error(CMD, "--seed: '%s' is not an integer in 0..4294967295", v); return -1; } o->sp.seed = (uint64_t)l; }
+    else if (!strcmp(a, "--seed")) {   /* -1: random, as llama.cpp */
+        VALUE();
+        if (!cli_flag_long(CMD, a, v, -1, 4294967295L, &l)) return -1;
+        o->seed_given = l >= 0;
+        o->sp.seed = l >= 0 ? (uint64_t)l : 0;
+    }
     else return cache_flags_parse(CMD, &o->cache, argc, argv, i);
 #undef VALUE
 #undef LONG
@@ -75,6 +83,15 @@ static kvq_status eval_prompt(kvq_ctx *ctx, const int32_t *toks, int n, int max_
         if (st) return st;
     }
     return KVQ_OK;
+}
+
+/* Sampling without --seed: a fresh seed, printed (once everything that
+ * can be refused was checked) so that the run can be replayed. */
+static void choose_seed(run_opts *o) {
+    if (o->sp.temp <= 0 || o->seed_given) return;
+    o->sp.seed = kvq_sampler_random_seed();
+    fprintf(stderr, "kvq run: seed %llu (replay with --seed %llu)\n", (unsigned long long)o->sp.seed,
+            (unsigned long long)o->sp.seed);
 }
 
 static int generate(const run_opts *o, const kvq_model *m, kvq_ctx *ctx, const int32_t *prompt, int n_prompt,
@@ -140,7 +157,10 @@ int cmd_run(int argc, char **argv) {
     }
     const int max_batch = o.n_ctx < 512 ? o.n_ctx : 512;
     ctx = cli_create_ctx(CMD, m, &o.cache, o.n_ctx, max_batch, o.n_threads);
-    if (ctx) rc = generate(&o, m, ctx, prompt, n_prompt, max_batch);
+    if (ctx) {
+        choose_seed(&o);
+        rc = generate(&o, m, ctx, prompt, n_prompt, max_batch);
+    }
 done:
     kvq_ctx_free(ctx);
     free(prompt);

@@ -13,6 +13,7 @@
 #include "chunks.h"
 #include "cli.h"
 #include "engine_cli.h"
+#include "kld_ref.h"
 #include "ladder.h"
 #include "model.h"
 #include "plot_svg.h"
@@ -55,7 +56,7 @@ static void usage(FILE *f) {
         "  -f, --file FILE       evaluation text\n"
         "  -o, --output DIR      output directory (created)\n"
         "  -c, --ctx-size N      chunk length (default 512)\n"
-        "  -b, --batch-size N    tokens per evaluation batch (default: the chunk)\n"
+        "  -b, --batch-size N    tokens per evaluation batch (default 512, at most the chunk)\n"
         "  --chunks N            use at most N chunks of the text\n"
         "  --types LIST          same-type K/V pairs, e.g. q8_0,q4_0 (default: every cache type)\n"
         "  --pairs LIST          mixed pairs K/V, e.g. q8_0/q4_0 (default: q8_0/q4_0,\n"
@@ -93,10 +94,7 @@ static int parse_args(sweep_opts *o, int argc, char **argv) {
         if (!(v = cli_value(CMD, argc, argv, &i))) return -1;
         if (str) { *str = v; continue; }
         if (num) {
-            if (!cli_parse_long(v, lo, hi, &l)) {
-                cli_error(CMD, "%s: '%s' is not an integer in %ld..%ld", a, v, lo, hi);
-                return -1;
-            }
+            if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1;
             *num = (int)l;
             continue;
         }
@@ -280,19 +278,6 @@ static int ensure_reference(sweep *s) {
 
 /* ------------------------------------------------------ one configuration */
 
-typedef struct compare_acc {
-    const kvq_base_kvq *base;
-    kvq_tokstats stats;
-} compare_acc;
-
-static kvq_status compare_token(void *ud, size_t index, const float *logits, int32_t next, kvq_error *err) {
-    compare_acc *a = ud;
-    const float *lp = kvq_base_kvq_row(a->base, index);
-    if (!lp) return kvq_fail(err, KVQ_ERR_ARG, "scored position %zu is past the reference", index);
-    kvq_kld_token t = kvq_base_kvq_compare(logits, a->base->n_vocab, lp, next);
-    return kvq_tokstats_add(&a->stats, &t, err);
-}
-
 /* Generation speed: prefill half a chunk, then time single-token steps. */
 static kvq_status measure_tg(const sweep *s, kvq_ctx *ctx, double *tps, kvq_error *err) {
     const int n_prompt = s->n_ctx / 2, steps = KVQ_MIN(TG_STEPS, s->n_ctx - n_prompt);
@@ -313,16 +298,18 @@ static kvq_status measure_tg(const sweep *s, kvq_ctx *ctx, double *tps, kvq_erro
 }
 
 /* KV bytes of one configuration at n_ctx positions, as the cache lays
- * them out: every position in the body, plus an exact ring of tail +
- * batch rows (at most n_ctx) and the sink rows, per layer. */
-static double cache_bytes_at(const sweep *s, const kvq_sweep_config *c, kvq_type tail_type, int n_ctx) {
-    const kvq_model_info *in = s->info;
-    const double body = (double)kvq_cache_row_bytes(c->type_k, in->n_head_kv, in->head_dim_k) +
-                        (double)kvq_cache_row_bytes(c->type_v, in->n_head_kv, in->head_dim_v);
-    const double exact = (double)kvq_cache_row_bytes(tail_type, in->n_head_kv, in->head_dim_k) +
-                         (double)kvq_cache_row_bytes(tail_type, in->n_head_kv, in->head_dim_v);
-    const int ring = c->tail_tokens ? KVQ_MIN(c->tail_tokens + s->n_batch, n_ctx) : 0;
-    return (double)in->n_layer * ((double)n_ctx * body + (double)ring * exact);
+ * them out (cli_kv_bytes: the cache's own layout code, so every type's
+ * exact regions count, KVarN's first tile and staging ring included),
+ * with the cache parameters make_ctx would use. */
+static double cache_bytes_at(const sweep *s, const kvq_sweep_config *c, int n_ctx) {
+    cache_flags cf;
+    cache_flags_init(&cf);
+    cf.params.type_k = c->type_k;
+    cf.params.type_v = c->type_v;
+    cf.params.tail_tokens = c->tail_tokens;
+    cache_flags_resolve(&cf, n_ctx);
+    cf.params.max_batch = s->n_batch;
+    return cli_kv_bytes(s->info, &cf.params, n_ctx);
 }
 
 static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, const kvq_kld_summary *sum,
@@ -331,8 +318,6 @@ static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, co
     kvq_cache_bytes b;
     kvq_cache_memory(cache, &b);
     const kvq_rot_plan *rot = kvq_cache_rotation(cache);
-    kvq_cache_params defaults;
-    kvq_cache_params_default(&defaults);
     const kvq_sweep_config bf16 = { .type_k = KVQ_TYPE_BF16, .type_v = KVQ_TYPE_BF16 };
     const int n_full = s->info->n_ctx_train > 0 ? s->info->n_ctx_train : s->n_ctx;
 
@@ -340,9 +325,9 @@ static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, co
     r->rot_v = rot ? rot->block_v : 0;
     r->n_tokens = (double)sum->n;
     r->kv_bytes = (double)b.total;
-    r->kv_bytes_bf16 = cache_bytes_at(s, &bf16, defaults.tail_type, s->n_ctx);
+    r->kv_bytes_bf16 = cache_bytes_at(s, &bf16, s->n_ctx);
     r->size_pct = 100.0 * r->kv_bytes / r->kv_bytes_bf16;
-    r->mib = cache_bytes_at(s, c, defaults.tail_type, n_full) / (1024.0 * 1024.0);
+    r->mib = cache_bytes_at(s, c, n_full) / (1024.0 * 1024.0);
     r->mean_kld = sum->mean_kld;
     r->mean_kld_se = sum->mean_kld_se;
     r->median_kld = sum->median_kld;
@@ -352,7 +337,7 @@ static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, co
     r->max_kld = sum->max_kld;
     r->same_top_p = 100.0 * sum->same_top;       /* percent, as kvq kld --json */
     r->same_top_se = 100.0 * sum->same_top_se;
-    r->rms_dp = sum->rms_dp;
+    r->rms_dp = 100.0 * sum->rms_dp;             /* percent, as kvq kld --json */
     r->ppl_q = sum->ppl_q;
     r->ppl_q_se = sum->ppl_q_se;
     r->ppl_base = sum->ppl_base;
@@ -363,16 +348,18 @@ static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, co
 static kvq_status run_config(const sweep *s, const kvq_sweep_config *c, kvq_eval_row *r, kvq_error *err) {
     kvq_ctx *ctx = make_ctx(s, c, err);
     if (!ctx) return err->code ? err->code : KVQ_ERR_ARG;
-    compare_acc acc = { s->base, { 0 } };
-    kvq_tokstats_init(&acc.stats);
+    kvq_kld_ref ref;
+    kvq_kld_ref_from_exact(&ref, s->base);
+    kvq_kld_acc acc;
+    kvq_kld_acc_init(&acc, &ref);
     kvq_chunk_run run = { s->tokens, s->n_ctx, s->n_chunk, s->n_batch, s->bos };
     double secs = 0, tg = NAN;
     kvq_kld_summary sum;
-    kvq_status st = kvq_eval_chunks(ctx, &run, compare_token, &acc, &secs, err);
+    kvq_status st = kvq_eval_chunks(ctx, &run, kvq_kld_acc_token, &acc, &secs, err);
     if (st == KVQ_OK) st = measure_tg(s, ctx, &tg, err);
     if (st == KVQ_OK) st = kvq_kld_summarize(&acc.stats, &sum, err);
     if (st == KVQ_OK) fill_row(s, c, ctx, &sum, secs > 0 ? (double)s->n_ctx * s->n_chunk / secs : NAN, tg, r);
-    kvq_tokstats_free(&acc.stats);
+    kvq_kld_acc_free(&acc);
     kvq_ctx_free(ctx);
     return st;
 }
@@ -512,18 +499,25 @@ static int prepare_tokens(sweep *s) {
     if (s->o->n_chunks && s->o->n_chunks < s->n_chunk) s->n_chunk = s->o->n_chunks;
     if (s->n_chunk < 1)
         return cli_error(CMD, "'%s' has %d tokens, fewer than one chunk of %d (-c)", s->o->text, n_tok, s->n_ctx);
-    return 0;
+    return cli_check_scored(CMD, s->n_ctx, s->n_chunk);
 }
 
 /* Everything that can be refused is checked before OUTDIR is created. */
 static int setup(sweep *s) {
     kvq_error err = { 0 };
+    /* OUTDIR first: a typo there must not cost a model load or print notes */
+    if (cli_check_output_dir(CMD, s->o->outdir)) return 1;
     if (!(s->m = cli_load_model(CMD, s->o->model))) return 1;
     s->info = kvq_model_get_info(s->m);
     s->bos = s->info->add_bos ? s->info->bos_id : -1;
     if (kvq_model_file_hash(s->o->model, &s->model_hash, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);
     if (prepare_tokens(s)) return 1;
-    s->n_batch = s->o->n_batch && s->o->n_batch < s->n_ctx ? s->o->n_batch : s->n_ctx;
+    s->n_batch = kvq_eval_batch(s->o->n_batch, s->n_ctx);
+    kvq_cache_params ref;   /* the largest cache of the grid: the exact reference */
+    kvq_cache_params_default(&ref);
+    ref.type_k = ref.type_v = s->o->ref_type;
+    ref.max_batch = s->n_batch;
+    if (cli_check_context(CMD, s->info, &ref, s->n_ctx)) return 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = s->o->n_threads ? s->o->n_threads : (int)(cores > 0 ? cores : 1);
     s->threads_per_job = KVQ_MAX(1, threads / KVQ_MAX(1, s->o->n_jobs));

@@ -2,6 +2,7 @@
  * GGUF model's vocabulary, with llama-tokenize's flags and output, so the
  * two can be compared directly.  Reads only the vocabulary, not weights. */
 #include "cli.h"
+#include "file_read.h"
 #include "gguf.h"
 #include "tokenizer.h"
 
@@ -24,23 +25,6 @@ static void tokenize_usage(FILE *f) {
             "  --no-parse-special    treat special-token text like <s> as plain text\n"
             "  --show-count          print the number of tokens at the end\n"
             "  -h, --help            this help\n");
-}
-
-/* Read all of f; NULL when out of memory or on a read error. */
-static char *read_all(FILE *f, size_t *len) {
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *bigger = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
-        if (!bigger) { free(buf); return NULL; }
-        buf = bigger;
-        cap *= 2;
-    }
-    if (buf && ferror(f)) { free(buf); return NULL; }
-    *len = n;
-    return buf;
 }
 
 static int hex_value(char c) {
@@ -113,11 +97,11 @@ static char *load_text(const tokenize_opts *o, size_t *len) {
         *len = o->escape ? unescape(s, n) : n;
         return s;
     }
-    FILE *f = o->file ? fopen(o->file, "rb") : stdin;
-    if (!f) { cli_error(CMD, "cannot open '%s'", o->file); return NULL; }
-    char *s = read_all(f, len);
-    if (o->file) fclose(f);
-    if (!s) cli_error(CMD, "cannot read %s", o->file ? o->file : "standard input");
+    char *s = NULL;
+    kvq_error err = { 0 };
+    kvq_status st = o->file ? kvq_read_file(o->file, "text file", KVQ_TEXT_CAP, &s, len, &err)
+                            : kvq_read_stream(stdin, "standard input", KVQ_TEXT_CAP, &s, len, &err);
+    if (st != KVQ_OK) cli_error(CMD, "%s", err.msg);
     return s;
 }
 

@@ -34,10 +34,10 @@ static int parse(int argc, char **argv, bench_opts *o, bool *help) {
         if (!strcmp(a, "-n") || !strcmp(a, "--vectors")) dst = &o->vectors, lo = 10, hi = 1000000;
         else if (!strcmp(a, "-d") || !strcmp(a, "--dim")) dst = &o->dim, lo = 1, hi = 128;
         else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) dst = &o->seed, lo = 0, hi = 0x7fffffffL;
-        else return cli_error(CMD, "unknown option '%s' (try --help)", a);
+        else return cli_error(CMD, "unknown option '%s' (see kvq %s --help)", a, CMD);
         if (!(v = cli_value(CMD, argc, argv, &i))) return 1;
         if (!cli_parse_long(v, lo, hi, dst))
-            return cli_error(CMD, "%s expects an integer in %ld..%ld, got '%s'", a, lo, hi, v);
+            return cli_error(CMD, "%s: '%s' is not an integer in %ld..%ld (see kvq %s --help)", a, v, lo, hi, CMD);
     }
     return 0;
 }

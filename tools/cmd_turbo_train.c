@@ -39,10 +39,10 @@ static int parse(int argc, char **argv, train_opts *o, bool *help) {
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(o->out = cli_value(CMD, argc, argv, &i))) return 1;
             continue;
-        } else return cli_error(CMD, "unknown option '%s' (try --help)", a);
+        } else return cli_error(CMD, "unknown option '%s' (see kvq %s --help)", a, CMD);
         if (!(v = cli_value(CMD, argc, argv, &i))) return 1;
         if (!cli_parse_long(v, lo, hi, dst))
-            return cli_error(CMD, "%s expects an integer in %ld..%ld, got '%s'", a, lo, hi, v);
+            return cli_error(CMD, "%s: '%s' is not an integer in %ld..%ld (see kvq %s --help)", a, v, lo, hi, CMD);
     }
     return 0;
 }

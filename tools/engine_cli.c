@@ -1,9 +1,17 @@
 /* engine_cli.c - shared steps of the model commands (see engine_cli.h). */
 #include "engine_cli.h"
+#include "cache.h"
 #include "cli.h"
+#include "file_read.h"
+#include "kld.h"
+#include "kvq_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 kvq_model *cli_load_model(const char *cmd, const char *path) {
     if (!path) { cli_error(cmd, "no model given (use -m MODEL.gguf)"); return NULL; }
@@ -17,23 +25,12 @@ kvq_model *cli_load_model(const char *cmd, const char *path) {
 }
 
 char *cli_read_text(const char *cmd, const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { cli_error(cmd, "cannot open text file '%s'", path); return NULL; }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *bigger = cap < ((size_t)1 << 31) ? realloc(buf, 2 * cap + 1) : NULL;
-        if (!bigger) { free(buf); buf = NULL; break; }
-        buf = bigger;
-        cap *= 2;
+    char *buf = NULL;
+    kvq_error err = { 0 };
+    if (kvq_read_file(path, "text file", KVQ_TEXT_CAP, &buf, len, &err) != KVQ_OK) {
+        cli_error(cmd, "%s", err.msg);
+        return NULL;
     }
-    bool bad = !buf || ferror(f);
-    fclose(f);
-    if (bad) { free(buf); cli_error(cmd, "cannot read text file '%s' (too large or I/O error)", path); return NULL; }
-    buf[n] = 0;
-    *len = n;
     return buf;
 }
 
@@ -51,10 +48,113 @@ int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, siz
     return toks;
 }
 
+/* Rows in the body, a tail ring of tail + batch rows and the sink: the
+ * estimate when the parameters cannot make a cache (sizes overflowing). */
+static double formula_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx) {
+    double body = 0.0;
+    for (int l = 0; l < in->n_layer; l++) {
+        const kvq_type tk = p->layer_type_k ? p->layer_type_k[l] : p->type_k;
+        const kvq_type tv = p->layer_type_v ? p->layer_type_v[l] : p->type_v;
+        body += (double)kvq_cache_row_bytes(tk, in->n_head_kv, in->head_dim_k) +
+                (double)kvq_cache_row_bytes(tv, in->n_head_kv, in->head_dim_v);
+    }
+    const double exact_row = (double)kvq_cache_row_bytes(p->tail_type, in->n_head_kv, in->head_dim_k) +
+                             (double)kvq_cache_row_bytes(p->tail_type, in->n_head_kv, in->head_dim_v);
+    const int batch = p->max_batch > 0 ? KVQ_MIN(p->max_batch, n_ctx) : n_ctx;
+    const int ring = p->tail_tokens > 0 ? KVQ_MIN(p->tail_tokens + batch, n_ctx) : 0;
+    const int sink = KVQ_MIN(KVQ_MAX(p->sink_tokens, 0), n_ctx);
+    return (double)n_ctx * body + (double)in->n_layer * (double)(ring + sink) * exact_row;
+}
+
+/* The cache's own layout (kvq_cache_plan_bytes: every type's exact
+ * regions, KVarN's tiles and staging ring, padded heads) at n_ctx with the
+ * model's shape; the plain formula when no cache can be made (too large). */
+double cli_kv_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx) {
+    kvq_cache_params q = *p;
+    q.n_layer = in->n_layer;
+    q.n_head_kv = in->n_head_kv;
+    q.head_dim_k = in->head_dim_k;
+    q.head_dim_v = in->head_dim_v;
+    q.n_ctx = n_ctx;
+    q.max_batch = p->max_batch > 0 ? KVQ_MIN(p->max_batch, n_ctx) : n_ctx;
+    kvq_cache_bytes b;
+    return kvq_cache_plan_bytes(&q, &b, NULL) == KVQ_OK ? (double)b.total : formula_bytes(in, p, n_ctx);
+}
+
+/* Physical memory, lowered to RLIMIT_AS when that is set. */
+static double memory_limit(void) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double lim = pages > 0 && page > 0 ? (double)pages * (double)page : 1e300;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) lim = KVQ_MIN(lim, (double)rl.rlim_cur);
+    return lim;
+}
+
+int cli_check_context(const char *cmd, const kvq_model_info *in, const kvq_cache_params *p, int n_ctx) {
+    const double need = cli_kv_bytes(in, p, n_ctx), have = memory_limit();
+    if (need > have)
+        return cli_error(cmd, "a KV cache of %d positions needs %.1f GiB, more than the %.1f GiB of memory available "
+                         "(lower -c or use a smaller cache type)", n_ctx, need / 1073741824.0, have / 1073741824.0);
+    if (in->n_ctx_train > 0 && n_ctx > in->n_ctx_train)
+        fprintf(stderr, "kvq %s: warning: context %d is longer than the model was trained for (%d); quality past %d "
+                "positions is not what the model was made for\n", cmd, n_ctx, in->n_ctx_train, in->n_ctx_train);
+    return 0;
+}
+
+/* The directory part of path ("." when none). */
+static void dir_of(const char *path, char *dir, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    while (slash && slash > path && slash[1] == 0) {   /* "a/b/" names b */
+        const char *prev = slash - 1;
+        while (prev > path && *prev != '/') prev--;
+        slash = *prev == '/' ? prev : NULL;
+    }
+    if (!slash) snprintf(dir, cap, ".");
+    else if (slash == path) snprintf(dir, cap, "/");
+    else snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+static int check_dir_writable(const char *cmd, const char *what, const char *path, const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return cli_error(cmd, "cannot create %s '%s': directory '%s' does not exist", what, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return cli_error(cmd, "cannot create %s '%s': directory '%s' is not writable", what, path, dir);
+    return 0;
+}
+
+int cli_check_writable(const char *cmd, const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return cli_error(cmd, "'%s' is a directory, not a file to write", path);
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    return check_dir_writable(cmd, "file", path, dir);
+}
+
+int cli_check_output_dir(const char *cmd, const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) return cli_error(cmd, "'%s' exists and is not a directory", dir);
+        if (access(dir, W_OK | X_OK) != 0) return cli_error(cmd, "directory '%s' is not writable", dir);
+        return 0;
+    }
+    char parent[4096];
+    dir_of(dir, parent, sizeof parent);
+    return check_dir_writable(cmd, "directory", dir, parent);
+}
+
+int cli_check_scored(const char *cmd, int n_ctx, int n_chunk) {
+    const size_t n = (size_t)n_chunk * (size_t)kvq_kld_scored_per_chunk(n_ctx);
+    if (n >= 2) return 0;
+    return cli_error(cmd, "%d chunk(s) of %d tokens score %zu token(s) (positions %d..%d of each chunk); at least 2 are "
+                     "needed: raise -c or --chunks", n_chunk, n_ctx, n, n_ctx / 2, n_ctx - 2);
+}
+
 kvq_ctx *cli_create_ctx(const char *cmd, const kvq_model *m, cache_flags *cf, int n_ctx, int max_batch, int n_threads) {
     if (!cache_flags_apply_layers(cmd, cf, kvq_model_get_info(m)->n_layer)) return NULL;
     cache_flags_resolve(cf, n_ctx);
     cf->params.max_batch = max_batch;
+    if (cli_check_context(cmd, kvq_model_get_info(m), &cf->params, n_ctx)) return NULL;
     kvq_ctx *ctx = NULL;
     kvq_error err = { 0 };
     if (kvq_ctx_create(m, &cf->params, n_threads, &ctx, &err) != KVQ_OK) {

@@ -16,6 +16,27 @@ enum { CLI_MAX_CTX = 1 << 20, CLI_MAX_THREADS = 512 };
 kvq_model *cli_load_model(const char *cmd, const char *path);
 char *cli_read_text(const char *cmd, const char *path, size_t *len);
 int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, size_t len, bool add_bos, int *n_out);
+/* Bytes the cache of p (types, per-layer overrides, tail, sink, batch)
+ * allocates for a model at n_ctx positions: K and V rows of every layer
+ * and position, plus the exact ring (tail + batch rows, at most n_ctx)
+ * and sink rows, as src/cache.c lays them out. */
+double cli_kv_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx);
+/* Before a context of n_ctx is created: warn (stderr, once per call)
+ * when n_ctx exceeds the model's trained context, as llama.cpp does, and
+ * refuse (one error line, returns 1) a cache larger than this machine's
+ * memory or the process's address-space limit.  0 = go ahead. */
+int cli_check_context(const char *cmd, const kvq_model_info *in, const kvq_cache_params *p, int n_ctx);
+/* path can be created: its directory exists and is writable, and path
+ * is not a directory; else one error line and 1.  Checked before a model
+ * loads, so a typo costs no evaluation. */
+int cli_check_writable(const char *cmd, const char *path);
+/* dir is an existing writable directory, or one that mkdir can create
+ * (its parent exists and is writable); else one error line and 1. */
+int cli_check_output_dir(const char *cmd, const char *dir);
+
+/* 0 when n_chunk chunks of n_ctx give at least the 2 scored tokens a
+ * PPL or KLD estimate (and its error) needs; else 1 after one error line. */
+int cli_check_scored(const char *cmd, int n_ctx, int n_chunk);
 kvq_ctx *cli_create_ctx(const char *cmd, const kvq_model *m, cache_flags *cf, int n_ctx, int max_batch, int n_threads);
 
 #endif

@@ -1,0 +1,197 @@
+/*
+ * bench_cachefmt.c - the format cache types (KVarN tiles, TurboQuant rows)
+ * against q4_0 and f16:
+ *   1. decode attention (one query row per head, 8 KV heads x 128, GQA 4)
+ *      over 32768 cached tokens, 1 and 2 threads, ratio to f16 and q4_0;
+ *   2. KVarN tile quantisation: one 128-token x 128-channel tile (K and V
+ *      orientation), cost per token and head slice;
+ *   3. TurboQuant encode: one 128-value row (rotated input, as the cache
+ *      writes it), per type.
+ * Times: the calling thread's CPU time (bench_time: 1-thread decode,
+ * quantisation, encode) or wall-clock medians (2-thread decode); the
+ * machine may be shared, so the numbers are noisy, the wall-clock ones most.
+ */
+#include "bench.h"
+#include "cache.h"
+#include "kvarn.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { HEADS_KV = 8, GQA = 4, HEAD_DIM = 128, DISTINCT = 256, CTX = 32768 };
+
+static float gauss(uint64_t *s) {          /* splitmix64 + Box-Muller */
+    uint64_t a = (*s += 0x9e3779b97f4a7c15ull), b = (*s += 0x9e3779b97f4a7c15ull);
+    a = (a ^ (a >> 31)) * 0xbf58476d1ce4e5b9ull;
+    b = (b ^ (b >> 31)) * 0x94d049bb133111ebull;
+    const double u = ((double)(a >> 11) + 0.5) / 9007199254740992.0, v = (double)(b >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* The first DISTINCT tokens really written; their stored bytes repeated
+ * up to CTX (rows: body rows; tiles: the one quantised tile's records),
+ * so the attention reads real data without quantising 32k tokens. */
+static void repeat_body(kvq_cache *c, const kvq_cache_side *sd) {
+    for (int h = 0; h < HEADS_KV; h++) {
+        uint8_t *head = sd->body + (size_t)h * sd->body_head_bytes;
+        if (sd->layout == KVQ_LAYOUT_TILES) {
+            const size_t tile_bytes = (size_t)sd->n_slices * sd->record_bytes;
+            for (int t = 1; t < sd->n_tiles; t++) memcpy(head + (size_t)t * tile_bytes, head, tile_bytes);
+            continue;
+        }
+        for (int p0 = DISTINCT; p0 < CTX; p0 += DISTINCT)
+            memcpy(head + (size_t)p0 * sd->row_bytes, head, (size_t)KVQ_MIN(DISTINCT, CTX - p0) * sd->row_bytes);
+    }
+    (void)c;
+}
+
+static kvq_cache *make_cache(kvq_type t) {
+    kvq_cache_params p;
+    kvq_cache_params_default(&p);
+    p.n_head_kv = HEADS_KV;
+    p.head_dim_k = p.head_dim_v = HEAD_DIM;
+    p.n_ctx = CTX;
+    p.max_batch = DISTINCT;
+    p.type_k = p.type_v = t;
+    p.tail_type = KVQ_TYPE_F16;
+    kvq_cache *c = NULL;
+    kvq_error err;
+    if (kvq_cache_create(&p, &c, &err) != KVQ_OK) {
+        fprintf(stderr, "bench cachefmt: %s\n", err.msg);
+        return NULL;
+    }
+    const size_t n = (size_t)DISTINCT * HEADS_KV * HEAD_DIM;
+    float *kv = malloc(2 * n * sizeof(float));
+    uint64_t seed = 1;
+    if (kv)
+        for (size_t i = 0; i < 2 * n; i++) kv[i] = gauss(&seed);
+    if (!kv || kvq_cache_write(c, 0, 0, DISTINCT, kv, kv + n, &err) != KVQ_OK) {
+        free(kv);
+        kvq_cache_free(c);
+        return NULL;
+    }
+    free(kv);
+    repeat_body(c, &c->k[0]);
+    repeat_body(c, &c->v[0]);
+    c->n_stored[0] = CTX;   /* the ring is never read: every tile of 0..CTX-1 is complete */
+    return c;
+}
+
+static double time_decode(kvq_cache *c, const float *q, float *out, kvq_pool *pool) {
+    const float scale = 1.0f / sqrtf((float)HEAD_DIM);
+    double times[30], spent = 0.0;
+    int reps = 0;
+    while (reps < 30 && (reps < 5 || spent < 0.5)) {
+        const double t0 = bench_now();
+        if (kvq_cache_attend(c, 0, CTX - 1, 1, HEADS_KV * GQA, q, scale, out, pool, NULL) != KVQ_OK) return -1.0;
+        times[reps] = bench_now() - t0;
+        spent += times[reps++];
+    }
+    return bench_median(times, reps);
+}
+
+typedef struct decode_job { kvq_cache *c; const float *q; float *out; } decode_job;
+static void decode_once(void *ctx) {
+    decode_job *j = ctx;
+    kvq_cache_attend(j->c, 0, CTX - 1, 1, HEADS_KV * GQA, j->q, 1.0f / sqrtf((float)HEAD_DIM), j->out, NULL, NULL);
+    bench_consume(j->out[0]);
+}
+
+static void bench_decode(void) {
+    static const kvq_type types[] = {
+        KVQ_TYPE_F16, KVQ_TYPE_Q4_0, KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, KVQ_TYPE_TURBO4, KVQ_TYPE_TURBO3,
+        KVQ_TYPE_TURBO2, KVQ_TYPE_TURBO4_TCQ, KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO2_TCQ,
+    };
+    enum { NT = sizeof types / sizeof types[0] };
+    float q[HEADS_KV * GQA * HEAD_DIM], out[HEADS_KV * GQA * HEAD_DIM];
+    uint64_t seed = 7;
+    for (int i = 0; i < HEADS_KV * GQA * HEAD_DIM; i++) q[i] = gauss(&seed);
+    kvq_pool *pool2 = kvq_pool_create(2);
+    double t1[NT], t2[NT];
+    size_t bytes[NT];
+    for (int i = 0; i < NT; i++) {
+        kvq_cache *c = make_cache(types[i]);
+        decode_job j = { c, q, out };
+        t1[i] = c ? bench_time(decode_once, &j, 5, 0.1) : -1.0;   /* 1 thread: its CPU time */
+        t2[i] = c && pool2 ? time_decode(c, q, out, pool2) : t1[i];
+        kvq_cache_bytes b;
+        kvq_cache_memory(c, &b);
+        bytes[i] = b.k + b.v;
+        kvq_cache_free(c);
+    }
+    printf("## Decode attention, %d tokens, %d KV heads x %d, GQA %d\n\n", CTX, HEADS_KV, HEAD_DIM, GQA);
+    printf("1T: the calling thread's CPU time (median of 5 batches); 2T: wall-clock median.\n\n");
+    printf("| type | K+V body MiB | ms 1T (CPU) | ms 2T (wall) | f16 / type (1T) | q4_0 / type (1T) | f16 / type (2T) |\n"
+           "|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < NT; i++) {
+        if (t1[i] <= 0.0) { printf("| %s | failed |\n", kvq_type_name(types[i])); continue; }
+        printf("| %s | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f |\n", kvq_type_name(types[i]), bytes[i] / 1048576.0,
+               1e3 * t1[i], 1e3 * t2[i], t1[0] / t1[i], t1[1] / t1[i], t2[0] / t2[i]);
+    }
+    printf("\n");
+    kvq_pool_free(pool2);
+}
+
+typedef struct tile_job { kvq_kvarn_shape s; const float *x; uint8_t *rec; float *scratch; } tile_job;
+static void tile_once(void *ctx) {
+    tile_job *j = ctx;
+    kvq_kvarn_quantize(j->s, j->x, KVQ_KVARN_ITERS, j->rec, j->scratch);
+    bench_consume(j->rec[0]);
+}
+
+static void bench_tiles(void) {
+    static float x[128 * 128], scratch[128 * 128 + 256];
+    static uint8_t rec[2048 * 8 + 768];
+    uint64_t seed = 3;
+    for (int i = 0; i < 128 * 128; i++) x[i] = gauss(&seed) * (i % 128 == 5 ? 8.0f : 1.0f);
+    printf("## KVarN tile quantisation (128 tokens x 128 channels, %d iterations)\n\n", KVQ_KVARN_ITERS);
+    printf("| bits | side | ms / tile | us / token / slice |\n|---|---|---|---|\n");
+    const int bits[] = { 3, 4, 8 };
+    for (int b = 0; b < 3; b++)
+        for (int side = 0; side < 2; side++) {
+            tile_job j = { { 128, bits[b], side == 0 }, x, rec, scratch };
+            const double t = bench_time(tile_once, &j, 5, 0.2);
+            printf("| %d | %s | %.3f | %.2f |\n", bits[b], side ? "V" : "K", 1e3 * t, 1e6 * t / 128);
+        }
+    printf("\n");
+}
+
+typedef struct row_job { kvq_type t; const float *x; uint8_t *row; } row_job;
+static void row_once(void *ctx) {
+    row_job *j = ctx;
+    kvq_quantize_row(j->t, j->x, j->row, HEAD_DIM);
+    bench_consume(j->row[2]);
+}
+
+static void bench_turbo_encode(void) {
+    static const kvq_type types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_TURBO2, KVQ_TYPE_TURBO3, KVQ_TYPE_TURBO4,
+                                      KVQ_TYPE_TURBO2_TCQ, KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO4_TCQ };
+    float x[HEAD_DIM];
+    uint8_t row[256];
+    uint64_t seed = 5;
+    for (int i = 0; i < HEAD_DIM; i++) x[i] = gauss(&seed);
+    printf("## Encode one %d-value row (rotated input, as the cache writes)\n\n", HEAD_DIM);
+    printf("| type | us / row | ns / value |\n|---|---|---|\n");
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        row_job j = { types[i], x, row };
+        const double t = bench_time(row_once, &j, 5, 0.1);
+        printf("| %s | %.3f | %.1f |\n", kvq_type_name(types[i]), 1e6 * t, 1e9 * t / HEAD_DIM);
+    }
+    printf("\n");
+}
+
+/* kvq-bench cachefmt [decode|tiles|encode]: all parts, or the one named. */
+int bench_cachefmt(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : NULL;
+    if (only && strcmp(only, "decode") && strcmp(only, "tiles") && strcmp(only, "encode")) {
+        fprintf(stderr, "kvq-bench cachefmt: error: unknown part '%s' (decode, tiles, encode)\n", only);
+        return 1;
+    }
+    printf("# Format cache types (simd %s)\n\n", kvq_simd_level());
+    if (!only || !strcmp(only, "decode")) bench_decode();
+    if (!only || !strcmp(only, "tiles")) bench_tiles();
+    if (!only || !strcmp(only, "encode")) bench_turbo_encode();
+    return 0;
+}

@@ -1,0 +1,378 @@
+/* test_cache_kvarn.c - KVarN types in the cache (docs/kvarn.md): which
+ * positions are exact and which quantised, bytes of records and memory
+ * figures by hand, tiles quantised once, rotation as part of the format,
+ * attention from records against the formula over the values the cache
+ * holds, mixed K/V types, prefill == decode, threads, determinism. */
+#include "attn_ref.h"
+#include "cache_tiles_simd.h"
+
+#include <string.h>
+
+enum { TILE = 128 };
+
+static size_t record_bytes_128(int bits) { return (size_t)(2048 * bits + 768); }
+
+static kvq_cache *make_cache(const kvq_cache_params *p) {
+    kvq_cache *c = NULL;
+    kvq_error err = { 0, "" };
+    if (kvq_cache_create(p, &c, &err) != KVQ_OK) fprintf(stderr, "create: %s\n", err.msg);
+    return c;
+}
+
+static int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+/* Exact/quantised bookkeeping for sequences of 1..1000 tokens, tail 0:
+ * tile 0 and the incomplete last tile exact, every complete tile from 1 on
+ * quantised (readable from the body, not otherwise); memory by hand. */
+TEST(kvarn_cache_exact_regions_and_bytes) {
+    const int lengths[] = { 1, 127, 128, 129, 300, 1000 };
+    const int n_ctx = 1024, n_head_kv = 2, hd = 128, batch = 100;
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+        const int n = lengths[li];
+        attn_data d;
+        CHECK(attn_data_make(&d, n, 2, n_head_kv, hd, hd, 5 + li), "alloc");
+        kvq_cache_params p;
+        attn_params(&p, n_head_kv, hd, hd, n_ctx, KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, KVQ_ROT_AUTO);
+        p.max_batch = batch;
+        p.tail_type = KVQ_TYPE_F16;
+        kvq_cache *c = make_cache(&p);
+        CHECK(c && attn_fill(c, &d, batch), "n=%d: create/fill", n);
+        /* memory: records of tiles 1..7, 128 exact sink rows, ring of
+         * tail(0) + batch + 127 rounded up to whole tiles (384 rows), f16 */
+        kvq_cache_bytes b;
+        kvq_cache_memory(c, &b);
+        const size_t tiles = n_ctx / TILE - 1, ring_rows = (size_t)round_up(0 + batch + 127, TILE);
+        CHECK(b.k == n_head_kv * tiles * record_bytes_128(4), "n=%d: K bytes %zu", n, b.k);
+        CHECK(b.v == n_head_kv * tiles * record_bytes_128(3), "n=%d: V bytes %zu", n, b.v);
+        CHECK(b.sink == 2u * n_head_kv * TILE * hd * 2, "n=%d: sink bytes %zu", n, b.sink);
+        CHECK(b.tail == 2u * n_head_kv * ring_rows * hd * 2, "n=%d: tail bytes %zu", n, b.tail);
+        CHECK(b.total == b.k + b.v + b.sink + b.tail, "total");
+        CHECK(c->k[0].record_bytes == record_bytes_128(4) && c->v[0].record_bytes == record_bytes_128(3),
+              "record bytes %zu %zu", c->k[0].record_bytes, c->v[0].record_bytes);
+        /* which copy each key is read from by the last query */
+        const int qp = n - 1, complete = n / TILE;
+        float row[128];
+        int wrong = -1;
+        for (int key = 0; key <= qp && wrong < 0; key++) {
+            const int tile = key / TILE;
+            const kvq_cache_part want = tile == 0 ? KVQ_PART_SINK : tile < complete ? KVQ_PART_BODY : KVQ_PART_RING;
+            for (int side = 0; side < 2; side++)
+                if (kvq_cache_key_part(c, 0, side, qp, key) != want) wrong = key;
+            const bool quantised = kvq_cache_read_row(c, 0, false, KVQ_PART_BODY, 1, key, row, NULL) == KVQ_OK;
+            if (quantised != (want == KVQ_PART_BODY)) wrong = key;
+        }
+        CHECK(wrong < 0, "n=%d: key %d read from the wrong copy", n, wrong);
+        kvq_cache_free(c);
+        attn_data_free(&d);
+    }
+}
+
+/* The tail counts whole tiles back from the query's incomplete tile:
+ * tail 100 -> 128; a query at 1000 (7 complete tiles, 896..1000 exact)
+ * also reads tile 6 exactly; sink 200 -> 256 exact first positions. */
+TEST(kvarn_cache_tail_and_sink_round_to_tiles) {
+    attn_data d;
+    CHECK(attn_data_make(&d, 1001, 2, 1, 64, 64, 9), "alloc");
+    kvq_cache_params p;
+    attn_params(&p, 1, 64, 64, 1100, KVQ_TYPE_KVARN2, KVQ_TYPE_KVARN8, KVQ_ROT_AUTO);
+    p.max_batch = 64;
+    p.tail_tokens = 100;
+    p.sink_tokens = 200;
+    p.tail_type = KVQ_TYPE_F16;
+    kvq_cache *c = make_cache(&p);
+    CHECK(c && attn_fill(c, &d, 64), "create/fill");
+    CHECK(c->k[0].tail_tokens == 128 && c->k[0].sink_rows == 256, "tail %d sink %d", c->k[0].tail_tokens,
+          c->k[0].sink_rows);
+    /* 64-wide tiles: K records 64 channel rows + 128 token columns */
+    CHECK(c->k[0].record_bytes == (size_t)(1024 * 2 + 2 * (2 * 64 + 128)), "K64 record %zu", c->k[0].record_bytes);
+    CHECK(c->v[0].record_bytes == (size_t)(1024 * 8 + 2 * (2 * 128 + 64)), "V64 record %zu", c->v[0].record_bytes);
+    const int qp = 1000;
+    for (int key = 0; key <= qp; key++) {
+        const kvq_cache_part want = key < 256 ? KVQ_PART_SINK : key < 768 ? KVQ_PART_BODY : KVQ_PART_RING;
+        CHECK(kvq_cache_key_part(c, 0, false, qp, key) == want, "key %d", key);
+    }
+    /* ring: tail 128 + batch 64 + 127 -> 384 rows */
+    CHECK(c->k[0].ring_rows == 384, "ring rows %d", c->k[0].ring_rows);
+    kvq_cache_bytes b;
+    kvq_cache_memory(c, &b);
+    CHECK(b.k == (size_t)(1100 / 128 - 2) * c->k[0].record_bytes, "K bytes %zu", b.k);
+    CHECK(b.tail == 2u * 384 * 64 * 2 && b.sink == 2u * 256 * 64 * 2, "tail %zu sink %zu", b.tail, b.sink);
+    kvq_cache_free(c);
+    attn_data_free(&d);
+}
+
+/* A tile is quantised once, when complete, from the staging rows: its
+ * record does not change when later tokens arrive; two caches fed the
+ * same input hold the same bytes. */
+TEST(kvarn_cache_tiles_quantised_once_and_deterministic) {
+    attn_data d;
+    CHECK(attn_data_make(&d, 700, 2, 2, 256, 96, 21), "alloc");
+    kvq_cache_params p;
+    attn_params(&p, 2, 256, 96, 700, KVQ_TYPE_KVARN5, KVQ_TYPE_KVARN6, KVQ_ROT_OFF);
+    p.max_batch = 300;
+    kvq_cache *a = make_cache(&p), *b = make_cache(&p);
+    CHECK(a && b, "create");
+    CHECK(a->k[0].n_slices == 2 && a->k[0].store_dim == 256, "256 head: %d slices", a->k[0].n_slices);
+    CHECK(a->v[0].n_slices == 1 && a->v[0].store_dim == 128, "96 head padded to %d", a->v[0].store_dim);
+    const size_t kb = a->bytes.k, vb = a->bytes.v;
+    kvq_error err;
+    CHECK(kvq_cache_write(a, 0, 0, 256, d.k, d.v, &err) == KVQ_OK, "%s", err.msg);
+    uint8_t *snap = malloc(kb + vb);
+    CHECK(snap, "alloc");
+    memcpy(snap, a->mem[0], kb);
+    memcpy(snap + kb, a->mem[1], vb);
+    CHECK(kvq_cache_write(a, 0, 256, 300, d.k + (size_t)256 * 2 * 256, d.v + (size_t)256 * 2 * 96, &err) == KVQ_OK,
+          "%s", err.msg);
+    /* tile 1 of every head: unchanged bytes */
+    for (int h = 0; h < 2; h++) {
+        const size_t k_off = (size_t)h * a->k[0].body_head_bytes, v_off = (size_t)h * a->v[0].body_head_bytes;
+        CHECK(!memcmp(snap + k_off, a->mem[0] + k_off, 2 * a->k[0].record_bytes), "K tile 1 head %d changed", h);
+        CHECK(!memcmp(snap + kb + v_off, a->mem[1] + v_off, a->v[0].record_bytes), "V tile 1 head %d changed", h);
+    }
+    free(snap);
+    CHECK(attn_fill(b, &(attn_data){ 556, 2, 2, 256, 96, d.k, d.v, d.q }, 7), "fill b in batches of 7");
+    CHECK(!memcmp(a->mem[0], b->mem[0], kb) && !memcmp(a->mem[1], b->mem[1], vb),
+          "same input in other batches gave different records");
+    kvq_cache_free(a);
+    kvq_cache_free(b);
+    attn_data_free(&d);
+}
+
+/* KVarN rotates as part of its format: --attn-rot off does not switch it
+ * off, a block type on the other side keeps the generic rule. */
+TEST(kvarn_cache_rotation_is_part_of_the_format) {
+    kvq_cache_params p;
+    attn_params(&p, 1, 128, 64, 256, KVQ_TYPE_KVARN4, KVQ_TYPE_Q4_0, KVQ_ROT_OFF);
+    kvq_cache *c = make_cache(&p);
+    CHECK(c, "create");
+    CHECK(c->k[0].rot_block == 128 && c->v[0].rot_block == 0, "rot off: K %d V %d", c->k[0].rot_block, c->v[0].rot_block);
+    CHECK(strstr(kvq_cache_rotation(c)->reason, "kvarn4 rotates inside its format"), "reason: %s",
+          kvq_cache_rotation(c)->reason);
+    kvq_cache_free(c);
+    attn_params(&p, 1, 64, 128, 256, KVQ_TYPE_Q8_0, KVQ_TYPE_KVARN3, KVQ_ROT_AUTO);
+    c = make_cache(&p);
+    CHECK(c && c->k[0].rot_block == 64 && c->v[0].rot_block == 128, "auto: K %d V %d", c ? c->k[0].rot_block : -1,
+          c ? c->v[0].rot_block : -1);
+    kvq_cache_free(c);
+}
+
+/* Attention straight from records == the formula over the values the
+ * cache holds (records dequantised, exact rows where the rule says), for
+ * every KVarN width, heads 64/128/256/512 and padded 80, GQA, mixed with block
+ * and plain types, with and without tail, prefill batches and decode. */
+TEST(kvarn_cache_attention_equals_reference_on_cached_values) {
+    static const struct { kvq_type k, v; int hd_k, hd_v, gqa, tail, batch; } cases[] = {
+        { KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN4, 128, 128, 4, 0, 64 },
+        { KVQ_TYPE_KVARN2, KVQ_TYPE_KVARN3, 64, 64, 2, 0, 300 },
+        { KVQ_TYPE_KVARN5, KVQ_TYPE_KVARN6, 256, 256, 1, 100, 50 },
+        { KVQ_TYPE_KVARN8, KVQ_TYPE_KVARN4, 80, 80, 3, 0, 33 },
+        { KVQ_TYPE_Q8_0, KVQ_TYPE_KVARN3, 128, 128, 2, 40, 64 },
+        { KVQ_TYPE_KVARN4, KVQ_TYPE_F16, 128, 64, 2, 0, 64 },
+        { KVQ_TYPE_KVARN3, KVQ_TYPE_Q4_0, 64, 128, 4, 7, 90 },
+        { KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN2, 512, 512, 2, 0, 128 },
+    };
+    const bool san = test_sanitized();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int n_tok = san ? 290 : 420, pos = san ? 250 : 380;
+        attn_data d;
+        CHECK(attn_data_make(&d, n_tok, 2 * cases[i].gqa, 2, cases[i].hd_k, cases[i].hd_v, 100 + i), "alloc");
+        char msg[300] = "";
+        kvq_cache_params p;
+        attn_params(&p, 2, cases[i].hd_k, cases[i].hd_v, n_tok, cases[i].k, cases[i].v, KVQ_ROT_AUTO);
+        p.max_batch = cases[i].batch;
+        p.tail_tokens = cases[i].tail;
+        p.tail_type = KVQ_TYPE_F16;
+        kvq_cache *c = make_cache(&p);
+        CHECK(c && attn_fill(c, &d, cases[i].batch), "case %zu: create/fill", i);
+        const size_t len = (size_t)(n_tok - pos) * d.n_head * d.hd_v;
+        float *out = malloc(len * sizeof *out), *ref = malloc(len * sizeof *ref);
+        CHECK(out && ref, "alloc");
+        const float scale = 1.0f / sqrtf((float)d.hd_k);
+        kvq_error err;
+        kvq_status st = kvq_cache_attend(c, 0, pos, n_tok - pos, d.n_head, d.q + (size_t)pos * d.n_head * d.hd_k,
+                                         scale, out, NULL, &err);
+        snprintf(msg, sizeof msg, "%s", st ? err.msg : "");
+        const bool ref_ok = attn_ref_cache(c, &d, pos, n_tok - pos, scale, ref);
+        const double e = attn_rel_err(out, ref, len);
+        kvq_cache_free(c);
+        free(out);
+        free(ref);
+        attn_data_free(&d);
+        CHECK(st == KVQ_OK && ref_ok, "case %zu: %s", i, msg);
+        CHECK(e < 2e-5, "case %zu (%s/%s hd %d/%d): rel err %.3g vs reference on cached values", i,
+              kvq_type_name(cases[i].k), kvq_type_name(cases[i].v), cases[i].hd_k, cases[i].hd_v, e);
+    }
+}
+
+/* Prefill in batches == one decode step at a time (each query reads the
+ * same copies whatever the batch), and 1 vs 3 threads are bitwise equal. */
+TEST(kvarn_cache_prefill_equals_decode_and_threads_agree) {
+    const int n_tok = test_sanitized() ? 280 : 400, n_head = 4, hd = 128;
+    attn_data d;
+    CHECK(attn_data_make(&d, n_tok, n_head, 2, hd, hd, 77), "alloc");
+    kvq_cache_params p;
+    attn_params(&p, 2, hd, hd, n_tok, KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, KVQ_ROT_AUTO);
+    p.max_batch = 100;
+    kvq_cache *pre = make_cache(&p), *dec = make_cache(&p);
+    kvq_pool *pool = kvq_pool_create(3);
+    CHECK(pre && dec && pool, "create");
+    const size_t row = (size_t)n_head * hd;
+    float *a = malloc((size_t)n_tok * row * sizeof *a), *b = malloc((size_t)n_tok * row * sizeof *b),
+          *c3 = malloc((size_t)n_tok * row * sizeof *c3);
+    CHECK(a && b && c3, "alloc");
+    const float scale = 0.09f;
+    kvq_error err;
+    bool ok = true;
+    for (int p0 = 0; p0 < n_tok && ok; p0 += 100) {
+        const int n = KVQ_MIN(100, n_tok - p0);
+        ok = !kvq_cache_write(pre, 0, p0, n, d.k + (size_t)p0 * 2 * hd, d.v + (size_t)p0 * 2 * hd, &err) &&
+             !kvq_cache_attend(pre, 0, p0, n, n_head, d.q + (size_t)p0 * row, scale, a + (size_t)p0 * row, NULL, &err) &&
+             !kvq_cache_attend(pre, 0, p0, n, n_head, d.q + (size_t)p0 * row, scale, c3 + (size_t)p0 * row, pool, &err);
+    }
+    for (int t = 0; t < n_tok && ok; t++)
+        ok = !kvq_cache_write(dec, 0, t, 1, d.k + (size_t)t * 2 * hd, d.v + (size_t)t * 2 * hd, &err) &&
+             !kvq_cache_attend(dec, 0, t, 1, n_head, d.q + (size_t)t * row, scale, b + (size_t)t * row, NULL, &err);
+    CHECK(ok, "%s", err.msg);
+    CHECK(!memcmp(pre->mem[0], dec->mem[0], pre->bytes.k), "records differ between prefill and decode");
+    const double e = attn_rel_err(a, b, (size_t)n_tok * row);
+    CHECK(e < 1e-5, "prefill vs decode rel err %.3g", e);
+    CHECK(!memcmp(a, c3, (size_t)n_tok * row * sizeof *a), "1 vs 3 threads not bitwise equal");
+    free(a); free(b); free(c3);
+    kvq_pool_free(pool);
+    kvq_cache_free(pre);
+    kvq_cache_free(dec);
+    attn_data_free(&d);
+}
+
+/* KVarN's quantised tiles cost accuracy (the kernel reads them), and a
+ * tail covering the context makes the cache exact. */
+TEST(kvarn_cache_tail_covering_context_is_exact) {
+    const int n_tok = 300;
+    attn_data d;
+    CHECK(attn_data_make(&d, n_tok, 2, 1, 128, 128, 31), "alloc");
+    float *out = malloc((size_t)n_tok * 2 * 128 * sizeof *out), *ref = malloc((size_t)n_tok * 2 * 128 * sizeof *ref);
+    CHECK(out && ref, "alloc");
+    attn_ref_plain(&d, 0, n_tok, 0.1f, ref);
+    double err_tail[2];
+    for (int tail = 0; tail < 2; tail++) {
+        kvq_cache_params p;
+        attn_params(&p, 1, 128, 128, n_tok, KVQ_TYPE_KVARN2, KVQ_TYPE_KVARN2, KVQ_ROT_AUTO);
+        p.tail_tokens = tail ? n_tok : 0;
+        p.tail_type = KVQ_TYPE_F32;
+        kvq_cache *c = make_cache(&p);
+        kvq_error err;
+        CHECK(c && attn_fill(c, &d, n_tok) && !kvq_cache_attend(c, 0, 0, n_tok, 2, d.q, 0.1f, out, NULL, &err),
+              "run");
+        err_tail[tail] = attn_rel_err(out, ref, (size_t)n_tok * 2 * 128);
+        kvq_cache_free(c);
+    }
+    free(out);
+    free(ref);
+    attn_data_free(&d);
+    CHECK(err_tail[1] < 1e-5, "tail >= context: rel err %.3g", err_tail[1]);
+    CHECK(err_tail[0] > 1e-3, "kvarn2 without tail: rel err only %.3g (are records read?)", err_tail[0]);
+}
+
+/* The type table: names, bits, record bytes as bpv, cache row bytes. */
+TEST(kvarn_cache_type_table) {
+    const kvq_type types[] = { KVQ_TYPE_KVARN2, KVQ_TYPE_KVARN3, KVQ_TYPE_KVARN4,
+                               KVQ_TYPE_KVARN5, KVQ_TYPE_KVARN6, KVQ_TYPE_KVARN8 };
+    const int bits[] = { 2, 3, 4, 5, 6, 8 };
+    for (int i = 0; i < 6; i++) {
+        const kvq_type_traits *tr = kvq_type_get(types[i]);
+        char name[16];
+        snprintf(name, sizeof name, "kvarn%d", bits[i]);
+        CHECK(tr && !strcmp(tr->name, name) && kvq_type_from_name(name) == types[i], "%s", name);
+        CHECK(tr->layout == KVQ_LAYOUT_TILES && tr->format_rot == KVQ_FMT_ROT_SLICE && tr->bits == bits[i] &&
+                  tr->is_cache_type && !tr->is_block_quant,
+              "%s columns", name);
+        CHECK(fabs(kvq_type_bpv(types[i]) - (bits[i] + 0.375)) < 1e-12, "%s bpv %g", name, kvq_type_bpv(types[i]));
+        CHECK(kvq_row_bytes(types[i], 128) == 0, "%s has no rows", name);
+        CHECK(kvq_cache_row_bytes(types[i], 8, 256) == (size_t)8 * 2 * (16 * bits[i] + 6), "%s: bytes/token", name);
+    }
+}
+
+/* The AVX2 unpacking of codes and fp16 metadata gives exactly the scalar
+ * floats, for every width, on random bytes (16 bytes of slack after the
+ * tokens, as the record's metadata provides). */
+TEST(kvarn_cache_simd_unpack_equals_scalar) {
+    const kvq_cpu *cpu = kvq_cpu_features();
+    if (!cpu->avx2 || !cpu->f16c) SKIP("no AVX2/F16C (or KVQ_FORCE_SCALAR)");
+    const int bits[] = { 2, 3, 4, 5, 6, 8 };
+    uint8_t buf[128 + 16];
+    float a[128], b[128];
+    test_rng r = { 99, 0, 0 };
+    for (int i = 0; i < 6; i++)
+        for (int rep = 0; rep < 20; rep++) {
+            const int width = rep % 2 ? 64 : 128;
+            for (size_t k = 0; k < sizeof buf; k++) buf[k] = (uint8_t)test_rng_u64(&r);
+            kvq_tiles_codes_scalar(buf, width, bits[i], a);
+            kvq_tiles_codes_avx2(buf, width, bits[i], b);
+            CHECK(!memcmp(a, b, (size_t)width * sizeof *a), "bits %d width %d: codes differ", bits[i], width);
+        }
+    for (int n = 1; n <= 40; n++) {
+        for (size_t k = 0; k < sizeof buf; k++) buf[k] = (uint8_t)test_rng_u64(&r);
+        for (int k = 0; k < n; k++) buf[2 * k + 1] &= 0x7b;   /* finite halves (no NaN payload compare) */
+        kvq_tiles_halves_scalar(buf, n, a);
+        kvq_tiles_halves_avx2(buf, n, b);
+        CHECK(!memcmp(a, b, (size_t)n * sizeof *a), "%d halves differ", n);
+    }
+}
+
+/* kvq quant-test measures KVarN on whole 128-row tiles (FORMATS.md §6):
+ * one table row, error ordered by bits; fewer rows than a tile: a note. */
+TEST(kvarn_cli_quant_test_tiles) {
+    const char *bin = test_kvq_bin();
+    if (!bin) SKIP("KVQ_BIN not set (run through make test)");
+    static char out[1 << 14];
+    char cmd[1024];
+    double nmse[2];
+    const char *types[2] = { "kvarn3", "kvarn5" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s quant-test --dim 64 --rows 128 --type %s --outliers", bin, types[i]);
+        CHECK(test_run(cmd, out, sizeof out) == 0, "'%s': %s", cmd, out);
+        char needle[32];
+        snprintf(needle, sizeof needle, "\n| %s |", types[i]);
+        const char *row = strstr(out, needle);
+        CHECK(row && sscanf(row + strlen(needle), " %*f | %*e | %lf", &nmse[i]) == 1, "no row for %s in:\n%s",
+              types[i], out);
+    }
+    CHECK(nmse[0] > 0 && nmse[0] < 0.1 && nmse[1] < nmse[0] / 4, "kvarn3 nmse %g, kvarn5 %g", nmse[0], nmse[1]);
+    snprintf(cmd, sizeof cmd, "%s quant-test --dim 64 --rows 16 --type kvarn3 2>&1", bin);
+    CHECK(test_run(cmd, out, sizeof out) == 0 && strstr(out, "needs --rows >= 128"), "short rows: %s", out);
+}
+
+/* kvq_cache_plan_bytes (what tools report at other contexts) gives the
+ * figures of the cache created from the same parameters, for tile, turbo
+ * and block sides with tails, sinks, padded heads and per-layer types. */
+TEST(cache_plan_bytes_equal_created_cache) {
+    static const kvq_type layers_k[3] = { KVQ_TYPE_KVARN4, KVQ_TYPE_Q4_0, KVQ_TYPE_TURBO3 };
+    static const struct { kvq_type k, v; int hd, tail, sink, n_ctx, batch; bool per_layer; } cases[] = {
+        { KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, 128, 0, 0, 1000, 100, false },
+        { KVQ_TYPE_Q8_0, KVQ_TYPE_KVARN2, 80, 300, 5, 4096, 512, false },
+        { KVQ_TYPE_TURBO4_TCQ, KVQ_TYPE_F16, 192, 64, 0, 777, 64, false },
+        { KVQ_TYPE_F16, KVQ_TYPE_Q4_0, 64, 0, 200, 300, 300, true },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvq_cache_params p;
+        attn_params(&p, 2, cases[i].hd, cases[i].hd, cases[i].n_ctx, cases[i].k, cases[i].v, KVQ_ROT_AUTO);
+        p.n_layer = 3;
+        p.tail_tokens = cases[i].tail;
+        p.sink_tokens = cases[i].sink;
+        p.max_batch = cases[i].batch;
+        if (cases[i].per_layer) p.layer_type_k = layers_k;
+        kvq_cache_bytes planned, made;
+        kvq_error err = { 0, "" };
+        CHECK(kvq_cache_plan_bytes(&p, &planned, &err) == KVQ_OK, "case %zu: %s", i, err.msg);
+        kvq_cache *c = make_cache(&p);
+        CHECK(c, "case %zu: create", i);
+        kvq_cache_memory(c, &made);
+        kvq_cache_free(c);
+        CHECK(!memcmp(&planned, &made, sizeof made), "case %zu: planned %zu bytes, created %zu", i, planned.total,
+              made.total);
+    }
+    kvq_cache_params p;
+    attn_params(&p, 1, 128, 128, 100, KVQ_TYPE_KVARN4, KVQ_TYPE_COUNT, KVQ_ROT_AUTO);
+    kvq_cache_bytes b;
+    CHECK(kvq_cache_plan_bytes(&p, &b, NULL) == KVQ_ERR_ARG, "bad type accepted");
+}
