@@ -9,12 +9,18 @@
  * time would add both threads), GB/s of cache rows read (K + V bodies of
  * every key), the speed relative to f16 (f16 time / this type's time) for
  * both, and the per-key reference loop's 1-thread time (what attention
- * ran before the chunked loop) with the chunked loop's speed-up over it.
+ * ran before the chunked loop) with the chunked loop's speed-up over it;
+ * then, where the level has fused packed-row kernels (AVX-512), the same
+ * chunked loop without them ("tile": every type unpacked to an f32 tile,
+ * what ran before them) and the fused kernels' speed-up over it, the two
+ * measured alternately (twice each, the smaller median) so that a loaded
+ * machine's drift cancels.
  *
  * Each figure is the median of at least 5 timed steps.  Timings live
  * here, never in tests.
  */
 #include "bench.h"
+#include "attn_block.h"
 #include "cache.h"
 
 #include <math.h>
@@ -79,10 +85,10 @@ static kvq_cache *make_cache(kvq_type t, int n_ctx) {
  * given key loop: at least 5 steps, more while under half a second, at
  * most 50.  Without a pool: CPU time of this thread; with one: wall. */
 static double time_decode(kvq_cache *c, int n_ctx, const float *q, float *out, kvq_pool *pool,
-                          kvq_attend_pass pass) {
+                          kvq_attend_pass pass, const attn_block_kernels *block) {
     const int n_head = BENCH_HEADS_KV * BENCH_GQA;
     const float scale = 1.0f / sqrtf((float)BENCH_HEAD_DIM);
-    const kvq_attend_loop loop = { pass, NULL };
+    const kvq_attend_loop loop = { pass, block };
     double (*clock)(void) = pool ? bench_now : bench_cpu_now;
     double times[50], spent = 0.0;
     int reps = 0;
@@ -131,30 +137,43 @@ int bench_attention(int argc, char **argv) {
     printf("attention decode: %d KV heads x %d, GQA %d, simd %s\n", BENCH_HEADS_KV, BENCH_HEAD_DIM, BENCH_GQA,
            kvq_simd_level());
     printf("streaming read from memory, 1 thread: %.2f GB/s (the memory bound of a 1T step)\n", read_bandwidth());
-    printf("chunked key loop: ms(1T) CPU time, ms(2T) wall; per-key: the reference loop, 1T CPU time\n");
-    printf("%-8s %6s %8s %8s %6s %6s %8s %6s %6s %9s %6s\n", "type", "ctx", "B/token", "ms(1T)", "GB/s", "vs f16",
-           "ms(2T)", "GB/s", "vs f16", "per-key", "gain");
+    /* The f32-tile path of the same level (no fused kernels): AVX-512 only. */
+    const attn_block_kernels *best = attn_block_best(), *tile = best->fused ? attn_block_level("avx512-tile") : NULL;
+    printf("chunked key loop (%s): ms(1T) CPU time, ms(2T) wall; per-key: the reference loop, 1T CPU time;\n"
+           "tile: the chunked loop without the fused kernels (%s), 1T, measured alternately with ms(1T)\n",
+           best->level, tile ? tile->level : "none at this level");
+    printf("%-8s %6s %8s %8s %6s %6s %8s %6s %6s %9s %6s %8s %6s\n", "type", "ctx", "B/token", "ms(1T)", "GB/s",
+           "vs f16", "ms(2T)", "GB/s", "vs f16", "per-key", "gain", "tile", "fused");
     for (size_t ci = 0; ci < KVQ_ARRAY_LEN(contexts); ci++) {
         const int n_ctx = contexts[ci];
         double t1[KVQ_TYPE_COUNT] = { 0 }, t2[KVQ_TYPE_COUNT] = { 0 }, tk[KVQ_TYPE_COUNT] = { 0 };
+        double tt[KVQ_TYPE_COUNT] = { 0 };
         for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
             const kvq_type_traits *tr = kvq_type_get_scalar((kvq_type)t);
             /* tile types (KVarN): bench group cachefmt */
             kvq_cache *c = tr && tr->is_cache_type && tr->layout == KVQ_LAYOUT_ROWS ? make_cache((kvq_type)t, n_ctx) : NULL;
             if (!c) continue;
-            t1[t] = time_decode(c, n_ctx, q, out, NULL, KVQ_PASS_CHUNKED);
-            t2[t] = pool2 ? time_decode(c, n_ctx, q, out, pool2, KVQ_PASS_CHUNKED) : t1[t];
-            tk[t] = time_decode(c, n_ctx, q, out, NULL, KVQ_PASS_PER_KEY);
+            /* default and tile alternately, twice: the smaller median of each
+             * (a loaded machine drifts between seconds) */
+            t1[t] = tt[t] = INFINITY;
+            for (int r = 0; r < (tile ? 2 : 1); r++) {
+                t1[t] = fmin(t1[t], time_decode(c, n_ctx, q, out, NULL, KVQ_PASS_CHUNKED, NULL));
+                if (tile) tt[t] = fmin(tt[t], time_decode(c, n_ctx, q, out, NULL, KVQ_PASS_CHUNKED, tile));
+            }
+            if (!tile) tt[t] = t1[t];
+            t2[t] = pool2 ? time_decode(c, n_ctx, q, out, pool2, KVQ_PASS_CHUNKED, NULL) : t1[t];
+            tk[t] = time_decode(c, n_ctx, q, out, NULL, KVQ_PASS_PER_KEY, NULL);
             kvq_cache_free(c);
         }
         for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
-            if (t1[t] <= 0.0 || t2[t] <= 0.0 || tk[t] <= 0.0) continue;
+            if (t1[t] <= 0.0 || t2[t] <= 0.0 || tk[t] <= 0.0 || tt[t] <= 0.0) continue;
             const size_t per_token = 2 * kvq_cache_row_bytes((kvq_type)t, BENCH_HEADS_KV, BENCH_HEAD_DIM);
             const double bytes = (double)per_token * n_ctx;
-            printf("%-8s %6d %8zu %8.3f %6.2f %6.2f %8.3f %6.2f %6.2f %9.3f %6.2f\n", kvq_type_name((kvq_type)t),
-                   n_ctx, per_token, 1e3 * t1[t], bytes / t1[t] * 1e-9,
+            printf("%-8s %6d %8zu %8.3f %6.2f %6.2f %8.3f %6.2f %6.2f %9.3f %6.2f %8.3f %6.2f\n",
+                   kvq_type_name((kvq_type)t), n_ctx, per_token, 1e3 * t1[t], bytes / t1[t] * 1e-9,
                    t1[KVQ_TYPE_F16] > 0.0 ? t1[KVQ_TYPE_F16] / t1[t] : 0.0, 1e3 * t2[t], bytes / t2[t] * 1e-9,
-                   t2[KVQ_TYPE_F16] > 0.0 ? t2[KVQ_TYPE_F16] / t2[t] : 0.0, 1e3 * tk[t], tk[t] / t1[t]);
+                   t2[KVQ_TYPE_F16] > 0.0 ? t2[KVQ_TYPE_F16] / t2[t] : 0.0, 1e3 * tk[t], tk[t] / t1[t], 1e3 * tt[t],
+                   tt[t] / t1[t]);
         }
     }
     kvq_pool_free(pool2);

@@ -6,15 +6,21 @@
  * all G query heads of its GQA group at once:
  *
  *   1. the chunk's K rows are unpacked into an f32 tile (the type's SIMD
- *      dequantize; f32 rows are used in place) that stays in L1;
+ *      dequantize; f32 rows are used in place) that stays in L1 - or, for
+ *      the 32-value block types at the AVX-512 level, not at all: the
+ *      fused kernels (attn_fused.inc) decode each block into registers
+ *      once and score every head from them (at the AVX2 level, with 16
+ *      registers, they measured 1.1-1.4x slower than the tile, so AVX2
+ *      keeps it);
  *   2. scores S[G][keys] = scale * Q . K from a register-blocked tile
  *      (heads x keys, one accumulator per score, reduced all at once by
  *      a transposing add tree): each loaded K vector serves every head;
  *   3. the online softmax takes one max and one rescale per chunk and
  *      head, with a vectorised exp (attn_block_exp, error bound below);
- *   4. the chunk's V rows are unpacked the same way and added, weighted,
- *      into all G accumulators in one pass over the tile (keys x heads
- *      -> head_dim, accumulators in registers).
+ *   4. the chunk's V rows are unpacked the same way (or decoded in
+ *      registers by the fused kernels) and added, weighted, into all G
+ *      accumulators in one pass (keys x heads -> head_dim, accumulators
+ *      in registers).
  *
  * Every output's summation order depends only on the shapes (head_dim,
  * G, where the chunk starts), never on the thread count or on the tile's
@@ -38,6 +44,20 @@
 #include "kvq_internal.h"
 
 enum { ATTN_BLOCK_KEYS = 32 };     /* keys per chunk: K and V tiles of 128-wide heads = 32 KiB */
+enum { ATTN_FUSED_MAX_BLOCKS = 16 };  /* fused kernels: rows of at most 16 blocks (512 values) */
+
+/* Fused kernels for packed rows of one 32-value block type: scores and
+ * V sums straight from the blocks, each block decoded once into registers
+ * and used by every head (no f32 tile).  Same contracts as the kernels
+ * below with packed rows of `len` values; accumulate skips NULL rows. */
+typedef struct attn_block_fused {
+    int block_bytes;                        /* bytes per block; 0: no fused kernel */
+    bool has_min;                           /* fp16 header d, m (else d alone)     */
+    void (*scores)(const uint8_t *const *k, int nk, const float *q, int G, int q_stride, int64_t len,
+                   float scale, float *w, int ldw);
+    void (*accumulate)(const uint8_t *const *v, int nk, const float *w, int ldw, int G, float *acc,
+                       int acc_stride, int64_t len);
+} attn_block_fused;
 
 /* The kernels of one ISA level. */
 typedef struct attn_block_kernels {
@@ -54,16 +74,21 @@ typedef struct attn_block_kernels {
     float (*max)(const float *x, int n);
     /* x[i] = exp(x[i] - shift); returns sum x[i] (a fixed order for each n). */
     float (*exp_sum)(float *x, int n, float shift);
+    /* [KVQ_TYPE_COUNT], indexed by type (entries with block_bytes 0 have
+     * none); NULL when the level has no fused kernels. */
+    const attn_block_fused *fused;
 } attn_block_kernels;
 
 /* The widest level this CPU runs (scalar when KVQ_FORCE_SCALAR=1). */
 const attn_block_kernels *attn_block_best(void);
-/* One level by name; NULL when unknown or not runnable on this CPU. */
+/* One level by name ("scalar", "avx2", "avx512", or "avx512-tile": AVX-512
+ * without the fused kernels); NULL when unknown or not runnable here. */
 const attn_block_kernels *attn_block_level(const char *level);
 /* Per-ISA instances (attn_block_avx2.c, attn_block_avx512.c): call only
  * after kvq_cpu_features() allowed them. */
 const attn_block_kernels *attn_block_avx2(void);
 const attn_block_kernels *attn_block_avx512(void);
+const attn_block_kernels *attn_block_avx512_tile(void);
 
 /* Scalar exp with the same algorithm and bound as the vector ones. */
 float attn_block_exp(float x);
@@ -77,7 +102,13 @@ typedef struct attn_block_rows {
     const float *zero;           /* len zeros: the row of a key of weight 0      */
 } attn_block_rows;
 
-/* w[g*ldw + t] = scale * (K row t . q_g) for the chunk's nk K rows. */
+/* The level's fused kernels for these rows, or NULL: only rows of the
+ * library's own trait table (kvq_type_get) use them; rows of a caller's
+ * table keep that table's dequantize (what such a caller tests). */
+const attn_block_fused *attn_block_fused_for(const attn_block_kernels *kr, const attn_block_rows *src);
+
+/* w[g*ldw + t] = scale * (K row t . q_g) for the chunk's nk K rows
+ * (fused from the packed rows where attn_block_fused_for has kernels). */
 void attn_block_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows,
                        int nk, const float *q, int G, int q_stride, float scale, float *w, int ldw);
 

@@ -1,5 +1,6 @@
 /* attn_block_avx512.c - the chunked attention kernels (attn_block.inc)
- * with AVX-512 (16 lanes). */
+ * with AVX-512 (16 lanes), and the fused packed-row kernels
+ * (attn_fused.inc). */
 #include "attn_block.h"
 
 #include <immintrin.h>
@@ -46,6 +47,31 @@ static inline void vsum_lanes(const __m512 acc[16], float *s) {
     _mm512_storeu_ps(s, _mm512_permutexvar_ps(order, e));
 }
 
+/* The fused packed-row kernels' primitives (attn_fused.inc); lookups by
+ * vpermps, which reads only the low 4 bits of each index. */
+#define VPB 2
+#define VI __m512i
+#define vload_u8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define vload_s8(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define vsrl4(x) _mm512_srli_epi32(x, 4)
+#define vcvt(x) _mm512_cvtepi32_ps(x)
+#define VBOOK __m512
+#define vbook(tbl) _mm512_cvtepi32_ps(vload_s8(tbl))
+/* vpermps reads only the index's low 4 bits: one instruction for both
+ * the nibble mask and the conversion to float. */
+#define vlookup(book, idx) _mm512_permutexvar_ps(idx, book)
+#define vload_w(p, n) ((n) >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << ((n) > 0 ? (n) : 0)) - 1u), p))
+#define vhalf(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define FUSED_V_HEADS 4
+#define FUSED_TABLE g_fused_avx512
+
 #include "attn_block.inc"
 
 const attn_block_kernels *attn_block_avx512(void) { return &g_block_avx512; }
+
+/* The same kernels without the fused ones: every type through the f32 tile
+ * (what AVX-512 ran before them; for measurements and tests). */
+static const attn_block_kernels g_block_avx512_tile = {
+    "avx512-tile", block_scores, block_accumulate, block_max, block_exp_sum, NULL,
+};
+const attn_block_kernels *attn_block_avx512_tile(void) { return &g_block_avx512_tile; }

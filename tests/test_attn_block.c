@@ -5,9 +5,10 @@
 #include "attn_ref.h"
 #include "simd.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-static const char *const k_levels[] = { "scalar", "avx2", "avx512" };
+static const char *const k_levels[] = { "scalar", "avx2", "avx512", "avx512-tile" };
 
 /* |a - b| in units of b's float ulp. */
 static double ulps(float a, double b) {
@@ -122,60 +123,211 @@ TEST(attn_block_zero_weight_skips_nonfinite_row) {
     CHECK(isinf(acc[1][7]) && acc[1][0] == 0.25f + 1.0f + 0.75f, "head 1: %g %g", acc[1][7], acc[1][0]);
 }
 
-/* Whole attention: the chunked pass at every level == the per-key pass
- * with the scalar kernels (the reference oracle), every cache type, with
- * tail and sink, GQA 1..8, head dims with and without vector tails,
- * decode and prefill rows, forced key ranges. */
-TEST(attn_block_chunked_pass_equals_per_key_reference) {
+/* Whole attention of one configuration: the chunked pass at every level
+ * against the per-key pass with the scalar kernels (the reference
+ * oracle), with tail and sink, decode and prefill rows, forced key ranges.
+ * Returns the worst relative error (INFINITY on failure, the failure in
+ * msg); *compared counts the runs. */
+static double chunked_vs_per_key(kvq_type ty, int g, int hd, uint64_t seed, char *msg, size_t msg_size,
+                                 int *compared) {
     static kvq_type_traits scalar[KVQ_TYPE_COUNT];
-    CHECK(kvq_simd_table("scalar", scalar), "no scalar table");
+    if (!kvq_simd_table("scalar", scalar)) { snprintf(msg, msg_size, "no scalar table"); return INFINITY; }
+    const int n_tok = 101;
+    attn_data d;
+    if (!attn_data_make(&d, n_tok, 2 * g, 2, hd, hd, seed)) { snprintf(msg, msg_size, "alloc"); return INFINITY; }
+    kvq_cache_params p;
+    attn_params(&p, 2, hd, hd, n_tok, ty, ty, KVQ_ROT_AUTO);
+    p.tail_tokens = 13;
+    p.sink_tokens = 3;
+    p.tail_type = ty % 2 ? KVQ_TYPE_F16 : KVQ_TYPE_F32;
+    kvq_cache *c = NULL;
+    kvq_error err = { 0, "" };
+    bool ok = kvq_cache_create(&p, &c, &err) == KVQ_OK && attn_fill(c, &d, 17);
+    const int pos = 60, n = n_tok - pos;
+    const size_t len = (size_t)n * d.n_head * hd;
+    float *ref = malloc(len * sizeof(float)), *out = malloc(len * sizeof(float));
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *q = d.q + (size_t)pos * d.n_head * hd;
+    const kvq_attend_opts ref_opts = { scalar, 0 };
+    const kvq_attend_loop per_key = { KVQ_PASS_PER_KEY, NULL };
+    ok = ok && ref && out &&
+         kvq_cache_attend_loop(c, 0, pos, n, d.n_head, q, scale, ref, NULL, &ref_opts, &per_key, &err) == KVQ_OK;
+    if (!ok) snprintf(msg, msg_size, "%s", err.msg[0] ? err.msg : "alloc");
+    double worst = ok ? 0.0 : INFINITY;
+    for (size_t li = 0; ok && li < KVQ_ARRAY_LEN(k_levels); li++) {
+        const kvq_attend_loop chunked = { KVQ_PASS_CHUNKED, attn_block_level(k_levels[li]) };
+        if (!chunked.block) continue;
+        for (int splits = 0; splits <= 3; splits += 3) {
+            const kvq_attend_opts o = { NULL, splits };
+            double e = INFINITY;
+            if (kvq_cache_attend_loop(c, 0, pos, n, d.n_head, q, scale, out, NULL, &o, &chunked, &err) == KVQ_OK)
+                e = attn_rel_err(out, ref, len);
+            if (!(e <= worst)) { worst = e; snprintf(msg, msg_size, "%s splits %d", k_levels[li], splits); }
+            (*compared)++;
+        }
+    }
+    kvq_cache_free(c);
+    free(ref);
+    free(out);
+    attn_data_free(&d);
+    return worst;
+}
+
+/* Every cache type, GQA and head dims (with and without vector tails)
+ * varying with the type. */
+TEST(attn_block_chunked_pass_equals_per_key_reference) {
     static const int gqa[] = { 1, 3, 4, 8 }, dims[] = { 8, 80, 128 };
     char msg[200] = "";
     int compared = 0;
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
         const kvq_type_traits *tr = kvq_type_get_scalar((kvq_type)ty);
         if (!tr || !tr->is_cache_type) continue;
-        const int g = gqa[ty % 4], hd = dims[ty % 3], n_tok = 101;
-        attn_data d;
-        CHECK(attn_data_make(&d, n_tok, 2 * g, 2, hd, hd, 900 + (uint64_t)ty), "alloc");
-        kvq_cache_params p;
-        attn_params(&p, 2, hd, hd, n_tok, (kvq_type)ty, (kvq_type)ty, KVQ_ROT_AUTO);
-        p.tail_tokens = 13;
-        p.sink_tokens = 3;
-        p.tail_type = ty % 2 ? KVQ_TYPE_F16 : KVQ_TYPE_F32;
-        kvq_cache *c = NULL;
-        kvq_error err = { 0, "" };
-        bool ok = kvq_cache_create(&p, &c, &err) == KVQ_OK && attn_fill(c, &d, 17);
-        const int pos = 60, n = n_tok - pos;
-        const size_t len = (size_t)n * d.n_head * hd;
-        float *ref = malloc(len * sizeof(float)), *out = malloc(len * sizeof(float));
-        const float scale = 1.0f / sqrtf((float)hd);
-        const float *q = d.q + (size_t)pos * d.n_head * hd;
-        const kvq_attend_opts ref_opts = { scalar, 0 };
-        const kvq_attend_loop per_key = { KVQ_PASS_PER_KEY, NULL };
-        ok = ok && ref && out &&
-             kvq_cache_attend_loop(c, 0, pos, n, d.n_head, q, scale, ref, NULL, &ref_opts, &per_key, &err) == KVQ_OK;
-        double worst = ok ? 0.0 : INFINITY;
-        for (size_t li = 0; ok && li < KVQ_ARRAY_LEN(k_levels); li++) {
-            const kvq_attend_loop chunked = { KVQ_PASS_CHUNKED, attn_block_level(k_levels[li]) };
-            if (!chunked.block) continue;
-            for (int splits = 0; splits <= 3; splits += 3) {
-                const kvq_attend_opts o = { NULL, splits };
-                double e = INFINITY;
-                if (kvq_cache_attend_loop(c, 0, pos, n, d.n_head, q, scale, out, NULL, &o, &chunked, &err) == KVQ_OK)
-                    e = attn_rel_err(out, ref, len);
-                if (!(e <= worst)) { worst = e; snprintf(msg, sizeof msg, "%s splits %d", k_levels[li], splits); }
-                compared++;
-            }
-        }
-        kvq_cache_free(c);
-        free(ref);
-        free(out);
-        attn_data_free(&d);
-        CHECK(ok, "%s: %s", tr->name, err.msg);
+        const int g = gqa[ty % 4], hd = dims[ty % 3];
+        const double worst = chunked_vs_per_key((kvq_type)ty, g, hd, 900 + (uint64_t)ty, msg, sizeof msg, &compared);
         CHECK(worst < 1e-5, "%s gqa %d hd %d: chunked (%s) vs per-key rel err %.3g", tr->name, g, hd, msg, worst);
     }
     CHECK(compared > 0, "nothing compared");
+}
+
+/* The fused kernels' types (attn_fused.inc) through whole attention:
+ * GQA 1..8 and head dims 8, 80, 96, 128 (whole blocks of 32: 1, 3, 3 and
+ * 4 blocks, the first three padded) spread over the types. */
+TEST(attn_block_fused_pass_equals_per_key_reference) {
+    static const int dims[] = { 8, 80, 96, 128 };
+    const attn_block_kernels *best = attn_block_best();
+    if (!best->fused) SKIP("no fused kernels at level %s", best->level);
+    char msg[200] = "";
+    int compared = 0, configs = 0;
+    const int per_type = test_sanitized() ? 1 : 3;
+    for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
+        if (!best->fused[ty].block_bytes) continue;
+        for (int i = 0; i < per_type; i++) {
+            const int g = 1 + (ty * 3 + i * 5) % 8, hd = dims[(ty + i) % 4];
+            const double worst = chunked_vs_per_key((kvq_type)ty, g, hd, 1700 + (uint64_t)(ty * 7 + i), msg,
+                                                    sizeof msg, &compared);
+            CHECK(worst < 1e-5, "%s gqa %d hd %d: fused (%s) vs per-key rel err %.3g", kvq_type_name((kvq_type)ty),
+                  g, hd, msg, worst);
+            configs++;
+        }
+    }
+    CHECK(configs >= 4 * per_type && compared > 0, "%d configurations, %d runs", configs, compared);
+}
+
+/* Random rows of type ty quantised: packed [nk][row_bytes] and their
+ * dequantised values (scalar reference) [nk][len]. */
+static bool packed_rows(kvq_type ty, int nk, int64_t len, test_rng *r, uint8_t *packed, size_t row_bytes,
+                        float *values) {
+    const kvq_type_traits *ref = kvq_type_get_scalar(ty);
+    float x[512];
+    if (!ref || len > 512) return false;
+    for (int t = 0; t < nk; t++) {
+        for (int64_t d = 0; d < len; d++) x[d] = (float)test_rng_gauss(r) + (d % 7 == 0 ? 0.5f : 0.0f);
+        ref->quantize(x, packed + (size_t)t * row_bytes, len);
+        ref->dequantize(packed + (size_t)t * row_bytes, values + (size_t)t * len, len);
+    }
+    return true;
+}
+
+/* The fused kernels against double sums over the scalar dequantised rows,
+ * through the chunk steps attn_block_scores / attn_block_values (with the
+ * library's traits, so the fused path is taken): every fused type at
+ * every level that has them, G 1..8, 1..16 blocks per row, partial
+ * chunks, keys of weight 0 for every head. */
+TEST(attn_block_fused_kernels_match_double) {
+    enum { NK = ATTN_BLOCK_KEYS, MAXG = 8, MAXLEN = 512 };
+    static uint8_t packed[NK * (MAXLEN / 32) * 40];
+    static float vals[NK * MAXLEN], q[MAXG * MAXLEN], w[MAXG * NK], acc[MAXG * MAXLEN], acc0[MAXG * MAXLEN];
+    static float tile[NK * MAXLEN], zero[MAXLEN];
+    static const int lens[] = { 32, 96, 128, 512 };
+    test_rng r = { 77, 0, 0 };
+    int fused_levels = 0, checked = 0;
+    for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
+        const attn_block_kernels *kr = attn_block_level(k_levels[li]);
+        if (!kr || !kr->fused) continue;
+        fused_levels++;
+        for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
+            if (!kr->fused[ty].block_bytes) continue;
+            const kvq_type_traits *tr = kvq_type_get((kvq_type)ty);
+            for (int G = 1; G <= MAXG; G++) {
+                const int len = lens[(G + ty) % 4], nk = 1 + (G * 11 + ty * 3) % NK;
+                const size_t row_bytes = (size_t)len / 32 * (size_t)tr->block_bytes;
+                CHECK(packed_rows((kvq_type)ty, nk, len, &r, packed, row_bytes, vals), "quantise");
+                for (int i = 0; i < G * len; i++) q[i] = (float)test_rng_gauss(&r), acc0[i] = (float)test_rng_gauss(&r);
+                const uint8_t *rows[NK];
+                for (int t = 0; t < nk; t++) rows[t] = packed + (size_t)t * row_bytes;
+                const attn_block_rows src = { tr, false, len, tile, zero };
+                CHECK(attn_block_fused_for(kr, &src) == &kr->fused[ty], "%s %s: fused path not taken", kr->level,
+                      tr->name);
+                attn_block_scores(kr, &src, rows, nk, q, G, len, 0.25f, w, NK);
+                double worst = 0.0;
+                for (int g = 0; g < G; g++)
+                    for (int t = 0; t < nk; t++) {
+                        double s = 0.0, mag = 0.0;
+                        for (int d = 0; d < len; d++) {
+                            const double p = (double)q[g * len + d] * vals[t * len + d];
+                            s += p, mag += fabs(p);
+                        }
+                        worst = fmax(worst, fabs(w[g * NK + t] - 0.25 * s) / (0.25 * mag + 1e-30));
+                    }
+                CHECK(worst < 2e-6, "%s %s G %d len %d nk %d: scores rel err %.3g", kr->level, tr->name, G, len, nk,
+                      worst);
+                /* weights: key 1 weighted by no head (skipped), key 2 by head 0 only */
+                for (int g = 0; g < G; g++)
+                    for (int t = 0; t < nk; t++)
+                        w[g * NK + t] = t == 1 || (t == 2 && g > 0) ? 0.0f : (float)test_rng_uniform(&r);
+                memcpy(acc, acc0, sizeof(float) * (size_t)G * len);
+                attn_block_values(kr, &src, rows, nk, w, NK, G, acc, len);
+                worst = 0.0;
+                for (int g = 0; g < G; g++)
+                    for (int d = 0; d < len; d++) {
+                        double s = acc0[g * len + d], mag = fabs(s);
+                        for (int t = 0; t < nk; t++) {
+                            const double p = (double)w[g * NK + t] * vals[t * len + d];
+                            s += p, mag += fabs(p);
+                        }
+                        worst = fmax(worst, fabs(acc[g * len + d] - s) / (mag + 1e-30));
+                    }
+                /* 1e-5: the min's term is summed apart (w*d*c + w*m), so a value
+                 * d*c + m near 0 may carry rounding of its larger parts */
+                CHECK(worst < 1e-5, "%s %s G %d len %d nk %d: V sums rel err %.3g", kr->level, tr->name, G, len, nk,
+                      worst);
+                checked++;
+            }
+        }
+    }
+    if (!fused_levels) SKIP("no level with fused kernels on this CPU");
+    CHECK(checked >= 4 * 8, "only %d cases", checked);
+}
+
+/* A packed V row whose block scale is inf, weighted 0 by one head: that
+ * head stays finite through the fused V step (as in the per-key pass),
+ * the head that weights it is not. */
+TEST(attn_block_fused_zero_weight_skips_nonfinite_row) {
+    enum { LEN = 64, G = 2 };
+    const kvq_type_traits *tr = kvq_type_get(KVQ_TYPE_Q8_0);
+    uint8_t rows_q[3][2 * 34];
+    float x[LEN], tile[ATTN_BLOCK_KEYS * LEN], zero[LEN] = { 0 }, acc[G][LEN] = { { 0 } };
+    for (int t = 0; t < 3; t++) {
+        for (int d = 0; d < LEN; d++) x[d] = (float)(t + 1);
+        tr->quantize(x, rows_q[t], LEN);
+    }
+    kvq_wr16(rows_q[1] + 34, 0x7c00);                       /* block 1 of row 1: d = +inf */
+    float w[G][ATTN_BLOCK_KEYS] = { { 0.5f, 0.0f, 0.5f }, { 0.25f, 0.5f, 0.25f } };
+    const uint8_t *rows[3] = { rows_q[0], rows_q[1], rows_q[2] };
+    const attn_block_rows src = { tr, false, LEN, tile, zero };
+    int levels = 0;
+    for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
+        const attn_block_kernels *kr = attn_block_level(k_levels[li]);
+        if (!kr || !attn_block_fused_for(kr, &src)) continue;
+        levels++;
+        memset(acc, 0, sizeof acc);
+        attn_block_values(kr, &src, rows, 3, &w[0][0], ATTN_BLOCK_KEYS, G, &acc[0][0], LEN);
+        CHECK(fabsf(acc[0][40] - 2.0f) < 1e-3f && fabsf(acc[0][0] - 2.0f) < 1e-3f, "%s head 0: %g %g", kr->level,
+              acc[0][40], acc[0][0]);
+        CHECK(!isfinite(acc[1][40]) && fabsf(acc[1][0] - 2.0f) < 1e-3f, "%s head 1: %g %g", kr->level, acc[1][40],
+              acc[1][0]);
+    }
+    if (!levels) SKIP("no level with fused kernels on this CPU");
 }
 
 /* The loop switch is real: a trait table whose dequantize is broken
