@@ -255,6 +255,8 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
         for (int s = 0; s < 2; s++) {
             kvq_cache_side *sd = sides[s];
             sd->type = types[s];
+            sd->body_tr = kvq_type_get(types[s]);
+            sd->tail_tr = kvq_type_get(p->tail_type);
             sd->layout = kvq_type_get_scalar(types[s])->layout;
             sd->head_dim = dims[s];
             if (sd->layout == KVQ_LAYOUT_TILES) shape_tile_side(c, sd, s == 1);
@@ -431,11 +433,11 @@ static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int head, in
     float buf[MAX_HEAD_DIM];
     kvq_cache_side_rotate(sd, x, buf);
     if (sd->layout == KVQ_LAYOUT_ROWS)
-        kvq_quantize_row(sd->type, buf, side_row(c, sd, KVQ_PART_BODY, head, pos), sd->store_dim);
+        kvq_quantize_row_tr(sd->body_tr, buf, side_row(c, sd, KVQ_PART_BODY, head, pos), sd->store_dim);
     if (sd->ring_rows)
-        kvq_quantize_row(c->p.tail_type, buf, side_row(c, sd, KVQ_PART_RING, head, pos), sd->store_dim);
+        kvq_quantize_row_tr(sd->tail_tr, buf, side_row(c, sd, KVQ_PART_RING, head, pos), sd->store_dim);
     if (pos < sd->sink_rows)
-        kvq_quantize_row(c->p.tail_type, buf, side_row(c, sd, KVQ_PART_SINK, head, pos), sd->store_dim);
+        kvq_quantize_row_tr(sd->tail_tr, buf, side_row(c, sd, KVQ_PART_SINK, head, pos), sd->store_dim);
 }
 
 /* After position pos is written: quantise the tile it completes, once. */
@@ -500,7 +502,7 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
         sd->tile_ops->read_row(sd, head, pos, out);
         return KVQ_OK;
     }
-    if (part == KVQ_PART_BODY) kvq_dequantize_row(sd->type, side_row(c, sd, part, head, pos), out, sd->store_dim);
-    else kvq_dequantize_row(c->p.tail_type, side_row(c, sd, part, head, pos), out, sd->store_dim);
+    kvq_dequantize_row_tr(part == KVQ_PART_BODY ? sd->body_tr : sd->tail_tr, side_row(c, sd, part, head, pos), out,
+                          sd->store_dim);
     return KVQ_OK;
 }

@@ -37,6 +37,8 @@ typedef enum kvq_cache_part { KVQ_PART_BODY = 0, KVQ_PART_RING, KVQ_PART_SINK } 
 /* One side (K or V) of one layer. */
 typedef struct kvq_cache_side {
     kvq_type type;          /* body type of this layer and side            */
+    const kvq_type_traits *body_tr, *tail_tr; /* active kernels of type and tail_type,
+                               looked up once at creation for the write/read paths */
     kvq_layout layout;      /* rows of blocks or 128-token tiles           */
     const struct kvq_tile_ops *tile_ops; /* tiles: the format's hooks      */
     int head_dim;           /* values per head (the model's)               */

@@ -72,4 +72,9 @@ typedef struct kvq_cpu { bool avx2, fma, f16c, avx512; } kvq_cpu;
 /* Detected once (thread-safe); forced scalar when KVQ_FORCE_SCALAR=1. */
 const kvq_cpu *kvq_cpu_features(void);
 
+/* kvq_quantize_row / kvq_dequantize_row on traits the caller looked up
+ * once (the cache's write and read paths), padding handled the same way. */
+void kvq_quantize_row_tr(const kvq_type_traits *tr, const float *x, void *dst, int64_t n);
+void kvq_dequantize_row_tr(const kvq_type_traits *tr, const void *src, float *y, int64_t n);
+
 #endif
