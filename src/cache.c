@@ -62,6 +62,7 @@ void kvq_cache_free(kvq_cache *c) {
     free(c->v);
     free(c->n_stored);
     free(c->tile_scratch);
+    free(c->attend_scratch);
     free(c);
 }
 
@@ -505,4 +506,14 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
     kvq_dequantize_row_tr(part == KVQ_PART_BODY ? sd->body_tr : sd->tail_tr, side_row(c, sd, part, head, pos), out,
                           sd->store_dim);
     return KVQ_OK;
+}
+
+float *kvq_cache_attend_scratch(kvq_cache *c, size_t floats) {
+    if (floats <= c->attend_scratch_floats) return c->attend_scratch;
+    float *grown = malloc(floats * sizeof(float));   /* old contents are not needed */
+    if (!grown) return NULL;
+    free(c->attend_scratch);
+    c->attend_scratch = grown;
+    c->attend_scratch_floats = floats;
+    return grown;
 }

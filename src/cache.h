@@ -75,8 +75,17 @@ struct kvq_cache {
     int *n_stored;          /* [n_layer]: positions 0..n_stored-1 written  */
     uint8_t *mem[4];        /* K bodies, V bodies, rings, sinks            */
     float *tile_scratch;    /* tile quantisation (NULL without tile sides) */
+    float *attend_scratch;  /* attention's working memory (kvq_cache_attend_scratch) */
+    size_t attend_scratch_floats;
     kvq_cache_bytes bytes;
 };
+
+/* At least `floats` floats of working memory for one attention call, kept
+ * by the cache and reused, so that decoding allocates only when a call
+ * needs more than any before it (the first prefill, a longer context's key
+ * splits).  NULL when out of memory.  Attention calls on one cache must
+ * not overlap (they never do: writes to it do not either). */
+float *kvq_cache_attend_scratch(kvq_cache *c, size_t floats);
 
 /* Which copy the keys of a query at position qp are read from, for one
  * side: [0, sink_end) sink, [sink_end, ring_start) body, [ring_start, qp]
