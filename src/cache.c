@@ -12,8 +12,6 @@
 
 #include <stdlib.h>
 
-enum { MAX_HEAD_DIM = 512 };
-
 void kvq_cache_params_default(kvq_cache_params *p) {
     memset(p, 0, sizeof *p);
     p->n_layer = 1;
@@ -89,10 +87,10 @@ static kvq_status check_params(const kvq_cache_params *p, kvq_error *err) {
     if (p->n_layer <= 0) return kvq_fail(err, KVQ_ERR_ARG, "cache: n_layer %d must be >= 1", p->n_layer);
     if (p->n_head_kv <= 0)
         return kvq_fail(err, KVQ_ERR_ARG, "cache: n_head_kv %d must be >= 1", p->n_head_kv);
-    if (p->head_dim_k < 1 || p->head_dim_k > MAX_HEAD_DIM)
-        return kvq_fail(err, KVQ_ERR_ARG, "cache: head_dim_k %d outside 1..%d", p->head_dim_k, MAX_HEAD_DIM);
-    if (p->head_dim_v < 1 || p->head_dim_v > MAX_HEAD_DIM)
-        return kvq_fail(err, KVQ_ERR_ARG, "cache: head_dim_v %d outside 1..%d", p->head_dim_v, MAX_HEAD_DIM);
+    if (p->head_dim_k < 1 || p->head_dim_k > KVQ_MAX_HEAD_DIM)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: head_dim_k %d outside 1..%d", p->head_dim_k, KVQ_MAX_HEAD_DIM);
+    if (p->head_dim_v < 1 || p->head_dim_v > KVQ_MAX_HEAD_DIM)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: head_dim_v %d outside 1..%d", p->head_dim_v, KVQ_MAX_HEAD_DIM);
     if (p->n_ctx <= 0) return kvq_fail(err, KVQ_ERR_ARG, "cache: n_ctx %d must be >= 1", p->n_ctx);
     if (p->max_batch <= 0)
         return kvq_fail(err, KVQ_ERR_ARG, "cache: max_batch %d must be >= 1", p->max_batch);
@@ -402,7 +400,7 @@ void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out)
 
 void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc) {
     if (sd->rot_kind == KVQ_FMT_ROT_TURBO) {
-        float out[MAX_HEAD_DIM];
+        float out[KVQ_MAX_HEAD_DIM];
         kvq_turbo_unrotate_row(acc, out, sd->head_dim);
         memcpy(acc, out, (size_t)sd->head_dim * sizeof *out);
         return;
@@ -431,7 +429,7 @@ static uint8_t *side_row(const kvq_cache *c, const kvq_cache_side *sd, kvq_cache
  * exact into the ring (and the sink for the first positions).  Tile
  * bodies are filled when a tile completes (write_tiles). */
 static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos, const float *x) {
-    float buf[MAX_HEAD_DIM];
+    float buf[KVQ_MAX_HEAD_DIM];
     kvq_cache_side_rotate(sd, x, buf);
     if (sd->layout == KVQ_LAYOUT_ROWS)
         kvq_quantize_row_tr(sd->body_tr, buf, side_row(c, sd, KVQ_PART_BODY, head, pos), sd->store_dim);

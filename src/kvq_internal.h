@@ -14,9 +14,8 @@
 #define KVQ_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Largest K or V head size the cache holds (its row scratch and the
- * rotation's largest block); the model loader refuses larger heads with
- * this limit in the message.  src/cache.c's own MAX_HEAD_DIM is the same
- * number and should become this constant. */
+ * rotation's largest block); the cache and the model loader refuse larger
+ * heads with this limit in the message. */
 #define KVQ_MAX_HEAD_DIM 512
 
 /* Record an error (if err is non-NULL) and return its code, so that a
