@@ -202,18 +202,24 @@ static int make_dir(const char *path) {
     return 0;
 }
 
-static kvq_ctx *make_ctx(const sweep *s, const kvq_sweep_config *c, kvq_error *err) {
-    cache_flags cf;
-    cache_flags_init(&cf);
-    kvq_cache_params *p = &cf.params;
+/* The cache parameters of configuration c at n_ctx positions: the same
+ * for the context a run creates and for the sizes reported for it. */
+static void sweep_params(const sweep *s, const kvq_sweep_config *c, int n_ctx, cache_flags *cf) {
+    cache_flags_init(cf);
+    kvq_cache_params *p = &cf->params;
     p->type_k = c->type_k;
     p->type_v = c->type_v;
     p->tail_tokens = c->tail_tokens;
     p->rot.mode = c->rot;
-    cache_flags_resolve(&cf, s->n_ctx);
+    cache_flags_resolve(cf, n_ctx);
     p->max_batch = s->n_batch;
+}
+
+static kvq_ctx *make_ctx(const sweep *s, const kvq_sweep_config *c, kvq_error *err) {
+    cache_flags cf;
+    sweep_params(s, c, s->n_ctx, &cf);
     kvq_ctx *ctx = NULL;
-    if (kvq_ctx_create(s->m, p, s->threads_per_job, &ctx, err) != KVQ_OK) return NULL;
+    if (kvq_ctx_create(s->m, &cf.params, s->threads_per_job, &ctx, err) != KVQ_OK) return NULL;
     return ctx;
 }
 
@@ -303,12 +309,7 @@ static kvq_status measure_tg(const sweep *s, kvq_ctx *ctx, double *tps, kvq_erro
  * with the cache parameters make_ctx would use. */
 static double cache_bytes_at(const sweep *s, const kvq_sweep_config *c, int n_ctx) {
     cache_flags cf;
-    cache_flags_init(&cf);
-    cf.params.type_k = c->type_k;
-    cf.params.type_v = c->type_v;
-    cf.params.tail_tokens = c->tail_tokens;
-    cache_flags_resolve(&cf, n_ctx);
-    cf.params.max_batch = s->n_batch;
+    sweep_params(s, c, n_ctx, &cf);
     return cli_kv_bytes(s->info, &cf.params, n_ctx);
 }
 
