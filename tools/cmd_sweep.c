@@ -69,23 +69,21 @@ static void usage(FILE *f) {
 }
 
 static int parse_args(sweep_opts *o, int argc, char **argv) {
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         const char **str = NULL;
         int *num = NULL;
-        long lo = 1, hi = CLI_MAX_CTX, l;
+        long l;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) str = &o->model;
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) str = &o->text;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) str = &o->outdir;
+        const int r = cli_model_flag(CMD, &common, argc, argv, &i);
+        if (r < 0) return -1;
+        if (r) continue;
+        if (!strcmp(a, "-o") || !strcmp(a, "--output")) str = &o->outdir;
         else if (!strcmp(a, "--types")) str = &o->types;
         else if (!strcmp(a, "--pairs")) str = &o->pairs;
         else if (!strcmp(a, "--tails")) str = &o->tails;
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { num = &o->n_ctx; lo = 4; }
-        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) num = &o->n_batch;
-        else if (!strcmp(a, "--chunks")) num = &o->n_chunks;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { num = &o->n_threads; hi = CLI_MAX_THREADS; }
-        else if (!strcmp(a, "--jobs")) { num = &o->n_jobs; hi = 64; }
+        else if (!strcmp(a, "--jobs")) num = &o->n_jobs;
         else if (!strcmp(a, "--rot") || !strcmp(a, "--ref-type")) { /* handled below */ }
         else {
             cli_error(CMD, "unknown option '%s' (see kvq sweep --help)", a);
@@ -93,8 +91,8 @@ static int parse_args(sweep_opts *o, int argc, char **argv) {
         }
         if (!(v = cli_value(CMD, argc, argv, &i))) return -1;
         if (str) { *str = v; continue; }
-        if (num) {
-            if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1;
+        if (num) {   /* --jobs */
+            if (!cli_flag_long(CMD, a, v, 1, 64, &l)) return -1;
             *num = (int)l;
             continue;
         }
