@@ -20,6 +20,7 @@
 #include "report.h"
 #include "stats.h"
 #include "sweep_grid.h"
+#include "svg_png.h"
 
 #include <errno.h>
 #include <math.h>
@@ -471,7 +472,7 @@ static int write_outputs(sweep *s) {
     path_in(svg, s, "plot.svg");
     if (kvq_plot_svg_save(svg, s->rows, s->n_cfg, &th, &po, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);
     path_in(path, s, "plot.png");
-    st = kvq_plot_svg_to_png(svg, path, &err);
+    st = cli_svg_to_png(svg, path, &err);
     if (st == KVQ_ERR_UNSUPPORTED) fprintf(stderr, "kvq sweep: note: no plot.png (%s)\n", err.msg);
     else if (st != KVQ_OK) fprintf(stderr, "kvq sweep: warning: no plot.png: %s\n", err.msg);
 
