@@ -235,7 +235,10 @@ void kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *ctx, int n_tasks);
  * The KV cache: per layer and KV head, K and V rows stored in any cache
  * type, rotated as the rotation plan says, plus exact copies of the first
  * sink_tokens positions and of the most recent tail_tokens positions.
- * All memory is allocated once, at creation, from n_ctx.
+ * The stored rows are allocated once, at creation, from n_ctx; attention's
+ * working memory is kept by the cache and grows only when a call needs
+ * more than any before it, so calls on one cache must not run at the same
+ * time (from different threads).
  */
 typedef struct kvq_cache kvq_cache;
 
