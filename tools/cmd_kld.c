@@ -100,12 +100,7 @@ static kvq_status measure_tg(kld_job *j, kvq_error *err) {
 
 /* -f TEXT's tokens (NULL after one error line). */
 static int32_t *text_tokens(const kld_job *j, int *n) {
-    size_t len = 0;
-    char *text = cli_read_text(CMD, j->o->text, &len);
-    if (!text) return NULL;
-    int32_t *toks = cli_tokenize(CMD, j->m, text, len, kvq_model_get_info(j->m)->add_bos, n);
-    free(text);
-    return toks;
+    return cli_text_tokens(CMD, j->m, j->o->text, n);
 }
 
 /* ------------------------------------------------------------ compare */

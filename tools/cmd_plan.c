@@ -137,12 +137,8 @@ static int parse_one(plan_opts *o, int argc, char **argv, int *i) {
 
 /* The text's tokens must be the base's (same model vocabulary, same text). */
 static int check_text(const plan_opts *o, const kvq_model *m, const kvq_kld_ref *r, int n_chunk) {
-    size_t len = 0;
-    char *text = cli_read_text(CMD, o->text, &len);
-    if (!text) return 1;
     int n = 0;
-    int32_t *toks = cli_tokenize(CMD, m, text, len, kvq_model_get_info(m)->add_bos, &n);
-    free(text);
+    int32_t *toks = cli_text_tokens(CMD, m, o->text, &n);
     if (!toks) return 1;
     kvq_error err = { 0 };
     int rc = kvq_kld_ref_check_tokens(r, toks, (size_t)n, n_chunk, &err) ? cli_error(CMD, "'%s': %s", o->text, err.msg) : 0;
@@ -174,12 +170,8 @@ static int read_base(plan_opts *o, const kvq_model *m, kvq_kld_ref *r, int *n_ch
 
 /* The f32 cache's reference of -f TEXT, held in memory. */
 static int compute_base(plan_opts *o, const kvq_model *m, kvq_kld_ref *r, int *n_chunk) {
-    size_t len = 0;
-    char *text = cli_read_text(CMD, o->text, &len);
-    if (!text) return 1;
     int n_tok = 0;
-    int32_t *toks = cli_tokenize(CMD, m, text, len, kvq_model_get_info(m)->add_bos, &n_tok);
-    free(text);
+    int32_t *toks = cli_text_tokens(CMD, m, o->text, &n_tok);
     if (!toks) return 1;
     const int n_ctx = o->n_ctx ? o->n_ctx : DEFAULT_CTX;
     *n_chunk = KVQ_MIN(o->n_chunks, n_tok / n_ctx);

@@ -488,12 +488,8 @@ static int write_outputs(sweep *s) {
 /* ---------------------------------------------------------------- main */
 
 static int prepare_tokens(sweep *s) {
-    size_t len = 0;
-    char *text = cli_read_text(CMD, s->o->text, &len);
-    if (!text) return 1;
     int n_tok = 0;
-    s->tokens = cli_tokenize(CMD, s->m, text, len, s->info->add_bos, &n_tok);
-    free(text);
+    s->tokens = cli_text_tokens(CMD, s->m, s->o->text, &n_tok);
     if (!s->tokens) return 1;
     s->n_chunk = n_tok / s->n_ctx;
     if (s->o->n_chunks && s->o->n_chunks < s->n_chunk) s->n_chunk = s->o->n_chunks;

@@ -71,6 +71,15 @@ int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, siz
     return toks;
 }
 
+int32_t *cli_text_tokens(const char *cmd, const kvq_model *m, const char *path, int *n_out) {
+    size_t len = 0;
+    char *text = cli_read_text(cmd, path, &len);
+    if (!text) return NULL;
+    int32_t *toks = cli_tokenize(cmd, m, text, len, kvq_model_get_info(m)->add_bos, n_out);
+    free(text);
+    return toks;
+}
+
 /* Rows in the body, a tail ring of tail + batch rows and the sink: the
  * estimate when the parameters cannot make a cache (sizes overflowing). */
 static double formula_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx) {

@@ -28,6 +28,9 @@ int cli_model_flag(const char *cmd, const cli_model_flags *f, int argc, char **a
 kvq_model *cli_load_model(const char *cmd, const char *path);
 char *cli_read_text(const char *cmd, const char *path, size_t *len);
 int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, size_t len, bool add_bos, int *n_out);
+/* The tokens of the text file at path (cli_read_text + cli_tokenize, BOS
+ * as the model's vocabulary says): what -f TEXT means to every command. */
+int32_t *cli_text_tokens(const char *cmd, const kvq_model *m, const char *path, int *n_out);
 /* Bytes the cache of p (types, per-layer overrides, tail, sink, batch)
  * allocates for a model at n_ctx positions: K and V rows of every layer
  * and position, plus the exact ring (tail + batch rows, at most n_ctx)
