@@ -46,7 +46,8 @@ typedef struct kvq_error {
 /* ------------------------------------------------------------ value types */
 
 /*
- * Every storage type kvq knows: the cache types of FORMATS.md §1-2 and the
+ * Every storage type kvq knows: the cache types of FORMATS.md (plain and
+ * 32-value block types §1-2, KVarN tiles §3, TurboQuant rows §4-5) and the
  * weight-only types of GGUF files (K-quants).  The order is kvq's own; the
  * GGUF/ggml numbering is a column of the trait table (ggml_id).
  */
@@ -87,8 +88,9 @@ typedef enum kvq_type {
     KVQ_TYPE_COUNT
 } kvq_type;
 
-/* How a type stores a cache: rows of blocks along head_dim (every type of
- * FORMATS.md §1-2, written token by token), or records of 128-token tiles
+/* How a type stores a cache: rows of blocks along head_dim (the plain,
+ * block and TurboQuant types of FORMATS.md §1-2 and §4-5, written token by
+ * token), or records of 128-token tiles
  * (KVarN: a tile is quantised once, when its 128 tokens exist; the cache
  * keeps the first tile and the incomplete last one exact, docs/kvarn.md).
  * Tile types have no row kernels (quantize..axpy are NULL): the cache
@@ -233,7 +235,10 @@ void kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *ctx, int n_tasks);
  * The KV cache: per layer and KV head, K and V rows stored in any cache
  * type, rotated as the rotation plan says, plus exact copies of the first
  * sink_tokens positions and of the most recent tail_tokens positions.
- * All memory is allocated once, at creation, from n_ctx.
+ * The stored rows are allocated once, at creation, from n_ctx; attention's
+ * working memory is kept by the cache and grows only when a call needs
+ * more than any before it, so calls on one cache must not run at the same
+ * time (from different threads).
  */
 typedef struct kvq_cache kvq_cache;
 
@@ -254,7 +259,12 @@ typedef struct kvq_cache_params {
     bool rot_random_signs;        /* randomised Hadamard (fixed seed)      */
 } kvq_cache_params;
 
-/* Defaults: f16/f16, no tail, no sink, rotation AUTO with the environment. */
+/* Defaults: one layer of one 128-wide K/V head, n_ctx 4096, max_batch 512,
+ * f16/f16, bf16 exact copies, no tail, no sink, rotation AUTO.  Reads the
+ * environment: rot's env_* fields come from LLAMA_ATTN_ROT_DISABLE,
+ * LLAMA_ATTN_ROT_K_DISABLE and LLAMA_ATTN_ROT_V_DISABLE
+ * (kvq_rot_request_from_env), so the same call can give different
+ * parameters in different processes; clear those fields for a fixed plan. */
 void kvq_cache_params_default(kvq_cache_params *p);
 
 kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_error *err);
@@ -282,7 +292,10 @@ typedef struct kvq_cache_bytes {
     size_t total;
 } kvq_cache_bytes;
 void kvq_cache_memory(const kvq_cache *c, kvq_cache_bytes *b);
-/* Bytes per token of K (or V) rows of one layer for a type and head shape.
+/* Bytes per token of one side (K or V) of one layer: the quantised body
+ * rows of all n_head_kv KV heads at one position; for row types
+ * n_head_kv * kvq_row_bytes(t, head_dim) (whole blocks, as the cache pads).
+ * Exact copies (tail ring, sink) are not included.
  * Tile types: their quantised records per token (head padded to 64 or whole
  * 128-wide slices; for 64-wide slices the V figure, 1 byte/token above K's);
  * the exact first tile, incomplete tile and tail come on top. */

@@ -428,8 +428,8 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
         jb.scratch_floats += (size_t)KEY_CHUNK * ((size_t)jb.q_stride + jb.acc_stride) + jb.acc_stride;
     const size_t part_floats = jb.n_splits > 1 ? (size_t)jb.n_splits * n * n_head * (jb.acc_stride + 2) : 0;
     const size_t merge_floats = jb.n_splits > 1 ? (size_t)jb.acc_stride : 0;
-    float *mem = malloc((q_floats + (size_t)n_threads * jb.scratch_floats + part_floats + merge_floats) *
-                        sizeof(float));
+    float *mem = kvq_cache_attend_scratch(c, q_floats + (size_t)n_threads * jb.scratch_floats + part_floats +
+                                                 merge_floats);
     if (!mem) return kvq_fail(err, KVQ_ERR_NOMEM, "attend: out of memory for %d query rows", n);
     float *qr = mem;
     jb.scratch = qr + q_floats;
@@ -443,7 +443,6 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
         for (int i = 0; i < n; i++)
             for (int h = 0; h < n_head; h++) merge_splits(&jb, i, h, acc);
     }
-    free(mem);
     return KVQ_OK;
 }
 

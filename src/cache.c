@@ -12,8 +12,6 @@
 
 #include <stdlib.h>
 
-enum { MAX_HEAD_DIM = 512 };
-
 void kvq_cache_params_default(kvq_cache_params *p) {
     memset(p, 0, sizeof *p);
     p->n_layer = 1;
@@ -62,6 +60,7 @@ void kvq_cache_free(kvq_cache *c) {
     free(c->v);
     free(c->n_stored);
     free(c->tile_scratch);
+    free(c->attend_scratch);
     free(c);
 }
 
@@ -88,10 +87,10 @@ static kvq_status check_params(const kvq_cache_params *p, kvq_error *err) {
     if (p->n_layer <= 0) return kvq_fail(err, KVQ_ERR_ARG, "cache: n_layer %d must be >= 1", p->n_layer);
     if (p->n_head_kv <= 0)
         return kvq_fail(err, KVQ_ERR_ARG, "cache: n_head_kv %d must be >= 1", p->n_head_kv);
-    if (p->head_dim_k < 1 || p->head_dim_k > MAX_HEAD_DIM)
-        return kvq_fail(err, KVQ_ERR_ARG, "cache: head_dim_k %d outside 1..%d", p->head_dim_k, MAX_HEAD_DIM);
-    if (p->head_dim_v < 1 || p->head_dim_v > MAX_HEAD_DIM)
-        return kvq_fail(err, KVQ_ERR_ARG, "cache: head_dim_v %d outside 1..%d", p->head_dim_v, MAX_HEAD_DIM);
+    if (p->head_dim_k < 1 || p->head_dim_k > KVQ_MAX_HEAD_DIM)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: head_dim_k %d outside 1..%d", p->head_dim_k, KVQ_MAX_HEAD_DIM);
+    if (p->head_dim_v < 1 || p->head_dim_v > KVQ_MAX_HEAD_DIM)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: head_dim_v %d outside 1..%d", p->head_dim_v, KVQ_MAX_HEAD_DIM);
     if (p->n_ctx <= 0) return kvq_fail(err, KVQ_ERR_ARG, "cache: n_ctx %d must be >= 1", p->n_ctx);
     if (p->max_batch <= 0)
         return kvq_fail(err, KVQ_ERR_ARG, "cache: max_batch %d must be >= 1", p->max_batch);
@@ -255,6 +254,8 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
         for (int s = 0; s < 2; s++) {
             kvq_cache_side *sd = sides[s];
             sd->type = types[s];
+            sd->body_tr = kvq_type_get(types[s]);
+            sd->tail_tr = kvq_type_get(p->tail_type);
             sd->layout = kvq_type_get_scalar(types[s])->layout;
             sd->head_dim = dims[s];
             if (sd->layout == KVQ_LAYOUT_TILES) shape_tile_side(c, sd, s == 1);
@@ -399,7 +400,7 @@ void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out)
 
 void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc) {
     if (sd->rot_kind == KVQ_FMT_ROT_TURBO) {
-        float out[MAX_HEAD_DIM];
+        float out[KVQ_MAX_HEAD_DIM];
         kvq_turbo_unrotate_row(acc, out, sd->head_dim);
         memcpy(acc, out, (size_t)sd->head_dim * sizeof *out);
         return;
@@ -428,14 +429,14 @@ static uint8_t *side_row(const kvq_cache *c, const kvq_cache_side *sd, kvq_cache
  * exact into the ring (and the sink for the first positions).  Tile
  * bodies are filled when a tile completes (write_tiles). */
 static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos, const float *x) {
-    float buf[MAX_HEAD_DIM];
+    float buf[KVQ_MAX_HEAD_DIM];
     kvq_cache_side_rotate(sd, x, buf);
     if (sd->layout == KVQ_LAYOUT_ROWS)
-        kvq_quantize_row(sd->type, buf, side_row(c, sd, KVQ_PART_BODY, head, pos), sd->store_dim);
+        kvq_quantize_row_tr(sd->body_tr, buf, side_row(c, sd, KVQ_PART_BODY, head, pos), sd->store_dim);
     if (sd->ring_rows)
-        kvq_quantize_row(c->p.tail_type, buf, side_row(c, sd, KVQ_PART_RING, head, pos), sd->store_dim);
+        kvq_quantize_row_tr(sd->tail_tr, buf, side_row(c, sd, KVQ_PART_RING, head, pos), sd->store_dim);
     if (pos < sd->sink_rows)
-        kvq_quantize_row(c->p.tail_type, buf, side_row(c, sd, KVQ_PART_SINK, head, pos), sd->store_dim);
+        kvq_quantize_row_tr(sd->tail_tr, buf, side_row(c, sd, KVQ_PART_SINK, head, pos), sd->store_dim);
 }
 
 /* After position pos is written: quantise the tile it completes, once. */
@@ -500,7 +501,17 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
         sd->tile_ops->read_row(sd, head, pos, out);
         return KVQ_OK;
     }
-    if (part == KVQ_PART_BODY) kvq_dequantize_row(sd->type, side_row(c, sd, part, head, pos), out, sd->store_dim);
-    else kvq_dequantize_row(c->p.tail_type, side_row(c, sd, part, head, pos), out, sd->store_dim);
+    kvq_dequantize_row_tr(part == KVQ_PART_BODY ? sd->body_tr : sd->tail_tr, side_row(c, sd, part, head, pos), out,
+                          sd->store_dim);
     return KVQ_OK;
+}
+
+float *kvq_cache_attend_scratch(kvq_cache *c, size_t floats) {
+    if (floats <= c->attend_scratch_floats) return c->attend_scratch;
+    float *grown = malloc(floats * sizeof(float));   /* old contents are not needed */
+    if (!grown) return NULL;
+    free(c->attend_scratch);
+    c->attend_scratch = grown;
+    c->attend_scratch_floats = floats;
+    return grown;
 }

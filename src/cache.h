@@ -37,6 +37,8 @@ typedef enum kvq_cache_part { KVQ_PART_BODY = 0, KVQ_PART_RING, KVQ_PART_SINK } 
 /* One side (K or V) of one layer. */
 typedef struct kvq_cache_side {
     kvq_type type;          /* body type of this layer and side            */
+    const kvq_type_traits *body_tr, *tail_tr; /* active kernels of type and tail_type,
+                               looked up once at creation for the write/read paths */
     kvq_layout layout;      /* rows of blocks or 128-token tiles           */
     const struct kvq_tile_ops *tile_ops; /* tiles: the format's hooks      */
     int head_dim;           /* values per head (the model's)               */
@@ -73,8 +75,17 @@ struct kvq_cache {
     int *n_stored;          /* [n_layer]: positions 0..n_stored-1 written  */
     uint8_t *mem[4];        /* K bodies, V bodies, rings, sinks            */
     float *tile_scratch;    /* tile quantisation (NULL without tile sides) */
+    float *attend_scratch;  /* attention's working memory (kvq_cache_attend_scratch) */
+    size_t attend_scratch_floats;
     kvq_cache_bytes bytes;
 };
+
+/* At least `floats` floats of working memory for one attention call, kept
+ * by the cache and reused, so that decoding allocates only when a call
+ * needs more than any before it (the first prefill, a longer context's key
+ * splits).  NULL when out of memory.  Attention calls on one cache must
+ * not overlap (they never do: writes to it do not either). */
+float *kvq_cache_attend_scratch(kvq_cache *c, size_t floats);
 
 /* Which copy the keys of a query at position qp are read from, for one
  * side: [0, sink_end) sink, [sink_end, ring_start) body, [ring_start, qp]

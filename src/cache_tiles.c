@@ -73,7 +73,7 @@ static kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *s
                 const int pos = tile * T + t;
                 const uint8_t *src = sd->ring + ((size_t)h * sd->ring_rows + (size_t)(pos % sd->ring_rows)) *
                                                     sd->exact_row_bytes;
-                kvq_dequantize_row(c->p.tail_type, src, row, sd->store_dim);
+                kvq_dequantize_row_tr(sd->tail_tr, src, row, sd->store_dim);
                 memcpy(x + (size_t)t * w, row + (size_t)s * w, (size_t)w * sizeof *x);
             }
             kvq_status st = kvq_kvarn_quantize(sd->tile, x, KVQ_KVARN_ITERS, (uint8_t *)record_of(sd, h, tile, s), work);

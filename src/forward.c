@@ -35,6 +35,8 @@ struct kvq_ctx {
     float *attn;        /* attention output  [B][n_head][head_dim_v] */
     float *gate, *up;   /* FFN               [B][n_ff]               */
     float *rope_cos, *rope_sin; /* [B][head_dim_k / 2]              */
+    float *matmul_ws;   /* prefill weight rows: kvq_matmul_scratch_floats */
+    size_t matmul_ws_floats;
 };
 
 /* ------------------------------------------------------- element-wise */
@@ -105,7 +107,8 @@ static void rope_apply(float *x, int n, int n_heads, int d, bool neox, const flo
 /* ------------------------------------------------------------- matmul */
 
 static void matmul(kvq_ctx *c, const kvq_weight *w, const float *x, int n, float *y) {
-    kvq_matmul(c->pool, w->type, w->data, w->rows, w->cols, x, n, y);
+    kvq_matmul_scratch(c->pool, KVQ_MATMUL_MIN_PARALLEL_MACS, c->matmul_ws, c->matmul_ws_floats, w->type, w->data,
+                       w->rows, w->cols, x, n, y);
 }
 
 /* The pool for a job of `macs` multiply-adds: none (run on this thread)
@@ -214,9 +217,13 @@ static int online_cores(void) {
     return n > 0 && n < 1024 ? (int)n : 1;
 }
 
-static kvq_status alloc_scratch(kvq_ctx *c, kvq_error *err) {
+static kvq_status alloc_scratch(kvq_ctx *c, int threads, kvq_error *err) {
     const kvq_model_info *in = &c->m->info;
     const size_t B = (size_t)c->max_batch;
+    /* the widest weight row: wq/wk/wv/gate/up/output read n_embd, wo
+     * n_head * head_dim_v, down n_ff */
+    const int64_t max_cols = KVQ_MAX(in->n_embd, KVQ_MAX(in->n_head * in->head_dim_v, in->n_ff));
+    c->matmul_ws_floats = kvq_matmul_scratch_floats(threads, max_cols);
     const size_t width = (size_t)KVQ_MAX(in->n_embd, KVQ_MAX(in->n_head * in->head_dim_v, in->n_head * in->head_dim_k));
     struct { float **p; size_t n; } bufs[] = {
         { &c->x, B * in->n_embd }, { &c->h, B * width },
@@ -224,6 +231,7 @@ static kvq_status alloc_scratch(kvq_ctx *c, kvq_error *err) {
         { &c->v, B * in->n_head_kv * in->head_dim_v }, { &c->attn, B * in->n_head * in->head_dim_v },
         { &c->gate, B * in->n_ff }, { &c->up, B * in->n_ff },
         { &c->rope_cos, B * (in->head_dim_k / 2) }, { &c->rope_sin, B * (in->head_dim_k / 2) },
+        { &c->matmul_ws, c->matmul_ws_floats },
     };
     for (size_t i = 0; i < KVQ_ARRAY_LEN(bufs); i++) {
         *bufs[i].p = malloc(bufs[i].n * sizeof(float));
@@ -251,10 +259,10 @@ kvq_status kvq_ctx_create(const kvq_model *m, const kvq_cache_params *cp, int n_
     if (!c) return kvq_fail(err, KVQ_ERR_NOMEM, "context: out of memory");
     c->m = m;
     c->max_batch = p.max_batch;
+    const int threads = n_threads > 0 ? n_threads : online_cores();   /* 0 = the default, named resolved */
     kvq_status st = kvq_cache_create(&p, &c->cache, err);
-    if (!st) st = alloc_scratch(c, err);
+    if (!st) st = alloc_scratch(c, threads, err);
     if (!st) {
-        const int threads = n_threads > 0 ? n_threads : online_cores();   /* 0 = the default, named resolved */
         c->pool = kvq_pool_create(threads);
         if (!c->pool) st = kvq_fail(err, KVQ_ERR_NOMEM, "context: cannot start %d threads", threads);
     }
@@ -267,7 +275,7 @@ void kvq_ctx_free(kvq_ctx *c) {
     if (!c) return;
     kvq_pool_free(c->pool);
     kvq_cache_free(c->cache);
-    float *bufs[] = { c->x, c->h, c->q, c->k, c->v, c->attn, c->gate, c->up, c->rope_cos, c->rope_sin };
+    float *bufs[] = { c->x, c->h, c->q, c->k, c->v, c->attn, c->gate, c->up, c->rope_cos, c->rope_sin, c->matmul_ws };
     for (size_t i = 0; i < KVQ_ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(c);
 }

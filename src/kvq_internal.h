@@ -14,9 +14,8 @@
 #define KVQ_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Largest K or V head size the cache holds (its row scratch and the
- * rotation's largest block); the model loader refuses larger heads with
- * this limit in the message.  src/cache.c's own MAX_HEAD_DIM is the same
- * number and should become this constant. */
+ * rotation's largest block); the cache and the model loader refuse larger
+ * heads with this limit in the message. */
 #define KVQ_MAX_HEAD_DIM 512
 
 /* Record an error (if err is non-NULL) and return its code, so that a
@@ -71,5 +70,10 @@ static inline void kvq_wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = 
 typedef struct kvq_cpu { bool avx2, fma, f16c, avx512; } kvq_cpu;
 /* Detected once (thread-safe); forced scalar when KVQ_FORCE_SCALAR=1. */
 const kvq_cpu *kvq_cpu_features(void);
+
+/* kvq_quantize_row / kvq_dequantize_row on traits the caller looked up
+ * once (the cache's write and read paths), padding handled the same way. */
+void kvq_quantize_row_tr(const kvq_type_traits *tr, const float *x, void *dst, int64_t n);
+void kvq_dequantize_row_tr(const kvq_type_traits *tr, const void *src, float *y, int64_t n);
 
 #endif

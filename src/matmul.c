@@ -46,6 +46,7 @@ static kvq_gemm_tile best_tile(void) {
 
 typedef struct matmul_job {
     kvq_type wtype;
+    const kvq_type_traits *tr;   /* looked up once per product, not per row */
     const uint8_t *W;
     size_t row_bytes;
     int64_t rows, cols, n_tok;
@@ -60,8 +61,10 @@ static void gemv_task(void *ctx, int task, int thread) {
     const matmul_job *j = ctx;
     const int64_t r0 = (int64_t)task * GEMV_TASK_ROWS;
     const int64_t r1 = KVQ_MIN(j->rows, r0 + GEMV_TASK_ROWS);
+    /* rows are whole blocks (checked in kvq_matmul_scratch), so the type's
+     * dot runs on them directly, with no padding */
     for (int64_t r = r0; r < r1; r++)
-        j->Y[r] = kvq_dot_row(j->wtype, j->W + (size_t)r * j->row_bytes, j->X, j->cols);
+        j->Y[r] = j->tr->dot(j->W + (size_t)r * j->row_bytes, j->X, j->cols);
 }
 
 /* Weight rows r0..r0+nr-1 as f32 row pointers: f32 weights are used in
@@ -76,7 +79,7 @@ static void unpack_rows(const matmul_job *j, int thread, int64_t r0, int nr, con
             w[r] = (const float *)src;
         } else {
             float *dst = scratch + (size_t)r * (size_t)j->cols;
-            kvq_dequantize_row(j->wtype, src, dst, j->cols);
+            j->tr->dequantize(src, dst, j->cols);
             w[r] = dst;
         }
     }
@@ -119,6 +122,10 @@ static void gemv_each_token(kvq_pool *pool, matmul_job *j) {
     }
 }
 
+size_t kvq_matmul_scratch_floats(int n_threads, int64_t max_cols) {
+    return (size_t)KVQ_MAX(n_threads, 1) * MAX_TILE * (size_t)KVQ_MAX(max_cols, 0);
+}
+
 void kvq_matmul(kvq_pool *pool, kvq_type wtype, const void *W, int64_t rows, int64_t cols,
                 const float *X, int64_t n_tok, float *Y) {
     kvq_matmul_split(pool, KVQ_MATMUL_MIN_PARALLEL_MACS, wtype, W, rows, cols, X, n_tok, Y);
@@ -126,14 +133,22 @@ void kvq_matmul(kvq_pool *pool, kvq_type wtype, const void *W, int64_t rows, int
 
 void kvq_matmul_split(kvq_pool *pool, double min_parallel_macs, kvq_type wtype, const void *W, int64_t rows,
                       int64_t cols, const float *X, int64_t n_tok, float *Y) {
+    /* no caller scratch: prefill allocates its own (tests, benchmarks) */
+    kvq_matmul_scratch(pool, min_parallel_macs, NULL, 0, wtype, W, rows, cols, X, n_tok, Y);
+}
+
+void kvq_matmul_scratch(kvq_pool *pool, double min_parallel_macs, float *scratch, size_t scratch_floats,
+                        kvq_type wtype, const void *W, int64_t rows, int64_t cols, const float *X,
+                        int64_t n_tok, float *Y) {
     const kvq_type_traits *tr = kvq_type_get(wtype);
     if (!tr || !tr->dot || !W || !X || !Y || rows < 1 || cols < 1 || n_tok < 1) return; /* tile types are no weights */
+    if (!tr->row_bytes && cols % tr->block_size) return;          /* weight rows are whole blocks */
     if (rows > (int64_t)INT32_MAX * GEMV_TASK_ROWS / 2) return;   /* task index is an int */
     /* Too small to share: the same tasks run on this thread alone (the
      * task grouping, hence every output bit, does not change). */
     if ((double)rows * (double)cols * (double)n_tok < min_parallel_macs) pool = NULL;
     matmul_job j = {
-        .wtype = wtype, .W = W, .row_bytes = kvq_row_bytes(wtype, cols),
+        .wtype = wtype, .tr = tr, .W = W, .row_bytes = kvq_row_bytes(wtype, cols),
         .rows = rows, .cols = cols, .n_tok = n_tok, .X = X, .Y = Y,
     };
     if (n_tok == 1) {
@@ -141,11 +156,12 @@ void kvq_matmul_split(kvq_pool *pool, double min_parallel_macs, kvq_type wtype, 
         return;
     }
     j.tile = best_tile();
+    float *owned = NULL;
     if (wtype != KVQ_TYPE_F32) {
-        const size_t per_thread = (size_t)j.tile.rows * (size_t)cols;
-        j.scratch = malloc((size_t)kvq_pool_threads(pool) * per_thread * sizeof(float));
+        const size_t need = (size_t)kvq_pool_threads(pool) * (size_t)j.tile.rows * (size_t)cols;
+        j.scratch = scratch && scratch_floats >= need ? scratch : (owned = malloc(need * sizeof(float)));
         if (!j.scratch) { gemv_each_token(pool, &j); return; }
     }
     kvq_pool_run(pool, gemm_task, &j, n_tasks_for(rows, GEMM_TASK_ROWS));
-    free(j.scratch);
+    free(owned);
 }

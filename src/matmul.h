@@ -44,6 +44,15 @@ void kvq_matmul(kvq_pool *pool, kvq_type wtype, const void *W, int64_t rows, int
 void kvq_matmul_split(kvq_pool *pool, double min_parallel_macs, kvq_type wtype, const void *W, int64_t rows,
                       int64_t cols, const float *X, int64_t n_tok, float *Y);
 
+/* kvq_matmul_split with the prefill scratch supplied by the caller, so that
+ * a forward pass allocates nothing per call: `scratch` holds
+ * scratch_floats floats, enough when >= kvq_matmul_scratch_floats(threads of
+ * the pool, cols).  NULL or too small: the call allocates its own. */
+size_t kvq_matmul_scratch_floats(int n_threads, int64_t max_cols);
+void kvq_matmul_scratch(kvq_pool *pool, double min_parallel_macs, float *scratch, size_t scratch_floats,
+                        kvq_type wtype, const void *W, int64_t rows, int64_t cols, const float *X,
+                        int64_t n_tok, float *Y);
+
 /* ---- tile kernels (internal to matmul.c and its ISA files) ----
  * out[t*rows_per_tile + r] = sum_k w[r][k] * x[t][k] for one tile of
  * rows_per_tile weight rows and toks_per_tile token rows; unused slots of a

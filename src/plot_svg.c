@@ -1,14 +1,10 @@
 /* plot_svg.c - median KLD vs size % as a self-contained SVG (see
- * plot_svg.h), and its PNG through rsvg-convert when that exists. */
+ * plot_svg.h); the CLI turns it into a PNG (tools/svg_png.c). */
 #include "plot_svg.h"
 
 #include <errno.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdlib.h>
-#include <sys/wait.h>
-
-extern char **environ;
 
 void kvq_plot_opts_default(kvq_plot_opts *o) {
     o->width = 800;
@@ -381,20 +377,4 @@ kvq_status kvq_plot_svg_save(const char *path, const kvq_eval_row *rows, size_t 
     kvq_status st = kvq_plot_svg_write(f, rows, n, th, o, err);
     if (fclose(f) != 0 && st == KVQ_OK) st = kvq_fail(err, KVQ_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     return st;
-}
-
-kvq_status kvq_plot_svg_to_png(const char *svg_path, const char *png_path, kvq_error *err) {
-    char *argv[] = { "rsvg-convert", "-o", (char *)png_path, (char *)svg_path, NULL };
-    pid_t pid;
-    int rc = posix_spawnp(&pid, "rsvg-convert", NULL, NULL, argv, environ);
-    if (rc == ENOENT) return kvq_fail(err, KVQ_ERR_UNSUPPORTED, "rsvg-convert not found (Debian: librsvg2-bin)");
-    if (rc != 0) return kvq_fail(err, KVQ_ERR_IO, "cannot run rsvg-convert: %s", strerror(rc));
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return kvq_fail(err, KVQ_ERR_IO, "waiting for rsvg-convert: %s", strerror(errno));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)   /* shells' "not found" */
-        return kvq_fail(err, KVQ_ERR_UNSUPPORTED, "rsvg-convert not found (Debian: librsvg2-bin)");
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return kvq_fail(err, KVQ_ERR_IO, "rsvg-convert failed on %s (status %d)", svg_path, status);
-    return KVQ_OK;
 }

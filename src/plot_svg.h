@@ -32,11 +32,6 @@ kvq_status kvq_plot_svg_save(const char *path, const kvq_eval_row *rows, size_t 
                              const kvq_ladder_thresholds *th, const kvq_plot_opts *o,
                              kvq_error *err);
 
-/* Render svg_path to png_path with rsvg-convert (librsvg2-bin).  Returns
- * KVQ_ERR_UNSUPPORTED when the converter is not installed (the caller
- * notes it and carries on), KVQ_ERR_IO when it ran and failed. */
-kvq_status kvq_plot_svg_to_png(const char *svg_path, const char *png_path, kvq_error *err);
-
 /* Write s with XML's five special characters as entities; control
  * characters XML 1.0 cannot hold become '?'. */
 void kvq_xml_write_escaped(FILE *f, const char *s);

@@ -69,7 +69,7 @@ static void unpack_plane(const uint8_t *in, int width, int shift, uint8_t q[KVQ_
     }
 }
 
-void kvq_pack_codes(const uint8_t q[KVQ_BLOCK], int bits, uint8_t *out) {
+static void pack_codes(const uint8_t q[KVQ_BLOCK], int bits, uint8_t *out) {
     int w[2], np = plane_widths(bits, w);
     /* widest (last) plane holds the low bits */
     int shift = 0;
@@ -81,7 +81,7 @@ void kvq_pack_codes(const uint8_t q[KVQ_BLOCK], int bits, uint8_t *out) {
     }
 }
 
-void kvq_unpack_codes(const uint8_t *in, int bits, uint8_t q[KVQ_BLOCK]) {
+static void unpack_codes(const uint8_t *in, int bits, uint8_t q[KVQ_BLOCK]) {
     int w[2], np = plane_widths(bits, w);
     int shift = 0, shifts[2];
     for (int p = np - 1; p >= 0; p--) { shifts[p] = shift; shift += w[p]; }
@@ -153,12 +153,12 @@ static void encode_block(const block_spec *s, const float *x, uint8_t *dst) {
         }
     }
     kvq_wr16(dst, kvq_float_to_half(d));
-    kvq_pack_codes(q, s->bits, dst + spec_header(s));
+    pack_codes(q, s->bits, dst + spec_header(s));
 }
 
 static void decode_block(const block_spec *s, const uint8_t *src, float *y) {
     uint8_t q[KVQ_BLOCK];
-    kvq_unpack_codes(src + spec_header(s), s->bits, q);
+    unpack_codes(src + spec_header(s), s->bits, q);
     const float d = kvq_half_to_float(kvq_rd16(src));
     if (s->has_min) {
         const float m = kvq_half_to_float(kvq_rd16(src + 2));

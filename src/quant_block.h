@@ -53,8 +53,4 @@ static inline int kvq_code_clamp(float v, int lo, int hi, int nan_code) {
 /* The iq4_nl codebook (FORMATS.md §2; ggml's kvalues_iq4nl). */
 extern const int8_t kvq_iq4nl_values[16];
 
-/* Code planes shared by the q*_0/q*_1 layouts (see quant_block.c). */
-void kvq_pack_codes(const uint8_t q[KVQ_BLOCK], int bits, uint8_t *out);
-void kvq_unpack_codes(const uint8_t *in, int bits, uint8_t q[KVQ_BLOCK]);
-
 #endif

@@ -234,13 +234,3 @@ int32_t kvq_tokenizer_bos(const kvq_tokenizer *t) { return t->bos; }
 int32_t kvq_tokenizer_eos(const kvq_tokenizer *t) { return t->eos; }
 bool kvq_tokenizer_add_bos(const kvq_tokenizer *t) { return t->add_bos; }
 kvq_tok_kind kvq_tokenizer_kind(const kvq_tokenizer *t) { return t->kind; }
-
-gguf_str kvq_tokenizer_token_text(const kvq_tokenizer *t, int32_t id) {
-    gguf_str s = {NULL, 0};
-    if (id >= 0 && id < t->n_vocab) { s.ptr = tok_text(t, id); s.len = t->tok_len[id]; }
-    return s;
-}
-
-int kvq_tokenizer_token_type(const kvq_tokenizer *t, int32_t id) {
-    return id >= 0 && id < t->n_vocab ? t->type[id] : -1;
-}

@@ -96,8 +96,5 @@ int32_t kvq_tokenizer_bos(const kvq_tokenizer *t);  /* -1 when none */
 int32_t kvq_tokenizer_eos(const kvq_tokenizer *t);  /* -1 when none */
 bool kvq_tokenizer_add_bos(const kvq_tokenizer *t); /* the vocabulary's default */
 kvq_tok_kind kvq_tokenizer_kind(const kvq_tokenizer *t);
-/* The token's stored text (ptr into the tokenizer), for debugging/tools. */
-gguf_str kvq_tokenizer_token_text(const kvq_tokenizer *t, int32_t id);
-int kvq_tokenizer_token_type(const kvq_tokenizer *t, int32_t id);
 
 #endif

@@ -153,8 +153,7 @@ size_t kvq_row_bytes(kvq_type t, int64_t n) {
  * of the block size goes through a zero-padded block on the stack. */
 enum { MAX_BLOCK = 256 };
 
-void kvq_quantize_row(kvq_type t, const float *x, void *dst, int64_t n) {
-    const kvq_type_traits *tr = kvq_type_get(t);
+void kvq_quantize_row_tr(const kvq_type_traits *tr, const float *x, void *dst, int64_t n) {
     if (!tr || !tr->quantize || n <= 0) return;
     if (tr->row_bytes) { tr->quantize(x, dst, n); return; }   /* the row's own layout */
     const int64_t full = n / tr->block_size * tr->block_size;
@@ -166,8 +165,7 @@ void kvq_quantize_row(kvq_type t, const float *x, void *dst, int64_t n) {
     }
 }
 
-void kvq_dequantize_row(kvq_type t, const void *src, float *y, int64_t n) {
-    const kvq_type_traits *tr = kvq_type_get(t);
+void kvq_dequantize_row_tr(const kvq_type_traits *tr, const void *src, float *y, int64_t n) {
     if (!tr || !tr->dequantize || n <= 0) return;
     if (tr->row_bytes) { tr->dequantize(src, y, n); return; }
     const int64_t full = n / tr->block_size * tr->block_size;
@@ -177,6 +175,14 @@ void kvq_dequantize_row(kvq_type t, const void *src, float *y, int64_t n) {
         tr->dequantize((const uint8_t *)src + full / tr->block_size * tr->block_bytes, pad, tr->block_size);
         memcpy(y + full, pad, (size_t)(n - full) * sizeof(float));
     }
+}
+
+void kvq_quantize_row(kvq_type t, const float *x, void *dst, int64_t n) {
+    kvq_quantize_row_tr(kvq_type_get(t), x, dst, n);
+}
+
+void kvq_dequantize_row(kvq_type t, const void *src, float *y, int64_t n) {
+    kvq_dequantize_row_tr(kvq_type_get(t), src, y, n);
 }
 
 float kvq_dot_row(kvq_type t, const void *row, const float *x, int64_t n) {

@@ -190,3 +190,39 @@ TEST(cache_rotation_plan_follows_types) {
           plan.block_v, plan.reason);
     CHECK(layered_k == 128, "q4_0 layer override not rotated (block %d)", layered_k);
 }
+
+/* Attention's working memory is the cache's, reused: after the largest
+ * call (a prefill), decoding steps allocate nothing (the buffer stays the
+ * same) and still match the reference over what the cache holds. */
+TEST(cache_attend_reuses_its_scratch) {
+    attn_data d;
+    const int n_tok = 48;
+    CHECK(attn_data_make(&d, n_tok, 4, 2, 64, 64, 97), "alloc");
+    kvq_cache_params p;
+    base_params(&p);
+    kvq_cache *c = NULL;
+    kvq_error err = { 0 };
+    CHECK(kvq_cache_create(&p, &c, &err) == KVQ_OK, "%s", err.msg);
+    float *out = malloc((size_t)n_tok * 4 * 64 * sizeof(float)), *ref = malloc(4 * 64 * sizeof(float));
+    const float scale = 0.125f;
+    bool ok = out && ref && attn_fill(c, &d, 16) &&
+              kvq_cache_attend(c, 0, 0, n_tok, 4, d.q, scale, out, NULL, &err) == KVQ_OK;
+    const float *first = c->attend_scratch;
+    const bool have_first = first != NULL;
+    bool reused = true;
+    double worst = 0;
+    for (int pos = n_tok / 2; ok && pos < n_tok; pos++) {
+        ok = kvq_cache_attend(c, 0, pos, 1, 4, d.q + (size_t)pos * 4 * 64, scale, out, NULL, &err) == KVQ_OK &&
+             attn_ref_cache(c, &d, pos, 1, scale, ref);
+        reused = reused && c->attend_scratch == first;
+        if (ok) worst = KVQ_MAX(worst, attn_rel_err(out, ref, 4 * 64));
+    }
+    kvq_cache_free(c);
+    free(out);
+    free(ref);
+    attn_data_free(&d);
+    CHECK(ok, "attend failed: %s", err.msg);
+    CHECK(have_first, "no attention scratch after a prefill");
+    CHECK(reused, "a decode step reallocated the attention scratch");
+    CHECK(worst < 1e-4, "decode vs reference over the cache: rel err %.3g", worst);
+}

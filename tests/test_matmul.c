@@ -199,6 +199,42 @@ TEST(matmul_ignores_bad_arguments) {
     kvq_matmul(NULL, KVQ_TYPE_F32, w, 1, 0, x, 1, y);
     kvq_matmul(NULL, KVQ_TYPE_F32, NULL, 1, 4, x, 1, y);
     CHECK(y[0] == -7 && y[1] == -7, "output written on bad arguments");
+    uint8_t q[2 * 34] = { 0 };   /* q8_0 rows must be whole 32-blocks: 40 columns are not */
+    float xq[40] = { 0 };
+    kvq_matmul(NULL, KVQ_TYPE_Q8_0, q, 1, 40, xq, 1, y);
+    CHECK(y[0] == -7 && y[1] == -7, "output written for a partial-block weight row");
     kvq_matmul(NULL, KVQ_TYPE_F32, w, 1, 4, x, 1, y);
     CHECK(y[0] == 10 && y[1] == -7, "1x4 f32 matmul gave %g", y[0]);
+}
+
+/* Prefill with the caller's scratch (a context's, allocated once) gives
+ * the same bits as with scratch the call allocates itself, for a pool of
+ * 2 threads and scratch sized by kvq_matmul_scratch_floats; scratch too
+ * small is not used (the call allocates instead), never overrun. */
+TEST(matmul_caller_scratch_same_bits) {
+    kvq_pool *pool = kvq_pool_create(2);
+    CHECK(pool, "pool creation failed");
+    case_data c;
+    const int ok = case_make(&c, KVQ_TYPE_Q4_0, 37, cols_for(KVQ_TYPE_Q4_0), 9, 4242);
+    const size_t n = (size_t)(c.rows * c.n_tok);
+    const size_t ws_floats = kvq_matmul_scratch_floats(2, c.cols);
+    float *ws = malloc((ws_floats + 1) * sizeof(float));
+    float *own = malloc(n * sizeof(float)), *given = malloc(n * sizeof(float)), *small = malloc(n * sizeof(float));
+    bool all = ok && ws && own && given && small;
+    if (all) {
+        ws[ws_floats] = 12345.0f;   /* guard past the end */
+        kvq_matmul_split(pool, 0, KVQ_TYPE_Q4_0, c.W, c.rows, c.cols, c.X, c.n_tok, own);
+        kvq_matmul_scratch(pool, 0, ws, ws_floats, KVQ_TYPE_Q4_0, c.W, c.rows, c.cols, c.X, c.n_tok, given);
+        kvq_matmul_scratch(pool, 0, ws, 1, KVQ_TYPE_Q4_0, c.W, c.rows, c.cols, c.X, c.n_tok, small);
+    }
+    const bool same = all && !memcmp(own, given, n * sizeof(float)) && !memcmp(own, small, n * sizeof(float));
+    const bool guard = all && ws[ws_floats] == 12345.0f;
+    const int64_t bad = all ? first_bad(&c, given) : -1;
+    free(ws); free(own); free(given); free(small);
+    case_free(&c);
+    kvq_pool_free(pool);
+    CHECK(all, "out of memory");
+    CHECK(same, "caller scratch changed the result");
+    CHECK(guard, "scratch written past kvq_matmul_scratch_floats");
+    CHECK(bad < 0, "output %lld off the reference", (long long)bad);
 }

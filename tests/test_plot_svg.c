@@ -4,6 +4,7 @@
  * exactly one marker per configuration, one frontier, labels, decades. */
 #include "test.h"
 #include "plot_svg.h"
+#include "../tools/svg_png.h"
 
 #include <ctype.h>
 #include <stdbool.h>
@@ -346,12 +347,12 @@ TEST(plot_svg_png_when_converter_exists) {
     /* without the converter on PATH: a clear "unsupported", not a failure */
     char *path = getenv("PATH") ? strdup(getenv("PATH")) : NULL;
     setenv("PATH", "/nonexistent-kvq-test", 1);
-    kvq_status missing = kvq_plot_svg_to_png(svg, png, &err);
+    kvq_status missing = cli_svg_to_png(svg, png, &err);
     if (path) { setenv("PATH", path, 1); free(path); }
     else unsetenv("PATH");
     bool msg_ok = strstr(err.msg, "rsvg-convert") != NULL;
 
-    kvq_status st = kvq_plot_svg_to_png(svg, png, &err);
+    kvq_status st = cli_svg_to_png(svg, png, &err);
     unsigned char sig[8] = { 0 };
     FILE *f = st == KVQ_OK ? fopen(png, "rb") : NULL;
     size_t got = f ? fread(sig, 1, 8, f) : 0;

@@ -103,7 +103,9 @@ static int parse_one(bench_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i], *v;
     int *dst;
     long l, lo = 1, hi = CLI_MAX_CTX;
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; o->model = v; return 1; }
+    const cli_model_flags common = { .model = &o->model, .n_batch = &o->run.fill_batch, .n_threads = &o->run.n_threads };
+    const int r = cli_model_flag(CMD, &common, argc, argv, i);
+    if (r) return r;
     if (!strcmp(a, "--types")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; o->types = v; return 1; }
     if (!strcmp(a, "--rot")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; return parse_rot(v, &o->rot) ? 1 : -1; }
     if (!strcmp(a, "--fill")) {
@@ -120,8 +122,6 @@ static int parse_one(bench_opts *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) dst = &o->run.n_prompt;
     else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) { dst = &o->run.n_gen; lo = 0; }
     else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) { dst = &o->reps; hi = MAX_REPS; }
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { dst = &o->run.n_threads; hi = CLI_MAX_THREADS; }
-    else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) dst = &o->run.fill_batch;
     else {
         o->kv_types_given |= is_kv_type_flag(a);
         return cache_flags_parse(CMD, &o->cache, argc, argv, i);

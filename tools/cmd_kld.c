@@ -51,27 +51,18 @@ static void usage(FILE *f) {
 }
 
 static int parse_one(kld_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i], *v;
+    const char *a = argv[*i];
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads };
     const char **str = NULL;
-    int *num = NULL;
-    long l, lo = 1, hi = CLI_MAX_CTX;
     if (!strcmp(a, "--json")) { o->json = true; return 1; }
     if (!strcmp(a, "--kl-divergence")) { o->llama_compare = true; return 1; }
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) str = &o->model;
-    else if (!strcmp(a, "-f") || !strcmp(a, "--file")) str = &o->text;
-    else if (!strcmp(a, "--base")) str = &o->base_in;
+    const int r = cli_model_flag(CMD, &common, argc, argv, i);
+    if (r) return r;
+    if (!strcmp(a, "--base")) str = &o->base_in;
     else if (!strcmp(a, "--save-base")) str = &o->base_out;
     else if (!strcmp(a, "--kl-divergence-base")) str = &o->llama_base;
-    else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { num = &o->n_ctx; lo = 4; }
-    else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) num = &o->n_batch;
-    else if (!strcmp(a, "--chunks")) num = &o->n_chunks;
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { num = &o->n_threads; hi = CLI_MAX_THREADS; }
     else return cache_flags_parse(CMD, &o->cache, argc, argv, i);
-    if (!(v = cli_value(CMD, argc, argv, i))) return -1;
-    if (str) { *str = v; return 1; }
-    if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1;
-    *num = (int)l;
-    return 1;
+    return (*str = cli_value(CMD, argc, argv, i)) ? 1 : -1;
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -109,12 +100,7 @@ static kvq_status measure_tg(kld_job *j, kvq_error *err) {
 
 /* -f TEXT's tokens (NULL after one error line). */
 static int32_t *text_tokens(const kld_job *j, int *n) {
-    size_t len = 0;
-    char *text = cli_read_text(CMD, j->o->text, &len);
-    if (!text) return NULL;
-    int32_t *toks = cli_tokenize(CMD, j->m, text, len, kvq_model_get_info(j->m)->add_bos, n);
-    free(text);
-    return toks;
+    return cli_text_tokens(CMD, j->m, j->o->text, n);
 }
 
 /* ------------------------------------------------------------ compare */

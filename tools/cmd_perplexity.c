@@ -35,22 +35,10 @@ static void usage(FILE *f) {
 }
 
 static int parse_one(ppl_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i], *v;
-    long l;
-    int *dst = NULL;
-    long lo = 1, hi = CLI_MAX_CTX;
-    if (!strcmp(a, "--json")) { o->json = true; return 1; }
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; o->model = v; return 1; }
-    if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; o->text = v; return 1; }
-    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { dst = &o->n_ctx; lo = 4; }
-    else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) dst = &o->n_batch;
-    else if (!strcmp(a, "--chunks")) dst = &o->n_chunks;
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { dst = &o->n_threads; hi = CLI_MAX_THREADS; }
-    else return cache_flags_parse(CMD, &o->cache, argc, argv, i);
-    if (!(v = cli_value(CMD, argc, argv, i))) return -1;
-    if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1;
-    *dst = (int)l;
-    return 1;
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads };
+    if (!strcmp(argv[*i], "--json")) { o->json = true; return 1; }
+    const int r = cli_model_flag(CMD, &common, argc, argv, i);
+    return r ? r : cache_flags_parse(CMD, &o->cache, argc, argv, i);
 }
 
 typedef struct ppl_acc {

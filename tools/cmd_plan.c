@@ -117,40 +117,28 @@ static int parse_cache_flag(plan_opts *o, int argc, char **argv, int *i) {
 
 static int parse_one(plan_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i], *v;
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, NULL, &o->n_chunks, &o->n_threads };
     const char **str = NULL;
-    int *num = NULL;
-    long l, lo = 1, hi = CLI_MAX_CTX;
     if (!strcmp(a, "--json")) { o->json = true; return 1; }
     if (!strcmp(a, "--compare-uniform")) { o->compare_uniform = true; return 1; }
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) str = &o->model;
-    else if (!strcmp(a, "-f") || !strcmp(a, "--file")) str = &o->text;
-    else if (!strcmp(a, "--base")) str = &o->base;
+    const int r = cli_model_flag(CMD, &common, argc, argv, i);
+    if (r) return r;
+    if (!strcmp(a, "--base")) str = &o->base;
     else if (!strcmp(a, "--budget")) str = &o->budget_arg;
     else if (!strcmp(a, "--types")) {
         if (!(v = cli_value(CMD, argc, argv, i))) return -1;
         return parse_types(o, v) ? 1 : -1;
     }
-    else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { num = &o->n_ctx; lo = 4; }
-    else if (!strcmp(a, "--chunks")) num = &o->n_chunks;
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { num = &o->n_threads; hi = CLI_MAX_THREADS; }
     else return parse_cache_flag(o, argc, argv, i);
-    if (!(v = cli_value(CMD, argc, argv, i))) return -1;
-    if (str) { *str = v; return 1; }
-    if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1;
-    *num = (int)l;
-    return 1;
+    return (*str = cli_value(CMD, argc, argv, i)) ? 1 : -1;
 }
 
 /* ------------------------------------------------------------ reference */
 
 /* The text's tokens must be the base's (same model vocabulary, same text). */
 static int check_text(const plan_opts *o, const kvq_model *m, const kvq_kld_ref *r, int n_chunk) {
-    size_t len = 0;
-    char *text = cli_read_text(CMD, o->text, &len);
-    if (!text) return 1;
     int n = 0;
-    int32_t *toks = cli_tokenize(CMD, m, text, len, kvq_model_get_info(m)->add_bos, &n);
-    free(text);
+    int32_t *toks = cli_text_tokens(CMD, m, o->text, &n);
     if (!toks) return 1;
     kvq_error err = { 0 };
     int rc = kvq_kld_ref_check_tokens(r, toks, (size_t)n, n_chunk, &err) ? cli_error(CMD, "'%s': %s", o->text, err.msg) : 0;
@@ -182,12 +170,8 @@ static int read_base(plan_opts *o, const kvq_model *m, kvq_kld_ref *r, int *n_ch
 
 /* The f32 cache's reference of -f TEXT, held in memory. */
 static int compute_base(plan_opts *o, const kvq_model *m, kvq_kld_ref *r, int *n_chunk) {
-    size_t len = 0;
-    char *text = cli_read_text(CMD, o->text, &len);
-    if (!text) return 1;
     int n_tok = 0;
-    int32_t *toks = cli_tokenize(CMD, m, text, len, kvq_model_get_info(m)->add_bos, &n_tok);
-    free(text);
+    int32_t *toks = cli_text_tokens(CMD, m, o->text, &n_tok);
     if (!toks) return 1;
     const int n_ctx = o->n_ctx ? o->n_ctx : DEFAULT_CTX;
     *n_chunk = KVQ_MIN(o->n_chunks, n_tok / n_ctx);

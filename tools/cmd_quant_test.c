@@ -136,12 +136,30 @@ static void add_outlier_channels(float *x, int rows, int dim, rng *r) {
 
 typedef struct qt_error { double nmse, max_abs; } qt_error;
 
+/* Sums over every measured value: squared error, squared reference, the
+ * largest absolute error. */
+typedef struct qt_acc { double err2, ref2, max_abs; } qt_acc;
+
+static void add_row(qt_acc *a, const float *ref, const float *got, int n) {
+    for (int i = 0; i < n; i++) {
+        const double e = (double)got[i] - ref[i];
+        a->err2 += e * e;
+        a->ref2 += (double)ref[i] * ref[i];
+        if (fabs(e) > a->max_abs) a->max_abs = fabs(e);
+    }
+}
+
+/* NMSE (error energy over signal energy) and the largest error. */
+static qt_error acc_error(const qt_acc *a) {
+    return (qt_error){ a->ref2 > 0 ? a->err2 / a->ref2 : 0.0, a->max_abs };
+}
+
 /* Scratch for one row: the rotated copy, its packed form, the decoded row. */
 typedef struct qt_scratch { float *work, *decoded; uint8_t *packed; } qt_scratch;
 
 /* Round-trip every row through type t (rotated with `block` when > 0). */
 static qt_error round_trip(kvq_type t, const float *x, int rows, int dim, int block, qt_scratch *s) {
-    double err2 = 0, ref2 = 0, max_abs = 0;
+    qt_acc acc = { 0, 0, 0 };
     for (int r = 0; r < rows; r++) {
         const float *row = x + (size_t)r * dim;
         memcpy(s->work, row, (size_t)dim * sizeof(float));
@@ -149,14 +167,9 @@ static qt_error round_trip(kvq_type t, const float *x, int rows, int dim, int bl
         kvq_quantize_row(t, s->work, s->packed, dim);
         kvq_dequantize_row(t, s->packed, s->decoded, dim);
         if (block) kvq_rotate_row_inverse(s->decoded, dim, block, NULL);
-        for (int i = 0; i < dim; i++) {
-            const double e = (double)s->decoded[i] - row[i];
-            err2 += e * e;
-            ref2 += (double)row[i] * row[i];
-            if (fabs(e) > max_abs) max_abs = fabs(e);
-        }
+        add_row(&acc, row, s->decoded, dim);
     }
-    return (qt_error){ ref2 > 0 ? err2 / ref2 : 0.0, max_abs };
+    return acc_error(&acc);
 }
 
 /* KVarN (tile types): the rows are tokens.  Every complete group of 128
@@ -173,7 +186,7 @@ static qt_error tile_round_trip(kvq_type t, const float *x, int rows, int dim) {
     float *back = malloc((size_t)KVQ_KVARN_TILE * width * sizeof *back);
     float *scratch = malloc(kvq_kvarn_scratch_floats(shape) * sizeof *scratch);
     uint8_t *rec = malloc(kvq_kvarn_record_bytes(shape));
-    double err2 = 0, ref2 = 0, max_abs = 0;
+    qt_acc acc = { 0, 0, 0 };
     for (int g = 0; tile && back && scratch && rec && (g + 1) * KVQ_KVARN_TILE <= rows; g++)
         for (int sl = 0; sl < n_slices; sl++) {
             const int c0 = sl * width, nc = KVQ_MIN(width, dim - c0);
@@ -189,16 +202,11 @@ static qt_error tile_round_trip(kvq_type t, const float *x, int rows, int dim) {
                 float *y = back + (size_t)r * width;
                 const float *row = x + (size_t)(g * KVQ_KVARN_TILE + r) * dim + c0;
                 kvq_rotate_row_inverse(y, width, width, NULL);
-                for (int i = 0; i < nc; i++) {
-                    const double e = (double)y[i] - row[i];
-                    err2 += e * e;
-                    ref2 += (double)row[i] * row[i];
-                    if (fabs(e) > max_abs) max_abs = fabs(e);
-                }
+                add_row(&acc, row, y, nc);
             }
         }
     free(tile); free(back); free(scratch); free(rec);
-    return (qt_error){ ref2 > 0 ? err2 / ref2 : 0.0, max_abs };
+    return acc_error(&acc);
 }
 
 /* TurboQuant: as the cache stores it, R x (R = S2 H S1 per block, the row
@@ -206,21 +214,16 @@ static qt_error tile_round_trip(kvq_type t, const float *x, int rows, int dim) {
  * rotated back; the format always rotates. */
 static qt_error turbo_round_trip(kvq_type t, const float *x, int rows, int dim, qt_scratch *s) {
     const int d = kvq_turbo_rot_dim(dim);
-    double err2 = 0, ref2 = 0, max_abs = 0;
+    qt_acc acc = { 0, 0, 0 };
     for (int r = 0; r < rows; r++) {
         const float *row = x + (size_t)r * dim;
         kvq_turbo_rotate_query(row, s->work, dim);
         kvq_quantize_row(t, s->work, s->packed, d);
         kvq_dequantize_row(t, s->packed, s->work, d);
         kvq_turbo_unrotate(s->work, s->decoded, dim);
-        for (int i = 0; i < dim; i++) {
-            const double e = (double)s->decoded[i] - row[i];
-            err2 += e * e;
-            ref2 += (double)row[i] * row[i];
-            if (fabs(e) > max_abs) max_abs = fabs(e);
-        }
+        add_row(&acc, row, s->decoded, dim);
     }
-    return (qt_error){ ref2 > 0 ? err2 / ref2 : 0.0, max_abs };
+    return acc_error(&acc);
 }
 
 /* One table row: a type on one distribution, plain and rotated. */

@@ -20,6 +20,7 @@
 #include "report.h"
 #include "stats.h"
 #include "sweep_grid.h"
+#include "svg_png.h"
 
 #include <errno.h>
 #include <math.h>
@@ -69,23 +70,21 @@ static void usage(FILE *f) {
 }
 
 static int parse_args(sweep_opts *o, int argc, char **argv) {
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         const char **str = NULL;
         int *num = NULL;
-        long lo = 1, hi = CLI_MAX_CTX, l;
+        long l;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) str = &o->model;
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) str = &o->text;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) str = &o->outdir;
+        const int r = cli_model_flag(CMD, &common, argc, argv, &i);
+        if (r < 0) return -1;
+        if (r) continue;
+        if (!strcmp(a, "-o") || !strcmp(a, "--output")) str = &o->outdir;
         else if (!strcmp(a, "--types")) str = &o->types;
         else if (!strcmp(a, "--pairs")) str = &o->pairs;
         else if (!strcmp(a, "--tails")) str = &o->tails;
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { num = &o->n_ctx; lo = 4; }
-        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) num = &o->n_batch;
-        else if (!strcmp(a, "--chunks")) num = &o->n_chunks;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { num = &o->n_threads; hi = CLI_MAX_THREADS; }
-        else if (!strcmp(a, "--jobs")) { num = &o->n_jobs; hi = 64; }
+        else if (!strcmp(a, "--jobs")) num = &o->n_jobs;
         else if (!strcmp(a, "--rot") || !strcmp(a, "--ref-type")) { /* handled below */ }
         else {
             cli_error(CMD, "unknown option '%s' (see kvq sweep --help)", a);
@@ -93,8 +92,8 @@ static int parse_args(sweep_opts *o, int argc, char **argv) {
         }
         if (!(v = cli_value(CMD, argc, argv, &i))) return -1;
         if (str) { *str = v; continue; }
-        if (num) {
-            if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1;
+        if (num) {   /* --jobs */
+            if (!cli_flag_long(CMD, a, v, 1, 64, &l)) return -1;
             *num = (int)l;
             continue;
         }
@@ -202,18 +201,24 @@ static int make_dir(const char *path) {
     return 0;
 }
 
-static kvq_ctx *make_ctx(const sweep *s, const kvq_sweep_config *c, kvq_error *err) {
-    cache_flags cf;
-    cache_flags_init(&cf);
-    kvq_cache_params *p = &cf.params;
+/* The cache parameters of configuration c at n_ctx positions: the same
+ * for the context a run creates and for the sizes reported for it. */
+static void sweep_params(const sweep *s, const kvq_sweep_config *c, int n_ctx, cache_flags *cf) {
+    cache_flags_init(cf);
+    kvq_cache_params *p = &cf->params;
     p->type_k = c->type_k;
     p->type_v = c->type_v;
     p->tail_tokens = c->tail_tokens;
     p->rot.mode = c->rot;
-    cache_flags_resolve(&cf, s->n_ctx);
+    cache_flags_resolve(cf, n_ctx);
     p->max_batch = s->n_batch;
+}
+
+static kvq_ctx *make_ctx(const sweep *s, const kvq_sweep_config *c, kvq_error *err) {
+    cache_flags cf;
+    sweep_params(s, c, s->n_ctx, &cf);
     kvq_ctx *ctx = NULL;
-    if (kvq_ctx_create(s->m, p, s->threads_per_job, &ctx, err) != KVQ_OK) return NULL;
+    if (kvq_ctx_create(s->m, &cf.params, s->threads_per_job, &ctx, err) != KVQ_OK) return NULL;
     return ctx;
 }
 
@@ -303,12 +308,7 @@ static kvq_status measure_tg(const sweep *s, kvq_ctx *ctx, double *tps, kvq_erro
  * with the cache parameters make_ctx would use. */
 static double cache_bytes_at(const sweep *s, const kvq_sweep_config *c, int n_ctx) {
     cache_flags cf;
-    cache_flags_init(&cf);
-    cf.params.type_k = c->type_k;
-    cf.params.type_v = c->type_v;
-    cf.params.tail_tokens = c->tail_tokens;
-    cache_flags_resolve(&cf, n_ctx);
-    cf.params.max_batch = s->n_batch;
+    sweep_params(s, c, n_ctx, &cf);
     return cli_kv_bytes(s->info, &cf.params, n_ctx);
 }
 
@@ -472,7 +472,7 @@ static int write_outputs(sweep *s) {
     path_in(svg, s, "plot.svg");
     if (kvq_plot_svg_save(svg, s->rows, s->n_cfg, &th, &po, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);
     path_in(path, s, "plot.png");
-    st = kvq_plot_svg_to_png(svg, path, &err);
+    st = cli_svg_to_png(svg, path, &err);
     if (st == KVQ_ERR_UNSUPPORTED) fprintf(stderr, "kvq sweep: note: no plot.png (%s)\n", err.msg);
     else if (st != KVQ_OK) fprintf(stderr, "kvq sweep: warning: no plot.png: %s\n", err.msg);
 
@@ -488,12 +488,8 @@ static int write_outputs(sweep *s) {
 /* ---------------------------------------------------------------- main */
 
 static int prepare_tokens(sweep *s) {
-    size_t len = 0;
-    char *text = cli_read_text(CMD, s->o->text, &len);
-    if (!text) return 1;
     int n_tok = 0;
-    s->tokens = cli_tokenize(CMD, s->m, text, len, s->info->add_bos, &n_tok);
-    free(text);
+    s->tokens = cli_text_tokens(CMD, s->m, s->o->text, &n_tok);
     if (!s->tokens) return 1;
     s->n_chunk = n_tok / s->n_ctx;
     if (s->o->n_chunks && s->o->n_chunks < s->n_chunk) s->n_chunk = s->o->n_chunks;

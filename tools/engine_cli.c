@@ -13,6 +13,29 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static bool is_flag(const char *a, const char *short_name, const char *long_name) {
+    return (short_name && !strcmp(a, short_name)) || !strcmp(a, long_name);
+}
+
+int cli_model_flag(const char *cmd, const cli_model_flags *f, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v;
+    const char **str = NULL;
+    int *num = NULL;
+    long l, lo = 1, hi = CLI_MAX_CTX;
+    if (f->model && is_flag(a, "-m", "--model")) str = f->model;
+    else if (f->text && is_flag(a, "-f", "--file")) str = f->text;
+    else if (f->n_ctx && is_flag(a, "-c", "--ctx-size")) { num = f->n_ctx; lo = 4; }
+    else if (f->n_batch && is_flag(a, "-b", "--batch-size")) num = f->n_batch;
+    else if (f->n_chunks && is_flag(a, NULL, "--chunks")) num = f->n_chunks;
+    else if (f->n_threads && is_flag(a, "-t", "--threads")) { num = f->n_threads; hi = CLI_MAX_THREADS; }
+    else return 0;
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    if (str) { *str = v; return 1; }
+    if (!cli_flag_long(cmd, a, v, lo, hi, &l)) return -1;
+    *num = (int)l;
+    return 1;
+}
+
 kvq_model *cli_load_model(const char *cmd, const char *path) {
     if (!path) { cli_error(cmd, "no model given (use -m MODEL.gguf)"); return NULL; }
     kvq_model *m = NULL;
@@ -45,6 +68,15 @@ int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, siz
     }
     if (n < 0) { free(toks); cli_error(cmd, "tokenizing the text failed"); return NULL; }
     *n_out = n;
+    return toks;
+}
+
+int32_t *cli_text_tokens(const char *cmd, const kvq_model *m, const char *path, int *n_out) {
+    size_t len = 0;
+    char *text = cli_read_text(cmd, path, &len);
+    if (!text) return NULL;
+    int32_t *toks = cli_tokenize(cmd, m, text, len, kvq_model_get_info(m)->add_bos, n_out);
+    free(text);
     return toks;
 }
 

@@ -12,10 +12,25 @@
 /* Largest context any command accepts (positions). */
 enum { CLI_MAX_CTX = 1 << 20, CLI_MAX_THREADS = 512 };
 
+/* The flags the model commands share, in llama.cpp's spelling:
+ * -m/--model, -f/--file, -c/--ctx-size (>= 4: a chunk scores at least two
+ * positions), -b/--batch-size, --chunks, -t/--threads.  A command points
+ * the fields it takes at its options; NULL fields are flags it lacks. */
+typedef struct cli_model_flags {
+    const char **model, **text;
+    int *n_ctx, *n_batch, *n_chunks, *n_threads;
+} cli_model_flags;
+/* argv[*i] as one of those flags: 1 = consumed (its value too, *i
+ * advanced), 0 = not one of them, -1 = bad value (error line printed). */
+int cli_model_flag(const char *cmd, const cli_model_flags *f, int argc, char **argv, int *i);
+
 /* Each returns NULL after printing "kvq CMD: error: ..." */
 kvq_model *cli_load_model(const char *cmd, const char *path);
 char *cli_read_text(const char *cmd, const char *path, size_t *len);
 int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, size_t len, bool add_bos, int *n_out);
+/* The tokens of the text file at path (cli_read_text + cli_tokenize, BOS
+ * as the model's vocabulary says): what -f TEXT means to every command. */
+int32_t *cli_text_tokens(const char *cmd, const kvq_model *m, const char *path, int *n_out);
 /* Bytes the cache of p (types, per-layer overrides, tail, sink, batch)
  * allocates for a model at n_ctx positions: K and V rows of every layer
  * and position, plus the exact ring (tail + batch rows, at most n_ctx)
