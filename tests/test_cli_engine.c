@@ -326,3 +326,25 @@ TEST(cli_bench_rejects_bad_types_and_rot) {
         CHECK(count_lines(out) == 1 && strstr(out, "error"), "'%s' printed %d lines: %s", flags[i], count_lines(out), out);
     }
 }
+
+/* EVAL issue proof: a llama.cpp base file is read and gives the PPL(base)
+ * documented in ../shared/golden/README.md (caveat 3: llama-h64 907.4893,
+ * from the stored 16-bit log-probs, not llama.cpp's "Final estimate"). */
+TEST(cli_kld_golden_base_ppl) {
+    const char *bin = need_bin();
+    char model[1024], base[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/synth/llama-h64.gguf") ||
+        !test_shared_path(base, sizeof base, "golden/llama-h64.gpl3.c128.kld"))
+        SKIP("../shared not found");
+    char cmd[4096];
+    static char out[16384];
+    CHECK(snprintf(cmd, sizeof cmd, "%s kld -m %s --base %s -t 2 -ctk f32 -ctv f32", bin, model, base) <
+              (int)sizeof cmd, "command too long");
+    int rc = run_stdout(cmd, out, sizeof out);
+    CHECK(rc == 0, "kvq kld exited %d: %s", rc, out);
+    const char *line = strstr(out, "Mean PPL(base)");
+    double ppl_base = 0;
+    CHECK(line && sscanf(line, "Mean PPL(base) : %lf", &ppl_base) == 1, "no PPL(base) in: %.300s", out);
+    CHECK(fabs(ppl_base - 907.4893) < 0.0005, "PPL(base) %.4f, the golden README says 907.4893", ppl_base);
+}
