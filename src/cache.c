@@ -331,8 +331,10 @@ static kvq_status copy_layer_types(kvq_cache *c, kvq_error *err) {
     return KVQ_OK;
 }
 
-kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_error *err) {
-    if (!out) return kvq_fail(err, KVQ_ERR_ARG, "cache: NULL output pointer");
+/* Everything but the big allocations: parameters checked and copied, layer
+ * types, rotation plan, layout and byte figures.  Shared by creation and by
+ * kvq_cache_plan_bytes, so the figures a tool reports are the cache's. */
+static kvq_status plan_cache(const kvq_cache_params *p, kvq_cache **out, kvq_error *err) {
     *out = NULL;
     if (!p) return kvq_fail(err, KVQ_ERR_ARG, "cache: NULL parameters");
     kvq_status st = check_params(p, err);
@@ -344,7 +346,7 @@ kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_erro
     c->p.tail_tokens = KVQ_MIN(p->tail_tokens, p->n_ctx);
     c->p.sink_tokens = KVQ_MIN(p->sink_tokens, p->n_ctx);
     if ((st = copy_layer_types(c, err)) != KVQ_OK || (st = choose_rotation(c, err)) != KVQ_OK ||
-        (st = plan_layout(c, err)) != KVQ_OK || (st = allocate_layout(c, err)) != KVQ_OK) {
+        (st = plan_layout(c, err)) != KVQ_OK) {
         kvq_cache_free(c);
         return st;
     }
@@ -352,21 +354,24 @@ kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_erro
     return KVQ_OK;
 }
 
-kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out, kvq_error *err) {
-    if (!p || !out) return kvq_fail(err, KVQ_ERR_ARG, "cache: NULL argument");
-    memset(out, 0, sizeof *out);
-    kvq_status st = check_params(p, err);
-    if (st != KVQ_OK) return st;
-    kvq_cache *c = calloc(1, sizeof *c);
-    if (!c) return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory");
-    c->p = *p;
-    c->p.tail_tokens = KVQ_MIN(p->tail_tokens, p->n_ctx);
-    c->p.sink_tokens = KVQ_MIN(p->sink_tokens, p->n_ctx);
-    if ((st = copy_layer_types(c, err)) == KVQ_OK && (st = choose_rotation(c, err)) == KVQ_OK &&
-        (st = plan_layout(c, err)) == KVQ_OK)
-        *out = c->bytes;
-    kvq_cache_free(c);
+kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_error *err) {
+    if (!out) return kvq_fail(err, KVQ_ERR_ARG, "cache: NULL output pointer");
+    kvq_cache *c;
+    kvq_status st = plan_cache(p, &c, err);
+    if (st == KVQ_OK && (st = allocate_layout(c, err)) != KVQ_OK) kvq_cache_free(c);
+    *out = st == KVQ_OK ? c : NULL;
     return st;
+}
+
+kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out, kvq_error *err) {
+    if (!out) return kvq_fail(err, KVQ_ERR_ARG, "cache: NULL argument");
+    memset(out, 0, sizeof *out);
+    kvq_cache *c;
+    kvq_status st = plan_cache(p, &c, err);
+    if (st != KVQ_OK) return st;
+    *out = c->bytes;
+    kvq_cache_free(c);
+    return KVQ_OK;
 }
 
 /* ------------------------------------------------------------- regions */
