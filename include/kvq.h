@@ -257,6 +257,8 @@ typedef struct kvq_cache_params {
                                   /* KVarN sides: at least the first tile) */
     kvq_rot_request rot;          /* head dims / types are filled in       */
     bool rot_random_signs;        /* randomised Hadamard (fixed seed)      */
+    int kvarn_iters;              /* KVarN normalisation iterations T      */
+                                  /* (0 = the format's default, 16)        */
 } kvq_cache_params;
 
 /* Defaults: one layer of one 128-wide K/V head, n_ctx 4096, max_batch 512,

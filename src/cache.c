@@ -94,6 +94,8 @@ static kvq_status check_params(const kvq_cache_params *p, kvq_error *err) {
     if (p->n_ctx <= 0) return kvq_fail(err, KVQ_ERR_ARG, "cache: n_ctx %d must be >= 1", p->n_ctx);
     if (p->max_batch <= 0)
         return kvq_fail(err, KVQ_ERR_ARG, "cache: max_batch %d must be >= 1", p->max_batch);
+    if (p->kvarn_iters < 0 || p->kvarn_iters > KVQ_KVARN_MAX_ITERS)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: kvarn_iters %d outside 0..%d", p->kvarn_iters, KVQ_KVARN_MAX_ITERS);
     if (p->tail_tokens < 0)
         return kvq_fail(err, KVQ_ERR_ARG, "cache: tail_tokens %d must be >= 0", p->tail_tokens);
     if (p->sink_tokens < 0)

@@ -376,3 +376,47 @@ TEST(cache_plan_bytes_equal_created_cache) {
     kvq_cache_bytes b;
     CHECK(kvq_cache_plan_bytes(&p, &b, NULL) == KVQ_ERR_ARG, "bad type accepted");
 }
+
+/* KVarN's T (normalisation iterations) is a cache parameter: 0 means the
+ * format's 16, and another T changes the quantised tile. */
+static bool kvarn_row_with_iters(int iters, float *row, char *msg, size_t cap) {
+    kvq_cache_params p;
+    kvq_cache_params_default(&p);
+    memset(&p.rot, 0, sizeof p.rot);
+    p.n_layer = 1;
+    p.n_head_kv = 1;
+    p.head_dim_k = p.head_dim_v = 128;
+    p.n_ctx = 512;
+    p.max_batch = 256;
+    p.type_k = p.type_v = KVQ_TYPE_KVARN4;
+    p.kvarn_iters = iters;
+    static float k[256 * 128], v[256 * 128];
+    test_rng r = { 42, 0, 0 };
+    for (int i = 0; i < 256 * 128; i++) {
+        k[i] = (float)test_rng_gauss(&r) * (i % 128 == 3 ? 12.0f : 1.0f);
+        v[i] = (float)test_rng_gauss(&r);
+    }
+    kvq_cache *c = NULL;
+    kvq_error err = { 0, "" };
+    bool ok = kvq_cache_create(&p, &c, &err) == KVQ_OK && kvq_cache_write(c, 0, 0, 256, k, v, &err) == KVQ_OK &&
+              kvq_cache_read_row(c, 0, false, KVQ_PART_BODY, 0, 200, row, &err) == KVQ_OK;
+    if (!ok) snprintf(msg, cap, "%s", err.msg);
+    kvq_cache_free(c);
+    return ok;
+}
+
+TEST(kvarn_cache_iterations_parameter) {
+    float def[128], t16[128], t1[128];
+    char msg[300] = "";
+    CHECK(kvarn_row_with_iters(0, def, msg, sizeof msg), "%s", msg);
+    CHECK(kvarn_row_with_iters(16, t16, msg, sizeof msg), "%s", msg);
+    CHECK(kvarn_row_with_iters(1, t1, msg, sizeof msg), "%s", msg);
+    CHECK(memcmp(def, t16, sizeof def) == 0, "kvarn_iters 0 is not the default T = 16");
+    CHECK(memcmp(def, t1, sizeof def) != 0, "kvarn_iters 1 quantised the tile like T = 16");
+    kvq_cache_params p;
+    kvq_cache_params_default(&p);
+    p.kvarn_iters = -1;
+    kvq_cache *c = NULL;
+    kvq_error err = { 0, "" };
+    CHECK(kvq_cache_create(&p, &c, &err) == KVQ_ERR_ARG && strstr(err.msg, "kvarn_iters"), "bad T accepted: %s", err.msg);
+}

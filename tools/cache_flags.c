@@ -173,7 +173,7 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
     kvq_cache_params *p = &cf->params;
     static const char *const with_value[] = { "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
         "--kv-tail-tokens", "--kv-tail-type", "--kv-sink-tokens", "--attn-rot", "--attn-rot-k", "--attn-rot-v",
-        "--cache-type-k-layers", "--cache-type-v-layers" };
+        "--cache-type-k-layers", "--cache-type-v-layers", "--kvarn-iters" };
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
     if (!strcmp(a, "--attn-rot-random")) { p->rot_random_signs = true; return 1; }
@@ -196,7 +196,11 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
             ok = false;
         }
     } else if (is(a, "--kv-sink-tokens", NULL)) ok = parse_count(cmd, a, v, &p->sink_tokens);
-    else if (is(a, "--attn-rot", NULL)) ok = parse_rot_mode(cmd, a, v, &p->rot.mode);
+    else if (is(a, "--kvarn-iters", NULL)) {
+        long iters;
+        ok = cli_flag_long(cmd, a, v, 1, KVQ_KVARN_MAX_ITERS, &iters);
+        if (ok) p->kvarn_iters = (int)iters;
+    } else if (is(a, "--attn-rot", NULL)) ok = parse_rot_mode(cmd, a, v, &p->rot.mode);
     else if (is(a, "--attn-rot-k", NULL)) ok = parse_rot_mode(cmd, a, v, &p->rot.mode_k);
     else if (is(a, "--attn-rot-v", NULL)) ok = parse_rot_mode(cmd, a, v, &p->rot.mode_v);
     return ok ? 1 : -1;
@@ -233,7 +237,8 @@ void cache_flags_usage(FILE *f) {
         "  --kv-sink-tokens S          first positions read from an exact copy\n"
         "  --attn-rot auto|on|off      Hadamard rotation of Q/K and V (both sides)\n"
         "  --attn-rot-k MODE, --attn-rot-v MODE   one side only\n"
-        "  --attn-rot-random           random +-1 signs before the Hadamard transform\n");
+        "  --attn-rot-random           random +-1 signs before the Hadamard transform\n"
+        "  --kvarn-iters T             KVarN normalisation iterations (default 16)\n");
 }
 
 /* One line listing every layer's type, only when some layer differs. */
