@@ -64,6 +64,13 @@ typedef struct attn_job {
     attn_source k[3], v[3];           /* indexed by kvq_cache_part          */
     bool cut_at_tiles;                /* a tile side: runs never cross a tile */
     const float *q;                   /* rotated: [n][n_head][q_stride]     */
+    /* the same rounded to int16 per block (attn_block_round_query) when K's
+     * body rows are scored by integer kernels, else NULL: codes
+     * [n][n_head][q_stride], scales and code sums [n][n_head][q_stride/32];
+     * q_hat (per-key pass with round_query): their values as floats */
+    const int16_t *qi;
+    const float *qi_scale, *q_hat;
+    const int32_t *qi_sum;
     int q_stride, acc_stride, head_dim_v;
     int rows_per_chunk, n_chunks, n_splits, split_len;
     float *scratch;                   /* per thread: scratch_floats each    */
@@ -134,20 +141,25 @@ static void softmax_update(const attn_job *jb, row_state *st, int j, int n_keys,
  * st->w[j*KEY_CHUNK + t].  Tile bodies: their format's hook.  Chunked:
  * the K rows unpacked once into a tile, every head scored from it
  * (attn_block.h); reference: dot per key and head. */
-static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, int c0, int nk, const float *q,
-                       row_state *st) {
+static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, int c0, int nk, const attn_query *aq,
+                       const float *q_hat, row_state *st) {
     const int G = jb->group;
+    const float *q = aq->q;
     if (ks->tiles) {
         ks->tiles->tile_ops->score(ks->tiles, kv_head, c0, nk, q, G, jb->q_stride, jb->scale, st->w, KEY_CHUNK);
         return;
     }
+    const bool body = ks == &jb->k[KVQ_PART_BODY];
     if (jb->blk) {
         const uint8_t *rows[KEY_CHUNK];
         for (int t = 0; t < nk; t++) rows[t] = source_row(ks, kv_head, c0 + t);
         const attn_block_rows k = { ks->tr, ks->f32, ks->len, st->k_tile, NULL };
-        attn_block_scores(jb->blk, &k, rows, nk, q, G, jb->q_stride, jb->scale, st->w, KEY_CHUNK);
+        attn_query bq = *aq;
+        if (!body) bq.qi = NULL;          /* exact rows: the float query */
+        attn_block_scores(jb->blk, &k, rows, nk, &bq, G, jb->scale, st->w, KEY_CHUNK);
         return;
     }
+    if (body && q_hat) q = q_hat;          /* the reference of the integer kernels */
     for (int t = 0; t < nk; t++) {
         const uint8_t *krow = source_row(ks, kv_head, c0 + t);
         for (int j = 0; j < G; j++)
@@ -185,12 +197,12 @@ static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_
 /* Keys [p0, p1), K from one copy and V from one copy, against the group's
  * query heads q.  With a tile side, runs of keys stop at tile ends. */
 static void attend_keys(const attn_job *jb, const attn_source *ks, const attn_source *vs, int kv_head, int p0,
-                        int p1, const float *q, row_state *st) {
+                        int p1, const attn_query *q, const float *q_hat, row_state *st) {
     const int G = jb->group;
     for (int c0 = p0; c0 < p1;) {
         int nk = KVQ_MIN(KEY_CHUNK, p1 - c0);
         if (jb->cut_at_tiles) nk = KVQ_MIN(nk, KVQ_KVARN_TILE - c0 % KVQ_KVARN_TILE);
-        score_keys(jb, ks, kv_head, c0, nk, q, st);
+        score_keys(jb, ks, kv_head, c0, nk, q, q_hat, st);
         for (int j = 0; j < G; j++) softmax_update(jb, st, j, nk, jb->acc_stride);
         accumulate_values(jb, vs, kv_head, c0, nk, st);
         c0 += nk;
@@ -224,10 +236,15 @@ static void attend_row(const attn_job *jb, int kv_head, int i, int k_lo, int k_h
     int cuts[6] = { 0, sk.sink_end, sk.ring_start, sv.sink_end, sv.ring_start, qp + 1 };
     for (int a = 1; a < 5; a++)                      /* sort the four inner cuts */
         for (int b = a; b > 1 && cuts[b] < cuts[b - 1]; b--) { int x = cuts[b]; cuts[b] = cuts[b - 1]; cuts[b - 1] = x; }
-    const float *q = jb->q + ((size_t)i * jb->n_head + (size_t)kv_head * G) * jb->q_stride;
+    /* the group's query rows: float, rounded (integer kernels), their values */
+    const size_t head0 = (size_t)i * jb->n_head + (size_t)kv_head * G, qb = (size_t)jb->q_stride / 32;
+    const attn_query q = { jb->q + head0 * jb->q_stride, jb->qi ? jb->qi + head0 * jb->q_stride : NULL,
+                           jb->qi ? jb->qi_scale + head0 * qb : NULL, jb->qi ? jb->qi_sum + head0 * qb : NULL,
+                           jb->q_stride };
+    const float *q_hat = jb->q_hat ? jb->q_hat + head0 * jb->q_stride : NULL;
     for (int s = 0; s < 5; s++) {
         const int a = KVQ_MAX(cuts[s], k_lo), b = KVQ_MIN(cuts[s + 1], k_hi);
-        if (a < b) attend_keys(jb, &jb->k[part_at(sk, a)], &jb->v[part_at(sv, a)], kv_head, a, b, q, st);
+        if (a < b) attend_keys(jb, &jb->k[part_at(sk, a)], &jb->v[part_at(sv, a)], kv_head, a, b, &q, q_hat, st);
     }
 }
 
@@ -392,6 +409,21 @@ static void rotate_queries(const kvq_cache_side *sk, const float *q, int rows, i
     }
 }
 
+/* Every rotated query row rounded to int16 per block, once per call; mem
+ * holds q_floats/2 floats of codes, then scales and sums. */
+static void round_queries(attn_job *jb, int rows, float *mem) {
+    const size_t qb = (size_t)jb->q_stride / 32, n_blocks = (size_t)rows * qb;
+    int16_t *qi = (int16_t *)(void *)mem;
+    float *scale = mem + (size_t)rows * jb->q_stride / 2;
+    int32_t *sum = (int32_t *)(void *)(scale + n_blocks);
+    for (int r = 0; r < rows; r++)
+        attn_block_round_query(jb->q + (size_t)r * jb->q_stride, jb->q_stride, qi + (size_t)r * jb->q_stride,
+                               scale + (size_t)r * qb, sum + (size_t)r * qb);
+    jb->qi = qi;
+    jb->qi_scale = scale;
+    jb->qi_sum = sum;
+}
+
 kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_head, const float *q,
                                  float scale, float *out, kvq_pool *pool, const kvq_attend_opts *opts,
                                  const kvq_attend_loop *loop, kvq_error *err) {
@@ -423,19 +455,30 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
 
     jb.blk = choose_pass(opts, loop);
     const size_t q_floats = (size_t)n * n_head * jb.q_stride;
+    /* the rounded query: for the chunked pass's integer kernels, or as
+     * floats for the per-key pass that reproduces them */
+    const bool int_k = attn_block_int_type(k->type) && jb.q_stride % 32 == 0 && k->layout == KVQ_LAYOUT_ROWS;
+    const bool want_qi = int_k && jb.blk, want_qhat = int_k && !jb.blk && loop && loop->round_query;
+    const size_t qi_floats = want_qi ? q_floats / 2 + 2 * (q_floats / 32) : want_qhat ? q_floats : 0;
     jb.scratch_floats = (size_t)jb.group * ((size_t)jb.acc_stride + 2 + KEY_CHUNK);
     if (jb.blk)   /* K and V tiles and a zero row (attn_task) */
         jb.scratch_floats += (size_t)KEY_CHUNK * ((size_t)jb.q_stride + jb.acc_stride) + jb.acc_stride;
     const size_t part_floats = jb.n_splits > 1 ? (size_t)jb.n_splits * n * n_head * (jb.acc_stride + 2) : 0;
     const size_t merge_floats = jb.n_splits > 1 ? (size_t)jb.acc_stride : 0;
     float *mem = kvq_cache_attend_scratch(c, q_floats + (size_t)n_threads * jb.scratch_floats + part_floats +
-                                                 merge_floats);
+                                                 merge_floats + qi_floats);
     if (!mem) return kvq_fail(err, KVQ_ERR_NOMEM, "attend: out of memory for %d query rows", n);
     float *qr = mem;
     jb.scratch = qr + q_floats;
     jb.partial = jb.scratch + (size_t)n_threads * jb.scratch_floats;
     rotate_queries(k, q, n * n_head, jb.q_stride, qr);
     jb.q = qr;
+    float *qi_mem = jb.partial + part_floats + merge_floats;
+    if (want_qi) round_queries(&jb, n * n_head, qi_mem);
+    if (want_qhat)
+        for (int r = 0; r < n * n_head; r++)
+            attn_block_rounded_values(qr + (size_t)r * jb.q_stride, jb.q_stride, qi_mem + (size_t)r * jb.q_stride);
+    if (want_qhat) jb.q_hat = qi_mem;
 
     kvq_pool_run(pool, attn_task, &jb, c->p.n_head_kv * jb.n_chunks * jb.n_splits);
     if (jb.n_splits > 1) {

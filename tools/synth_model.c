@@ -123,11 +123,11 @@ static synth_tensor *list_tensors(const synth_shape *s, synth_wtype w, int *n) {
 int64_t synth_params(const synth_shape *s, bool non_embedding) {
     int n;
     synth_tensor *t = list_tensors(s, SYNTH_W_F32, &n);
-    int64_t sum = 0;
+    int64_t sum = t ? 0 : -1;
     for (int i = 0; t && i < n; i++)
         if (!non_embedding || strcmp(t[i].name, "token_embd.weight")) sum += t[i].ne0 * t[i].ne1;
     free(t);
-    return t ? sum : -1;
+    return sum;
 }
 
 static int64_t tensor_bytes(const synth_tensor *t) { return (int64_t)kvq_row_bytes(t->type, t->ne0) * t->ne1; }
@@ -135,10 +135,10 @@ static int64_t tensor_bytes(const synth_tensor *t) { return (int64_t)kvq_row_byt
 int64_t synth_weight_bytes(const synth_shape *s, synth_wtype w) {
     int n;
     synth_tensor *t = list_tensors(s, w, &n);
-    int64_t sum = 0;
+    int64_t sum = t ? 0 : -1;
     for (int i = 0; t && i < n; i++) sum += tensor_bytes(&t[i]);
     free(t);
-    return t ? sum : -1;
+    return sum;
 }
 
 /* -------------------------------------------------------- random data */
@@ -340,9 +340,10 @@ kvq_status synth_write(const synth_shape *s, synth_wtype wt, uint64_t seed, cons
     int64_t widest = 0;
     for (int i = 0; t && i < n; i++) {
         if (t[i].ne0 % kvq_type_get(t[i].type)->block_size) {
+            const kvq_status st = kvq_fail(err, KVQ_ERR_ARG, "synth: %s rows of %lld are not whole %s blocks",
+                                           t[i].name, (long long)t[i].ne0, kvq_type_name(t[i].type));
             free(t);
-            return kvq_fail(err, KVQ_ERR_ARG, "synth: %s rows of %lld are not whole %s blocks", t[i].name,
-                            (long long)t[i].ne0, kvq_type_name(t[i].type));
+            return st;
         }
         widest = KVQ_MAX(widest, t[i].ne0);
     }
