@@ -9,8 +9,9 @@
  * 16384 cached tokens, types f16 q8_0 q4_0, every kernel level this CPU
  * runs.  All (type, level) configurations are timed round-robin, ROUNDS
  * times, and the best step of all rounds is printed (the machine is
- * shared: the fastest step is the one least disturbed); wall clock, with
- * THREADS threads.  "% bound" = (K + V body bytes of every key / the
+ * shared: the fastest step is the one least disturbed); the thread's CPU
+ * time with 1 thread (waiting for a core is not counted), wall clock with
+ * THREADS > 1.  "% bound" = (K + V body bytes of every key / the
  * read bandwidth measured with the same threads) / step time.
  */
 #include "bench.h"
@@ -80,10 +81,11 @@ typedef struct decode_cfg {
 
 static double step(const decode_opts *o, decode_cfg *c, const float *q, float *out, kvq_pool *pool) {
     const kvq_attend_loop loop = { KVQ_PASS_CHUNKED, c->level, false };
-    const double t0 = bench_now();
+    double (*clock)(void) = pool ? bench_now : bench_cpu_now;
+    const double t0 = clock();
     kvq_cache_attend_loop(c->cache, 0, o->n_ctx - 1, 1, o->kv_heads * o->gqa, q, 1.0f / sqrtf((float)o->head_dim),
                           out, pool, NULL, &loop, NULL);
-    return bench_now() - t0;
+    return clock() - t0;
 }
 
 static int parse(decode_opts *o, int argc, char **argv) {

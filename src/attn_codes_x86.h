@@ -75,6 +75,4 @@ static inline void vw_dot4(const vw_x86 *c, const int16_t *qi, int32_t sub, int3
     _mm_storeu_si128((__m128i *)(void *)s, _mm_sub_epi32(sum, _mm_set1_epi32(sub)));
 }
 
-#define vprefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
-
 #endif
