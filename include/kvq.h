@@ -318,6 +318,10 @@ typedef struct kvq_cache_bytes {
     size_t allocated;  /* bytes allocated at creation                  */
 } kvq_cache_bytes;
 void kvq_cache_memory(const kvq_cache *c, kvq_cache_bytes *b);
+/* The figures kvq_cache_create would give these parameters (the same
+ * layout code), without allocating the cache: sizes at other context
+ * lengths, or a size checked before creating. */
+kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out, kvq_error *err);
 /* Bytes per token of one side (K or V) of one layer: the quantised body
  * rows of all n_head_kv KV heads at one position; for row types
  * n_head_kv * kvq_row_bytes(t, head_dim) (whole blocks, as the cache pads).

@@ -137,10 +137,6 @@ int kvq_cache_exact_from(const kvq_cache *c, int layer, const kvq_cache_side *sd
 void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out);
 void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc);
 
-/* The memory figures kvq_cache_create would give these parameters (the
- * same layout code), without allocating the cache: for tools that report
- * sizes at other context lengths or check a size before creating. */
-kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out, kvq_error *err);
 
 /* Dequantise one stored row (rotated values, as the kernel reads them) of
  * one head into out[store_dim]; for tests and tools. */
