@@ -12,6 +12,7 @@ TEXT=${TEXT:-models/northanger-120k.txt}
 OUT=${OUT:-out/long-context}
 TYPES=${TYPES:-q8_0,q5_0,q4_0,iq4_nl,kvarn4,kvarn3,turbo4_tcq,turbo3_tcq}
 CTXS="512 1024 2048 4096"
+mkdir -p "$OUT"
 for c in $CTXS; do
     "$KVQ" sweep -m "$MODEL" -f "$TEXT" -c "$c" --chunks $((8192 / c)) --types "$TYPES" --pairs none \
         --tails 0,128 --rot on --jobs 2 -o "$OUT/c$c" >/dev/null

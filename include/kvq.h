@@ -266,6 +266,10 @@ typedef struct kvq_cache_params {
     kvq_type tail_type;           /* f32, f16 or bf16                      */
     int sink_tokens;              /* exact first positions, 0..n_ctx (0 =  */
                                   /* none; KVarN sides: whole tiles)       */
+    int rollback_tokens;          /* exact rows kept beyond the tail so    */
+                                  /* kvq_cache_truncate can drop up to     */
+                                  /* this many positions and stay exact    */
+                                  /* (0 = none; persistent, counted)       */
     bool kvarn_quantize_first_tile; /* KVarN: quantise the first 128-token */
                                   /* tile too (default false: it is kept   */
                                   /* exact, as KVarN's attention sink)     */
