@@ -241,3 +241,156 @@ TEST(cache_shift_rejects_bad_calls) {
           "bad shifts accepted: %d %d %d %d '%s'", none, past, sink, null_rope, err.msg);
     CHECK(still == 100, "a refused shift changed the cache (%d positions)", still);
 }
+
+/* ------------------------------------------------------ engine level */
+
+#include "kld.h"
+#include "model.h"
+
+/* KL(p || q) of two logit rows, in double. */
+static double kl_logits(const float *p, const float *q, int n) {
+    double mp = -INFINITY, mq = -INFINITY, zp = 0, zq = 0, kl = 0;
+    for (int i = 0; i < n; i++) { mp = fmax(mp, p[i]); mq = fmax(mq, q[i]); }
+    for (int i = 0; i < n; i++) { zp += exp(p[i] - mp); zq += exp(q[i] - mq); }
+    for (int i = 0; i < n; i++) {
+        const double lp = p[i] - mp - log(zp), lq = q[i] - mq - log(zq);
+        kl += exp(lp) * (lp - lq);
+    }
+    return kl;
+}
+
+typedef struct engine { kvq_model *m; kvq_kld_base *b; } engine;
+
+static bool engine_open(engine *e, char *msg, size_t cap) {
+    char mpath[1024], bpath[1024];
+    memset(e, 0, sizeof *e);
+    if (!test_shared_path(mpath, sizeof mpath, "models/toy-h64.gguf") ||
+        !test_shared_path(bpath, sizeof bpath, "golden/toy-h64.gpl3.c128.kld")) {
+        snprintf(msg, cap, "skip");
+        return false;
+    }
+    kvq_error err = { 0, "" };
+    if (kvq_model_load(mpath, &e->m, &err) || kvq_kld_base_read(bpath, &e->b, &err)) {
+        snprintf(msg, cap, "load: %s", err.msg);
+        return false;
+    }
+    return true;
+}
+
+static void engine_close(engine *e) {
+    kvq_kld_base_free(e->b);
+    kvq_model_free(e->m);
+}
+
+static kvq_ctx *engine_ctx(const engine *e, kvq_type t, int tail, int sink, int rollback) {
+    kvq_cache_params p;
+    kvq_cache_params_default(&p);
+    memset(&p.rot, 0, sizeof p.rot);
+    p.type_k = p.type_v = t;
+    p.n_ctx = 256;
+    p.max_batch = 64;
+    p.tail_tokens = tail;
+    p.sink_tokens = sink;
+    p.rollback_tokens = rollback;
+    p.tail_type = KVQ_TYPE_F16;
+    kvq_ctx *ctx = NULL;
+    kvq_error err = { 0, "" };
+    if (kvq_ctx_create(e->m, &p, 2, &ctx, &err) != KVQ_OK) fprintf(stderr, "ctx: %s\n", err.msg);
+    return ctx;
+}
+
+/* Evaluate toks at positions pos.. in batches of 64; logits of every row
+ * into out (n rows) when out is not NULL. */
+static bool eval_all(kvq_ctx *ctx, const int32_t *toks, int n, int pos, float *out, int n_vocab) {
+    for (int t = 0; t < n; t += 64) {
+        const int len = KVQ_MIN(64, n - t);
+        if (kvq_ctx_eval(ctx, toks + t, len, pos + t, out ? out + (size_t)t * n_vocab : NULL, false, NULL) != KVQ_OK)
+            return false;
+    }
+    return true;
+}
+
+/* Truncate in the engine: 80 tokens, 20 wrong ones, back to 80, the right
+ * 20: the logits are those of a run that never saw the wrong ones. */
+TEST(engine_truncate_then_continue_equals_fresh_run) {
+    char msg[300] = "";
+    engine e;
+    if (!engine_open(&e, msg, sizeof msg)) { engine_close(&e); if (!strcmp(msg, "skip")) SKIP("../shared not found"); CHECK(0, "%s", msg); }
+    const int n_vocab = e.m->info.n_vocab;
+    const int32_t *toks = e.b->tokens;
+    int32_t wrong[20];
+    for (int i = 0; i < 20; i++) wrong[i] = toks[200 + i];
+    float *la = malloc((size_t)20 * n_vocab * sizeof *la), *lb = malloc((size_t)20 * n_vocab * sizeof *lb);
+    CHECK(la && lb, "alloc");
+    static const kvq_type types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_KVARN4, KVQ_TYPE_TURBO3_TCQ };
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(types); i++) {
+        kvq_ctx *a = engine_ctx(&e, types[i], 16, 4, 64), *b = engine_ctx(&e, types[i], 16, 4, 64);
+        CHECK(a && b, "%s: contexts", kvq_type_name(types[i]));
+        kvq_error err = { 0, "" };
+        bool ok = eval_all(a, toks, 64, 0, NULL, n_vocab) && eval_all(a, toks + 64, 16, 64, NULL, n_vocab) &&
+                  eval_all(a, wrong, 20, 80, NULL, n_vocab) && kvq_cache_truncate(kvq_ctx_cache(a), 80, &err) == KVQ_OK &&
+                  eval_all(a, toks + 80, 20, 80, la, n_vocab);
+        ok = ok && eval_all(b, toks, 64, 0, NULL, n_vocab) && eval_all(b, toks + 64, 16, 64, NULL, n_vocab) &&
+             eval_all(b, toks + 80, 20, 80, lb, n_vocab);
+        CHECK(ok, "%s: evaluation: %s", kvq_type_name(types[i]), err.msg);
+        CHECK(!memcmp(la, lb, (size_t)20 * n_vocab * sizeof *la), "%s: logits after truncation differ from a fresh run",
+              kvq_type_name(types[i]));
+        kvq_ctx_free(a);
+        kvq_ctx_free(b);
+    }
+    free(la);
+    free(lb);
+    engine_close(&e);
+}
+
+/* Context shift in the engine: 230 tokens, drop 60 after the first 128
+ * (KVarN's exact first tile), then 20 more; against a fresh run of the shifted sequence.  Even the
+ * exact cache differs (the kept keys were computed with the dropped ones
+ * in view): that mean KLD is the floor; each quantised family stays within
+ * 3x of it plus its own KLD without a shift (docs/cache.md "Editing"). */
+TEST(engine_context_shift_kld_per_family) {
+    char msg[300] = "";
+    engine e;
+    if (!engine_open(&e, msg, sizeof msg)) { engine_close(&e); if (!strcmp(msg, "skip")) SKIP("../shared not found"); CHECK(0, "%s", msg); }
+    const int n_vocab = e.m->info.n_vocab, n = 230, keep = 128, drop = 60, more = 20;
+    const int32_t *toks = e.b->tokens;
+    int32_t shifted[256];
+    int m = 0;
+    for (int t = 0; t < n + more; t++)
+        if (t < keep || t >= keep + drop) shifted[m++] = toks[t];
+    float *ls = malloc((size_t)more * n_vocab * sizeof *ls), *lf = malloc((size_t)more * n_vocab * sizeof *lf);
+    float *lx = malloc((size_t)more * n_vocab * sizeof *lx);
+    CHECK(ls && lf && lx, "alloc");
+    kvq_ctx *exact = engine_ctx(&e, KVQ_TYPE_F32, 0, 0, 0);
+    CHECK(exact && eval_all(exact, shifted, m - more, 0, NULL, n_vocab) &&
+          eval_all(exact, shifted + m - more, more, m - more, lx, n_vocab), "exact fresh run");
+    kvq_ctx_free(exact);
+    static const kvq_type types[] = { KVQ_TYPE_F32, KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0, KVQ_TYPE_KVARN4, KVQ_TYPE_TURBO3_TCQ };
+    double floor_kld = 0;
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(types); i++) {
+        kvq_ctx *a = engine_ctx(&e, types[i], 16, 4, 0), *b = engine_ctx(&e, types[i], 16, 4, 0);
+        CHECK(a && b, "%s: contexts", kvq_type_name(types[i]));
+        kvq_error err = { 0, "" };
+        bool ok = eval_all(a, toks, n, 0, NULL, n_vocab) && kvq_ctx_shift(a, drop, keep, &err) == KVQ_OK &&
+                  eval_all(a, toks + n, more, n - drop, ls, n_vocab);
+        ok = ok && eval_all(b, shifted, m - more, 0, NULL, n_vocab) && eval_all(b, shifted + m - more, more, m - more, lf, n_vocab);
+        CHECK(ok, "%s: evaluation: %s", kvq_type_name(types[i]), err.msg);
+        double kld_shift = 0, kld_fresh = 0;
+        for (int r = 0; r < more; r++) {
+            kld_shift += kl_logits(lx + (size_t)r * n_vocab, ls + (size_t)r * n_vocab, n_vocab) / more;
+            kld_fresh += kl_logits(lx + (size_t)r * n_vocab, lf + (size_t)r * n_vocab, n_vocab) / more;
+        }
+        if (i == 0) floor_kld = kld_shift;
+        fprintf(stderr, "  context shift %s: mean KLD vs the exact fresh run %.3g (the same cache, no shift: %.3g)\n",
+                kvq_type_name(types[i]), kld_shift, kld_fresh);
+        CHECK(isfinite(kld_shift) && kld_shift < 3.0 * floor_kld + 3.0 * kld_fresh + 1e-6,
+              "%s: KLD after the shift %.3g, floor %.3g, without shift %.3g", kvq_type_name(types[i]), kld_shift,
+              floor_kld, kld_fresh);
+        kvq_ctx_free(a);
+        kvq_ctx_free(b);
+    }
+    free(ls);
+    free(lf);
+    free(lx);
+    engine_close(&e);
+}
