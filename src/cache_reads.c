@@ -1,10 +1,13 @@
 /* cache_reads.c - bytes attention reads from the cache (cache_reads.h). */
 #include "cache_reads.h"
 
+#include <limits.h>
+
 /* One side: sink rows [0, sink_end), body [sink_end, ring_start), ring
- * [ring_start, qp] (the cuts attention makes, attention.c part_at). */
+ * and stage [ring_start, qp] (the cuts attention makes, attention.c
+ * part_at; ring and stage rows are both exact rows of tail_type). */
 static double side_bytes(const kvq_cache *c, const kvq_cache_side *sd, int qp) {
-    const kvq_key_split s = kvq_cache_side_split(sd, qp);
+    const kvq_key_split s = kvq_cache_side_split(sd, qp, INT_MAX);
     const int sink = KVQ_MIN(s.sink_end, qp + 1);
     const int ring_start = KVQ_MIN(KVQ_MAX(s.ring_start, sink), qp + 1);
     const double exact = (double)(sink + (qp + 1 - ring_start)) * (double)sd->exact_row_bytes;
