@@ -486,3 +486,19 @@ TEST(cli_run_prompt_cache_and_context_shift) {
     CHECK(rc3 == 0 && strstr(out3, "context shift: kept 1") && strstr(out3, "generated 150 tokens"),
           "context shift run (rc %d): %s", rc3, out3);
 }
+
+/* examples/generate.c, built against include/kvq.h alone, runs on the
+ * bundled model: it prints the prompt, a continuation and the cache size. */
+TEST(example_generate_runs) {
+    const char *dir = getenv("KVQ_EXAMPLES");
+    if (!dir) SKIP("KVQ_EXAMPLES not set (make test sets it)");
+    if (access("models/austen-qwen3-h128-4k-q8_0.gguf", R_OK) != 0) SKIP("models/ not found (run from the repository)");
+    char cmd[2048];
+    static char out[8192];
+    snprintf(cmd, sizeof cmd, "%s/generate models/austen-qwen3-h128-4k-q8_0.gguf 'It was a truth' 12", dir);
+    const int rc = test_run(cmd, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "It was a truth") && strlen(out) > 60 && strstr(out, "generate: KV cache"),
+          "example exited %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s/generate /nonexistent.gguf x 1", dir);
+    CHECK(test_run(cmd, out, sizeof out) == 1 && strstr(out, "generate:"), "bad model: %s", out);
+}
