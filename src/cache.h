@@ -132,6 +132,9 @@ const uint8_t *kvq_cache_exact_row(const kvq_cache *c, const kvq_cache_side *sd,
 /* The oldest position from which every exact row of layer up to the last
  * stored one is still held (ring and stage together). */
 int kvq_cache_exact_from(const kvq_cache *c, int layer, const kvq_cache_side *sd);
+/* kvq_cache_load from a buffer (the fuzz target's entry). */
+kvq_status kvq_cache_load_memory(kvq_cache *c, const uint8_t *data, size_t size, uint64_t model_hash,
+                                 int32_t **tokens, int *n_tokens, kvq_error *err);
 /* Move the pending batch's rows into its layer's rings (every write does
  * this first; editing and saving the cache too). */
 void kvq_cache_commit_stage(kvq_cache *c);

@@ -394,3 +394,115 @@ TEST(engine_context_shift_kld_per_family) {
     free(lx);
     engine_close(&e);
 }
+
+/* ------------------------------------------------------- state files */
+
+#include <unistd.h>
+
+/* Save after 300 tokens (the last batch still staged), load into a fresh
+ * cache made with the same parameters: the tokens come back, and writing
+ * and attending the next 20 tokens gives the same bytes in both, for
+ * every family (rows with tail, sink and rollback; tiles; TurboQuant;
+ * exact). */
+TEST(cache_state_round_trip_bit_exact) {
+    const int n = 300, more = 20;
+    attn_data a;
+    CHECK(attn_data_make(&a, n + more, HEADS_KV * GQA, HEADS_KV, HD, HD, 31), "alloc");
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kvq_state_%d.kvqs", (int)getpid());
+    int32_t toks[300];
+    for (int i = 0; i < n; i++) toks[i] = (i * 7919) % 512;
+    const size_t out_len = (size_t)more * HEADS_KV * GQA * HD, row = (size_t)HEADS_KV * HD;
+    float *o1 = malloc(out_len * sizeof *o1), *o2 = malloc(out_len * sizeof *o2);
+    CHECK(o1 && o2, "alloc");
+    for (size_t f = 0; f < KVQ_ARRAY_LEN(k_families); f++) {
+        kvq_cache *src = make(k_families[f].k, k_families[f].v, 512, k_families[f].tail, k_families[f].sink,
+                              k_families[f].rollback);
+        kvq_cache *dst = make(k_families[f].k, k_families[f].v, 512, k_families[f].tail, k_families[f].sink,
+                              k_families[f].rollback);
+        CHECK(src && dst && write_rows(src, a.k, a.v, 0, n), "family %zu: create/fill", f);
+        kvq_error err = { 0, "" };
+        const kvq_state_tag tag = { 0x1234abcdULL, toks, n };
+        int32_t *back = NULL;
+        int n_back = 0;
+        CHECK(kvq_cache_save(src, path, &tag, &err) == KVQ_OK, "family %zu: save: %s", f, err.msg);
+        CHECK(kvq_cache_load(dst, path, 0x1234abcdULL, &back, &n_back, &err) == KVQ_OK, "family %zu: load: %s", f, err.msg);
+        const bool same_tokens = n_back == n && !memcmp(back, toks, sizeof toks);
+        free(back);
+        CHECK(same_tokens, "family %zu: %d tokens back", f, n_back);
+        bool ok = kvq_cache_write(src, 0, n, more, a.k + n * row, a.v + n * row, &err) == KVQ_OK &&
+                  kvq_cache_write(dst, 0, n, more, a.k + n * row, a.v + n * row, &err) == KVQ_OK &&
+                  attend(src, a.q, n, more, o1) && attend(dst, a.q, n, more, o2);
+        CHECK(ok, "family %zu: continue: %s", f, err.msg);
+        CHECK(!memcmp(o1, o2, out_len * sizeof *o1), "family %zu (%s/%s): restored cache attends differently", f,
+              kvq_type_name(k_families[f].k), kvq_type_name(k_families[f].v));
+        CHECK(!memcmp(src->mem[0], dst->mem[0], src->mem_bytes[0]) && !memcmp(src->mem[1], dst->mem[1], src->mem_bytes[1]),
+              "family %zu: bodies differ after the round trip", f);
+        kvq_cache_free(src);
+        kvq_cache_free(dst);
+    }
+    remove(path);
+    free(o1);
+    free(o2);
+    attn_data_free(&a);
+}
+
+/* Refused, each with one message naming the difference: another model,
+ * another type, another tail, rotation off where it was on, a truncated
+ * file, one flipped byte; a refused load leaves the cache empty. */
+TEST(cache_state_refusals) {
+    attn_data a;
+    CHECK(attn_data_make(&a, 100, HEADS_KV * GQA, HEADS_KV, HD, HD, 41), "alloc");
+    char path[64], bad[72];
+    snprintf(path, sizeof path, "/tmp/kvq_state_r_%d.kvqs", (int)getpid());
+    snprintf(bad, sizeof bad, "%s.bad", path);
+    int32_t toks[100] = { 0 };
+    kvq_cache *src = make(KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0, 256, 16, 0, 0);
+    CHECK(src && write_rows(src, a.k, a.v, 0, 100), "create/fill");
+    const kvq_state_tag tag = { 77, toks, 100 };
+    CHECK(kvq_cache_save(src, path, &tag, NULL) == KVQ_OK, "save");
+    kvq_cache_free(src);
+    FILE *f = fopen(path, "rb");
+    CHECK(f, "reopen");
+    static uint8_t buf[1 << 20];
+    const size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    struct { const char *why, *want; kvq_type k; int tail; kvq_rot_mode rot; uint64_t hash; size_t cut, flip; } cases[] = {
+        { "other model", "another model", KVQ_TYPE_Q4_0, 16, KVQ_ROT_AUTO, 78, 0, 0 },
+        { "other type", "type of layer 0 K is q4_0, this cache's q5_0", KVQ_TYPE_Q5_0, 16, KVQ_ROT_AUTO, 77, 0, 0 },
+        { "other tail", "tail tokens is 16, this cache's 32", KVQ_TYPE_Q4_0, 32, KVQ_ROT_AUTO, 77, 0, 0 },
+        { "rotation off", "rotation K block is 128, this cache's 0", KVQ_TYPE_Q4_0, 16, KVQ_ROT_OFF, 77, 0, 0 },
+        { "truncated", "checksum", KVQ_TYPE_Q4_0, 16, KVQ_ROT_AUTO, 77, 1000, 0 },
+        { "flipped byte", "checksum", KVQ_TYPE_Q4_0, 16, KVQ_ROT_AUTO, 77, 0, 5000 },
+    };
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(cases); i++) {
+        kvq_cache_params p;
+        attn_params(&p, HEADS_KV, HD, HD, 256, cases[i].k, KVQ_TYPE_Q8_0, cases[i].rot);
+        p.max_batch = 128;
+        p.tail_tokens = cases[i].tail;
+        p.tail_type = KVQ_TYPE_F16;
+        kvq_cache *c = NULL;
+        CHECK(kvq_cache_create(&p, &c, NULL) == KVQ_OK, "%s: create", cases[i].why);
+        const char *file = path;
+        if (cases[i].cut || cases[i].flip) {
+            FILE *g = fopen(bad, "wb");
+            CHECK(g, "write bad copy");
+            if (cases[i].flip) buf[cases[i].flip] ^= 0x10;
+            fwrite(buf, 1, len - cases[i].cut, g);
+            if (cases[i].flip) buf[cases[i].flip] ^= 0x10;
+            fclose(g);
+            file = bad;
+        }
+        kvq_error err = { 0, "" };
+        int32_t *back = NULL;
+        int n_back = -1;
+        const kvq_status st = kvq_cache_load(c, file, cases[i].hash, &back, &n_back, &err);
+        const int stored = c->n_stored[0];
+        kvq_cache_free(c);
+        CHECK(st != KVQ_OK && !back && n_back == 0 && stored == 0 && strstr(err.msg, cases[i].want),
+              "%s: status %d, %d positions, '%s'", cases[i].why, st, stored, err.msg);
+    }
+    remove(path);
+    remove(bad);
+    attn_data_free(&a);
+}
