@@ -77,6 +77,19 @@ static inline VW vb_widen(VB c) {
     for (int j = 0; j < 32; j++) r.v[j] = c.v[j];
     return r;
 }
+static inline VW vw_nib(const uint8_t *p) {
+    VW r;
+    for (int j = 0; j < 16; j++) { r.v[j] = (int16_t)(p[j] & 15); r.v[j + 16] = (int16_t)(p[j] >> 4); }
+    return r;
+}
+static inline VW vw_s8(const uint8_t *p) {
+    VW r;
+    for (int j = 0; j < 32; j++) r.v[j] = (int8_t)p[j];
+    return r;
+}
+static inline void vf_s8(const uint8_t *p, float *x) {
+    for (int j = 0; j < 32; j++) x[j] = (float)(int8_t)p[j];
+}
 static inline void vw_dot4(const VW *c, const int16_t *qi, int32_t sub, int32_t *s) {
     for (int t = 0; t < 4; t++) {
         int32_t sum = 0;

@@ -67,6 +67,10 @@ static inline void vb_floats(__m256i c, __m256 x[4]) {
     x[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
     x[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
 }
+static inline void vf_s8(const uint8_t *p, __m256 x[4]) {
+    for (int k = 0; k < 4; k++)
+        x[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8 * k))));
+}
 #define vcvt_i32(p) _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define vhalf(p) vload_h(p)
 /* Lanes >= n masked off (not read: no fault past the end). */

@@ -59,6 +59,19 @@ static inline void vb_floats(__m256i c, __m512 x[2]) {
     x[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(c)));
     x[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(c, 1)));
 }
+static inline void vf_s8(const uint8_t *p, __m512 x[2]) {
+    x[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
+    x[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + 16))));
+}
+/* vpermps reads only the low 4 bits of each index: one instruction for
+ * the nibble mask and the conversion (or codebook) to float. */
+#define VF_BOOK 1
+static inline void vf_book(const uint8_t *p, const int8_t *book_codes, __m512 x[2]) {
+    const __m512 book = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)book_codes)));
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    x[0] = _mm512_permutexvar_ps(bytes, book);
+    x[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), book);
+}
 #define vcvt_i32(p) _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(p)))
 #define vhalf(p) vload_h(p)
 #define vload_w(p, n) ((n) >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << ((n) > 0 ? (n) : 0)) - 1u), p))

@@ -56,6 +56,19 @@ static inline vw_x86 vb_widen(__m256i c) {
     return w;
 }
 
+/* A 4-bit plane widened to int16 in one step: the bytes zero-extended,
+ * then the low nibble masked and the high one shifted down. */
+static inline vw_x86 vw_nib(const uint8_t *p) {
+    const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
+    const vw_x86 w = { _mm256_and_si256(x, _mm256_set1_epi16(15)), _mm256_srli_epi16(x, 4) };
+    return w;
+}
+static inline vw_x86 vw_s8(const uint8_t *p) {
+    const vw_x86 w = { _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p)),
+                       _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p + 16))) };
+    return w;
+}
+
 /* 8 int32 partial sums of one key (pairs of int16 products by madd:
  * |pair| <= 2 * 128 * 32767 fits int32). */
 static inline __m256i vw_partial(vw_x86 c, __m256i q_lo, __m256i q_hi) {
