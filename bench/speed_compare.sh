@@ -1,8 +1,8 @@
 #!/bin/sh
 # Side-by-side speed of two kvq builds (docs/benchmarks.md): `kvq bench
-# --json` of BASE and NEW alternately, ROUNDS rounds (base, new, base, new,
-# ...), so that both see the same machine load; every JSON line is tagged
-# with its build and round.  Then one markdown table: per cache type and
+# --json` of BASE and NEW alternately, depth by depth, ROUNDS rounds (base,
+# new, base, new, ...: a minute or two apart), so that both see the same
+# machine load; every JSON line is tagged with its build and round.  Then one markdown table: per cache type and
 # depth, each build's pp and tg t/s (the best round's median of -r runs),
 # the tg bound and % of it, and new / base.
 #   sh bench/speed_compare.sh BASE_KVQ NEW_KVQ MODEL
@@ -25,10 +25,12 @@ mkdir -p "$(dirname "$OUT")"
 echo "load before: $(uptime)"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
-    for b in base new; do
-        if [ "$b" = base ]; then bin=$BASE; else bin=$NEW; fi
-        nice -n 5 "$bin" bench -m "$MODEL" -t "$THREADS" -p "$NPROMPT" -n "$NGEN" -r "$REPS" -d "$DEPTHS" \
-            --types "$TYPES" --json 2>/dev/null | sed "s/^{/{\"build\": \"$b\", \"round\": $r, /" >> "$OUT"
+    for d in $(echo "$DEPTHS" | tr ',' ' '); do
+        for b in base new; do
+            if [ "$b" = base ]; then bin=$BASE; else bin=$NEW; fi
+            nice -n 5 "$bin" bench -m "$MODEL" -t "$THREADS" -p "$NPROMPT" -n "$NGEN" -r "$REPS" -d "$d" \
+                --types "$TYPES" --json 2>/dev/null | sed "s/^{/{\"build\": \"$b\", \"round\": $r, /" >> "$OUT"
+        done
     done
     r=$((r + 1))
 done

@@ -4,7 +4,9 @@
  * and only reached through the trait table after this check, so the same
  * binary runs on any x86-64 (and elsewhere, where only scalar exists).
  * KVQ_FORCE_SCALAR=1 in the environment forces the reference path, which
- * is how benchmarks compare scalar with SIMD in one binary. */
+ * is how benchmarks compare scalar with SIMD in one binary; KVQ_FORCE_AVX2=1
+ * leaves AVX-512 out, so an AVX-512 machine can measure what an AVX2-only
+ * one runs. */
 #include "kvq_internal.h"
 
 #include <pthread.h>
@@ -24,6 +26,8 @@ static void detect(void) {
     g_cpu.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     if (!g_cpu.fma) g_cpu.avx2 = g_cpu.avx512 = false;
+    const char *avx2_only = getenv("KVQ_FORCE_AVX2");
+    if (avx2_only && *avx2_only && *avx2_only != '0') g_cpu.avx512 = false;
 #endif
 }
 
