@@ -111,7 +111,8 @@ double kvq_turbo_ip_gain(kvq_turbo_type t);
 
 /* ---- codebooks ---- */
 
-/* Lloyd-Max quantiser of N(0,1) with 2^bits levels (bits 1..4), computed
+/* Lloyd-Max quantiser of N(0,1) with 2^bits levels (bits 1..8; turbo uses
+ * 1..4, the calibrated types up to 8), computed
  * once (thread-safe): ascending centroids, and its mean squared error. */
 const float *kvq_turbo_lloyd_centroids(int bits);
 double kvq_turbo_lloyd_mse(int bits);

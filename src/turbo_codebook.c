@@ -13,7 +13,8 @@
 #include <math.h>
 #include <pthread.h>
 
-#define LLOYD_MAX_BITS 4
+/* turbo2/3/4 use 1..4 bits; the calibrated types (calib_code.c) up to 8. */
+#define LLOYD_MAX_BITS 8
 #define LLOYD_MAX_ITERS 100000
 #define LLOYD_TOL 1e-13
 
@@ -54,12 +55,74 @@ static double lloyd_distortion(const double *c, int n) {
     return 1.0 - kept;
 }
 
+/* x with Phi(x) = p, by bisection (p in (0, 1)). */
+static double gauss_quantile(double p) {
+    double lo = -40.0, hi = 40.0;
+    for (int i = 0; i < 200; i++) {
+        const double mid = 0.5 * (lo + hi);
+        if (gauss_cdf(mid) < p) lo = mid;
+        else hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+/* Solve the tridiagonal system (lo, di, up) x = r in place (Thomas). */
+static void solve_tridiagonal(double *lo, double *di, double *up, double *r, int n) {
+    for (int i = 1; i < n; i++) {
+        const double m = lo[i] / di[i - 1];
+        di[i] -= m * up[i - 1];
+        r[i] -= m * r[i - 1];
+    }
+    r[n - 1] /= di[n - 1];
+    for (int i = n - 2; i >= 0; i--) r[i] = (r[i] - up[i] * r[i + 1]) / di[i];
+}
+
+/* 5-8 bits: plain Lloyd iteration creeps (hundreds of thousands of steps
+ * at 256 levels), so the centroid condition c = F(c) is solved by Newton's
+ * method instead, from the high-resolution optimum (point density
+ * proportional to the cube root of the density: for N(0,1), the quantiles
+ * of N(0,3)).  F_i depends on the boundaries a = (c_i-1 + c_i)/2 and
+ * b = (c_i + c_i+1)/2 only, dF/da = phi(a)(F - a)/P and dF/db =
+ * phi(b)(b - F)/P with P = Phi(b) - Phi(a), so the Jacobian is
+ * tridiagonal; a step is halved while it would disorder the levels. */
+static void lloyd_newton(double *c, int n) {
+    double lo[1 << LLOYD_MAX_BITS], di[1 << LLOYD_MAX_BITS], up[1 << LLOYD_MAX_BITS], r[1 << LLOYD_MAX_BITS];
+    for (int i = 0; i < n; i++) c[i] = sqrt(3.0) * gauss_quantile((i + 0.5) / n);
+    for (int it = 0; it < 100; it++) {
+        double worst = 0.0;
+        for (int i = 0; i < n; i++) {
+            const double a = boundary(c, n, i), b = boundary(c, n, i + 1);
+            const double P = gauss_cdf(b) - gauss_cdf(a), F = (gauss_pdf(a) - gauss_pdf(b)) / P;
+            const double dfa = isinf(a) ? 0.0 : gauss_pdf(a) * (F - a) / P;
+            const double dfb = isinf(b) ? 0.0 : gauss_pdf(b) * (b - F) / P;
+            lo[i] = 0.5 * dfa;
+            up[i] = 0.5 * dfb;
+            di[i] = 0.5 * (dfa + dfb) - 1.0;
+            r[i] = c[i] - F;                      /* J delta = -(F - c) */
+            worst = fmax(worst, fabs(F - c[i]));
+        }
+        if (worst < LLOYD_TOL) return;
+        solve_tridiagonal(lo, di, up, r, n);
+        for (double step = 1.0; step > 1e-6; step *= 0.5) {
+            bool ordered = true;
+            for (int i = 1; i < n && ordered; i++) ordered = c[i - 1] + step * r[i - 1] < c[i] + step * r[i];
+            if (!ordered) continue;
+            for (int i = 0; i < n; i++) c[i] += step * r[i];
+            break;
+        }
+    }
+}
+
 static void compute_all(void) {
     for (int bits = 1; bits <= LLOYD_MAX_BITS; bits++) {
         int n = 1 << bits;
         double c[1 << LLOYD_MAX_BITS];
-        for (int i = 0; i < n; i++) c[i] = 4.0 * ((i + 0.5) / n - 0.5) * 2.0;  /* +-4 spread */
-        for (int it = 0; it < LLOYD_MAX_ITERS && lloyd_step(c, n) > LLOYD_TOL; it++) {}
+        if (bits <= 4) {   /* the start the turbo types' committed figures were made with */
+            for (int i = 0; i < n; i++) c[i] = 4.0 * ((i + 0.5) / n - 0.5) * 2.0;  /* +-4 spread */
+            for (int it = 0; it < LLOYD_MAX_ITERS && lloyd_step(c, n) > LLOYD_TOL; it++) {}
+        } else {
+            lloyd_newton(c, n);
+        }
         for (int i = 0; i < n; i++) g_centroids[bits][i] = (float)c[i];
         for (int i = 0; i + 1 < n; i++)
             g_midpoints[bits][i] = 0.5f * (g_centroids[bits][i] + g_centroids[bits][i + 1]);
