@@ -229,6 +229,20 @@ int  kvq_pool_threads(const kvq_pool *pool);        /* 1 for a NULL pool */
  * (runs inline).  thread is in [0, kvq_pool_threads). */
 void kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *ctx, int n_tasks);
 
+/* ------------------------------------------------------------ calibration */
+
+/*
+ * A calibration (docs/calibration.md): per layer and KV head, transforms
+ * and bit allocations fitted by `kvq calibrate` on the model's own keys,
+ * values and queries, used by the calibrated cache types.  Loading checks
+ * the file's version, size and checksum and that it was made for the
+ * model at model_path (a hash of the GGUF file); each failure is one
+ * error.  Read-only once loaded: one calibration may serve many caches.
+ */
+typedef struct kvq_calib kvq_calib;
+kvq_status kvq_calib_load(const char *path, const char *model_path, kvq_calib **out, kvq_error *err);
+void kvq_calib_free(kvq_calib *c);
+
 /* ------------------------------------------------------------------ cache */
 
 /*
