@@ -37,6 +37,8 @@ struct kvq_ctx {
     float *rope_cos, *rope_sin; /* [B][head_dim_k / 2]              */
     float *matmul_ws;   /* prefill weight rows: kvq_matmul_scratch_floats */
     size_t matmul_ws_floats;
+    kvq_layer_observer observe;  /* calibration: sees q, k, v of every layer */
+    void *observe_ud;
 };
 
 /* ------------------------------------------------------- element-wise */
@@ -150,6 +152,7 @@ static kvq_status attention_block(kvq_ctx *c, int il, int pos, int n, kvq_error 
     rope_apply(c->k, n, in->n_head_kv, dk, in->rope_neox, c->rope_cos, c->rope_sin);
 
     kvq_status st = kvq_cache_write(c->cache, il, pos, n, c->k, c->v, err);
+    if (!st && c->observe) st = c->observe(c->observe_ud, il, pos, n, c->q, c->k, c->v, err);
     if (st) return st;
     /* each of the n queries of every head reads up to pos + n keys and values */
     const double attn_macs = (double)n * (double)(pos + n) * in->n_head * (dk + dv);
@@ -281,6 +284,12 @@ void kvq_ctx_free(kvq_ctx *c) {
 }
 
 kvq_cache *kvq_ctx_cache(kvq_ctx *c) { return c ? c->cache : NULL; }
+kvq_pool *kvq_ctx_pool(const kvq_ctx *c) { return c->pool; }
+
+void kvq_ctx_set_observer(kvq_ctx *c, kvq_layer_observer fn, void *ud) {
+    c->observe = fn;
+    c->observe_ud = ud;
+}
 const kvq_model *kvq_ctx_model(const kvq_ctx *c) { return c->m; }
 int kvq_ctx_n_vocab(const kvq_ctx *c) { return c->m->info.n_vocab; }
 int kvq_ctx_threads(const kvq_ctx *c) { return kvq_pool_threads(c->pool); }

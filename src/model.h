@@ -46,6 +46,16 @@ const kvq_model *kvq_ctx_model(const kvq_ctx *c);
 int kvq_ctx_n_vocab(const kvq_ctx *c);
 int kvq_ctx_threads(const kvq_ctx *c);
 int kvq_ctx_max_batch(const kvq_ctx *c);
+kvq_pool *kvq_ctx_pool(const kvq_ctx *c);
+
+/* Called by the forward pass in every layer of every batch, after the
+ * batch's K and V are written to the cache and before attention reads it:
+ * q [n][n_head][head_dim_k] as attention gets it (after RoPE), k and v as
+ * written.  For calibration (src/calib_stats.c); an error stops the pass.
+ * fn NULL removes the observer. */
+typedef kvq_status (*kvq_layer_observer)(void *ud, int layer, int pos, int n, const float *q, const float *k,
+                                         const float *v, kvq_error *err);
+void kvq_ctx_set_observer(kvq_ctx *c, kvq_layer_observer fn, void *ud);
 /* kvq_ctx_eval with logits (if not NULL) for rows first_row..n-1 only,
  * written from logits[0]: the output projection, the widest product of
  * a big-vocabulary model, is skipped for rows nobody scores. */

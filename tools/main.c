@@ -22,6 +22,7 @@ static const command g_commands[] = {
     { "turbo-bench", cmd_turbo_bench, "NMSE and speed of the TurboQuant types on Gaussian vectors" },
     { "turbo-train", cmd_turbo_train, "train the turbo*_tcq trellis codebooks (prints src/turbo_tcq_tables.c)" },
     { "plan",       cmd_plan,       "per-layer K/V types within a byte budget with the least predicted KLD" },
+    { "calibrate",  cmd_calibrate,  "fit the calibrated cache types' transforms and bits on a model's own K/V" },
 };
 
 static void usage(FILE *f) {
