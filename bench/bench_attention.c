@@ -151,7 +151,8 @@ int bench_attention(int argc, char **argv) {
         for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
             const kvq_type_traits *tr = kvq_type_get_scalar((kvq_type)t);
             /* tile types (KVarN): bench group cachefmt */
-            kvq_cache *c = tr && tr->is_cache_type && tr->layout == KVQ_LAYOUT_ROWS ? make_cache((kvq_type)t, n_ctx) : NULL;
+            kvq_cache *c = tr && tr->is_cache_type && tr->layout == KVQ_LAYOUT_ROWS && !tr->calib_rate
+                               ? make_cache((kvq_type)t, n_ctx) : NULL;   /* calibrated: need a model */
             if (!c) continue;
             /* default and tile alternately, twice: the smaller median of each
              * (a loaded machine drifts between seconds) */

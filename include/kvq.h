@@ -85,6 +85,15 @@ typedef enum kvq_type {
     KVQ_TYPE_TURBO2_TCQ,
     KVQ_TYPE_TURBO3_TCQ,
     KVQ_TYPE_TURBO4_TCQ,
+    /* calibrated rows (docs/calibration.md): a transform and bit allocation
+     * per layer and KV head fitted by `kvq calibrate`; the name says the
+     * bits per value, every scale included (cal325: 3.25) */
+    KVQ_TYPE_CAL225,
+    KVQ_TYPE_CAL250,
+    KVQ_TYPE_CAL300,
+    KVQ_TYPE_CAL325,
+    KVQ_TYPE_CAL350,
+    KVQ_TYPE_CAL425,
     KVQ_TYPE_COUNT
 } kvq_type;
 
@@ -103,6 +112,7 @@ typedef enum kvq_format_rot {
     KVQ_FMT_ROT_NONE = 0,   /* the generic rule of kvq_rot_choose applies     */
     KVQ_FMT_ROT_SLICE,      /* normalised Hadamard over each 128 (or 64) slice */
     KVQ_FMT_ROT_TURBO,      /* S2 H S1 per 128 (or 64) block (src/turbo.h)     */
+    KVQ_FMT_ROT_CALIB,      /* the calibration's transform per layer and KV head */
 } kvq_format_rot;
 
 /* Row kernels.  `n` is always a multiple of the type's block size here
@@ -139,6 +149,11 @@ typedef struct kvq_type_traits {
     kvq_dequantize_fn dequantize;
     kvq_dot_fn        dot;         /* sum_i row[i] * x[i]                  */
     kvq_axpy_fn       axpy;        /* y[i] += w * row[i]                   */
+    /* Calibrated types: the rate in hundredths of a bit per value (325 for
+     * cal325), else 0.  They have no row kernels (a row's layout is its KV
+     * head's allocation): the cache reaches them through `tile`'s hooks
+     * and needs kvq_cache_params.calib. */
+    int calib_rate;
 } kvq_type_traits;
 
 /* The active traits: SIMD kernels where the CPU has them, unless the
@@ -235,12 +250,13 @@ void kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *ctx, int n_tasks);
  * A calibration (docs/calibration.md): per layer and KV head, transforms
  * and bit allocations fitted by `kvq calibrate` on the model's own keys,
  * values and queries, used by the calibrated cache types.  Loading checks
- * the file's version, size and checksum and that it was made for the
- * model at model_path (a hash of the GGUF file); each failure is one
+ * the file's version, size and checksum and that it was made for model m
+ * (a hash of its GGUF file, kvq_model_file_hash); each failure is one
  * error.  Read-only once loaded: one calibration may serve many caches.
  */
 typedef struct kvq_calib kvq_calib;
-kvq_status kvq_calib_load(const char *path, const char *model_path, kvq_calib **out, kvq_error *err);
+typedef struct kvq_model kvq_model;
+kvq_status kvq_calib_load(const char *path, const kvq_model *m, kvq_calib **out, kvq_error *err);
 void kvq_calib_free(kvq_calib *c);
 
 /* ------------------------------------------------------------------ cache */
@@ -287,6 +303,10 @@ typedef struct kvq_cache_params {
     bool rot_random_signs;        /* randomised Hadamard (fixed seed)      */
     int kvarn_iters;              /* KVarN normalisation iterations T      */
                                   /* (0 = the format's default, 16)        */
+    const kvq_calib *calib;       /* for calibrated types (cal225 ...): the */
+                                  /* model's calibration; the cache copies */
+                                  /* what it needs, so it may be freed     */
+                                  /* after kvq_cache_create                */
 } kvq_cache_params;
 
 /* Defaults: one layer of one 128-wide K/V head, n_ctx 4096, max_batch 512,

@@ -203,10 +203,10 @@ static void attend_keys(const attn_job *jb, const attn_source *ks, const attn_so
 
 /* out = first head_dim_v values of (acc / l) rotated back from the V
  * side's rotation (acc is scratch and is overwritten). */
-static void finalize_row(const attn_job *jb, float *acc, float l, float *out) {
+static void finalize_row(const attn_job *jb, int kv_head, float *acc, float l, float *out) {
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     for (int d = 0; d < jb->side_v->store_dim; d++) acc[d] *= inv;
-    kvq_cache_side_unrotate(jb->side_v, acc);
+    kvq_cache_side_unrotate(jb->side_v, kv_head, acc);
     memcpy(out, acc, (size_t)jb->head_dim_v * sizeof *out);
 }
 
@@ -268,7 +268,7 @@ static void attn_task(void *ctx, int task, int thread) {
             const size_t head = (size_t)kv_head * G + (size_t)j;
             float *acc = st.acc + (size_t)j * jb->acc_stride;
             if (jb->n_splits == 1) {
-                finalize_row(jb, acc, st.l[j], jb->out + ((size_t)i * jb->n_head + head) * jb->head_dim_v);
+                finalize_row(jb, kv_head, acc, st.l[j], jb->out + ((size_t)i * jb->n_head + head) * jb->head_dim_v);
                 continue;
             }
             float *p = jb->partial + (((size_t)split * jb->n + (size_t)i) * jb->n_head + head) * part_floats;
@@ -298,7 +298,7 @@ static void merge_splits(const attn_job *jb, int i, int head, float *acc) {
         for (int d = 0; d < jb->acc_stride; d++) acc[d] += f * p[d];
         l += f * p[jb->acc_stride + 1];
     }
-    finalize_row(jb, acc, l, jb->out + ((size_t)i * jb->n_head + (size_t)head) * jb->head_dim_v);
+    finalize_row(jb, head / jb->group, acc, l, jb->out + ((size_t)i * jb->n_head + (size_t)head) * jb->head_dim_v);
 }
 
 /* ------------------------------------------------------------- set-up */
@@ -313,7 +313,7 @@ static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq
     attn_source s;
     memset(&s, 0, sizeof s);
     const bool body = part == KVQ_PART_BODY;
-    if (body && sd->layout == KVQ_LAYOUT_TILES) {
+    if (body && sd->tile_ops) {           /* tiles, calibrated rows: the format's hooks */
         s.tiles = sd;
         return s;
     }
@@ -399,11 +399,13 @@ static kvq_status check_attend(const kvq_cache *c, int layer, int pos, int n, in
     return KVQ_OK;
 }
 
-/* Rotated, zero-padded copy of every query row: [n][n_head][q_stride]. */
-static void rotate_queries(const kvq_cache_side *sk, const float *q, int rows, int q_stride, float *qr) {
+/* Rotated, zero-padded copy of every query row: [n][n_head][q_stride]
+ * (row r is query head r % n_head, read by KV head (r % n_head) / group). */
+static void rotate_queries(const kvq_cache_side *sk, const float *q, int rows, int n_head, int group, int q_stride,
+                           float *qr) {
     for (int r = 0; r < rows; r++) {
         float *dst = qr + (size_t)r * q_stride;
-        kvq_cache_side_rotate(sk, q + (size_t)r * sk->head_dim, dst);
+        kvq_cache_side_rotate_query(sk, r % n_head / group, q + (size_t)r * sk->head_dim, dst);
         memset(dst + sk->store_dim, 0, (size_t)(q_stride - sk->store_dim) * sizeof(float));
     }
 }
@@ -451,7 +453,7 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     float *qr = mem;
     jb.scratch = qr + q_floats;
     jb.partial = jb.scratch + (size_t)n_threads * jb.scratch_floats;
-    rotate_queries(k, q, n * n_head, jb.q_stride, qr);
+    rotate_queries(k, q, n * n_head, n_head, jb.group, jb.q_stride, qr);
     jb.q = qr;
 
     kvq_pool_run(pool, attn_task, &jb, c->p.n_head_kv * jb.n_chunks * jb.n_splits);

@@ -61,6 +61,45 @@ static bool pread_all(int fd, void *buf, size_t len, uint64_t off) {
     return true;
 }
 
+/* The bytes of a model: from a file descriptor or from memory. */
+typedef struct model_bytes {
+    int fd;                   /* >= 0: pread from it             */
+    const uint8_t *mem;       /* else: the bytes in memory       */
+} model_bytes;
+
+static bool read_at(const model_bytes *mb, void *buf, size_t len, uint64_t off) {
+    if (mb->fd >= 0) return pread_all(mb->fd, buf, len, off);
+    memcpy(buf, mb->mem + off, len);
+    return true;
+}
+
+/* The hash of base_kvq.h over `size` bytes read through mb. */
+static bool hash_model_bytes(const model_bytes *mb, uint64_t size, uint8_t *buf, size_t cap, uint64_t *hash) {
+    kvq_hash64 h;
+    kvq_hash64_init(&h);
+    uint8_t size_le[8];
+    wr64(size_le, size);
+    kvq_hash64_update(&h, size_le, 8);
+    bool ok = true;
+    const uint64_t prefix = size < PREFIX_BYTES ? size : PREFIX_BYTES;
+    for (uint64_t off = 0; ok && off < prefix; off += cap) {
+        size_t len = (size_t)KVQ_MIN((uint64_t)cap, prefix - off);
+        ok = read_at(mb, buf, len, off);
+        if (ok) kvq_hash64_update(&h, buf, len);
+    }
+    if (ok && size > (uint64_t)PREFIX_BYTES + SAMPLE_BYTES) {
+        const uint64_t span = size - PREFIX_BYTES - SAMPLE_BYTES;
+        for (uint64_t i = 0; ok && i < N_SAMPLES; i++) {
+            /* i*span fits in 64 bits for files below 2^54 bytes */
+            uint64_t off = PREFIX_BYTES + i * span / (N_SAMPLES - 1);
+            ok = read_at(mb, buf, SAMPLE_BYTES, off);
+            if (ok) kvq_hash64_update(&h, buf, SAMPLE_BYTES);
+        }
+    }
+    *hash = kvq_hash64_final(&h);
+    return ok;
+}
+
 kvq_status kvq_model_file_hash(const char *path, uint64_t *hash, kvq_error *err) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) return kvq_fail(err, KVQ_ERR_IO, "cannot open model '%s': %s", path, strerror(errno));
@@ -69,40 +108,26 @@ kvq_status kvq_model_file_hash(const char *path, uint64_t *hash, kvq_error *err)
         close(fd);
         return kvq_fail(err, KVQ_ERR_IO, "model '%s' is not a regular file", path);
     }
-    const uint64_t size = (uint64_t)st.st_size;
     enum { CHUNK = 1 << 20 };
     uint8_t *buf = malloc(CHUNK);
     if (!buf) {
         close(fd);
         return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory hashing '%s'", path);
     }
-    kvq_hash64 h;
-    kvq_hash64_init(&h);
-    uint8_t size_le[8];
-    wr64(size_le, size);
-    kvq_hash64_update(&h, size_le, 8);
-
-    bool ok = true;
-    const uint64_t prefix = size < PREFIX_BYTES ? size : PREFIX_BYTES;
-    for (uint64_t off = 0; ok && off < prefix; off += CHUNK) {
-        size_t len = (size_t)KVQ_MIN((uint64_t)CHUNK, prefix - off);
-        ok = pread_all(fd, buf, len, off);
-        if (ok) kvq_hash64_update(&h, buf, len);
-    }
-    if (ok && size > (uint64_t)PREFIX_BYTES + SAMPLE_BYTES) {
-        const uint64_t span = size - PREFIX_BYTES - SAMPLE_BYTES;
-        for (uint64_t i = 0; ok && i < N_SAMPLES; i++) {
-            /* i*span fits in 64 bits for files below 2^54 bytes */
-            uint64_t off = PREFIX_BYTES + i * span / (N_SAMPLES - 1);
-            ok = pread_all(fd, buf, SAMPLE_BYTES, off);
-            if (ok) kvq_hash64_update(&h, buf, SAMPLE_BYTES);
-        }
-    }
+    const model_bytes mb = { fd, NULL };
+    const bool ok = hash_model_bytes(&mb, (uint64_t)st.st_size, buf, CHUNK, hash);
     free(buf);
     close(fd);
     if (!ok) return kvq_fail(err, KVQ_ERR_IO, "cannot read model '%s' while hashing it", path);
-    *hash = kvq_hash64_final(&h);
     return KVQ_OK;
+}
+
+uint64_t kvq_model_memory_hash(const void *bytes, size_t size) {
+    uint8_t buf[SAMPLE_BYTES];
+    const model_bytes mb = { -1, bytes };
+    uint64_t hash = 0;
+    hash_model_bytes(&mb, size, buf, sizeof buf, &hash);
+    return hash;
 }
 
 /* ------------------------------------------------------------- writer */

@@ -41,6 +41,9 @@ kvq_base_format kvq_base_sniff(const char *path);
  * about 20 MiB read for any size.  A re-quantised or different model
  * differs in size, metadata or sampled tensor bytes. */
 kvq_status kvq_model_file_hash(const char *path, uint64_t *hash, kvq_error *err);
+/* The same hash of a file's bytes already in memory (a loaded model's
+ * mapping): equal to kvq_model_file_hash of that file. */
+uint64_t kvq_model_memory_hash(const void *bytes, size_t size);
 
 /* ------------------------------------------------------------- writing */
 

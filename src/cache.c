@@ -8,6 +8,7 @@
  */
 #include "cache.h"
 #include "hadamard.h"
+#include "calib.h"
 #include "turbo_traits.h"
 
 #include <limits.h>
@@ -64,6 +65,8 @@ void kvq_cache_free(kvq_cache *c) {
     free(c->n_stored);
     free(c->tile_scratch);
     free(c->attend_scratch);
+    free(c->calib_heads);
+    free(c->calib_mem);
     free(c);
 }
 
@@ -71,7 +74,8 @@ void kvq_cache_free(kvq_cache *c) {
 
 static bool is_cache_type(kvq_type t) {
     const kvq_type_traits *tr = kvq_type_get_scalar(t);
-    return tr && tr->is_cache_type && (tr->layout == KVQ_LAYOUT_TILES ? tr->tile != NULL : tr->quantize != NULL);
+    const bool hooks = tr && (tr->layout == KVQ_LAYOUT_TILES || tr->calib_rate);   /* read through `tile` */
+    return tr && tr->is_cache_type && (hooks ? tr->tile != NULL : tr->quantize != NULL);
 }
 
 static bool is_exact_type(kvq_type t) {
@@ -184,6 +188,11 @@ static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
         sd->store_dim = kvq_turbo_store_dim(sd->head_dim);
         sd->rot_block = 0;
         sd->rot_signs = NULL;
+    } else if (sd->rot_kind == KVQ_FMT_ROT_CALIB) {   /* each KV head's own transform (cache_calib.c) */
+        sd->store_dim = sd->head_dim;
+        sd->rot_block = 0;
+        sd->rot_signs = NULL;
+        sd->mix_signs = NULL;
     } else {
         sd->store_dim = sd->head_dim;
         sd->rot_block = is_v ? c->plan.block_v : c->plan.block_k;
@@ -402,7 +411,8 @@ kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_erro
     if (!out) return kvq_fail(err, KVQ_ERR_ARG, "cache: NULL output pointer");
     kvq_cache *c;
     kvq_status st = plan_cache(p, &c, err);
-    if (st == KVQ_OK && (st = allocate_layout(c, err)) != KVQ_OK) kvq_cache_free(c);
+    if (st == KVQ_OK && ((st = allocate_layout(c, err)) != KVQ_OK || (st = kvq_cache_calib_bind(c, err)) != KVQ_OK))
+        kvq_cache_free(c);
     *out = st == KVQ_OK ? c : NULL;
     return st;
 }
@@ -471,7 +481,8 @@ int kvq_cache_exact_from(const kvq_cache *c, int layer, const kvq_cache_side *sd
     return KVQ_MAX(0, committed - sd->ring_rows);
 }
 
-void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out) {
+void kvq_cache_side_rotate(const kvq_cache_side *sd, int head, const float *x, float *out) {
+    if (sd->calib) { kvq_calib_head_forward(&sd->calib[head], x, out); return; }
     if (sd->rot_kind == KVQ_FMT_ROT_TURBO) { kvq_turbo_rotate_row(x, out, sd->head_dim); return; }
     memcpy(out, x, (size_t)sd->head_dim * sizeof *out);
     memset(out + sd->head_dim, 0, (size_t)(sd->store_dim - sd->head_dim) * sizeof *out);
@@ -479,7 +490,13 @@ void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out)
     if (sd->rot_block) kvq_rotate_row(out, sd->store_dim, sd->rot_block, sd->mix_signs ? sd->mix_signs : sd->rot_signs);
 }
 
-void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc) {
+void kvq_cache_side_rotate_query(const kvq_cache_side *sd, int head, const float *q, float *out) {
+    if (sd->calib) kvq_calib_head_query(&sd->calib[head], q, out);   /* T^-T: not T unless T is orthogonal */
+    else kvq_cache_side_rotate(sd, head, q, out);
+}
+
+void kvq_cache_side_unrotate(const kvq_cache_side *sd, int head, float *acc) {
+    if (sd->calib) { kvq_calib_head_output(&sd->calib[head], acc); return; }
     if (sd->rot_kind == KVQ_FMT_ROT_TURBO) {
         float out[KVQ_MAX_HEAD_DIM];
         kvq_turbo_unrotate_row(acc, out, sd->head_dim);
@@ -506,8 +523,9 @@ static uint8_t *sink_row(const kvq_cache_side *sd, int head, int pos) {
  * (write_tiles). */
 static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos, const float *x) {
     float buf[KVQ_MAX_HEAD_DIM];
-    kvq_cache_side_rotate(sd, x, buf);
-    if (sd->layout == KVQ_LAYOUT_ROWS) kvq_quantize_row_tr(sd->body_tr, buf, body_row(c, sd, head, pos), sd->store_dim);
+    kvq_cache_side_rotate(sd, head, x, buf);
+    if (sd->calib) kvq_calib_encode(&sd->calib[head].prof, buf, body_row(c, sd, head, pos));
+    else if (sd->layout == KVQ_LAYOUT_ROWS) kvq_quantize_row_tr(sd->body_tr, buf, body_row(c, sd, head, pos), sd->store_dim);
     if (sd->ring_rows) kvq_quantize_row_tr(sd->tail_tr, buf, stage_row(c, sd, head, pos), sd->store_dim);
     if (pos < sd->sink_rows) kvq_quantize_row_tr(sd->tail_tr, buf, sink_row(sd, head, pos), sd->store_dim);
 }
@@ -590,9 +608,9 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
         return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in the tail ring", pos);
     if (part == KVQ_PART_SINK && pos >= sd->sink_rows)
         return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in the sink", pos);
-    if (part == KVQ_PART_BODY && sd->layout == KVQ_LAYOUT_TILES) {
+    if (part == KVQ_PART_BODY && sd->tile_ops) {   /* tiles, calibrated rows: the format's hook */
         const int tile = pos / KVQ_KVARN_TILE;
-        if (tile < sd->first_tile || (tile + 1) * KVQ_KVARN_TILE > stored)
+        if (sd->layout == KVQ_LAYOUT_TILES && (tile < sd->first_tile || (tile + 1) * KVQ_KVARN_TILE > stored))
             return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in a quantised tile", pos);
         sd->tile_ops->read_row(sd, head, pos, out);
         return KVQ_OK;

@@ -70,6 +70,8 @@ typedef struct kvq_cache_side {
     int ring_rows, sink_rows; /* 0 = no ring / no sink                     */
     size_t exact_row_bytes; /* one head's row of store_dim values in tail_type */
     int side_index;         /* 0 = K, 1 = V: its rows' place in the stage  */
+    const struct kvq_calib_head *calib; /* calibrated sides: [n_head_kv]   */
+                            /* each KV head's transform and row layout     */
     uint8_t *ring;          /* [n_head_kv][ring_rows][exact_row_bytes]     */
     uint8_t *sink;          /* [n_head_kv][sink_rows][exact_row_bytes]     */
 } kvq_cache_side;
@@ -99,7 +101,15 @@ struct kvq_cache {
     float *attend_scratch;  /* attention's working memory (kvq_cache_attend_scratch) */
     size_t attend_scratch_floats;
     kvq_cache_bytes bytes;
+    struct kvq_calib_head *calib_heads; /* calibrated sides' heads (cache_calib.c) */
+    float *calib_mem;       /* the transforms they copied                  */
 };
+
+/* Calibrated sides (src/cache_calib.c): copy each one's transforms and
+ * row layouts from p.calib, once the layout is planned; one clear error
+ * when a side's type needs a calibration the parameters lack, the
+ * calibration does not fit the cache's shape, or lacks the side's rate. */
+kvq_status kvq_cache_calib_bind(kvq_cache *c, kvq_error *err);
 
 /* At least `floats` floats of working memory for one attention call, kept
  * by the cache and reused, so that decoding allocates only when a call
@@ -131,11 +141,15 @@ const uint8_t *kvq_cache_exact_row(const kvq_cache *c, const kvq_cache_side *sd,
  * stored one is still held (ring and stage together). */
 int kvq_cache_exact_from(const kvq_cache *c, int layer, const kvq_cache_side *sd);
 
-/* Rotate one row the way a side stores it: x[head_dim] -> out[store_dim]
- * (zero-padded, then the side's Hadamard); and back: acc[store_dim] ->
- * acc rotated back in place (its first head_dim values are the result). */
-void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out);
-void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc);
+/* Rotate one row of KV head `head` the way a side stores it:
+ * x[head_dim] -> out[store_dim] (zero-padded, then the side's Hadamard;
+ * calibrated sides: that head's transform T (x - mean)); a query the way
+ * the K side reads it (the same, except calibrated: T^-T q); and back:
+ * acc[store_dim] -> acc rotated back in place (its first head_dim values
+ * are the result). */
+void kvq_cache_side_rotate(const kvq_cache_side *sd, int head, const float *x, float *out);
+void kvq_cache_side_rotate_query(const kvq_cache_side *sd, int head, const float *q, float *out);
+void kvq_cache_side_unrotate(const kvq_cache_side *sd, int head, float *acc);
 
 
 /* Dequantise one stored row (rotated values, as the kernel reads them) of

@@ -69,6 +69,7 @@ typedef struct kvq_calib_group {
     int bits, first, n;        /* coefficients first..first+n-1           */
     int bit0;                  /* first bit of the run in the code stream */
     bool tcq;
+    float gain;                /* read as gain * scale * codebook value     */
 } kvq_calib_group;
 
 /* How one side's rows are laid out at one rate. */
@@ -82,15 +83,19 @@ typedef struct kvq_calib_profile {
 } kvq_calib_profile;
 
 /* Lay out rows of d coefficients with allocation bits[d] (non-increasing)
- * in row_bytes; fails when the code does not fit. */
-kvq_status kvq_calib_profile_make(const uint8_t *bits, const float *weight, int d, int row_bytes,
+ * in row_bytes; fails when the code does not fit.  unbiased: rows are read
+ * with kvq_calib_logit_gain per run (K sides: unbiased logits), else as
+ * coded (V sides, round trips: the MSE-best reconstruction). */
+kvq_status kvq_calib_profile_make(const uint8_t *bits, const float *weight, int d, int row_bytes, bool unbiased,
                                   kvq_calib_profile *p, kvq_error *err);
 /* Stream bits the allocation needs (values + trellis start bits). */
 int kvq_calib_code_bits(const uint8_t *bits, int d);
 
 /* Row of transformed coefficients y[d] -> row_bytes bytes: scale
- * g = RMS of the coded y_i, codes of y_i / g, then g refitted by weighted
- * least squares (sum w_i (y_i - g c_i)^2 minimal) and stored as fp16. */
+ * g0 = RMS of the coded y_i, codes c_i of y_i / g0, then the stored fp16
+ * scale g the weighted least-squares fit (sum w_i (y_i - g c_i)^2 least,
+ * w: importance): the MSE-best row, which shrinks each coefficient by
+ * about 1 - D(b_i) (an unbiased profile's reads undo that, K sides). */
 void  kvq_calib_encode(const kvq_calib_profile *p, const float *y, uint8_t *row);
 void  kvq_calib_decode(const kvq_calib_profile *p, const uint8_t *row, float *y);
 float kvq_calib_dot(const kvq_calib_profile *p, const uint8_t *row, const float *q);
@@ -98,13 +103,10 @@ void  kvq_calib_axpy(const kvq_calib_profile *p, float w, const uint8_t *row, fl
 
 /* ------------------------------------------------ calibration (calib_file.c) */
 
-/* How a side's transform was fitted (the file records it). */
+/* How a side's transform was fitted (the file records it; calib_build.c). */
 typedef enum kvq_calib_method {
-    KVQ_CALIB_KLT = 1,         /* covariance of the rows, plain squared error  */
-    KVQ_CALIB_QUERY = 2,       /* K: covariance of keys, metric E[q q^T]        */
-    KVQ_CALIB_QUERY_ATT = 3,   /* K: keys weighted by attention received, E[q q^T] */
-    KVQ_CALIB_ATT2 = 4,        /* V: values weighted by sum p^2, plain error    */
-    KVQ_CALIB_ATT2_WO = 5,     /* V: values weighted by sum p^2, metric Wo^T Wo */
+    KVQ_CALIB_QUERY_MIX = 1,   /* K: keys' covariance, metric mixing the queries' second moment with I */
+    KVQ_CALIB_ATT2_WO = 2,     /* V: values weighted by sum p^2, metric Wo^T Wo                       */
 } kvq_calib_method;
 const char *kvq_calib_method_name(kvq_calib_method m);
 
@@ -124,6 +126,7 @@ struct kvq_calib {
     int n_layer, n_head_kv, head_dim_k, head_dim_v;
     int n_rates, rates[KVQ_CALIB_N_RATES];
     kvq_calib_method method_k, method_v;
+    double query_mix;          /* K's metric: share of the queries' second moment */
     uint32_t n_tokens;         /* calibration positions per layer */
     kvq_calib_side *k, *v;     /* [n_layer][n_head_kv]            */
 };
@@ -137,5 +140,36 @@ void kvq_calib_side_finish(kvq_calib_side *s, bool is_v);
 int kvq_calib_find_rate(const kvq_calib *c, int rate);
 
 kvq_status kvq_calib_write(const kvq_calib *c, const char *path, kvq_error *err);
+/* kvq_calib_load against a model hash (kvq_model_file_hash of its file). */
+kvq_status kvq_calib_load_for(const char *path, uint64_t model_hash, kvq_calib **out, kvq_error *err);
+/* The hash a calibration of loaded model m records (equal to
+ * kvq_model_file_hash of its file). */
+uint64_t kvq_calib_model_hash(const kvq_model *m);
+
+/* ------------------------------------------ in a cache (src/cache_calib.c) */
+
+/* What a cache keeps of one KV head's side at its rate (copied from the
+ * calibration at creation, so the calibration may be freed). */
+typedef struct kvq_calib_head {
+    int d;
+    const float *mean;         /* [d]                                          */
+    const float *fwd;          /* [d*d] T: stored row y = T (x - mean)        */
+    const float *back;         /* [d*d] K: T^-T (queries); V: T^-1 (outputs)  */
+    kvq_calib_profile prof;    /* the row layout at the side's rate            */
+} kvq_calib_head;
+
+/* 1 / (1 - D(bits)) (1 for 0 bits): an MSE-optimal code keeps E[y c] =
+ * E[c^2] = (1 - D) E[y^2], so a coefficient's reconstruction regresses on
+ * the value with slope 1 - D; a K side reads its coded rows times this
+ * gain, so q'.y_hat is unbiased for q'.y and the softmax keeps its
+ * temperature (exact copies need none). */
+double kvq_calib_logit_gain(int bits);
+
+/* y = T (x - mean): the row the cache stores. */
+void kvq_calib_head_forward(const kvq_calib_head *h, const float *x, float *y);
+/* q' = T^-T q (K side): q'.y = q.(x - mean). */
+void kvq_calib_head_query(const kvq_calib_head *h, const float *q, float *out);
+/* acc <- T^-1 acc + mean (V side; acc holds sum_t p_t y_t with sum p_t = 1). */
+void kvq_calib_head_output(const kvq_calib_head *h, float *acc);
 
 #endif

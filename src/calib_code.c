@@ -13,7 +13,8 @@
  *                scalar run (1, 5-8 bits): b-bit Lloyd-Max indices of
  *                  N(0,1), ascending centroids;
  *              zero padding to row_bytes.
- *   y_hat_i = g * c_i for the coded coefficients, 0 for those with no bits.
+ *   y_hat_i = gain_b * g * c_i for the coded coefficients (gain_b = 1, or
+ *   for K sides 1 / (1 - D(b)): unbiased logits), 0 for those with no bits.
  *
  * Reading is O(1) per coefficient (every index sits at a known bit), so
  * dot and axpy never decode a row sequentially. */
@@ -51,7 +52,7 @@ static unsigned group_index(const kvq_calib_group *g, const uint8_t *codes, int 
 
 static int run_bits(int bits, int n, bool tcq) { return n * bits + (tcq ? KVQ_TURBO_TCQ_CONTEXT : 0); }
 
-kvq_status kvq_calib_profile_make(const uint8_t *bits, const float *weight, int d, int row_bytes,
+kvq_status kvq_calib_profile_make(const uint8_t *bits, const float *weight, int d, int row_bytes, bool unbiased,
                                   kvq_calib_profile *p, kvq_error *err) {
     memset(p, 0, sizeof *p);
     p->d = d;
@@ -72,7 +73,8 @@ kvq_status kvq_calib_profile_make(const uint8_t *bits, const float *weight, int 
             const int len = tcq ? KVQ_MIN(KVQ_TURBO_BLOCK, i + n - first) : i + n - first;
             if (p->n_groups == KVQ_CALIB_MAX_GROUPS)
                 return kvq_fail(err, KVQ_ERR_FORMAT, "calibrated row: more than %d runs", KVQ_CALIB_MAX_GROUPS);
-            p->group[p->n_groups++] = (kvq_calib_group){ b, first, len, pos, tcq };
+            const float gain = unbiased ? (float)kvq_calib_logit_gain(b) : 1.0f;
+            p->group[p->n_groups++] = (kvq_calib_group){ b, first, len, pos, tcq, gain };
             pos += run_bits(b, len, tcq);
             first += len;
         }
@@ -134,13 +136,14 @@ void kvq_calib_encode(const kvq_calib_profile *p, const float *y, uint8_t *row) 
     for (int i = 0; i < n; i++) u[i] = (float)(y[i] / g0);
     uint8_t *codes = row + SCALE_BYTES;
     for (int k = 0; k < p->n_groups; k++) encode_group(&p->group[k], u, codes, c_hat);
-    /* the scale minimising sum_i w_i (y_i - g c_i)^2 for the chosen codes */
-    double num = 0.0, den = 0.0;
+    /* the scale minimising sum_i w_i (y_i - g c_i)^2 for the chosen codes
+     * (w: importance, the weight of each coefficient's error) */
+    double yc = 0.0, cc = 0.0;
     for (int i = 0; i < n; i++) {
-        num += (double)p->weight[i] * y[i] * c_hat[i];
-        den += (double)p->weight[i] * c_hat[i] * c_hat[i];
+        yc += (double)p->weight[i] * y[i] * c_hat[i];
+        cc += (double)p->weight[i] * c_hat[i] * c_hat[i];
     }
-    const double g = den > 0 ? num / den : 0.0;
+    const double g = cc > 0 ? yc / cc : 0.0;
     kvq_wr16(row, kvq_float_to_half((float)fmax(-FP16_MAX, fmin(g, FP16_MAX))));
 }
 
@@ -153,7 +156,8 @@ void kvq_calib_decode(const kvq_calib_profile *p, const uint8_t *row, float *y) 
     for (int k = 0; k < p->n_groups; k++) {
         const kvq_calib_group *gr = &p->group[k];
         const float *cb = group_codebook(gr);
-        for (int t = 0; t < gr->n; t++) y[gr->first + t] = g * cb[group_index(gr, codes, code_bytes, t)];
+        const float gg = g * gr->gain;
+        for (int t = 0; t < gr->n; t++) y[gr->first + t] = gg * cb[group_index(gr, codes, code_bytes, t)];
     }
     for (int i = p->n_coded; i < p->d; i++) y[i] = 0.0f;
 }
@@ -165,7 +169,9 @@ float kvq_calib_dot(const kvq_calib_profile *p, const uint8_t *row, const float 
     for (int k = 0; k < p->n_groups; k++) {
         const kvq_calib_group *gr = &p->group[k];
         const float *cb = group_codebook(gr);
-        for (int t = 0; t < gr->n; t++) s += q[gr->first + t] * cb[group_index(gr, codes, code_bytes, t)];
+        float sg = 0.0f;
+        for (int t = 0; t < gr->n; t++) sg += q[gr->first + t] * cb[group_index(gr, codes, code_bytes, t)];
+        s += gr->gain * sg;
     }
     return s * kvq_half_to_float(kvq_rd16(row));
 }
@@ -177,6 +183,7 @@ void kvq_calib_axpy(const kvq_calib_profile *p, float w, const uint8_t *row, flo
     for (int k = 0; k < p->n_groups; k++) {
         const kvq_calib_group *gr = &p->group[k];
         const float *cb = group_codebook(gr);
-        for (int t = 0; t < gr->n; t++) acc[gr->first + t] += wg * cb[group_index(gr, codes, code_bytes, t)];
+        const float wgg = wg * gr->gain;
+        for (int t = 0; t < gr->n; t++) acc[gr->first + t] += wgg * cb[group_index(gr, codes, code_bytes, t)];
     }
 }

@@ -7,7 +7,8 @@
  *   12  4  u32 n_layer        16  4  u32 n_head_kv
  *   20  4  u32 head_dim_k     24  4  u32 head_dim_v
  *   28  4  u32 n_rates        32  4  u32 method K     36  4  u32 method V
- *   40  4  u32 calibration positions per layer        44  4  u32 0
+ *   40  4  u32 calibration positions per layer
+ *   44  4  f32 query mix of K's metric (informative)
  *   48  8  u64 model hash (kvq_model_file_hash of the GGUF file)
  *   56  8  u64 checksum: hash64 of bytes 0..55 followed by the payload
  *   64     payload: n_rates u32 rates (hundredths of a bit per value), then
@@ -19,6 +20,7 @@
 #include "base_kvq.h"
 #include "file_read.h"
 #include "hash64.h"
+#include "model.h"
 
 #include <errno.h>
 #include <math.h>
@@ -30,13 +32,10 @@ enum { VERSION = 1, HEADER_BYTES = 64, CHECKSUM_AT = 56, MAX_LAYERS = 4096, MAX_
 
 const char *kvq_calib_method_name(kvq_calib_method m) {
     switch (m) {
-    case KVQ_CALIB_KLT: return "klt";
-    case KVQ_CALIB_QUERY: return "query";
-    case KVQ_CALIB_QUERY_ATT: return "query-att";
-    case KVQ_CALIB_ATT2: return "att2";
+    case KVQ_CALIB_QUERY_MIX: return "query-mix";
     case KVQ_CALIB_ATT2_WO: return "att2-wo";
     }
-    return NULL;
+    return "?";
 }
 
 /* ------------------------------------------------------------ in memory */
@@ -171,10 +170,10 @@ kvq_status kvq_calib_write(const kvq_calib *c, const char *path, kvq_error *err)
     uint8_t *buf = calloc(1, size);
     if (!buf) return kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory for %zu bytes", size);
     memcpy(buf, MAGIC, 8);
-    const uint32_t fields[9] = { VERSION, (uint32_t)c->n_layer, (uint32_t)c->n_head_kv, (uint32_t)c->head_dim_k,
-                                 (uint32_t)c->head_dim_v, (uint32_t)c->n_rates, (uint32_t)c->method_k,
-                                 (uint32_t)c->method_v, c->n_tokens };
-    for (int i = 0; i < 9; i++) wr32(buf + 8 + 4 * i, fields[i]);
+    const uint32_t fields[10] = { VERSION, (uint32_t)c->n_layer, (uint32_t)c->n_head_kv, (uint32_t)c->head_dim_k,
+                                  (uint32_t)c->head_dim_v, (uint32_t)c->n_rates, (uint32_t)c->method_k,
+                                  (uint32_t)c->method_v, c->n_tokens, kvq_f32_bits((float)c->query_mix) };
+    for (int i = 0; i < 10; i++) wr32(buf + 8 + 4 * i, fields[i]);
     wr64(buf + 48, c->model_hash);
     uint8_t *p = buf + HEADER_BYTES;
     for (int i = 0; i < c->n_rates; i++, p += 4) wr32(p, (uint32_t)c->rates[i]);
@@ -211,7 +210,7 @@ static kvq_status check_side(const kvq_calib *c, const kvq_calib_side *s, int la
         kvq_calib_profile prof;
         kvq_error e2;
         if (kvq_calib_profile_make(s->bits + (size_t)r * d, s->weight, (int)d, kvq_calib_row_bytes(c->rates[r], (int)d),
-                                   &prof, &e2))
+                                   !is_v, &prof, &e2))
             return kvq_fail(err, KVQ_ERR_FORMAT, "calibration file '%s': layer %d head %d %c at %d.%02d bpv: %s", path,
                             layer, head, is_v ? 'V' : 'K', c->rates[r] / 100, c->rates[r] % 100, e2.msg);
     }
@@ -250,6 +249,7 @@ static kvq_status parse(const uint8_t *buf, size_t size, const char *path, uint6
     c->method_k = (kvq_calib_method)f[5];
     c->method_v = (kvq_calib_method)f[6];
     c->n_tokens = f[7];
+    c->query_mix = kvq_bits_f32(rd32(buf + 44));
     for (int l = 0; st == KVQ_OK && l < c->n_layer; l++)
         for (int h = 0; st == KVQ_OK && h < c->n_head_kv; h++)
             for (int s = 0; st == KVQ_OK && s < 2; s++) {
@@ -263,17 +263,23 @@ static kvq_status parse(const uint8_t *buf, size_t size, const char *path, uint6
     return KVQ_OK;
 }
 
-kvq_status kvq_calib_load(const char *path, const char *model_path, kvq_calib **out, kvq_error *err) {
+kvq_status kvq_calib_load_for(const char *path, uint64_t model_hash, kvq_calib **out, kvq_error *err) {
     if (!out) return kvq_fail(err, KVQ_ERR_ARG, "calibration: NULL output");
     *out = NULL;
-    if (!path || !model_path) return kvq_fail(err, KVQ_ERR_ARG, "calibration: NULL path");
-    uint64_t model_hash;
-    kvq_status st = kvq_model_file_hash(model_path, &model_hash, err);
-    if (st) return st;
+    if (!path) return kvq_fail(err, KVQ_ERR_ARG, "calibration: NULL path");
     char *buf;
     size_t size;
-    if ((st = kvq_read_file(path, "calibration file", FILE_CAP, &buf, &size, err))) return st;
+    kvq_status st = kvq_read_file(path, "calibration file", FILE_CAP, &buf, &size, err);
+    if (st) return st;
     st = parse((const uint8_t *)buf, size, path, model_hash, out, err);
     free(buf);
     return st;
+}
+
+uint64_t kvq_calib_model_hash(const kvq_model *m) { return kvq_model_memory_hash(m->file->base, m->file->size); }
+
+kvq_status kvq_calib_load(const char *path, const kvq_model *m, kvq_calib **out, kvq_error *err) {
+    if (out) *out = NULL;
+    if (!m) return kvq_fail(err, KVQ_ERR_ARG, "calibration: NULL model");
+    return kvq_calib_load_for(path, kvq_calib_model_hash(m), out, err);
 }

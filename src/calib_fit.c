@@ -102,6 +102,8 @@ double kvq_calib_distortion(int bits) {
     }
 }
 
+double kvq_calib_logit_gain(int bits) { return bits > 0 ? 1.0 / (1.0 - kvq_calib_distortion(bits)) : 1.0; }
+
 /* Trellis start bits of n coefficients at b bits: 6 per run of <= 128. */
 static int start_bits(int b, int n) {
     return is_tcq_bits(b) && n > 0 ? KVQ_TURBO_TCQ_CONTEXT * ((n + KVQ_TURBO_BLOCK - 1) / KVQ_TURBO_BLOCK) : 0;
@@ -198,7 +200,7 @@ kvq_status kvq_calib_allocate(const double *importance, int d, int code_bits, ui
     for (int i = 0; i < d; i++) P[i + 1] = P[i] + importance[i];
     double *next = f, *cur = f + cells;
     for (int i = 0; i <= d; i++)
-        for (int u = 0; u <= B; u++) next[(size_t)i * (B + 1) + u] = P[d] - P[i];
+        for (int u = 0; u <= B; u++) next[(size_t)i * (B + 1) + u] = kvq_calib_distortion(0) * (P[d] - P[i]);
     for (int s = n_st - 1; s >= 0; s--) {
         alloc_stage_solve(&st[s], P, d, B, next, cur, choice + (size_t)s * cells, queue, qval);
         double *t = next; next = cur; cur = t;

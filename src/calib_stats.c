@@ -52,11 +52,10 @@ kvq_status kvq_calib_stats_init(kvq_calib_stats *s, const kvq_model_info *in, in
     s->n_ctx = n_ctx;
     const size_t heads = (size_t)in->n_layer * (size_t)in->n_head_kv;
     s->mom = calloc(heads * KVQ_MOM_COUNT, sizeof *s->mom);
-    s->recv = calloc(heads * (size_t)n_ctx, sizeof *s->recv);
     s->recv_sq = calloc(heads * (size_t)n_ctx, sizeof *s->recv_sq);
     s->keys = malloc((size_t)in->n_head_kv * (size_t)n_ctx * (size_t)in->head_dim_k * sizeof *s->keys);
     s->probs = malloc((size_t)in->n_head_kv * (size_t)n_ctx * sizeof *s->probs);
-    kvq_status st = s->mom && s->recv && s->recv_sq && s->keys && s->probs ? KVQ_OK : KVQ_ERR_NOMEM;
+    kvq_status st = s->mom && s->recv_sq && s->keys && s->probs ? KVQ_OK : KVQ_ERR_NOMEM;
     for (size_t i = 0; st == KVQ_OK && i < heads * KVQ_MOM_COUNT; i++) {
         const int kind = (int)(i % KVQ_MOM_COUNT);
         const bool is_v = kind == KVQ_MOM_V || kind == KVQ_MOM_V_ATT;
@@ -77,10 +76,10 @@ void kvq_calib_stats_free(kvq_calib_stats *s) {
         free(s->mom[i].outer);
     }
     free(s->mom);
-    free(s->recv);
     free(s->recv_sq);
     free(s->keys);
     free(s->probs);
+
     memset(s, 0, sizeof *s);
 }
 
@@ -120,7 +119,7 @@ static void observe_head(void *ctx, int g, int thread) {
     const int dk = s->head_dim_k, dv = s->head_dim_v, G = s->n_head / s->n_head_kv;
     const float *keys = s->keys + (size_t)g * s->n_ctx * dk;
     double *p = s->probs + (size_t)g * s->n_ctx;
-    double *recv = recv_at(s, s->recv, jb->layer, g), *recv_sq = recv_at(s, s->recv_sq, jb->layer, g);
+    double *recv_sq = recv_at(s, s->recv_sq, jb->layer, g);
     const double scale = 1.0 / sqrt((double)dk);
     for (int i = 0; i < jb->n; i++) {
         const int qp = jb->pos + i;
@@ -135,11 +134,7 @@ static void observe_head(void *ctx, int g, int thread) {
                 mx = p[t] > mx ? p[t] : mx;
             }
             for (int t = 0; t <= qp; t++) sum += p[t] = exp(p[t] - mx);
-            for (int t = 0; t <= qp; t++) {
-                const double pt = p[t] / sum;
-                recv[t] += pt;
-                recv_sq[t] += pt * pt;
-            }
+            for (int t = 0; t <= qp; t++) recv_sq[t] += (p[t] / sum) * (p[t] / sum);
         }
     }
 }
@@ -173,15 +168,12 @@ kvq_status kvq_calib_stats_end_chunk(kvq_calib_stats *s, kvq_ctx *ctx, kvq_error
     for (int l = 0; l < s->n_layer; l++) {
         const int stored = c->n_stored[l];
         for (int g = 0; g < s->n_head_kv; g++) {
-            double *recv = recv_at(s, s->recv, l, g), *recv_sq = recv_at(s, s->recv_sq, l, g);
+            double *recv_sq = recv_at(s, s->recv_sq, l, g);
             for (int t = 0; t < stored; t++) {
-                kvq_status st = kvq_cache_read_row(c, l, false, KVQ_PART_BODY, g, t, row, err);
+                kvq_status st = kvq_cache_read_row(c, l, true, KVQ_PART_BODY, g, t, row, err);
                 if (st) return st;
-                moments_add(kvq_calib_stats_at(s, l, g, KVQ_MOM_K_ATT), row, recv[t]);
-                if ((st = kvq_cache_read_row(c, l, true, KVQ_PART_BODY, g, t, row, err))) return st;
                 moments_add(kvq_calib_stats_at(s, l, g, KVQ_MOM_V_ATT), row, recv_sq[t]);
             }
-            memset(recv, 0, (size_t)s->n_ctx * sizeof *recv);
             memset(recv_sq, 0, (size_t)s->n_ctx * sizeof *recv_sq);
         }
     }

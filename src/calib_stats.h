@@ -6,9 +6,8 @@
  *   q      the queries that read this KV head (every query head of its
  *          GQA group), one weight per query row;
  *   v      the values, one weight per value;
- *   k_att  the keys, each weighted by the attention it receives,
- *          a_t = sum over queries i >= t and heads h of p_h,i,t;
- *   v_att  the values, each weighted by b_t = sum_i,h p_h,i,t^2: the
+ *   v_att  the values, each weighted by b_t = sum_i,h p_h,i,t^2 (over
+ *          the queries i >= t and the group's heads h): the
  *          variance of the attention output's error is
  *          sum_t p_t^2 E|e_t|^2 for independent errors e_t of the value
  *          rows, so b_t is how much token t's value error reaches the
@@ -31,12 +30,12 @@ typedef struct kvq_moments {
     double *outer;     /* [d*d] sum w x x^T (upper triangle filled; kvq_moments_cov mirrors it) */
 } kvq_moments;
 
-enum { KVQ_MOM_K = 0, KVQ_MOM_Q, KVQ_MOM_V, KVQ_MOM_K_ATT, KVQ_MOM_V_ATT, KVQ_MOM_COUNT };
+enum { KVQ_MOM_K = 0, KVQ_MOM_Q, KVQ_MOM_V, KVQ_MOM_V_ATT, KVQ_MOM_COUNT };
 
 typedef struct kvq_calib_stats {
     int n_layer, n_head_kv, n_head, head_dim_k, head_dim_v, n_ctx;
     kvq_moments *mom;       /* [n_layer][n_head_kv][KVQ_MOM_COUNT]          */
-    double *recv, *recv_sq; /* [n_layer][n_head_kv][n_ctx]: a_t, b_t of the chunk */
+    double *recv_sq;        /* [n_layer][n_head_kv][n_ctx]: b_t of the chunk */
     float *keys;            /* [n_head_kv][n_ctx][head_dim_k]: one layer's keys, per call */
     double *probs;          /* [n_head_kv][n_ctx]: one query's softmax, per task */
     long long n_tokens;     /* positions seen (per layer) */
@@ -63,8 +62,8 @@ typedef struct kvq_calib_observer {
 kvq_status kvq_calib_observe(void *ud, int layer, int pos, int n, const float *q, const float *k, const float *v,
                              kvq_error *err);
 
-/* After a chunk (before the cache is cleared): fold each position's
- * received attention into k_att / v_att with the cached rows, then reset. */
+/* After a chunk (before the cache is cleared): fold each position's b_t
+ * into v_att with the cached values, then reset. */
 kvq_status kvq_calib_stats_end_chunk(kvq_calib_stats *s, kvq_ctx *ctx, kvq_error *err);
 
 #endif

@@ -83,7 +83,9 @@ static int choose_side(char side, int head_dim, int block, kvq_type type, rot_sw
     const char *tname = kvq_type_name(type);
     if (is_mla) { snprintf(why, cap, "%c: off (MLA cache: never rotated)", side); return 0; }
     if (format_rotates_itself(type)) {
-        if (kvq_type_get_scalar(type)->format_rot == KVQ_FMT_ROT_TURBO)
+        if (kvq_type_get_scalar(type)->format_rot == KVQ_FMT_ROT_CALIB)
+            snprintf(why, cap, "%c: calibrated (%s: the calibration's transform per layer and KV head)", side, tname);
+        else if (kvq_type_get_scalar(type)->format_rot == KVQ_FMT_ROT_TURBO)
             snprintf(why, cap, "%c: format (%s rotates inside its format: S2 H S1 per %d-block)", side, tname,
                      head_dim <= 64 ? 64 : 128);
         else

@@ -36,5 +36,10 @@ struct kvq_tile_ops {
 };
 
 extern const struct kvq_tile_ops kvq_kvarn_tile_ops;
+/* Calibrated rows (src/cache_calib.c) use read_row, score and accumulate
+ * only: their body is rows (layout KVQ_LAYOUT_ROWS), written one by one,
+ * but each KV head's rows have that head's layout, which these hooks
+ * know through the side (shape, scratch_floats and quantize are NULL). */
+extern const struct kvq_tile_ops kvq_calib_row_ops;
 
 #endif

@@ -11,6 +11,7 @@
 #include "kquants_simd.h"
 #include "turbo_traits.h"
 #include "tile_ops.h"
+#include "calib.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -40,6 +41,24 @@
     [T] = { NAME, 128, BYTES128, -1, true, false, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_TURBO, 0, \
             kvq_##K##_row_bytes, NULL, kvq_##K##_quantize_scalar, kvq_##K##_dequantize, \
             kvq_##K##_dot_scalar, kvq_##K##_axpy_scalar }
+
+/* Calibrated rows (src/cache_calib.c, docs/calibration.md): ceil(rate * n
+ * / 800) bytes per row of n values; block 32 gives kvq_type_bpv the rate.
+ * No row kernels: a row's layout is its KV head's bit allocation, known
+ * only from a calibration, so the cache reads them through `tile`'s hooks. */
+#define CAL_ROW_BYTES(RATE)                                                          \
+    static size_t cal##RATE##_row_bytes(int64_t n) {                                 \
+        return n > 0 && n <= 65536 ? (size_t)kvq_calib_row_bytes(RATE, (int)n) : 0; \
+    }
+CAL_ROW_BYTES(225)
+CAL_ROW_BYTES(250)
+CAL_ROW_BYTES(300)
+CAL_ROW_BYTES(325)
+CAL_ROW_BYTES(350)
+CAL_ROW_BYTES(425)
+#define CAL_ROW(T, NAME, RATE)                                                      \
+    [T] = { NAME, 32, (RATE) * 32 / 800, -1, true, false, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_CALIB, 0, \
+            cal##RATE##_row_bytes, &kvq_calib_row_ops, NULL, NULL, NULL, NULL, RATE }
 
 static const kvq_type_traits g_scalar[KVQ_TYPE_COUNT] = {
     /*   type             name      block bytes ggml cache blockq kernels */
@@ -75,6 +94,13 @@ static const kvq_type_traits g_scalar[KVQ_TYPE_COUNT] = {
     TURBO_ROW(KVQ_TYPE_TURBO2_TCQ, "turbo2_tcq", 36, turbo2_tcq),
     TURBO_ROW(KVQ_TYPE_TURBO3_TCQ, "turbo3_tcq", 52, turbo3_tcq),
     TURBO_ROW(KVQ_TYPE_TURBO4_TCQ, "turbo4_tcq", 68, turbo4_tcq),
+    /*      type             name      rate */
+    CAL_ROW(KVQ_TYPE_CAL225, "cal225", 225),
+    CAL_ROW(KVQ_TYPE_CAL250, "cal250", 250),
+    CAL_ROW(KVQ_TYPE_CAL300, "cal300", 300),
+    CAL_ROW(KVQ_TYPE_CAL325, "cal325", 325),
+    CAL_ROW(KVQ_TYPE_CAL350, "cal350", 350),
+    CAL_ROW(KVQ_TYPE_CAL425, "cal425", 425),
 };
 
 static kvq_type_traits g_active[KVQ_TYPE_COUNT];

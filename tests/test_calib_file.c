@@ -63,8 +63,9 @@ static kvq_calib *make_fixture(calib_fixture *fx, kvq_error *err) {
                         return NULL;
                 kvq_calib_side_finish(sd, s == 1);
             }
-    c->method_k = KVQ_CALIB_QUERY;
-    c->method_v = KVQ_CALIB_ATT2;
+    c->method_k = KVQ_CALIB_QUERY_MIX;
+    c->method_v = KVQ_CALIB_ATT2_WO;
+    c->query_mix = 0.25;
     c->n_tokens = 12345;
     return c;
 }
@@ -74,6 +75,14 @@ static void remove_fixture(calib_fixture *fx) {
     unlink(fx->other);
     unlink(fx->path);
     rmdir(fx->dir);
+}
+
+/* kvq_calib_load for the model in the file at model_path. */
+static kvq_status load_for_file(const char *path, const char *model_path, kvq_calib **out, kvq_error *err) {
+    uint64_t hash;
+    *out = NULL;
+    kvq_status st = kvq_model_file_hash(model_path, &hash, err);
+    return st ? st : kvq_calib_load_for(path, hash, out, err);
 }
 
 static bool same_side(const kvq_calib_side *a, const kvq_calib_side *b, int n_rates) {
@@ -93,10 +102,10 @@ TEST(calib_file_round_trip) {
     c->model_hash = hash;
     CHECK(kvq_calib_write(c, fx.path, &err) == KVQ_OK, "%s", err.msg);
     kvq_calib *back = NULL;
-    kvq_status st = kvq_calib_load(fx.path, fx.model, &back, &err);
+    kvq_status st = load_for_file(fx.path, fx.model, &back, &err);
     bool same = st == KVQ_OK && back->n_layer == 2 && back->n_head_kv == 3 && back->head_dim_k == 64 &&
                 back->head_dim_v == 32 && back->n_rates == 3 && back->rates[1] == 325 &&
-                back->method_k == KVQ_CALIB_QUERY && back->method_v == KVQ_CALIB_ATT2 && back->n_tokens == 12345;
+                back->method_k == KVQ_CALIB_QUERY_MIX && back->method_v == KVQ_CALIB_ATT2_WO && back->query_mix == 0.25 && back->n_tokens == 12345;
     for (int l = 0; same && l < 2; l++)
         for (int h = 0; same && h < 3; h++)
             same = same_side(kvq_calib_side_at(c, l, h, false), kvq_calib_side_at(back, l, h, false), 3) &&
@@ -112,7 +121,7 @@ TEST(calib_file_round_trip) {
 static kvq_status load_variant(calib_fixture *fx, const uint8_t *bytes, size_t n, const char *model, kvq_error *err) {
     if (!write_bytes(fx->path, bytes, n)) return KVQ_ERR_IO;
     kvq_calib *c = NULL;
-    kvq_status st = kvq_calib_load(fx->path, model, &c, err);
+    kvq_status st = load_for_file(fx->path, model, &c, err);
     kvq_calib_free(c);
     return st;
 }
@@ -155,8 +164,9 @@ TEST(calib_file_refuses_bad_files) {
     }
     /* a missing file, and a missing model file */
     kvq_calib *none = NULL;
-    CHECK(kvq_calib_load("/nonexistent/x.cal", fx.model, &none, &err) == KVQ_ERR_IO && !none, "missing file");
-    CHECK(kvq_calib_load(fx.path, "/nonexistent/m.gguf", &none, &err) == KVQ_ERR_IO && !none, "missing model");
+    CHECK(kvq_calib_load(fx.path, NULL, &none, &err) == KVQ_ERR_ARG && !none, "NULL model accepted");
+    CHECK(load_for_file("/nonexistent/x.cal", fx.model, &none, &err) == KVQ_ERR_IO && !none, "missing file");
+    CHECK(load_for_file(fx.path, "/nonexistent/m.gguf", &none, &err) == KVQ_ERR_IO && !none, "missing model");
     free(buf);
     remove_fixture(&fx);
 }

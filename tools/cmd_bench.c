@@ -183,7 +183,8 @@ static int make_configs(const bench_opts *o, bench_config *cfg) {
     if (all || dflt) {
         for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
             const kvq_type_traits *tr = kvq_type_get((kvq_type)t);
-            if (tr && tr->is_cache_type && (all || in_default_set((kvq_type)t))) add_config(o, (kvq_type)t, (kvq_type)t, cfg, &n);
+            if (tr && tr->is_cache_type && !tr->calib_rate && (all || in_default_set((kvq_type)t)))   /* calibrated: need --calib */
+                add_config(o, (kvq_type)t, (kvq_type)t, cfg, &n);
         }
         return n;
     }

@@ -3,7 +3,6 @@
  * (src/calib_stats.h), fit the transforms and bit allocations of the
  * calibrated cache types and write them to a calibration file
  * (docs/calibration.md). */
-#include "base_kvq.h"
 #include "calib_build.h"
 #include "chunks.h"
 #include "cli.h"
@@ -18,8 +17,8 @@ static const char *CMD = "calibrate";
 
 typedef struct calib_opts {
     const char *model, *text, *out;
-    int n_ctx, n_batch, n_chunks, n_threads;
-    kvq_calib_method method_k, method_v;
+    int n_ctx, n_batch, n_chunks, n_threads, skip_chunks;
+    double query_mix;
 } calib_opts;
 
 static void usage(FILE *f) {
@@ -31,21 +30,12 @@ static void usage(FILE *f) {
         "  -c, --ctx-size N       chunk length in tokens (default: the trained context, at most 4096)\n"
         "  -b, --batch-size N     tokens per evaluation batch (default 512)\n"
         "  --chunks N             use at most N chunks (default: all)\n"
+        "  --skip-chunks N        start after the first N chunks (calibrate on a part of a text\n"
+        "                         whose first N chunks an evaluation scores, never on those)\n"
         "  -t, --threads N        threads (default: online cores)\n"
-        "  --method-k M           K transform: query (default), query-att, klt\n"
-        "  --method-v M           V transform: att2 (default), att2-wo, klt\n"
+        "  --query-mix B          share of the queries in K's error metric, 0..1 (default 0.2;\n"
+        "                         0: the keys' plain KLT)\n"
         "The file holds every calibrated rate (cal225 ... cal425, docs/calibration.md).\n");
-}
-
-static bool parse_method(const char *v, bool is_v, kvq_calib_method *out) {
-    static const kvq_calib_method k_methods[] = { KVQ_CALIB_QUERY, KVQ_CALIB_QUERY_ATT, KVQ_CALIB_KLT };
-    static const kvq_calib_method v_methods[] = { KVQ_CALIB_ATT2, KVQ_CALIB_ATT2_WO, KVQ_CALIB_KLT };
-    const kvq_calib_method *list = is_v ? v_methods : k_methods;
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(v, kvq_calib_method_name(list[i]))) { *out = list[i]; return true; }
-    cli_error(CMD, "--method-%c: unknown method '%s' (%s)", is_v ? 'v' : 'k', v,
-              is_v ? "att2, att2-wo, klt" : "query, query-att, klt");
-    return false;
 }
 
 static int parse_args(calib_opts *o, int argc, char **argv) {
@@ -56,9 +46,12 @@ static int parse_args(calib_opts *o, int argc, char **argv) {
         if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(v = cli_value(CMD, argc, argv, &i))) return 1;
             o->out = v;
-        } else if (!strcmp(a, "--method-k") || !strcmp(a, "--method-v")) {
-            if (!(v = cli_value(CMD, argc, argv, &i))) return 1;
-            if (!parse_method(v, a[9] == 'v', a[9] == 'v' ? &o->method_v : &o->method_k)) return 1;
+        } else if (!strcmp(a, "--skip-chunks")) {
+            long n;
+            if (!(v = cli_value(CMD, argc, argv, &i)) || !cli_flag_long(CMD, a, v, 0, 1 << 20, &n)) return 1;
+            o->skip_chunks = (int)n;
+        } else if (!strcmp(a, "--query-mix")) {
+            if (!(v = cli_value(CMD, argc, argv, &i)) || !cli_flag_double(CMD, a, v, 0.0, 1.0, &o->query_mix)) return 1;
         } else {
             const int r = cli_model_flag(CMD, &common, argc, argv, &i);
             if (r < 0) return 1;
@@ -110,12 +103,12 @@ static kvq_status measure(kvq_ctx *ctx, kvq_calib_stats *s, const int32_t *toks,
 
 static void print_summary(const kvq_calib *c, const double *pred_db) {
     printf("predicted gain over an isotropic code of the same bits (dB, own metric), mean over KV heads:\n");
-    printf("  layer side  method   ");
+    printf("  layer side  ");
     for (int r = 0; r < c->n_rates; r++) printf("  %d.%02d", c->rates[r] / 100, c->rates[r] % 100);
     printf("\n");
     for (int l = 0; l < c->n_layer; l++)
         for (int s = 0; s < 2; s++) {
-            printf("  %5d %-5s %-9s", l, s ? "V" : "K", kvq_calib_method_name(s ? c->method_v : c->method_k));
+            printf("  %5d %-5s", l, s ? "V" : "K");
             for (int r = 0; r < c->n_rates; r++) {
                 double sum = 0.0;
                 for (int g = 0; g < c->n_head_kv; g++) sum += pred_db[(((size_t)l * c->n_head_kv + g) * 2 + s) * c->n_rates + r];
@@ -127,20 +120,19 @@ static void print_summary(const kvq_calib *c, const double *pred_db) {
 
 static int build_and_write(const calib_opts *o, const kvq_model *m, const kvq_calib_stats *s) {
     kvq_error err = { 0 };
-    uint64_t hash;
-    if (kvq_model_file_hash(o->model, &hash, &err)) return cli_error(CMD, "%s", err.msg);
+    const uint64_t hash = kvq_calib_model_hash(m);
     const kvq_model_info *in = kvq_model_get_info(m);
     double *pred = malloc((size_t)in->n_layer * in->n_head_kv * 2 * KVQ_CALIB_N_RATES * sizeof *pred);
     if (!pred) return cli_error(CMD, "out of memory");
     kvq_calib *c = NULL;
     int rc = 0;
-    if (kvq_calib_build(s, m, hash, o->method_k, o->method_v, KVQ_CALIB_N_RATES, kvq_calib_rates, &c, pred, &err) ||
+    if (kvq_calib_build(s, m, hash, o->query_mix, KVQ_CALIB_N_RATES, kvq_calib_rates, &c, pred, &err) ||
         kvq_calib_write(c, o->out, &err)) {
         rc = cli_error(CMD, "%s", err.msg);
     } else {
         print_summary(c, pred);
-        fprintf(stderr, "kvq calibrate: wrote '%s' (%lld positions per layer; K %s, V %s)\n", o->out, s->n_tokens,
-                kvq_calib_method_name(o->method_k), kvq_calib_method_name(o->method_v));
+        fprintf(stderr, "kvq calibrate: wrote '%s' (%lld positions per layer; query mix %.2f)\n", o->out, s->n_tokens,
+                o->query_mix);
     }
     kvq_calib_free(c);
     free(pred);
@@ -148,7 +140,7 @@ static int build_and_write(const calib_opts *o, const kvq_model *m, const kvq_ca
 }
 
 int cmd_calibrate(int argc, char **argv) {
-    calib_opts o = { .method_k = KVQ_CALIB_QUERY, .method_v = KVQ_CALIB_ATT2 };
+    calib_opts o = { .query_mix = 0.2 };
     const int pr = parse_args(&o, argc, argv);
     if (pr >= 0) return pr;
     if (cli_check_writable(CMD, o.out)) return 1;
@@ -162,10 +154,10 @@ int cmd_calibrate(int argc, char **argv) {
     kvq_ctx *ctx = NULL;
     kvq_calib_stats stats = { 0 };
     if (!toks) goto done;
-    int n_chunk = n_tok / o.n_ctx;
+    int n_chunk = n_tok / o.n_ctx - o.skip_chunks;
     if (o.n_chunks && o.n_chunks < n_chunk) n_chunk = o.n_chunks;
     if (n_chunk < 1) {
-        cli_error(CMD, "the text has %d tokens, fewer than one chunk of %d (-c)", n_tok, o.n_ctx);
+        cli_error(CMD, "the text has %d tokens: no chunk of %d (-c) after skipping %d", n_tok, o.n_ctx, o.skip_chunks);
         goto done;
     }
     /* The statistics are the model's own: an exact, unrotated cache. */
@@ -173,12 +165,14 @@ int cmd_calibrate(int argc, char **argv) {
     cache_flags_init(&cf);
     cf.params.type_k = cf.params.type_v = KVQ_TYPE_F32;
     cf.params.rot.mode = KVQ_ROT_OFF;
-    fprintf(stderr, "kvq calibrate: %d tokens, %d chunks of %d, batch %d\n", n_tok, n_chunk, o.n_ctx, o.n_batch);
+    fprintf(stderr, "kvq calibrate: %d tokens, %d chunks of %d after skipping %d, batch %d\n", n_tok, n_chunk, o.n_ctx,
+            o.skip_chunks, o.n_batch);
     ctx = cli_create_ctx(CMD, m, &cf, o.n_ctx, o.n_batch, o.n_threads);
     kvq_error err = { 0 };
     if (!ctx) goto done;
     if (kvq_calib_stats_init(&stats, in, o.n_ctx, &err) ||
-        measure(ctx, &stats, toks, n_chunk, o.n_ctx, o.n_batch, in->add_bos ? in->bos_id : -1, &err)) {
+        measure(ctx, &stats, toks + (size_t)o.skip_chunks * o.n_ctx, n_chunk, o.n_ctx, o.n_batch,
+                in->add_bos ? in->bos_id : -1, &err)) {
         cli_error(CMD, "%s", err.msg);
         goto done;
     }

@@ -115,13 +115,14 @@ static int parse_args(sweep_opts *o, int argc, char **argv) {
 
 /* ------------------------------------------------------------ the grid */
 
-/* Default same-type list: every cache type kvq has. */
+/* Default same-type list: every cache type kvq has but the calibrated
+ * ones (they need the model's calibration). */
 static kvq_status default_types(kvq_type **out, size_t *n, kvq_error *err) {
     *out = malloc(KVQ_TYPE_COUNT * sizeof **out);
     *n = 0;
     if (!*out) return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
     for (int t = 0; t < KVQ_TYPE_COUNT; t++)
-        if (kvq_type_get((kvq_type)t)->is_cache_type) (*out)[(*n)++] = (kvq_type)t;
+        if (kvq_type_get((kvq_type)t)->is_cache_type && !kvq_type_get((kvq_type)t)->calib_rate) (*out)[(*n)++] = (kvq_type)t;
     return KVQ_OK;
 }
 

@@ -1,0 +1,198 @@
+/* test_cache_calib.c - calibrated cache types (src/cache_calib.c): the
+ * transforms keep attention exact in real arithmetic, per-layer types mix
+ * with tail and sink, prefill reads what decode reads, each missing piece
+ * of a calibration is one clear error, and end to end (through the kvq
+ * binary, on a shared model) a calibration from another text beats
+ * TurboQuant's trellis at the same bits. */
+#include "attn_ref.h"
+#include "calib.h"
+
+#include <unistd.h>
+
+static kvq_status make_cache(kvq_cache_params *p, kvq_cache **c, char *msg, size_t cap) {
+    kvq_error err = { 0, "" };
+    kvq_status st = kvq_cache_create(p, c, &err);
+    if (st) snprintf(msg, cap, "%s", err.msg);
+    return st;
+}
+
+/* out = attention of queries pos..n_tok-1 of d over c (written in batches). */
+static bool attend_all(kvq_cache *c, const attn_data *d, int batch, int pos, float *out) {
+    kvq_error err;
+    if (!attn_fill_upto(c, d, batch, pos)) return false;
+    return kvq_cache_attend(c, 0, pos, d->n_tok - pos, d->n_head, d->q + (size_t)pos * d->n_head * d->hd_k,
+                            1.0f / sqrtf((float)d->hd_k), out, NULL, &err) == KVQ_OK;
+}
+
+/* With an f32 tail covering the context every key is read from the exact
+ * copy, which holds T (x - mean): the output must be the plain formula's,
+ * so T^-T on the queries, the mean dropping out of the softmax and T^-1
+ * plus the mean on the outputs are all right. */
+TEST(cache_calib_exact_tail_is_the_plain_formula) {
+    const int dims[2] = { 64, 80 };
+    for (int k = 0; k < 2; k++) {
+        const int hd = dims[k];
+        attn_data d;
+        CHECK(attn_data_make(&d, 60, 4, 2, hd, hd, 91 + (uint64_t)k), "alloc");
+        kvq_cache_params p;
+        attn_params(&p, 2, hd, hd, 60, KVQ_TYPE_CAL325, KVQ_TYPE_CAL250, KVQ_ROT_AUTO);
+        p.tail_tokens = 60;
+        p.tail_type = KVQ_TYPE_F32;
+        kvq_cache *c = NULL;
+        char msg[300] = "";
+        const size_t len = (size_t)(60 - 20) * 4 * hd;
+        float *out = malloc(len * sizeof *out), *ref = malloc(len * sizeof *ref);
+        const bool ok = out && ref && make_cache(&p, &c, msg, sizeof msg) == KVQ_OK && attend_all(c, &d, 7, 20, out);
+        if (ok) attn_ref_plain(&d, 20, 40, 1.0f / sqrtf((float)hd), ref);
+        const double e = ok ? attn_rel_err(out, ref, len) : INFINITY;
+        kvq_cache_free(c);
+        free(out);
+        free(ref);
+        attn_data_free(&d);
+        CHECK(e < 2e-5, "head_dim %d: rel err %.3g vs the plain formula %s", hd, e, msg);
+    }
+}
+
+/* Layer 0 calibrated, layer 1 a block type, with tail and sink; both
+ * against the reference over the cached values, and the calibrated layer
+ * really quantised (not exact). */
+TEST(cache_calib_per_layer_with_tail_and_sink) {
+    attn_data d;
+    CHECK(attn_data_make(&d, 80, 4, 2, 64, 64, 17), "alloc");
+    kvq_cache_params p;
+    attn_params(&p, 2, 64, 64, 80, KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0, KVQ_ROT_AUTO);
+    const kvq_type lk[2] = { KVQ_TYPE_CAL300, KVQ_TYPE_Q4_0 }, lv[2] = { KVQ_TYPE_CAL425, KVQ_TYPE_Q8_0 };
+    p.n_layer = 2;
+    p.layer_type_k = lk;
+    p.layer_type_v = lv;
+    p.calib = attn_test_calib(2, 2, 64, 64);
+    p.tail_tokens = 9;
+    p.sink_tokens = 4;
+    kvq_cache *c = NULL;
+    char msg[300] = "";
+    CHECK(make_cache(&p, &c, msg, sizeof msg) == KVQ_OK, "create: %s", msg);
+    kvq_error err;
+    const int pos = 50, n = 30;
+    float *out = malloc(sizeof(float) * n * 4 * 64), *ref = malloc(sizeof(float) * n * 4 * 64);
+    double worst = 0, quant = 0;
+    bool ok = out && ref;
+    for (int l = 0; ok && l < 2; l++) {
+        for (int p0 = 0; ok && p0 < 80; p0 += p0 < pos ? 10 : 80) {
+            const int m = p0 < pos ? 10 : 80 - pos;
+            ok = kvq_cache_write(c, l, p0, m, d.k + (size_t)p0 * 2 * 64, d.v + (size_t)p0 * 2 * 64, &err) == KVQ_OK;
+        }
+        ok = ok && kvq_cache_attend(c, l, pos, n, 4, d.q + (size_t)pos * 4 * 64, 0.125f, out, NULL, &err) == KVQ_OK;
+        /* the reference reads layer 0's copies; for layer 1 compare the
+         * calibrated layer's outputs against the plain formula instead */
+        if (ok && l == 0 && attn_ref_cache(c, &d, pos, n, 0.125f, ref)) worst = attn_rel_err(out, ref, (size_t)n * 4 * 64);
+        if (ok && l == 0) {
+            attn_ref_plain(&d, pos, n, 0.125f, ref);
+            quant = attn_rel_err(out, ref, (size_t)n * 4 * 64);
+        }
+    }
+    kvq_cache_free(c);
+    free(out);
+    free(ref);
+    attn_data_free(&d);
+    CHECK(ok, "write/attend failed: %s", err.msg);
+    CHECK(worst < 1e-5, "calibrated layer vs the reference on cached values: %.3g", worst);
+    CHECK(quant > 1e-3, "calibrated layer vs exact: %.3g (it must be quantised)", quant);
+}
+
+/* Prefill in one batch reads exactly what token-by-token decoding reads. */
+TEST(cache_calib_prefill_equals_decode) {
+    attn_data d;
+    CHECK(attn_data_make(&d, 40, 2, 1, 64, 64, 23), "alloc");
+    kvq_cache_params p;
+    attn_params(&p, 1, 64, 64, 40, KVQ_TYPE_CAL225, KVQ_TYPE_CAL350, KVQ_ROT_AUTO);
+    p.tail_tokens = 5;
+    kvq_cache *a = NULL, *b = NULL;
+    char msg[300] = "";
+    CHECK(make_cache(&p, &a, msg, sizeof msg) == KVQ_OK && make_cache(&p, &b, msg, sizeof msg) == KVQ_OK, "%s", msg);
+    float pre[40 * 2 * 64], dec[2 * 64];
+    kvq_error err;
+    bool ok = attend_all(a, &d, 40, 0, pre);
+    double worst = 0;
+    for (int t = 0; ok && t < 40; t++) {
+        ok = kvq_cache_write(b, 0, t, 1, d.k + (size_t)t * 64, d.v + (size_t)t * 64, &err) == KVQ_OK &&
+             kvq_cache_attend(b, 0, t, 1, 2, d.q + (size_t)t * 2 * 64, 0.125f, dec, NULL, &err) == KVQ_OK;
+        for (int i = 0; ok && i < 2 * 64; i++) worst = fmax(worst, fabs(dec[i] - pre[t * 2 * 64 + i]));
+    }
+    kvq_cache_free(a);
+    kvq_cache_free(b);
+    attn_data_free(&d);
+    CHECK(ok, "%s", err.msg);
+    CHECK(worst < 1e-5, "prefill and decode differ by %.3g", worst);
+}
+
+TEST(cache_calib_refuses_what_is_missing) {
+    kvq_cache_params p;
+    attn_params(&p, 2, 64, 64, 32, KVQ_TYPE_CAL325, KVQ_TYPE_F16, KVQ_ROT_AUTO);
+    kvq_cache *c = NULL;
+    char msg[300] = "";
+    p.calib = NULL;
+    CHECK(make_cache(&p, &c, msg, sizeof msg) == KVQ_ERR_ARG && !c && strstr(msg, "needs a calibration"),
+          "no calibration: %s", msg);
+    p.calib = attn_test_calib(1, 2, 64, 32);               /* V heads of another size */
+    CHECK(make_cache(&p, &c, msg, sizeof msg) == KVQ_ERR_ARG && !c && strstr(msg, "the calibration is for"),
+          "wrong shape: %s", msg);
+    /* a calibration that lacks the rate */
+    const int rates[2] = { 225, 425 };
+    kvq_calib *two;
+    kvq_error err;
+    CHECK(kvq_calib_alloc(&two, 1, 2, 64, 64, 2, rates, &err) == KVQ_OK, "%s", err.msg);
+    p.calib = two;
+    const kvq_status st = make_cache(&p, &c, msg, sizeof msg);
+    kvq_calib_free(two);
+    CHECK(st == KVQ_ERR_ARG && !c && strstr(msg, "3.25 bits per value") && strstr(msg, "2.25, 4.25"),
+          "missing rate: %s", msg);
+    /* sizes need no calibration */
+    kvq_cache_bytes b;
+    p.calib = NULL;
+    CHECK(kvq_cache_plan_bytes(&p, &b, &err) == KVQ_OK && b.k == 32 * 2 * (size_t)kvq_calib_row_bytes(325, 64),
+          "plan bytes without a calibration: %s", err.msg);
+}
+
+/* ------------------------------------------------------- end to end */
+
+static double kld_of(const char *bin, const char *model, const char *base, const char *types, const char *cal) {
+    char cmd[4096];
+    static char out[16384];
+    snprintf(cmd, sizeof cmd, "%s kld -m %s --base %s %s %s%s -t 2 2>&1", bin, model, base, types, cal ? "--calib " : "",
+             cal ? cal : "");
+    if (test_run(cmd, out, sizeof out) != 0) return INFINITY;
+    const char *m = strstr(out, "Mean    KLD:");
+    return m ? atof(m + 12) : INFINITY;
+}
+
+TEST(cache_calib_end_to_end_beats_turbo) {
+    const char *bin = test_kvq_bin();
+    char model[1024], base[1024], text[1024], other[1024];
+    if (!bin) SKIP("KVQ_BIN not set (run through make test)");
+    if (!test_shared_path(model, sizeof model, "models/toy-h64.gguf") ||
+        !test_shared_path(base, sizeof base, "golden/toy-h64.gpl3.c128.kld") ||
+        !test_shared_path(text, sizeof text, "text/austen-northanger-40k.txt") ||
+        !test_shared_path(other, sizeof other, "models/stories260K.gguf"))
+        SKIP("../shared models/toy-h64.gguf, golden/toy-h64.gpl3.c128.kld or text/austen-northanger-40k.txt not found");
+    char cal[64], cmd[4096];
+    static char out[8192];
+    snprintf(cal, sizeof cal, "/tmp/kvq_cache_calib_%d.cal", (int)getpid());
+    /* calibrated on Austen, evaluated on the GPL golden base: disjoint texts */
+    snprintf(cmd, sizeof cmd, "%s calibrate -m %s -f %s -o %s -c 128 --chunks %d -t 2 2>&1", bin, model, text, cal,
+             test_sanitized() ? 4 : 16);
+    int rc = test_run(cmd, out, sizeof out);
+    const double turbo = rc ? 0 : kld_of(bin, model, base, "-ctk turbo3_tcq -ctv turbo3_tcq", NULL);
+    const double mine = rc ? 0 : kld_of(bin, model, base, "-ctk cal325 -ctv cal325", cal);
+    /* errors: no --calib, and a calibration of another model */
+    snprintf(cmd, sizeof cmd, "%s kld -m %s --base %s -ctk cal325 2>&1", bin, model, base);
+    const int rc_none = test_run(cmd, out, sizeof out);
+    const bool said_none = strstr(out, "needs a calibration") != NULL;
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 -ctk cal325 --calib %s 2>&1", bin, other, cal);
+    const int rc_other = test_run(cmd, out, sizeof out);
+    const bool said_other = strstr(out, "another model") != NULL;
+    unlink(cal);
+    CHECK(rc == 0, "calibrate exited %d: %s", rc, out);
+    CHECK(mine < 0.5 * turbo, "cal325/cal325 mean KLD %.5f, turbo3_tcq/turbo3_tcq %.5f", mine, turbo);
+    CHECK(rc_none == 1 && said_none, "cal325 without --calib: exit %d", rc_none);
+    CHECK(rc_other == 1 && said_other, "another model's calibration: exit %d", rc_other);
+}
