@@ -277,7 +277,7 @@ done:
 
 /* -------------------------------------------------------------- JSON */
 
-static void json_write_str(FILE *f, const char *s) {
+void kvq_json_write_str(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
@@ -292,7 +292,7 @@ static void json_write_str(FILE *f, const char *s) {
 static void json_write_field(FILE *f, const kvq_eval_row *r, const field *fd) {
     const void *p = field_ptr(r, fd);
     switch (fd->kind) {
-    case F_STR: json_write_str(f, p); break;
+    case F_STR: kvq_json_write_str(f, p); break;
     case F_BOOL: fputs(*(const bool *)p ? "true" : "false", f); break;
     case F_INT: fprintf(f, "%d", *(const int *)p); break;
     case F_NUM: {
@@ -307,10 +307,10 @@ static void json_write_field(FILE *f, const kvq_eval_row *r, const field *fd) {
 kvq_status kvq_report_write_json(FILE *f, const kvq_eval_row *rows, size_t n,
                                  const kvq_report_meta *meta, kvq_error *err) {
     fprintf(f, "{\n  \"kvq_version\": \"%s\",\n  \"model\": ", KVQ_VERSION);
-    if (meta && meta->model) json_write_str(f, meta->model);
+    if (meta && meta->model) kvq_json_write_str(f, meta->model);
     else fputs("null", f);
     fputs(",\n  \"text\": ", f);
-    if (meta && meta->text) json_write_str(f, meta->text);
+    if (meta && meta->text) kvq_json_write_str(f, meta->text);
     else fputs("null", f);
     fprintf(f, ",\n  \"n_ctx\": %d,\n  \"n_chunks\": %d,\n  \"rows\": [", meta ? meta->n_ctx : 0,
             meta ? meta->n_chunks : 0);
