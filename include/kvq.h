@@ -239,6 +239,16 @@ void kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *ctx, int n_tasks);
  * working memory is kept by the cache and grows only when a call needs
  * more than any before it, so calls on one cache must not run at the same
  * time (from different threads).
+ *
+ * Exact rows (docs/cache.md "Exact rows"): a query at position p reads
+ * positions p-N+1..p (N = tail_tokens) and 0..S-1 (S = sink_tokens) from
+ * exact copies and every other key from the quantised body, whether it is
+ * decoded alone or in a prefill batch.  The persistent exact copies are
+ * exactly N + S rows per layer and side (KVarN: the first tile, whole tail
+ * tiles and the incomplete tile).  A write call's own rows wait in one
+ * transient stage shared by all layers until the next write, so a batch's
+ * attention must come before the next kvq_cache_write (the forward pass
+ * does write, attend per layer); kvq_cache_attend refuses otherwise.
  */
 typedef struct kvq_cache kvq_cache;
 
@@ -250,11 +260,15 @@ typedef struct kvq_cache_params {
     kvq_type type_k, type_v;      /* -ctk / -ctv                           */
     const kvq_type *layer_type_k; /* optional: n_layer overrides, or NULL  */
     const kvq_type *layer_type_v;
-    int tail_tokens;              /* exact recent positions (0 = none;     */
-                                  /* KVarN sides: whole 128-token tiles)   */
+    int tail_tokens;              /* exact recent positions, 0..n_ctx (0 = */
+                                  /* none; KVarN sides: whole 128-token    */
+                                  /* tiles)                                */
     kvq_type tail_type;           /* f32, f16 or bf16                      */
-    int sink_tokens;              /* exact first positions (0 = none;      */
-                                  /* KVarN sides: at least the first tile) */
+    int sink_tokens;              /* exact first positions, 0..n_ctx (0 =  */
+                                  /* none; KVarN sides: whole tiles)       */
+    bool kvarn_quantize_first_tile; /* KVarN: quantise the first 128-token */
+                                  /* tile too (default false: it is kept   */
+                                  /* exact, as KVarN's attention sink)     */
     kvq_rot_request rot;          /* head dims / types are filled in       */
     bool rot_random_signs;        /* randomised Hadamard (fixed seed)      */
     int kvarn_iters;              /* KVarN normalisation iterations T      */
@@ -288,12 +302,26 @@ kvq_status kvq_cache_attend(kvq_cache *c, int layer, int pos, int n, int n_head,
                             const float *q, float scale, float *out,
                             kvq_pool *pool, kvq_error *err);
 
+/* Memory of a cache, in one definition every tool reports (docs/cache.md):
+ * total (kv_bytes) is the persistent cache at n_ctx positions: bodies plus
+ * the exact rows the cache keeps at that length, padding included; work
+ * (work_bytes) is transient working memory allocated once with it (the
+ * write stage, tile quantisation scratch); attention's scratch, grown on
+ * demand, is not counted.  allocated is what creation allocates: total +
+ * work, plus the capacity of KVarN's incomplete-tile rows where n_ctx is a
+ * whole number of tiles (at lengths in between it holds up to 127 rows). */
 typedef struct kvq_cache_bytes {
-    size_t k, v;       /* quantised bodies                    */
-    size_t tail, sink; /* exact copies (both sides)           */
-    size_t total;
+    size_t k, v;       /* quantised bodies                             */
+    size_t tail, sink; /* exact copies (both sides) kept at n_ctx      */
+    size_t total;      /* kv_bytes = k + v + tail + sink               */
+    size_t work;       /* work_bytes: transient working memory         */
+    size_t allocated;  /* bytes allocated at creation                  */
 } kvq_cache_bytes;
 void kvq_cache_memory(const kvq_cache *c, kvq_cache_bytes *b);
+/* The figures kvq_cache_create would give these parameters (the same
+ * layout code), without allocating the cache: sizes at other context
+ * lengths, or a size checked before creating. */
+kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out, kvq_error *err);
 /* Bytes per token of one side (K or V) of one layer: the quantised body
  * rows of all n_head_kv KV heads at one position; for row types
  * n_head_kv * kvq_row_bytes(t, head_dim) (whole blocks, as the cache pads).

@@ -20,7 +20,9 @@ typedef struct kvq_eval_row {
     bool is_reference;                  /* the exact-cache row of the sweep    */
 
     double n_tokens;                    /* scored tokens                       */
-    double kv_bytes, kv_bytes_bf16;     /* at the evaluation context           */
+    double kv_bytes, kv_bytes_bf16;     /* at the evaluation context (kvq.h:   */
+                                        /* persistent cache, exact rows too)   */
+    double work_bytes;                  /* transient working memory with it    */
     double size_pct;                    /* 100 * kv_bytes / kv_bytes_bf16      */
     double mib;                         /* MiB at the model's trained context  */
 

@@ -26,7 +26,7 @@ typedef struct field {
 
 static const field g_fields[] = {
     FS(label), FS(cache_k), FS(cache_v), FI(rot_k), FI(rot_v), FI(tail_tokens), FI(sink_tokens),
-    FB(is_reference), FN(n_tokens), FN(kv_bytes), FN(kv_bytes_bf16), FN(size_pct), FN(mib),
+    FB(is_reference), FN(n_tokens), FN(kv_bytes), FN(kv_bytes_bf16), FN(work_bytes), FN(size_pct), FN(mib),
     FN(mean_kld), FN(mean_kld_se), FN(median_kld), FN(p90_kld), FN(p99_kld), FN(p99_9_kld),
     FN(max_kld), FN(mean_precision), FN(p99_9_precision), FN(same_top_p), FN(same_top_se),
     FN(rms_dp), FN(ppl_q), FN(ppl_q_se), FN(ppl_base), FN(pp_tps), FN(tg_tps),

@@ -142,7 +142,7 @@ TEST(cli_kv_bytes_matches_the_cache) {
     in.head_dim_k = 64;
     in.head_dim_v = 32;
     const kvq_type layer_k[3] = { KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0, KVQ_TYPE_F16 };
-    const int tails[3] = { 0, 16, 100 }, sinks[3] = { 0, 4, 0 };
+    const int tails[3] = { 0, 16, 96 }, sinks[3] = { 0, 4, 0 };
     for (int i = 0; i < 3; i++) {
         kvq_cache_params p;
         kvq_cache_params_default(&p);

@@ -151,11 +151,17 @@ static int build_grid(const sweep_opts *o, int n_ctx, kvq_sweep_config **cfg, si
         st = o->pairs ? kvq_sweep_parse_pairs(o->pairs, &pairs, &n_pairs, &err) : default_pairs(&pairs, &n_pairs, &err);
     if (st == KVQ_OK) st = kvq_sweep_parse_tails(o->tails ? o->tails : DEFAULT_TAILS, &tails, &n_tails, &err);
     if (st == KVQ_OK) {
-        kvq_sweep_spec spec = { o->ref_type, types, n_types, pairs, n_pairs, tails, n_tails, o->rot, n_ctx };
+        char notes[4096] = "";
+        kvq_sweep_spec spec = { o->ref_type, types, n_types, pairs, n_pairs, tails, n_tails, o->rot, n_ctx,
+                                notes, sizeof notes };
         st = kvq_sweep_grid(&spec, cfg, n_cfg, &err);
-        for (size_t t = 0; t < n_tails; t++)
-            if (tails[t] >= n_ctx && tails[t] > 0)
-                fprintf(stderr, "kvq sweep: note: tail %d skipped (not below the context %d)\n", tails[t], n_ctx);
+        for (const char *line = notes; st == KVQ_OK && *line;) {    /* what did not apply, said once */
+            const char *nl = strchr(line, '\n');
+            const int len = nl ? (int)(nl - line) : (int)strlen(line);
+            fprintf(stderr, "kvq sweep: note: %.*s\n", len, line);
+            line += len + (nl != NULL);
+        }
+        if (st == KVQ_OK) fprintf(stderr, "kvq sweep: %zu configurations (the reference included)\n", *n_cfg);
     }
     free(types);
     free(pairs);
@@ -210,7 +216,7 @@ static void sweep_params(const sweep *s, const kvq_sweep_config *c, int n_ctx, c
     p->type_v = c->type_v;
     p->tail_tokens = c->tail_tokens;
     p->rot.mode = c->rot;
-    cache_flags_resolve(cf, n_ctx);
+    cache_flags_resolve(CMD, cf, n_ctx);   /* tails were checked against the context with the grid */
     p->max_batch = s->n_batch;
 }
 
@@ -304,7 +310,7 @@ static kvq_status measure_tg(const sweep *s, kvq_ctx *ctx, double *tps, kvq_erro
 
 /* KV bytes of one configuration at n_ctx positions, as the cache lays
  * them out (cli_kv_bytes: the cache's own layout code, so every type's
- * exact regions count, KVarN's first tile and staging ring included),
+ * exact rows count, KVarN's first tile and incomplete tile included),
  * with the cache parameters make_ctx would use. */
 static double cache_bytes_at(const sweep *s, const kvq_sweep_config *c, int n_ctx) {
     cache_flags cf;
@@ -325,6 +331,7 @@ static void fill_row(const sweep *s, const kvq_sweep_config *c, kvq_ctx *ctx, co
     r->rot_v = rot ? rot->block_v : 0;
     r->n_tokens = (double)sum->n;
     r->kv_bytes = (double)b.total;
+    r->work_bytes = (double)b.work;
     r->kv_bytes_bf16 = cache_bytes_at(s, &bf16, s->n_ctx);
     r->size_pct = 100.0 * r->kv_bytes / r->kv_bytes_bf16;
     r->mib = cache_bytes_at(s, c, n_full) / (1024.0 * 1024.0);
