@@ -44,8 +44,8 @@ static void usage(FILE *f) {
         "  --prompts FILE        one prompt per line (blank lines skipped)\n"
         "  --n-prompts K         use only the first K prompts of the file\n"
         "  -n, --n-predict N     tokens generated per prompt (default %d)\n"
-        "  -c, --ctx-size N      most positions a prompt and its N tokens may take\n"
-        "                        (default: the model's trained context)\n"
+        "  -c, --ctx-size N      positions of every cache; a prompt and its N tokens must\n"
+        "                        fit (default: the model's trained context)\n"
         "  -t, --threads N       threads in all (default: online cores)\n"
         "  --jobs N              prompts / configurations run at the same time (threads\n"
         "                        shared; default 1); results do not depend on it\n"
@@ -210,7 +210,8 @@ static int grid_configs(const drift_opts *o, int n_ctx, drift_config **out, size
     kvq_error err = { 0 };
     kvq_type *types = NULL;
     kvq_sweep_pair *pairs = NULL, single = { o->cache.params.type_k, o->cache.params.type_v };
-    int *tails = NULL, no_tail = o->cache.params.tail_tokens;
+    /* without --tails: the tail of the cache flags (auto = 1024, as cache_flags_resolve) */
+    int *tails = NULL, no_tail = o->cache.tail_auto ? KVQ_MIN(1024, n_ctx) : o->cache.params.tail_tokens;
     size_t n_types = 0, n_pairs = 0, n_tails = 1;
     kvq_status st = o->types ? kvq_sweep_parse_types(o->types, &types, &n_types, &err) : KVQ_OK;
     if (!st && o->pairs) st = kvq_sweep_parse_pairs(o->pairs, &pairs, &n_pairs, &err);
@@ -220,15 +221,18 @@ static int grid_configs(const drift_opts *o, int n_ctx, drift_config **out, size
                             : !strcmp(o->rot, "off") ? KVQ_SWEEP_ROT_OFF : KVQ_SWEEP_ROT_BOTH;
     kvq_sweep_config *cfg = NULL;
     size_t n_cfg = 0;
+    char notes[4096] = "";
     if (!st) {
         kvq_sweep_spec spec = { KVQ_TYPE_F32, types, n_types, listed ? pairs : &single, listed ? n_pairs : 1,
-                                tails ? tails : &no_tail, n_tails, rot, n_ctx };
+                                tails ? tails : &no_tail, n_tails, rot, n_ctx, notes, sizeof notes };
         st = kvq_sweep_grid(&spec, &cfg, &n_cfg, &err);
     }
-    for (size_t t = 0; !st && tails && t < n_tails; t++)
-        if (tails[t] >= n_ctx)
-            fprintf(stderr, "kvq drift: note: tail %d skipped (it covers all %d positions: the exact cache)\n", tails[t],
-                    n_ctx);
+    for (const char *line = notes; !st && *line;) {    /* what did not apply, said once */
+        const char *nl = strchr(line, '\n');
+        const int len = nl ? (int)(nl - line) : (int)strlen(line);
+        fprintf(stderr, "kvq drift: note: %.*s\n", len, line);
+        line += len + (nl != NULL);
+    }
     bool keep_ref = lists_type(types, n_types, KVQ_TYPE_F32);
     for (size_t i = 0; i < n_pairs; i++) keep_ref |= pairs[i].k == KVQ_TYPE_F32 && pairs[i].v == KVQ_TYPE_F32;
     if (!listed) keep_ref = single.k == KVQ_TYPE_F32 && single.v == KVQ_TYPE_F32;
@@ -262,7 +266,9 @@ static int make_configs(const drift_opts *o, int n_ctx, drift_config **out, size
     *out = calloc(1, sizeof **out);
     if (!*out) return cli_error(CMD, "out of memory");
     (*out)->cache = o->cache;
-    cache_flags_resolve(&(*out)->cache, n_ctx);   /* an auto tail gets its length before the label */
+    /* an auto tail gets its length before the label; a tail or sink longer
+     * than the context is refused here, before the exact run */
+    if (!cache_flags_resolve(CMD, &(*out)->cache, n_ctx)) return 1;
     name_single(&(*out)->cache, *out);
     *n = 1;
     return 0;
@@ -368,7 +374,7 @@ static int run(drift_opts *o, prompt_set *ps) {
         rc = cli_error(CMD, "-n %d: %d generated tokens and a prompt do not fit a context of %d positions (-c; the "
                        "model was trained for %d)", o->n_gen, o->n_gen, limit, in->n_ctx_train);
     if (!rc) rc = tokenize_prompts(o, m, limit, ps);
-    const int n_ctx = ps->longest + o->n_gen;
+    const int n_ctx = limit;   /* every cache holds the whole context, as in the other commands */
     if (!rc) rc = make_configs(o, n_ctx, &cfg, &n_cfg);
     if (!rc && !(rows = calloc(n_cfg, sizeof *rows))) rc = cli_error(CMD, "out of memory");
     if (!rc) {

@@ -138,7 +138,10 @@ static kvq_ctx *config_ctx(const drift_state *d, drift_config *c, kvq_error *err
         kvq_fail(err, KVQ_ERR_ARG, "per-layer types do not fit the model");
         return NULL;
     }
-    cache_flags_resolve(&c->cache, d->s->n_ctx);
+    if (!cache_flags_resolve(d->s->cmd, &c->cache, d->s->n_ctx)) {
+        kvq_fail(err, KVQ_ERR_ARG, "the tail or sink does not fit the context");
+        return NULL;
+    }
     c->cache.params.max_batch = d->batch;
     kvq_ctx *ctx = NULL;
     if (kvq_ctx_create(d->s->m, &c->cache.params, d->threads, &ctx, err) != KVQ_OK) return NULL;
