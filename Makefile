@@ -86,9 +86,13 @@ bench: $(BENCH) $(KVQ)
 # The main job: every cache type on the bundled model (a small qwen3 trained
 # on Jane Austen, head_dim 128) over held-out text; prints the table and the
 # recommendation ladder, writes them with the plot into out/demo.
-DEMO_MODEL ?= models/austen-qwen3-h128-q8_0.gguf
-DEMO_TEXT  ?= models/northanger-40k.txt
-DEMO_ARGS  ?= -c 512 --chunks 4
+# At 4096 tokens, the context the model was extended to: one chunk (2,047
+# scored positions) of the block, KVarN and TurboQuant families, rotation on
+# and off, with and without a 128-token tail, two configurations at a time.
+DEMO_MODEL ?= models/austen-qwen3-h128-4k-q8_0.gguf
+DEMO_TEXT  ?= models/northanger-120k.txt
+DEMO_TYPES ?= f16,q8_0,q5_0,q4_0,iq4_nl,q3_0,q2_0,kvarn4,kvarn3,kvarn2,turbo4_tcq,turbo3_tcq,turbo2_tcq
+DEMO_ARGS  ?= -c 4096 --chunks 1 --types $(DEMO_TYPES) --pairs q8_0/q4_0 --tails 0,128 --rot both --jobs 2
 demo: $(KVQ)
 	@mkdir -p out
 	$(KVQ) sweep -m $(DEMO_MODEL) -f $(DEMO_TEXT) $(DEMO_ARGS) -o out/demo

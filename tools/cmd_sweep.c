@@ -37,7 +37,7 @@ enum { TG_STEPS = 32, PATH_CAP = 4096 };
 
 /* The mixed pairs run by default (EVAL.md §4) when their types exist. */
 static const char *const DEFAULT_PAIRS[] = { "q8_0/q4_0", "q8_0/turbo3", "kvarn4/kvarn3" };
-static const char *const DEFAULT_TAILS = "0,1024";
+static const char *const DEFAULT_TAILS = "0,128";
 
 typedef struct sweep_opts {
     const char *model, *text, *outdir, *types, *pairs, *tails;
@@ -62,7 +62,8 @@ static void usage(FILE *f) {
         "  --types LIST          same-type K/V pairs, e.g. q8_0,q4_0 (default: every cache type)\n"
         "  --pairs LIST          mixed pairs K/V, e.g. q8_0/q4_0 (default: q8_0/q4_0,\n"
         "                        q8_0/turbo3, kvarn4/kvarn3 where those types exist)\n"
-        "  --tails LIST          exact-tail lengths (default 0,1024; those >= the context are skipped)\n"
+        "  --tails LIST          exact-tail lengths, at most the context (default 0,128; KVarN:\n"
+        "                        whole 128-token tiles)\n"
         "  --rot both|on|off     rotation of block-quantised pairs (default both)\n"
         "  --ref-type TYPE       exact cache of the reference (default f32)\n"
         "  -t, --threads N       threads in all (default: online cores)\n"
