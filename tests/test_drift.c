@@ -7,6 +7,7 @@
 #include "test.h"
 #include "drift.h"
 #include "kld.h"
+#include "ladder.h"
 #include "plot_drift.h"
 
 #include <string.h>
@@ -385,4 +386,89 @@ TEST(drift_cli_json_same_for_any_threads_and_jobs) {
     drop_seconds(a);
     drop_seconds(b);
     CHECK(!strcmp(a, b), "results depend on threads / jobs:\n%.800s\n---\n%.800s", a, b);
+}
+
+/* ------------------------------------------------- the sweep's columns */
+
+static kvq_eval_row ladder_row(const char *label, double size, double median, double first_div, double drift_kld) {
+    kvq_eval_row r;
+    kvq_eval_row_init(&r);
+    kvq_eval_copy_str(r.label, sizeof r.label, label);
+    r.size_pct = size;
+    r.median_kld = median;
+    r.drift_first_div = first_div;
+    r.drift_kld = drift_kld;
+    r.drift_n_gen = 100;
+    return r;
+}
+
+TEST(drift_ladder_ranks_by_drift_figures) {
+    kvq_eval_row rows[5] = {
+        ladder_row("ref", 200, 0, 101, 0),
+        ladder_row("a", 50, 0.001, 30, 0.002),    /* median-KLD frontier: a, c; drift: a, b */
+        ladder_row("b", 40, 0.002, 60, 0.001),
+        ladder_row("c", 20, 0.0015, 10, 0.05),
+        ladder_row("d", 60, 0.01, 101, 0.0005),   /* never diverges: first on the first_div ladder */
+    };
+    rows[0].is_reference = true;
+    size_t idx[5];
+    size_t n = kvq_ladder_frontier_by(rows, 5, KVQ_RANK_MEDIAN_KLD, idx);
+    CHECK(n == 3 && idx[0] == 0 && idx[1] == 1 && idx[2] == 3, "median KLD ladder: %zu rows", n);
+    n = kvq_ladder_frontier_by(rows, 5, KVQ_RANK_FIRST_DIV, idx);
+    /* by size descending: d (never), b (60), c (10); a (30 at 50%) is beaten by b (60 at 40%) */
+    CHECK(n == 4 && idx[1] == 4 && idx[2] == 2 && idx[3] == 3, "first-divergence ladder: %zu rows (%zu %zu %zu)", n,
+          idx[1], idx[2], idx[3]);
+    n = kvq_ladder_frontier_by(rows, 5, KVQ_RANK_DRIFT_KLD, idx);
+    CHECK(n == 4 && idx[1] == 4 && idx[2] == 2 && idx[3] == 3, "drift-KLD ladder: %zu rows", n);
+    rows[2].drift_first_div = NAN;   /* not measured: takes no part */
+    n = kvq_ladder_frontier_by(rows, 5, KVQ_RANK_FIRST_DIV, idx);
+    CHECK(n == 4 && idx[2] == 1, "an unmeasured row stayed on the ladder");
+    kvq_ladder_rank r;
+    CHECK(kvq_ladder_rank_parse("first_div", &r) && r == KVQ_RANK_FIRST_DIV && !kvq_ladder_rank_parse("x", &r),
+          "rank names");
+}
+
+static bool read_file(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return true;
+}
+
+TEST(drift_cli_sweep_columns_and_errors) {
+    const char *bin = test_kvq_bin();
+    char model[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/austen-qwen3-h128-4k-q8_0.gguf"))
+        SKIP("../shared/models/austen-qwen3-h128-4k-q8_0.gguf not found");
+    char text[1024], dir[256], cmd[4096], path[512];
+    if (!test_shared_path(text, sizeof text, "text/austen-northanger-40k.txt")) SKIP("../shared/text not found");
+    snprintf(dir, sizeof dir, "/tmp/kvq_test_drift_sweep_%d", (int)getpid());
+    static char out[16384], md[16384];
+    snprintf(cmd, sizeof cmd, "%s sweep -m %s -f %s -c 256 --chunks 1 --types f32,q2_0,q8_0 --pairs q8_0/q4_0 "
+             "--rot on --tails 0 --drift 40 --rank first_div -t 1 -o %s", bin, model, text, dir);
+    int rc = test_run(cmd, out, sizeof out);
+    snprintf(path, sizeof path, "%s/table.md", dir);
+    const bool have_md = read_file(path, md, sizeof md);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    test_run(cmd, NULL, 0);
+    CHECK(rc == 0, "sweep --drift exited %d: %.1500s", rc, out);
+    CHECK(have_md && strstr(md, "| first divergence | drift KLD |"), "no drift columns in table.md: %.800s", md);
+    CHECK(strstr(md, "| f32/f32 |") && strstr(strstr(md, "| f32/f32 |"), "| never | 0 |"),
+          "the f32 row does not read 'never | 0': %.800s", md);
+    CHECK(strstr(out, "Pareto frontier of (size %, first divergence)"), "ladder not ranked by first divergence");
+    static const char *const bad[][2] = {
+        { "--rank first_div", "needs --drift" },
+        { "--drift 300", "needs" },            /* 33-token windows + 300 > -c 256 */
+        { "--rank fastest --drift 8", "not one of" },
+    };
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(bad); i++) {
+        snprintf(cmd, sizeof cmd, "%s sweep -m %s -f %s -c 256 --types q8_0 -o %s %s", bin, model, text, dir, bad[i][0]);
+        rc = test_run(cmd, out, sizeof out);
+        CHECK(rc == 1 && count_lines(out) == 1 && strstr(out, bad[i][1]), "'%s' gave %d: %s", bad[i][0], rc, out);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    test_run(cmd, NULL, 0);
 }

@@ -7,7 +7,6 @@
 #include "drift_jobs.h"
 #include "drift_report.h"
 #include "engine_cli.h"
-#include "file_read.h"
 #include "plot_drift.h"
 #include "svg_png.h"
 #include "sweep_grid.h"
@@ -126,64 +125,13 @@ static int check_opts(const drift_opts *o) {
 
 /* ------------------------------------------------------------ prompts */
 
-typedef struct prompt_set {
-    char *text;            /* the prompt file's bytes (lines point into it) */
-    char **lines;
-    size_t n;
-    int32_t **tokens;
-    int *n_tokens;
-    int longest;
-} prompt_set;
-
-static void prompts_free(prompt_set *p) {
-    for (size_t i = 0; p->tokens && i < p->n; i++) free(p->tokens[i]);
-    free(p->tokens);
-    free(p->n_tokens);
-    free(p->lines);
-    free(p->text);
-}
-
 /* Read before the model loads: an empty file costs nothing. */
-static int read_prompts(const drift_opts *o, prompt_set *p) {
-    kvq_error err = { 0 };
+static int read_prompts(const drift_opts *o, drift_prompts *p) {
     if (o->prompt) {
-        p->lines = malloc(sizeof *p->lines);
-        if (!p->lines) return cli_error(CMD, "out of memory");
-        p->lines[0] = (char *)o->prompt;
-        p->n = 1;
         if (!*o->prompt) return cli_error(CMD, "-p: the prompt is empty");
-        return 0;
+        return drift_prompts_one(CMD, o->prompt, p);
     }
-    size_t len = 0;
-    if (kvq_read_file(o->prompt_file, "prompt file", KVQ_TEXT_CAP, &p->text, &len, &err))
-        return cli_error(CMD, "%s", err.msg);
-    if (kvq_drift_split_prompts(p->text, len, &p->lines, &p->n, &err)) return cli_error(CMD, "'%s': %s", o->prompt_file, err.msg);
-    if (p->n == 0)
-        return cli_error(CMD, "prompt file '%s' holds no prompt (one prompt per line; blank lines are skipped)",
-                         o->prompt_file);
-    if (o->n_prompts && (size_t)o->n_prompts < p->n) p->n = (size_t)o->n_prompts;
-    return 0;
-}
-
-/* Tokenise every prompt and check that it and N generated tokens fit. */
-static int tokenize_prompts(const drift_opts *o, const kvq_model *m, int limit, prompt_set *p) {
-    const kvq_model_info *in = kvq_model_get_info(m);
-    p->tokens = calloc(p->n, sizeof *p->tokens);
-    p->n_tokens = calloc(p->n, sizeof *p->n_tokens);
-    if (!p->tokens || !p->n_tokens) return cli_error(CMD, "out of memory");
-    for (size_t i = 0; i < p->n; i++) {
-        p->tokens[i] = cli_tokenize(CMD, m, p->lines[i], strlen(p->lines[i]), in->add_bos, &p->n_tokens[i]);
-        if (!p->tokens[i]) return 1;
-        const int64_t need = (int64_t)p->n_tokens[i] + o->n_gen;
-        if (p->n_tokens[i] < 1 || need > limit) {
-            char which[64] = "the prompt";
-            if (o->prompt_file) snprintf(which, sizeof which, "prompt %zu of '%.30s'", i + 1, o->prompt_file);
-            return cli_error(CMD, "%s has %d tokens: with -n %d it needs %lld positions, the context (-c) holds %d",
-                             which, p->n_tokens[i], o->n_gen, (long long)need, limit);
-        }
-        p->longest = KVQ_MAX(p->longest, p->n_tokens[i]);
-    }
-    return 0;
+    return drift_prompts_read(CMD, o->prompt_file, (size_t)o->n_prompts, p);
 }
 
 /* ------------------------------------------------------ configurations */
@@ -359,7 +307,7 @@ static int write_outputs(const drift_opts *o, const kvq_drift_row *rows, size_t 
 
 /* ---------------------------------------------------------------- main */
 
-static int run(drift_opts *o, prompt_set *ps) {
+static int run(drift_opts *o, drift_prompts *ps) {
     if (o->outdir && cli_check_output_dir(CMD, o->outdir)) return 1;
     if (read_prompts(o, ps)) return 1;
     kvq_model *m = cli_load_model(CMD, o->model);
@@ -373,7 +321,7 @@ static int run(drift_opts *o, prompt_set *ps) {
     if (o->n_gen >= limit)
         rc = cli_error(CMD, "-n %d: %d generated tokens and a prompt do not fit a context of %d positions (-c; the "
                        "model was trained for %d)", o->n_gen, o->n_gen, limit, in->n_ctx_train);
-    if (!rc) rc = tokenize_prompts(o, m, limit, ps);
+    if (!rc) rc = drift_prompts_tokenize(CMD, m, ps, o->prompt_file, o->n_gen, limit);
     const int n_ctx = limit;   /* every cache holds the whole context, as in the other commands */
     if (!rc) rc = make_configs(o, n_ctx, &cfg, &n_cfg);
     if (!rc && !(rows = calloc(n_cfg, sizeof *rows))) rc = cli_error(CMD, "out of memory");
@@ -407,8 +355,8 @@ int cmd_drift(int argc, char **argv) {
         if (r == 0) return cli_error(CMD, "unknown option '%s' (see kvq drift --help)", argv[i]);
     }
     if (check_opts(&o)) return 1;
-    prompt_set ps = { 0 };
+    drift_prompts ps = { 0 };
     int rc = run(&o, &ps);
-    prompts_free(&ps);
+    drift_prompts_free(&ps);
     return rc;
 }

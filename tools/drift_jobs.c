@@ -4,6 +4,7 @@
 #include "chunks.h"
 #include "cli.h"
 #include "engine_cli.h"
+#include "file_read.h"
 #include "model.h"
 #include "report.h"
 
@@ -31,6 +32,85 @@ typedef struct drift_state {
     bool tty, bar_shown;
     int last_decile;
 } drift_state;
+
+/* ------------------------------------------------------------- prompts */
+
+void drift_prompts_free(drift_prompts *p) {
+    for (size_t i = 0; p->tokens && i < p->n; i++) free(p->tokens[i]);
+    free(p->tokens);
+    free(p->n_tokens);
+    free(p->lines);
+    free(p->text);
+    memset(p, 0, sizeof *p);
+}
+
+int drift_prompts_one(const char *cmd, const char *prompt, drift_prompts *p) {
+    p->lines = malloc(sizeof *p->lines);
+    if (!p->lines) return cli_error(cmd, "out of memory");
+    p->lines[0] = (char *)prompt;
+    p->n = 1;
+    return 0;
+}
+
+int drift_prompts_read(const char *cmd, const char *path, size_t max, drift_prompts *p) {
+    kvq_error err = { 0 };
+    size_t len = 0;
+    if (kvq_read_file(path, "prompt file", KVQ_TEXT_CAP, &p->text, &len, &err)) return cli_error(cmd, "%s", err.msg);
+    if (kvq_drift_split_prompts(p->text, len, &p->lines, &p->n, &err)) return cli_error(cmd, "'%s': %s", path, err.msg);
+    if (p->n == 0)
+        return cli_error(cmd, "prompt file '%s' holds no prompt (one prompt per line; blank lines are skipped)", path);
+    if (max && max < p->n) p->n = max;
+    return 0;
+}
+
+static int alloc_tokens(const char *cmd, drift_prompts *p) {
+    p->tokens = calloc(p->n, sizeof *p->tokens);
+    p->n_tokens = calloc(p->n, sizeof *p->n_tokens);
+    return p->tokens && p->n_tokens ? 0 : cli_error(cmd, "out of memory");
+}
+
+/* Prompt i and n_gen generated tokens must fit in limit positions. */
+static int check_fit(const char *cmd, drift_prompts *p, size_t i, const char *path, int n_gen, int limit) {
+    const int64_t need = (int64_t)p->n_tokens[i] + n_gen;
+    if (p->n_tokens[i] < 1 || need > limit) {
+        char which[96] = "the prompt";
+        if (path) snprintf(which, sizeof which, "prompt %zu of '%.60s'", i + 1, path);
+        return cli_error(cmd, "%s has %d tokens: with %d generated it needs %lld positions, the context (-c) holds %d",
+                         which, p->n_tokens[i], n_gen, (long long)need, limit);
+    }
+    p->longest = KVQ_MAX(p->longest, p->n_tokens[i]);
+    return 0;
+}
+
+int drift_prompts_tokenize(const char *cmd, const kvq_model *m, drift_prompts *p, const char *path, int n_gen,
+                           int limit) {
+    const kvq_model_info *in = kvq_model_get_info(m);
+    if (alloc_tokens(cmd, p)) return 1;
+    for (size_t i = 0; i < p->n; i++) {
+        p->tokens[i] = cli_tokenize(cmd, m, p->lines[i], strlen(p->lines[i]), in->add_bos, &p->n_tokens[i]);
+        if (!p->tokens[i] || check_fit(cmd, p, i, path, n_gen, limit)) return 1;
+    }
+    return 0;
+}
+
+int drift_prompts_windows(const char *cmd, const int32_t *tokens, size_t n, int bos, size_t count, int len, int n_gen,
+                          int limit, drift_prompts *p) {
+    if (bos >= 0 && n > 0 && tokens[0] == bos) { tokens++; n--; }
+    if (n < (size_t)len) return cli_error(cmd, "the text has %zu tokens, too few for drift prompts of %d", n, len);
+    p->n = count;
+    if (alloc_tokens(cmd, p)) return 1;
+    const int head = bos >= 0 ? 1 : 0;
+    for (size_t i = 0; i < count; i++) {
+        const size_t at = count > 1 ? i * (n - (size_t)len) / (count - 1) : 0;
+        p->tokens[i] = malloc(((size_t)len + 1) * sizeof **p->tokens);
+        if (!p->tokens[i]) return cli_error(cmd, "out of memory");
+        if (head) p->tokens[i][0] = bos;
+        memcpy(p->tokens[i] + head, tokens + at, (size_t)len * sizeof *tokens);
+        p->n_tokens[i] = len + head;
+        if (check_fit(cmd, p, i, NULL, n_gen, limit)) return 1;
+    }
+    return 0;
+}
 
 /* ------------------------------------------------------------ progress */
 
