@@ -49,6 +49,7 @@ void kvq_cache_memory(const kvq_cache *c, kvq_cache_bytes *b) {
 void kvq_cache_clear(kvq_cache *c) {
     if (!c) return;
     memset(c->n_stored, 0, (size_t)c->p.n_layer * sizeof *c->n_stored);
+    for (int l = 0; l < c->p.n_layer; l++) c->k[l].ring_lo = c->v[l].ring_lo = 0;
     c->stage.layer = -1;
 }
 
@@ -101,6 +102,8 @@ static kvq_status check_params(const kvq_cache_params *p, kvq_error *err) {
         return kvq_fail(err, KVQ_ERR_ARG, "cache: kvarn_iters %d outside 0..%d", p->kvarn_iters, KVQ_KVARN_MAX_ITERS);
     if (p->tail_tokens < 0 || p->tail_tokens > p->n_ctx)
         return kvq_fail(err, KVQ_ERR_ARG, "cache: tail of %d tokens outside 0..n_ctx %d", p->tail_tokens, p->n_ctx);
+    if (p->rollback_tokens < 0 || p->rollback_tokens > p->n_ctx)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: rollback of %d tokens outside 0..n_ctx %d", p->rollback_tokens, p->n_ctx);
     if (p->sink_tokens < 0 || p->sink_tokens > p->n_ctx)
         return kvq_fail(err, KVQ_ERR_ARG, "cache: sink of %d tokens outside 0..n_ctx %d", p->sink_tokens, p->n_ctx);
     if (!is_exact_type(p->tail_type))
@@ -205,7 +208,7 @@ static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
     }
     sd->row_bytes = kvq_row_bytes(sd->type, sd->store_dim);
     sd->tail_tokens = p->tail_tokens;
-    sd->ring_rows = p->tail_tokens;
+    sd->ring_rows = p->tail_tokens + p->rollback_tokens;
     sd->sink_rows = p->sink_tokens;
 }
 
@@ -230,7 +233,7 @@ static void shape_tile_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
     sd->first_tile = sink_whole / T;
     sd->sink_rows = KVQ_MIN(sink_whole, p->n_ctx);
     sd->n_tiles = KVQ_MAX(0, p->n_ctx / T - sd->first_tile);
-    sd->ring_rows = (int)KVQ_MIN((int64_t)sd->tail_tokens + T - 1, (int64_t)p->n_ctx);
+    sd->ring_rows = (int)KVQ_MIN((int64_t)sd->tail_tokens + T - 1 + p->rollback_tokens, (int64_t)p->n_ctx);
 }
 
 /* Say once per side in the plan's reason line that padded rows are mixed
@@ -244,11 +247,13 @@ static void note_padded_mixing(kvq_rot_plan *plan, bool is_v, int store_dim, int
 }
 
 /* Ring rows a side keeps when the cache holds n_ctx positions (the kv_bytes
- * definition, kvq.h): rows, the tail; tiles, the whole tail tiles and the
- * incomplete tile at that length, which never reach into the sink. */
-static int ring_rows_kept(const kvq_cache_side *sd, int n_ctx) {
+ * definition, kvq.h): rows, the tail (and rollback rows); tiles, the whole
+ * tail tiles, the rollback rows and the incomplete tile at that length,
+ * which never reach into the sink. */
+static int ring_rows_kept(const kvq_cache_side *sd, const kvq_cache_params *p) {
     if (sd->layout != KVQ_LAYOUT_TILES) return sd->ring_rows;
-    return KVQ_MIN(sd->tail_tokens + n_ctx % KVQ_KVARN_TILE, KVQ_MAX(0, n_ctx - sd->sink_rows));
+    const int64_t kept = (int64_t)sd->tail_tokens + p->rollback_tokens + p->n_ctx % KVQ_KVARN_TILE;
+    return (int)KVQ_MIN(kept, (int64_t)KVQ_MAX(0, p->n_ctx - sd->sink_rows));
 }
 
 /* The stage: per side, the widest exact row of the layers whose side has a
@@ -304,7 +309,7 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
                     : array_bytes(p->n_head_kv, p->n_ctx, sd->row_bytes, &body);
             sd->body_head_bytes = sd->layout == KVQ_LAYOUT_TILES ? per_head_tiles : (size_t)p->n_ctx * sd->row_bytes;
             if (!ok_body || !array_bytes(p->n_head_kv, sd->ring_rows, sd->exact_row_bytes, &ring) ||
-                !array_bytes(p->n_head_kv, ring_rows_kept(sd, p->n_ctx), sd->exact_row_bytes, &kept) ||
+                !array_bytes(p->n_head_kv, ring_rows_kept(sd, p), sd->exact_row_bytes, &kept) ||
                 !array_bytes(p->n_head_kv, sd->sink_rows, sd->exact_row_bytes, &sink) ||
                 body > SIZE_MAX / 4 - *body_total[s] || ring > SIZE_MAX / 4 - ring_alloc ||
                 sink > SIZE_MAX / 4 - b->sink)
@@ -428,7 +433,7 @@ kvq_key_split kvq_cache_side_split(const kvq_cache_side *sd, int qp, int stage_p
         const int body_end = (complete - sd->tail_tokens / KVQ_KVARN_TILE) * KVQ_KVARN_TILE;
         s.ring_start = KVQ_MAX(s.sink_end, body_end);
     } else {
-        s.ring_start = KVQ_MAX(s.sink_end, qp + 1 - sd->ring_rows);
+        s.ring_start = KVQ_MAX(s.sink_end, qp + 1 - (sd->ring_rows ? sd->tail_tokens : 0));
     }
     s.stage_start = sd->ring_rows ? KVQ_MAX(s.ring_start, KVQ_MIN(stage_pos, qp + 1)) : qp + 1;
     return s;
@@ -468,7 +473,7 @@ const uint8_t *kvq_cache_exact_row(const kvq_cache *c, const kvq_cache_side *sd,
 
 int kvq_cache_exact_from(const kvq_cache *c, int layer, const kvq_cache_side *sd) {
     const int committed = stage_holds(c, sd) ? c->stage.pos : c->n_stored[layer];
-    return KVQ_MAX(0, committed - sd->ring_rows);
+    return KVQ_MAX(sd->ring_lo, committed - sd->ring_rows);
 }
 
 void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out) {
@@ -514,17 +519,18 @@ static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int head, in
 
 /* Copy the pending batch's newest rows into its layer's rings: each ring
  * then holds the last ring_rows positions written. */
-static void commit_stage(kvq_cache *c) {
+void kvq_cache_commit_stage(kvq_cache *c) {
     kvq_cache_stage *sg = &c->stage;
     if (sg->layer < 0) return;
-    const kvq_cache_side *sides[2] = { &c->k[sg->layer], &c->v[sg->layer] };
+    kvq_cache_side *sides[2] = { &c->k[sg->layer], &c->v[sg->layer] };
     for (int s = 0; s < 2; s++) {
-        const kvq_cache_side *sd = sides[s];
+        kvq_cache_side *sd = sides[s];
         if (!sd->ring_rows) continue;
         const int end = sg->pos + sg->n, first = KVQ_MAX(sg->pos, end - sd->ring_rows);
         for (int h = 0; h < c->p.n_head_kv; h++)
             for (int pos = first; pos < end; pos++)
                 memcpy(ring_row(sd, h, pos), stage_row(c, sd, h, pos), sd->exact_row_bytes);
+        sd->ring_lo = KVQ_MAX(sd->ring_lo, end - sd->ring_rows);
     }
     sg->layer = -1;
 }
@@ -552,7 +558,7 @@ kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n, const float 
     if ((int64_t)pos + n > p->n_ctx)
         return kvq_fail(err, KVQ_ERR_ARG, "cache write: positions %d..%d exceed n_ctx %d", pos,
                         pos + n - 1, p->n_ctx);
-    commit_stage(c);
+    kvq_cache_commit_stage(c);
     c->stage = (kvq_cache_stage){ .layer = layer, .pos = pos, .n = n, .cap = c->stage.cap,
                                   .rows = { c->stage.rows[0], c->stage.rows[1] },
                                   .row_bytes = { c->stage.row_bytes[0], c->stage.row_bytes[1] } };

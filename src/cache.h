@@ -70,6 +70,8 @@ typedef struct kvq_cache_side {
     int ring_rows, sink_rows; /* 0 = no ring / no sink                     */
     size_t exact_row_bytes; /* one head's row of store_dim values in tail_type */
     int side_index;         /* 0 = K, 1 = V: its rows' place in the stage  */
+    int ring_lo;            /* no ring row below this position is valid
+                               (raised by commits and truncation)          */
     uint8_t *ring;          /* [n_head_kv][ring_rows][exact_row_bytes]     */
     uint8_t *sink;          /* [n_head_kv][sink_rows][exact_row_bytes]     */
 } kvq_cache_side;
@@ -130,6 +132,9 @@ const uint8_t *kvq_cache_exact_row(const kvq_cache *c, const kvq_cache_side *sd,
 /* The oldest position from which every exact row of layer up to the last
  * stored one is still held (ring and stage together). */
 int kvq_cache_exact_from(const kvq_cache *c, int layer, const kvq_cache_side *sd);
+/* Move the pending batch's rows into its layer's rings (every write does
+ * this first; editing and saving the cache too). */
+void kvq_cache_commit_stage(kvq_cache *c);
 
 /* Rotate one row the way a side stores it: x[head_dim] -> out[store_dim]
  * (zero-padded, then the side's Hadamard); and back: acc[store_dim] ->

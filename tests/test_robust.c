@@ -127,6 +127,32 @@ TEST(cli_too_few_scored_tokens) {
     CHECK_ONE_ERROR("at least 2", "%s plan -m %s -f %s -c 4 --chunks 1 --budget 100%%", bin, model, text);
 }
 
+/* Exact rows beyond the context, negative or non-numeric counts: one
+ * clear error each, before any work (issue 10), for run and perplexity. */
+TEST(cli_tail_and_sink_bounds) {
+    const char *bin = test_kvq_bin();
+    char model[1024], text[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf") ||
+        !test_shared_path(text, sizeof text, "text/gpl3.txt"))
+        SKIP("../shared not found");
+    CHECK_ONE_ERROR("longer than the context", "%s perplexity -m %s -f %s -c 64 -ctk q4_0 --kv-tail-tokens 65", bin,
+                    model, text);
+    CHECK_ONE_ERROR("longer than the context", "%s run -m %s -p Once -n 4 -c 64 --kv-tail-tokens 100000", bin, model);
+    CHECK_ONE_ERROR("longer than the context", "%s perplexity -m %s -f %s -c 64 --kv-sink-tokens 65", bin, model, text);
+    CHECK_ONE_ERROR("longer than the context", "%s run -m %s -p Once -n 4 -c 64 --kv-sink-tokens 100000", bin, model);
+    CHECK_ONE_ERROR("--kv-tail-tokens", "%s run -m %s -p Once -n 4 -c 64 --kv-tail-tokens -1", bin, model);
+    CHECK_ONE_ERROR("--kv-tail-tokens", "%s run -m %s -p Once -n 4 -c 64 --kv-tail-tokens ten", bin, model);
+    CHECK_ONE_ERROR("--kv-sink-tokens", "%s run -m %s -p Once -n 4 -c 64 --kv-sink-tokens 4x", bin, model);
+    CHECK_ONE_ERROR("--kvarn-sink-tile", "%s run -m %s -p Once -n 4 -c 64 --kvarn-sink-tile maybe", bin, model);
+    /* the whole context as a tail is allowed */
+    char cmd[4096];
+    static char out[8192];
+    snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c 64 --chunks 1 -ctk q4_0 -ctv q4_0 --kv-tail-tokens 64 2>&1",
+             bin, model, text);
+    CHECK(test_run(cmd, out, sizeof out) == 0 && strstr(out, "Final estimate"), "tail == context refused: %s", out);
+}
+
 /* Each of --dim and --rows is in range, their product is not (13 GiB). */
 TEST(cli_quant_test_caps_values) {
     const char *bin = test_kvq_bin();

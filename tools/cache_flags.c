@@ -225,8 +225,13 @@ bool cache_flags_resolve(const char *cmd, cache_flags *cf, int n_ctx) {
     p->n_ctx = n_ctx;
     if (cf->tail_auto) p->tail_tokens = (n_ctx < AUTO_TAIL_TOKENS ? n_ctx : AUTO_TAIL_TOKENS);
     if (uses_tiles(cf) && !cf->tail_type_given) p->tail_type = KVQ_TYPE_F16;
+    return cache_flags_fit(cmd, cf, n_ctx);
+}
+
+bool cache_flags_fit(const char *cmd, const cache_flags *cf, int n_ctx) {
+    const kvq_cache_params *p = &cf->params;
     /* Exact rows beyond the context would be a silent clamp: say so. */
-    if (p->tail_tokens > n_ctx) {
+    if (!cf->tail_auto && p->tail_tokens > n_ctx) {
         cli_error(cmd, "--kv-tail-tokens %d is longer than the context (%d positions): use at most %d, or raise -c",
                   p->tail_tokens, n_ctx, n_ctx);
         return false;

@@ -111,6 +111,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (!o.model) return cli_error(CMD, "no model given (use -m MODEL.gguf)");
     if (!o.text) return cli_error(CMD, "no text given (use -f TEXT)");
     o.n_batch = kvq_eval_batch(o.n_batch, o.n_ctx);
+    if (!cache_flags_fit(CMD, &o.cache, o.n_ctx)) return 1;
     size_t len = 0;
     char *text = cli_read_text(CMD, o.text, &len);
     if (!text) return 1;

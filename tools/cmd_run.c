@@ -5,6 +5,7 @@
  * timings go to stderr. */
 #include "cli.h"
 #include "engine_cli.h"
+#include "cache.h"
 #include "chunks.h"
 #include "sampler.h"
 
@@ -17,8 +18,9 @@ static const char *CMD = "run";
 typedef struct run_opts {
     const char *model, *prompt;
     int n_predict, n_ctx, n_threads;
+    int n_keep;                 /* --keep: positions a context shift keeps */
     kvq_sampler_params sp;
-    bool seed_given;
+    bool seed_given, context_shift;
     cache_flags cache;
 } run_opts;
 
@@ -34,7 +36,12 @@ static void usage(FILE *f) {
         "  --top-k K, --top-p P   sampling filters (defaults 40, 0.95)\n"
         "  --seed S               sampler seed, 0..4294967295 (default -1: a random one,\n"
         "                         printed to stderr so the run can be replayed; greedy\n"
-        "                         decoding (--temp 0) never uses it)\n");
+        "                         decoding (--temp 0) never uses it)\n"
+        "  --context-shift        at the end of the context, drop the older half of what\n"
+        "                         follows the kept start and go on (the cache's stored K\n"
+        "                         re-RoPEd, every cache type); without it generation stops\n"
+        "  --keep N               positions a context shift keeps from the start (default 0;\n"
+        "                         BOS and the cache's exact sink rows are always kept)\n");
     cache_flags_usage(f);
 }
 
@@ -54,6 +61,8 @@ static int parse_one(run_opts *o, int argc, char **argv, int *i) {
     else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) LONG(1, CLI_MAX_THREADS, o->n_threads);
     else if (!strcmp(a, "--temp")) REAL(0.0, 100.0, o->sp.temp);
     else if (!strcmp(a, "--top-k")) LONG(0, 1 << 24, o->sp.top_k);
+    else if (!strcmp(a, "--context-shift")) o->context_shift = true;
+    else if (!strcmp(a, "--keep")) LONG(0, CLI_MAX_CTX, o->n_keep);
     else if (!strcmp(a, "--top-p")) REAL(0.0, 1.0, o->sp.top_p);
     else if (!strcmp(a, "--seed")) {   /* -1: random, as llama.cpp */
         VALUE();
@@ -94,6 +103,30 @@ static void choose_seed(run_opts *o) {
             (unsigned long long)o->sp.seed);
 }
 
+/* Positions a context shift keeps: --keep, BOS, and every layer's exact
+ * sink rows (KVarN's first tile), which a shift may not cut. */
+static int shift_keep(const run_opts *o, const kvq_model_info *in, kvq_ctx *ctx) {
+    const kvq_cache *c = kvq_ctx_cache(ctx);
+    int keep = o->n_keep + (in->add_bos ? 1 : 0);
+    for (int l = 0; l < c->p.n_layer; l++) keep = KVQ_MAX(keep, KVQ_MAX(c->k[l].sink_rows, c->v[l].sink_rows));
+    return keep;
+}
+
+/* Make room at the end of the context: drop half of the positions after
+ * the kept start (llama.cpp's rule); the new next position, or -1 (err). */
+static int shift_context(const run_opts *o, const kvq_model_info *in, kvq_ctx *ctx, int pos, kvq_error *err) {
+    const int keep = shift_keep(o, in, ctx), n_discard = (pos - keep) / 2;
+    if (n_discard < 1) {
+        kvq_fail(err, KVQ_ERR_ARG, "context shift: the %d kept positions leave nothing to drop in a context of %d",
+                 keep, o->n_ctx);
+        return -1;
+    }
+    if (kvq_ctx_shift(ctx, n_discard, keep, err) != KVQ_OK) return -1;
+    fprintf(stderr, "\nkvq run: context shift: kept %d, dropped %d positions, %d left\n", keep, n_discard,
+            pos - n_discard);
+    return pos - n_discard;
+}
+
 static int generate(const run_opts *o, const kvq_model *m, kvq_ctx *ctx, const int32_t *prompt, int n_prompt,
                     int max_batch) {
     const kvq_model_info *in = kvq_model_get_info(m);
@@ -115,6 +148,9 @@ static int generate(const run_opts *o, const kvq_model *m, kvq_ctx *ctx, const i
         if (tok == in->eos_id) break;
         print_piece(m, tok);
         n_gen++;
+        if (n_gen < o->n_predict && pos + 1 >= o->n_ctx && o->context_shift) {
+            if ((pos = shift_context(o, in, ctx, pos, &err)) < 0) { st = KVQ_ERR_ARG; break; }
+        }
         if (n_gen == o->n_predict || pos + 1 >= o->n_ctx) break;   /* no need for more logits */
         t0 = kvq_now_seconds();
         st = kvq_ctx_eval(ctx, &tok, 1, pos++, logits, true, &err);

@@ -64,7 +64,7 @@ static void usage(FILE *f) {
         "  -b, --batch-size N    tokens per evaluation batch (default 512, at most the chunk)\n"
         "  --chunks N            use at most N chunks of the text\n"
         "  --types LIST          same-type K/V pairs, e.g. q8_0,q4_0 (default: every cache type)\n"
-        "  --pairs LIST          mixed pairs K/V, e.g. q8_0/q4_0 (default: q8_0/q4_0,\n"
+        "  --pairs LIST|none     mixed pairs K/V, e.g. q8_0/q4_0 (default: q8_0/q4_0,\n"
         "                        q8_0/turbo3, kvarn4/kvarn3 where those types exist)\n"
         "  --tails LIST          exact-tail lengths, at most the context (default 0,128; KVarN:\n"
         "                        whole 128-token tiles)\n"
@@ -171,7 +171,9 @@ static int build_grid(const sweep_opts *o, int n_ctx, kvq_sweep_config **cfg, si
     kvq_status st = o->types ? kvq_sweep_parse_types(o->types, &types, &n_types, &err)
                              : default_types(&types, &n_types, &err);
     if (st == KVQ_OK)
-        st = o->pairs ? kvq_sweep_parse_pairs(o->pairs, &pairs, &n_pairs, &err) : default_pairs(&pairs, &n_pairs, &err);
+        st = !o->pairs                ? default_pairs(&pairs, &n_pairs, &err)
+             : !strcmp(o->pairs, "none") ? KVQ_OK
+                                         : kvq_sweep_parse_pairs(o->pairs, &pairs, &n_pairs, &err);
     if (st == KVQ_OK) st = kvq_sweep_parse_tails(o->tails ? o->tails : DEFAULT_TAILS, &tails, &n_tails, &err);
     if (st == KVQ_OK) {
         char notes[4096] = "";
