@@ -378,7 +378,7 @@ TEST(plot_svg_landmark_labels_and_no_stacked_labels) {
     rows[n++] = row("q8_0/q8_0 tail128", 56.0, 0.00001, false);
     rows[n++] = row("q4_0/q4_0", 28.1, 0.004, false);
     rows[n++] = row("q4_0/q4_0 tail128", 28.2, 0.00002, false);
-    char labels[30][32];
+    char labels[30][40];   /* room for any int in %02d: gcc -O1 checks the worst case */
     for (int i = 0; i < 30; i++) {                               /* a dense cloud around 25-33% */
         snprintf(labels[i], sizeof labels[i], "t%02d/t%02d tail128", i, i);
         rows[n++] = row(labels[i], 25.0 + 0.27 * i, 3e-5 * (1.0 + 0.9 * (i % 7)) / (1.0 + 0.02 * i), false);
