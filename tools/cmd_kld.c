@@ -230,22 +230,14 @@ typedef struct kld_progress {
     size_t per_chunk;
 } kld_progress;
 
-static void print_progress_row(const kvq_tokstats *s, size_t chunk) {
-    double ppl, ppl_se, kld, kld_se, lr = 0, lr2 = 0, dp2 = 0;
-    kvq_ppl_from_nll(s->nll, s->n, &ppl, &ppl_se);
-    kvq_mean_se(s->kld, s->n, &kld, &kld_se);
-    for (size_t i = 0; i < s->n; i++) {
-        const double d = s->nll[i] - s->nll_base[i];
-        lr += d;
-        lr2 += d * d;
-        dp2 += s->dp[i] * s->dp[i];
-    }
-    const double n = (double)s->n, top = (double)s->n_same_top / n;
-    lr /= n;
-    const double lr_se = n > 1 ? sqrt(fmax(0.0, lr2 / n - lr * lr) / (n - 1)) : 0.0;
-    const double top_se = n > 1 ? sqrt(top * (1 - top) / (n - 1)) : 0.0;
-    fprintf(stderr, "%5zu %12.4f ± %9.4f %12.5f ± %9.5f %12.5f ± %9.5f %9.3f %% %8.3f ± %6.3f %%\n", chunk, ppl,
-            ppl_se, lr, lr_se, kld, kld_se, 100.0 * sqrt(dp2 / n), 100.0 * top, 100.0 * top_se);
+/* The summary of the positions so far (the final one's definitions; its
+ * sort is small next to a chunk's evaluation); nothing before 2 tokens. */
+static void print_progress_row(const kvq_tokstats *st, size_t chunk) {
+    kvq_kld_summary s;
+    if (kvq_kld_summarize(st, &s, NULL) != KVQ_OK) return;
+    fprintf(stderr, "%5zu %12.4f ± %9.4f %12.5f ± %9.5f %12.5f ± %9.5f %9.3f %% %8.3f ± %6.3f %%\n", chunk, s.ppl_q,
+            s.ppl_q_se, s.ln_ratio, s.ln_ratio_se, s.mean_kld, s.mean_kld_se, 100.0 * s.rms_dp, 100.0 * s.same_top,
+            100.0 * s.same_top_se);
 }
 
 static kvq_status progress_token(void *ud, size_t index, const float *logits, int32_t next, kvq_error *err) {
