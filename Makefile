@@ -120,13 +120,15 @@ fuzz-check:
 	@$(FUZZ_CC) -fsanitize=fuzzer build-fuzz/probe.c -o build-fuzz/probe 2>/dev/null || \
 	    { echo "fuzz: $(FUZZ_CC) cannot link libFuzzer (Debian: apt-get install libclang-rt-N-dev, N = clang's version)"; exit 1; }
 
+FUZZ_BINS := $(FUZZ_NAMES:%=build-fuzz/fuzz_%)
 fuzz-build: fuzz-check
 	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) OPT=-O1 \
 	    EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" build-fuzz/libkvq.a
-	@for t in $(FUZZ_NAMES); do \
-	    $(FUZZ_CC) $(CPPFLAGS_ALL) $(CSTD) $(WARN) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) \
-	        fuzz/fuzz_$$t.c build-fuzz/libkvq.a -lm -pthread -o build-fuzz/fuzz_$$t || exit 1; \
-	done
+	$(MAKE) $(FUZZ_BINS)
+
+$(FUZZ_BINS): build-fuzz/fuzz_%: fuzz/fuzz_%.c build-fuzz/libkvq.a
+	$(FUZZ_CC) $(CPPFLAGS_ALL) $(CSTD) $(WARN) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) -MMD -MP -MF $@.d \
+	    $< build-fuzz/libkvq.a -lm -pthread -o $@
 
 # New inputs go to build-fuzz/corpus/NAME (kept between runs, not in git).
 fuzz: fuzz-build
@@ -169,4 +171,4 @@ install: $(STATIC) $(SHARED) $(KVQ)
 clean:
 	rm -rf build build-san build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(FUZZ_BINS:=.d)
