@@ -5,7 +5,8 @@
 #   make sanitize   the same tests built with -fsanitize=address,undefined
 #   make bench      benchmarks (timings live here, never in tests)
 #   make demo       the main job: a cache-type sweep on the bundled model
-#   make fuzz       libFuzzer target for the GGUF reader (needs clang)
+#   make fuzz       libFuzzer targets fuzz/fuzz_*.c (needs clang); make
+#                   fuzz-smoke runs each for a fixed number of inputs
 #   make install PREFIX=/usr/local
 #
 # Sources are found by wildcard: a new src/*.c file needs no Makefile edit.
@@ -45,7 +46,7 @@ TESTS   = $(BUILD)/run_tests
 BENCH   = $(BUILD)/kvq-bench
 EXAMPLES = $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 
-.PHONY: all test sanitize bench demo fuzz install clean
+.PHONY: all test sanitize bench demo install clean
 all: $(STATIC) $(SHARED) $(KVQ) $(TESTS) $(BENCH) $(EXAMPLES)
 
 isa_flags = $(if $(findstring _avx512,$1),$(AVX512_FLAGS),$(if $(findstring _avx2,$1),$(AVX2_FLAGS),))
@@ -104,15 +105,70 @@ demo: $(KVQ)
 	@mkdir -p out
 	$(KVQ) sweep -m $(DEMO_MODEL) -f $(DEMO_TEXT) $(DEMO_ARGS) -o out/demo
 
+# Fuzzing (docs/fuzzing.md): every fuzz/fuzz_NAME.c is a libFuzzer target
+# NAME (a new target is one more file), seeded from fuzz/corpus/NAME/.
+#   make fuzz                      each target for FUZZ_TIME seconds
+#   make fuzz FUZZ_TARGET=gguf FUZZ_TIME=600
+#   make fuzz-smoke                each target for FUZZ_RUNS inputs (fixed
+#                                  seed), skipped with a message without clang
+#   make fuzz-corpus               rewrite the generated seeds
 FUZZ_CC ?= clang
 FUZZ_TIME ?= 60
-fuzz:
+FUZZ_RUNS ?= 20000
+FUZZ_TARGET ?= all
+FUZZ_MAX_LEN ?= 65536
+FUZZ_NAMES := $(patsubst fuzz/fuzz_%.c,%,$(sort $(wildcard fuzz/fuzz_*.c)))
+FUZZ_PICK = $(if $(filter all,$(FUZZ_TARGET)),$(FUZZ_NAMES),$(FUZZ_TARGET))
+FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined
+
+.PHONY: fuzz fuzz-check fuzz-build fuzz-smoke fuzz-corpus
+# clang with libFuzzer, or a message saying what is missing (exit 1)
+fuzz-check:
+	@mkdir -p build-fuzz
+	@command -v $(FUZZ_CC) >/dev/null 2>&1 || { echo "fuzz: $(FUZZ_CC) not found (Debian: apt-get install clang)"; exit 1; }
+	@printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n);\nint LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
+	    > build-fuzz/probe.c
+	@$(FUZZ_CC) -fsanitize=fuzzer build-fuzz/probe.c -o build-fuzz/probe 2>/dev/null || \
+	    { echo "fuzz: $(FUZZ_CC) cannot link libFuzzer (Debian: apt-get install libclang-rt-N-dev, N = clang's version)"; exit 1; }
+
+FUZZ_BINS := $(FUZZ_NAMES:%=build-fuzz/fuzz_%)
+fuzz-build: fuzz-check
 	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) OPT=-O1 \
-	    EXTRA_CFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" build-fuzz/libkvq.a
-	$(FUZZ_CC) $(CPPFLAGS_ALL) $(CSTD) $(WARN) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    fuzz/fuzz_gguf.c build-fuzz/libkvq.a -lm -pthread -o build-fuzz/fuzz_gguf
-	mkdir -p build-fuzz/corpus
-	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) -max_len=65536 build-fuzz/corpus fuzz/corpus
+	    EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" build-fuzz/libkvq.a
+	$(MAKE) $(FUZZ_BINS)
+
+$(FUZZ_BINS): build-fuzz/fuzz_%: fuzz/fuzz_%.c build-fuzz/libkvq.a
+	$(FUZZ_CC) $(CPPFLAGS_ALL) $(CSTD) $(WARN) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) -MMD -MP -MF $@.d \
+	    $< build-fuzz/libkvq.a -lm -pthread -o $@
+
+# New inputs go to build-fuzz/corpus/NAME (kept between runs, not in git).
+fuzz: fuzz-build
+	@for t in $(FUZZ_PICK); do \
+	    mkdir -p build-fuzz/corpus/$$t; \
+	    echo "== fuzz $$t ($(FUZZ_TIME) s)"; \
+	    mkdir -p build-fuzz/crashes/$$t; \
+	    build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_TIME) -max_len=$(FUZZ_MAX_LEN) -print_final_stats=1 \
+	        -artifact_prefix=build-fuzz/crashes/$$t/ \
+	        build-fuzz/corpus/$$t fuzz/corpus/$$t || exit 1; \
+	done
+
+# A fixed number of inputs per target from a fresh corpus and a fixed
+# seed: the same work on every run (no timing), a few seconds in all.
+fuzz-smoke:
+	@if ! why=$$($(MAKE) -s --no-print-directory fuzz-check 2>/dev/null); then \
+	    echo "fuzz-smoke: SKIPPED: $$why"; exit 0; fi; \
+	$(MAKE) -s --no-print-directory fuzz-build || exit 1; \
+	for t in $(FUZZ_NAMES); do \
+	    rm -rf build-fuzz/smoke/$$t; mkdir -p build-fuzz/smoke/$$t; \
+	    build-fuzz/fuzz_$$t -runs=$(FUZZ_RUNS) -seed=1 -max_len=$(FUZZ_MAX_LEN) -artifact_prefix=build-fuzz/smoke/$$t- \
+	        build-fuzz/smoke/$$t fuzz/corpus/$$t >build-fuzz/smoke/$$t.log 2>&1 || \
+	        { tail -n 30 build-fuzz/smoke/$$t.log; echo "fuzz-smoke: $$t FAILED (log: build-fuzz/smoke/$$t.log)"; exit 1; }; \
+	    echo "fuzz-smoke: $$t: $(FUZZ_RUNS) inputs, no finding"; \
+	done
+
+fuzz-corpus: $(STATIC)
+	$(CC) $(CPPFLAGS_ALL) $(CSTD) $(WARN) -Itests -O1 fuzz/make_corpus.c $(STATIC) $(LDLIBS_ALL) -o $(BUILD)/make_corpus
+	$(BUILD)/make_corpus fuzz/corpus
 
 install: $(STATIC) $(SHARED) $(KVQ)
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
@@ -126,4 +182,4 @@ install: $(STATIC) $(SHARED) $(KVQ)
 clean:
 	rm -rf build build-san build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(FUZZ_BINS:=.d)

@@ -270,9 +270,58 @@ static kvq_status parse_header(const char *path, const uint8_t *p, size_t size, 
     return KVQ_OK;
 }
 
-kvq_status kvq_base_kvq_open(const char *path, kvq_base_kvq **out, kvq_error *err) {
+/* Checks the header, the payload hash and every value of a base in
+ * memory, and points b into it. */
+static kvq_status validate(const char *name, const uint8_t *p, size_t size, kvq_base_kvq *b, kvq_error *err) {
+    uint64_t payload_hash = 0;
+    kvq_status s = parse_header(name, p, size, b, &payload_hash, err);
+    if (s) return s;
+    if (kvq_hash64_of(p + HEADER_BYTES, size - HEADER_BYTES) != payload_hash)
+        return kvq_fail(err, KVQ_ERR_FORMAT, "kvq base '%s': payload checksum mismatch (the file is corrupt)", name);
+    const size_t n_tok = (size_t)b->n_ctx * (size_t)b->n_chunk;
+    b->tokens = (const int32_t *)(p + HEADER_BYTES);
+    b->logprobs = (const float *)(p + HEADER_BYTES + 4 * n_tok);
+    for (size_t i = 0; i < n_tok; i++)
+        if (b->tokens[i] < 0 || b->tokens[i] >= b->n_vocab)
+            return kvq_fail(err, KVQ_ERR_FORMAT, "kvq base '%s': token %d at %zu is outside the vocabulary of %d",
+                            name, (int)b->tokens[i], i, b->n_vocab);
+    /* A log-prob is finite and at most 0 (float rounding aside): a NaN,
+     * inf or positive one would turn into a NaN or negative KLD.  The
+     * checksum does not prove this, it only says the writer wrote it. */
+    const size_t n_val = b->n_pos * (size_t)b->n_vocab;
+    for (size_t i = 0; i < n_val; i++)
+        if (!(b->logprobs[i] <= 1e-3f && b->logprobs[i] > -INFINITY))
+            return kvq_fail(err, KVQ_ERR_FORMAT, "kvq base '%s': log-prob %g at position %zu, token %zu is not a "
+                            "log-probability", name, (double)b->logprobs[i], i / (size_t)b->n_vocab,
+                            i % (size_t)b->n_vocab);
+    return KVQ_OK;
+}
+
+void kvq_base_kvq_reseal(void *data, size_t size) {
+    uint8_t *p = data;
+    if (size < HEADER_BYTES) return;
+    wr64(p + 32, kvq_hash64_of(p + HEADER_BYTES, size - HEADER_BYTES));
+    wr64(p + 64, kvq_hash64_of(p, HEADER_HASHED));
+}
+
+kvq_status kvq_base_kvq_open_memory(const void *data, size_t size, const char *name, kvq_base_kvq **out,
+                                    kvq_error *err) {
     *out = NULL;
     if (!host_little_endian()) return kvq_fail(err, KVQ_ERR_UNSUPPORTED, "kvq base files need a little-endian host");
+    if (((uintptr_t)data & 3) != 0) return kvq_fail(err, KVQ_ERR_ARG, "kvq base '%s': buffer not 4-byte aligned", name);
+    kvq_base_kvq *b = calloc(1, sizeof *b);
+    if (!b) return kvq_fail(err, KVQ_ERR_NOMEM, "kvq base: out of memory");
+    kvq_status s = validate(name, data, size, b, err);
+    if (s != KVQ_OK) {
+        kvq_base_kvq_close(b);
+        return s;
+    }
+    *out = b;
+    return KVQ_OK;
+}
+
+kvq_status kvq_base_kvq_open(const char *path, kvq_base_kvq **out, kvq_error *err) {
+    *out = NULL;
     int fd = open(path, O_RDONLY);
     if (fd < 0) return kvq_fail(err, KVQ_ERR_IO, "cannot open kvq base '%s': %s", path, strerror(errno));
     struct stat st;
@@ -284,33 +333,13 @@ kvq_status kvq_base_kvq_open(const char *path, kvq_base_kvq **out, kvq_error *er
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) return kvq_fail(err, KVQ_ERR_IO, "cannot map kvq base '%s': %s", path, strerror(errno));
-    kvq_base_kvq *b = calloc(1, sizeof *b);
-    if (!b) {
-        munmap(map, size);
-        return kvq_fail(err, KVQ_ERR_NOMEM, "kvq base: out of memory");
-    }
-    b->map = map;
-    b->map_len = size;
-    const uint8_t *p = map;
-    uint64_t payload_hash = 0;
-    kvq_status s = parse_header(path, p, size, b, &payload_hash, err);
-    if (s == KVQ_OK && kvq_hash64_of(p + HEADER_BYTES, size - HEADER_BYTES) != payload_hash)
-        s = kvq_fail(err, KVQ_ERR_FORMAT, "kvq base '%s': payload checksum mismatch (the file is corrupt)", path);
-    if (s == KVQ_OK) {
-        b->tokens = (const int32_t *)(p + HEADER_BYTES);
-        b->logprobs = (const float *)(p + HEADER_BYTES + 4 * (size_t)b->n_ctx * (size_t)b->n_chunk);
-        for (size_t i = 0; i < (size_t)b->n_ctx * (size_t)b->n_chunk; i++)
-            if (b->tokens[i] < 0 || b->tokens[i] >= b->n_vocab) {
-                s = kvq_fail(err, KVQ_ERR_FORMAT, "kvq base '%s': token %d at %zu is outside the vocabulary of %d",
-                             path, (int)b->tokens[i], i, b->n_vocab);
-                break;
-            }
-    }
+    kvq_status s = kvq_base_kvq_open_memory(map, size, path, out, err);
     if (s != KVQ_OK) {
-        kvq_base_kvq_close(b);
+        munmap(map, size);
         return s;
     }
-    *out = b;
+    (*out)->map = map;          /* owned from here: unmapped by close */
+    (*out)->map_len = size;
     return KVQ_OK;
 }
 

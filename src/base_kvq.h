@@ -64,13 +64,23 @@ typedef struct kvq_base_kvq {
     size_t n_pos;
     const int32_t *tokens;      /* [n_ctx*n_chunk], inside the mapping  */
     const float *logprobs;      /* [n_pos][n_vocab]                     */
-    void *map;                  /* private: the mapped file             */
+    void *map;                  /* private: the mapped file (NULL: the caller's memory) */
     size_t map_len;
 } kvq_base_kvq;
 
-/* Opens, validates and checksums path (memory-mapped, read-only). */
+/* Opens, validates and checksums path (memory-mapped, read-only): header,
+ * exact size, payload hash, tokens in the vocabulary, every log-prob
+ * finite and at most 0. */
 kvq_status kvq_base_kvq_open(const char *path, kvq_base_kvq **out, kvq_error *err);
+/* The same over size bytes at data (4-byte aligned; name is used in
+ * messages); data must outlive the base, which does not own it. */
+kvq_status kvq_base_kvq_open_memory(const void *data, size_t size, const char *name, kvq_base_kvq **out,
+                                    kvq_error *err);
 void kvq_base_kvq_close(kvq_base_kvq *b);
+/* Recompute the payload and header hashes of a base file held in memory
+ * (size bytes, at least the header), as if its writer had written what
+ * is there: lets tests and the fuzzer reach the checks behind them. */
+void kvq_base_kvq_reseal(void *data, size_t size);
 /* Log-probs of scored position pos (NULL when out of range). */
 const float *kvq_base_kvq_row(const kvq_base_kvq *b, size_t pos);
 

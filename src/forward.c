@@ -173,12 +173,24 @@ static void ffn_block(kvq_ctx *c, int il, int n) {
     add_into(c->x, c->h, (size_t)n * in->n_embd);
 }
 
-/* Final norm and output projection of rows [first, n) of the batch. */
-static void output_logits(kvq_ctx *c, int first, int n, float *logits) {
+/* Final norm and output projection of rows [first, n) of the batch.
+ * The weights were checked finite at load, but activations can still
+ * overflow: a non-finite logit is an error here, not a NaN perplexity or
+ * a garbage token later (a check of n_vocab values per row, next to the
+ * n_vocab x n_embd product that made them). */
+static kvq_status output_logits(kvq_ctx *c, int pos, int first, int n, float *logits, kvq_error *err) {
     const kvq_model_info *in = &c->m->info;
     const size_t E = (size_t)in->n_embd;
     rmsnorm_rows(c->x + first * E, c->m->output_norm, c->h, n - first, in->n_embd, in->rms_eps);
     matmul(c, &c->m->output, c->h, n - first, logits);
+    const size_t count = (size_t)(n - first) * (size_t)in->n_vocab;
+    uint32_t any = 0;
+    for (size_t i = 0; i < count; i++) any |= (uint32_t)((kvq_f32_bits(logits[i]) & 0x7f800000u) == 0x7f800000u);
+    for (size_t i = 0; any && i < count; i++)
+        if (!isfinite(logits[i]))
+            return kvq_fail(err, KVQ_ERR_FORMAT, "eval: non-finite logit (%s) at position %d: the model's activations "
+                            "overflow", isnan(logits[i]) ? "nan" : "inf", pos + first + (int)(i / (size_t)in->n_vocab));
+    return KVQ_OK;
 }
 
 kvq_status kvq_ctx_eval_rows(kvq_ctx *c, const int32_t *tokens, int n, int pos, int first_row, float *logits,
@@ -201,8 +213,7 @@ kvq_status kvq_ctx_eval_rows(kvq_ctx *c, const int32_t *tokens, int n, int pos, 
         if (st) return st;
         ffn_block(c, il, n);
     }
-    if (logits) output_logits(c, first_row, n, logits);
-    return KVQ_OK;
+    return logits ? output_logits(c, pos, first_row, n, logits, err) : KVQ_OK;
 }
 
 kvq_status kvq_ctx_eval(kvq_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool last_only,

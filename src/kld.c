@@ -15,6 +15,20 @@ static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+static float get_f32(const uint16_t *rec) { return kvq_bits_f32((uint32_t)rec[0] | (uint32_t)rec[1] << 16); }
+
+/* A record as the encoder writes it: scale = (max - min)/65535 with min at
+ * most LOGPROB_RANGE below max, min_log_prob finite, and its largest
+ * log-prob (min_log_prob + 65535 * scale = -log sum exp(l - max)) at most
+ * 0 but for float rounding.  Anything else gives NaN or a log-prob above
+ * 0 in the comparison: a wrong number, so a format error. */
+static bool record_is_valid(const uint16_t *rec) {
+    const float scale = get_f32(rec), min_lp = get_f32(rec + 2);
+    if (!isfinite(scale) || !isfinite(min_lp)) return false;
+    if (scale < 0.0f || scale > (LOGPROB_RANGE + 0.01f) / 65535.0f) return false;
+    return (double)min_lp + 65535.0 * (double)scale <= 1e-3;
+}
+
 /* Check the header against the file size: every count must fit exactly. */
 static kvq_status parse(const char *path, const uint8_t *p, size_t len, kvq_kld_base *b, kvq_error *err) {
     if (len < HEADER_BYTES || memcmp(p, MAGIC, 8) != 0)
@@ -44,6 +58,22 @@ static kvq_status parse(const char *path, const uint8_t *p, size_t len, kvq_kld_
         if (b->tokens[i] < 0 || b->tokens[i] >= b->n_vocab)
             return kvq_fail(err, KVQ_ERR_FORMAT, "kld base '%s': token %d at %llu is outside the vocabulary", path,
                             (int)b->tokens[i], (unsigned long long)i);
+    for (size_t pos = 0; pos < b->n_pos; pos++)
+        if (!record_is_valid(b->records + pos * b->record_len))
+            return kvq_fail(err, KVQ_ERR_FORMAT, "kld base '%s': record %zu (chunk %zu) has an impossible scale %g "
+                            "or minimum log-prob %g: the file is corrupt", path, pos,
+                            pos / (size_t)kvq_kld_scored_per_chunk((int)b->n_ctx), (double)get_f32(b->records +
+                            pos * b->record_len), (double)get_f32(b->records + pos * b->record_len + 2));
+    return KVQ_OK;
+}
+
+kvq_status kvq_kld_base_parse(const void *data, size_t len, const char *name, kvq_kld_base **out, kvq_error *err) {
+    if (!out || !name || (!data && len)) return kvq_fail(err, KVQ_ERR_ARG, "kvq_kld_base_parse: NULL argument");
+    *out = NULL;
+    kvq_kld_base *b = calloc(1, sizeof *b);
+    kvq_status st = b ? parse(name, data, len, b, err) : kvq_fail(err, KVQ_ERR_NOMEM, "kld base: out of memory");
+    if (st) { kvq_kld_base_free(b); return st; }
+    *out = b;
     return KVQ_OK;
 }
 
@@ -55,12 +85,9 @@ kvq_status kvq_kld_base_read(const char *path, kvq_kld_base **out, kvq_error *er
     kvq_status st = kvq_read_file(path, "kld base", KVQ_BASE_FILE_CAP, &text, &len, err);
     uint8_t *buf = (uint8_t *)text;
     if (st) return st;
-    kvq_kld_base *b = calloc(1, sizeof *b);
-    st = b ? parse(path, buf, len, b, err) : kvq_fail(err, KVQ_ERR_NOMEM, "kld base: out of memory");
+    st = kvq_kld_base_parse(buf, len, path, out, err);
     free(buf);
-    if (st) { kvq_kld_base_free(b); return st; }
-    *out = b;
-    return KVQ_OK;
+    return st;
 }
 
 void kvq_kld_base_free(kvq_kld_base *b) {
@@ -82,7 +109,6 @@ static void put_f32(uint16_t *rec, float v) {
     rec[1] = (uint16_t)(u >> 16);
 }
 
-static float get_f32(const uint16_t *rec) { return kvq_bits_f32((uint32_t)rec[0] | (uint32_t)rec[1] << 16); }
 
 void kvq_kld_encode(const float *logits, int n_vocab, uint16_t *rec) {
     float max_l = logits[0], min_l = logits[0];

@@ -29,6 +29,10 @@ static inline size_t kvq_kld_record_len(int n_vocab) { return 4 + 2 * (((size_t)
 #define KVQ_BASE_FILE_CAP ((size_t)64 << 30)
 
 kvq_status kvq_kld_base_read(const char *path, kvq_kld_base **out, kvq_error *err);
+/* The same over len bytes in memory (name is used in messages): sizes
+ * must match the header exactly, tokens lie in the vocabulary and every
+ * record's scale and minimum are what an encoder can write. */
+kvq_status kvq_kld_base_parse(const void *data, size_t len, const char *name, kvq_kld_base **out, kvq_error *err);
 void kvq_kld_base_free(kvq_kld_base *b);
 const uint16_t *kvq_kld_base_record(const kvq_kld_base *b, size_t pos);
 

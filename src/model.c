@@ -4,6 +4,9 @@
  *
  * Everything that can be wrong with a file is found here, once, with an
  * error naming the key or tensor; the forward pass then trusts the model.
+ * That includes the values: a NaN or inf weight or block scale, or a
+ * block_count that disagrees with the tensors, is refused here
+ * (src/model_check.c) rather than giving a NaN perplexity later.
  */
 #include "model.h"
 #include "tokenizer.h"
@@ -184,7 +187,7 @@ static kvq_status load_matrix(const gguf_file *f, const char *name, int64_t cols
     w->row_bytes = kvq_row_bytes(t->type, cols);
     if (w->row_bytes * (size_t)rows > t->nbytes)
         return kvq_fail(err, KVQ_ERR_FORMAT, "model: tensor '%s' data is shorter than its shape", name);
-    return KVQ_OK;
+    return kvq_check_finite(name, t->type, t->data, cols, rows, err);
 }
 
 /* A vector (norm weight, bias) converted to f32; the model owns it. */
@@ -194,6 +197,7 @@ static kvq_status load_vector(const gguf_file *f, const char *name, int64_t n, f
     if ((st = find_tensor(f, name, &t, err)) || (st = check_shape(t, name, n, 1, err))) return st;
     if (kvq_row_bytes(t->type, n) > t->nbytes || !kvq_type_get(t->type)->dequantize)
         return kvq_fail(err, KVQ_ERR_FORMAT, "model: tensor '%s' cannot be read as %lld values", name, (long long)n);
+    if ((st = kvq_check_finite(name, t->type, t->data, n, 1, err))) return st;
     *out = malloc((size_t)n * sizeof(float));
     if (!*out) return kvq_fail(err, KVQ_ERR_NOMEM, "model: out of memory for '%s'", name);
     kvq_dequantize_row(t->type, t->data, *out, n);
@@ -247,6 +251,7 @@ static kvq_status load_tensors(const gguf_file *f, const arch_desc *a, kvq_model
     } else {
         m->output = m->tok_embd;  /* tied embeddings */
     }
+    if ((st = kvq_check_block_count(f, a->name, in->n_layer, err))) return st;
     m->layers = calloc((size_t)in->n_layer, sizeof *m->layers);
     if (!m->layers) return kvq_fail(err, KVQ_ERR_NOMEM, "model: out of memory for %d layers", in->n_layer);
     for (int il = 0; il < in->n_layer; il++)

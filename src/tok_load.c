@@ -2,6 +2,8 @@
  * llama.cpp's defaults where a key is absent. */
 #include "tok_internal.h"
 
+#include <math.h>
+
 static kvq_status tok_kind_from_gguf(const gguf_file *f, kvq_tok_kind *kind, kvq_error *err) {
     gguf_str model;
     if (!gguf_get_str(f, "tokenizer.ggml.model", &model))
@@ -29,25 +31,61 @@ static kvq_status tok_pre_from_gguf(const gguf_file *f, kvq_tok_pre *pre, kvq_er
                     (int)KVQ_MIN(s.len, 64), s.ptr);
 }
 
-/* An id key: absent keeps the default, a value outside the vocabulary
- * (GGUF writes 0xFFFFFFFF for "none") means none. */
-static void tok_id_from_gguf(const gguf_file *f, const char *key, int32_t n_vocab, int32_t *id) {
-    uint32_t v;
-    if (gguf_get_u32(f, key, &v)) *id = v < (uint32_t)n_vocab ? (int32_t)v : -1;
+/* The special-token id keys (tokenizer.ggml.bos_token_id, eos_, unk_,
+ * padding_, and every other "*_token_id": sep, cls, mask, eot, fim...).
+ * Absent keeps the default; -1 or 0xFFFFFFFF (llama.cpp's "no token",
+ * LLAMA_TOKEN_NULL) means none; any other value outside the vocabulary is
+ * an error naming the key.  (llama.cpp warns and falls back to its
+ * default id there; kvq refuses, since either reading of such a file is
+ * a guess: docs/engine.md.) */
+static kvq_status tok_id_from_kv(const gguf_file *f, const gguf_kv *kv, int32_t n_vocab, int32_t *id,
+                                 kvq_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%.*s", (int)KVQ_MIN(kv->key.len, sizeof key - 1), kv->key.ptr);
+    int64_t v;
+    if (!gguf_get_i64(f, key, &v))
+        return kvq_fail(err, KVQ_ERR_FORMAT, "tokenizer: '%s' is not an integer", key);
+    if (v == -1 || v == 0xFFFFFFFFll) { *id = -1; return KVQ_OK; }
+    if (v < 0 || v >= n_vocab)
+        return kvq_fail(err, KVQ_ERR_FORMAT, "tokenizer: '%s' = %lld is outside the vocabulary of %d tokens", key,
+                        (long long)v, (int)n_vocab);
+    *id = (int32_t)v;
+    return KVQ_OK;
 }
 
-static void tok_flags_from_gguf(const gguf_file *f, kvq_tokenizer_desc *d) {
+static bool str_ends_with(gguf_str s, const char *suffix) {
+    const size_t n = strlen(suffix);
+    return s.len >= n && !memcmp(s.ptr + s.len - n, suffix, n);
+}
+
+static kvq_status tok_ids_from_gguf(const gguf_file *f, kvq_tokenizer_desc *d, kvq_error *err) {
+    static const char PREFIX[] = "tokenizer.ggml.";
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        const gguf_kv *kv = &f->kvs[i];
+        if (kv->key.len < sizeof PREFIX || memcmp(kv->key.ptr, PREFIX, sizeof PREFIX - 1) != 0 ||
+            !str_ends_with(kv->key, "_token_id"))
+            continue;
+        int32_t id = -1;
+        kvq_status st = tok_id_from_kv(f, kv, d->n_vocab, &id, err);
+        if (st) return st;
+        const gguf_str name = { kv->key.ptr + sizeof PREFIX - 1, kv->key.len - (sizeof PREFIX - 1) };
+        if (gguf_str_eq(name, "bos_token_id")) d->bos = id;
+        else if (gguf_str_eq(name, "eos_token_id")) d->eos = id;
+        else if (gguf_str_eq(name, "unknown_token_id")) d->unk = id;
+        else if (gguf_str_eq(name, "padding_token_id")) d->pad = id;
+    }
+    return KVQ_OK;
+}
+
+static kvq_status tok_flags_from_gguf(const gguf_file *f, kvq_tokenizer_desc *d, kvq_error *err) {
     if (d->kind == KVQ_TOK_SPM) { d->unk = 0; d->bos = 1; d->eos = 2; }   /* llama.cpp's SPM defaults */
-    tok_id_from_gguf(f, "tokenizer.ggml.bos_token_id", d->n_vocab, &d->bos);
-    tok_id_from_gguf(f, "tokenizer.ggml.eos_token_id", d->n_vocab, &d->eos);
-    tok_id_from_gguf(f, "tokenizer.ggml.unknown_token_id", d->n_vocab, &d->unk);
-    tok_id_from_gguf(f, "tokenizer.ggml.padding_token_id", d->n_vocab, &d->pad);
-    gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &d->add_bos);
-    gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &d->add_eos);
-    gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &d->add_space_prefix);
     if (d->bos >= d->n_vocab) d->bos = -1;           /* defaults past a tiny vocabulary */
     if (d->eos >= d->n_vocab) d->eos = -1;
     if (d->unk >= d->n_vocab) d->unk = -1;
+    gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &d->add_bos);
+    gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &d->add_eos);
+    gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &d->add_space_prefix);
+    return tok_ids_from_gguf(f, d, err);
 }
 
 /* An optional per-token array must have one value per token. */
@@ -78,6 +116,10 @@ kvq_status kvq_tokenizer_load(const gguf_file *f, kvq_tokenizer **out, kvq_error
     if (st == KVQ_OK) {
         st = gguf_get_f32_array(f, "tokenizer.ggml.scores", &scores, &n_scores, err);
         st = tok_check_count(st, "tokenizer.ggml.scores", n_scores, n_tok, err);
+        for (uint64_t i = 0; st == KVQ_OK && scores && i < n_scores; i++)
+            if (isnan(scores[i]))   /* merges are ordered by score: NaN would order them at random */
+                st = kvq_fail(err, KVQ_ERR_FORMAT, "tokenizer.ggml.scores[%llu] is not a number",
+                              (unsigned long long)i);
     }
     if (st == KVQ_OK) {
         st = gguf_get_i32_array(f, "tokenizer.ggml.token_type", &types, &n_types, err);
@@ -95,8 +137,8 @@ kvq_status kvq_tokenizer_load(const gguf_file *f, kvq_tokenizer **out, kvq_error
         d.token_types = types;
         d.n_merges = (int32_t)n_merges;
         d.merges = merges;
-        tok_flags_from_gguf(f, &d);
-        st = kvq_tokenizer_create(&d, out, err);
+        st = tok_flags_from_gguf(f, &d, err);
+        if (st == KVQ_OK) st = kvq_tokenizer_create(&d, out, err);
     }
     free(tokens);
     free(merges);

@@ -1,6 +1,7 @@
 /* main.c - the kvq command-line tool: dispatch to one subcommand. */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,7 +33,22 @@ static void usage(FILE *f) {
     fprintf(f, "\n'kvq COMMAND --help' describes each command's options.\n");
 }
 
-int main(int argc, char **argv) {
+/* Every command's results go to stdout: a write that failed (a full disk,
+ * /dev/full, a closed pipe's EIO) must fail the command, or a script
+ * reading the output gets a truncated table with exit status 0.  The
+ * error flag of stdout is sticky, so one check at exit sees any failed
+ * write; a command that already failed keeps its own single error line. */
+static int finish(int rc) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        if (rc == 0)
+            fprintf(stderr, "kvq: error: writing standard output: %s\n", errno ? strerror(errno) : "write error");
+        return rc ? rc : 1;
+    }
+    return rc;
+}
+
+static int dispatch(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 1; }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
@@ -44,3 +60,5 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kvq: error: unknown command '%s' (try 'kvq --help')\n", argv[1]);
     return 1;
 }
+
+int main(int argc, char **argv) { return finish(dispatch(argc, argv)); }
