@@ -6,7 +6,8 @@
  *                suite's writer, tests/gguf_writer.h);
  *   base_llama/  llama.cpp KLD bases and base_kvq/ kvq exact bases of a
  *                few sizes (the library's own writers);
- *   tokenizer/   vocabulary + text inputs in fuzz_tokenizer.c's layout.
+ *   tokenizer/   vocabulary + text inputs in fuzz_tokenizer.c's layout;
+ *   state/       cache state files of fuzz_state.c's caches (state_caches.h).
  * Files found by the fuzzer (regress-*) are kept beside them by hand.
  *
  *   make fuzz-corpus     (builds this against build/libkvq.a and runs it
@@ -15,6 +16,7 @@
 #include "model_writer.h"
 #include "base_kvq.h"
 #include "kld.h"
+#include "state_caches.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -113,6 +115,34 @@ static int write_tokenizer_seeds(const char *root) {
     return fails;
 }
 
+/* Each cache of state_caches.h filled with 0, 37 and 260 positions. */
+static int write_states(const char *root) {
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/state", root);
+    mkdir(dir, 0755);
+    static float k[64 * 64], v[64 * 64];
+    for (int i = 0; i < 64 * 64; i++) { k[i] = sinf(0.37f * (float)i); v[i] = cosf(0.11f * (float)i); }
+    static int32_t toks[300];
+    int fails = 0;
+    static const int lengths[] = { 0, 37, 140 };
+    for (int c = 0; c < STATE_CACHES; c++)
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+            kvq_cache *cache = state_cache_make(c);
+            bool ok = cache != NULL;
+            for (int l = 0; ok && l < 1; l++)
+                for (int p = 0; ok && p < lengths[li]; p += 64) {
+                    const int n = lengths[li] - p < 64 ? lengths[li] - p : 64;
+                    ok = kvq_cache_write(cache, l, p, n, k, v, NULL) == KVQ_OK;
+                }
+            const kvq_state_tag tag = { 0, toks, lengths[li] };
+            snprintf(path, sizeof path, "%s/cache%d_n%d.kvqs", dir, c, lengths[li]);
+            ok = ok && kvq_cache_save(cache, path, &tag, NULL) == KVQ_OK;
+            kvq_cache_free(cache);
+            fails += !ok;
+        }
+    return fails;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
@@ -121,7 +151,7 @@ int main(int argc, char **argv) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/gguf", argv[1]);
     mkdir(dir, 0755);
-    int fails = write_bases(argv[1]) + write_tokenizer_seeds(argv[1]);
+    int fails = write_bases(argv[1]) + write_tokenizer_seeds(argv[1]) + write_states(argv[1]);
 
     gw_model m = gw_model_default();
     fails += write_seed(dir, "baseline_v3.gguf", &m);
