@@ -445,15 +445,22 @@ TEST(drift_cli_sweep_columns_and_errors) {
         SKIP("../shared/models/austen-qwen3-h128-4k-q8_0.gguf not found");
     char text[1024], dir[256], cmd[4096], path[512];
     if (!test_shared_path(text, sizeof text, "text/austen-northanger-40k.txt")) SKIP("../shared/text not found");
+    char prompts[256];
     snprintf(dir, sizeof dir, "/tmp/kvq_test_drift_sweep_%d", (int)getpid());
+    snprintf(prompts, sizeof prompts, "/tmp/kvq_test_drift_sweep_prompts_%d.txt", (int)getpid());
+    FILE *f = fopen(prompts, "w");
+    CHECK(f, "cannot write %s", prompts);
+    for (int i = 0; i < 3; i++) fprintf(f, "%s\n", PROMPTS[i]);
+    fclose(f);
     static char out[16384], md[16384];
-    snprintf(cmd, sizeof cmd, "%s sweep -m %s -f %s -c 256 --chunks 1 --types f32,q2_0,q8_0 --pairs q8_0/q4_0 "
-             "--rot on --tails 0 --drift 40 --rank first_div -t 1 -o %s", bin, model, text, dir);
+    snprintf(cmd, sizeof cmd, "%s sweep -m %s -f %s -c 256 --chunks 1 --types f32,q2_0,q8_0 --pairs none --rot on "
+             "--tails 0 --drift 40 --drift-prompts %s --rank first_div -t 1 -o %s", bin, model, text, prompts, dir);
     int rc = test_run(cmd, out, sizeof out);
     snprintf(path, sizeof path, "%s/table.md", dir);
     const bool have_md = read_file(path, md, sizeof md);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     test_run(cmd, NULL, 0);
+    remove(prompts);
     CHECK(rc == 0, "sweep --drift exited %d: %.1500s", rc, out);
     CHECK(have_md && strstr(md, "| first divergence | drift KLD |"), "no drift columns in table.md: %.800s", md);
     CHECK(strstr(md, "| f32/f32 |") && strstr(strstr(md, "| f32/f32 |"), "| never | 0 |"),
