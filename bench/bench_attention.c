@@ -88,7 +88,7 @@ static double time_decode(kvq_cache *c, int n_ctx, const float *q, float *out, k
                           kvq_attend_pass pass, const attn_block_kernels *block) {
     const int n_head = BENCH_HEADS_KV * BENCH_GQA;
     const float scale = 1.0f / sqrtf((float)BENCH_HEAD_DIM);
-    const kvq_attend_loop loop = { pass, block };
+    const kvq_attend_loop loop = { pass, block, false };
     double (*clock)(void) = pool ? bench_now : bench_cpu_now;
     double times[50], spent = 0.0;
     int reps = 0;

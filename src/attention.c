@@ -42,6 +42,8 @@ enum {
     KEY_CHUNK = ATTN_BLOCK_KEYS, /* keys scored before one softmax update      */
     MIN_SPLIT_KEYS = 256,  /* a key range shorter than this is not worth a task */
     TASKS_PER_THREAD = 4,  /* enough tasks for dynamic balancing             */
+    GROUP_VECTORS = 8,     /* query vectors (rows x GQA heads) a prefill group scores at once */
+    ATTN_GROUP_ROWS = 8,   /* most rows of a group                          */
     SPLIT_TASKS = 16,      /* (KV head x row x key range) tasks wanted when rows are few */
 };
 
@@ -68,8 +70,16 @@ typedef struct attn_job {
     attn_source k[KVQ_PART_COUNT], v[KVQ_PART_COUNT]; /* indexed by kvq_cache_part */
     bool cut_at_tiles;                /* a tile side: runs never cross a tile */
     const float *q;                   /* rotated: [n][n_head][q_stride]     */
+    /* the same rounded to int16 per block (attn_block_round_query) when K's
+     * body rows are scored by integer kernels, else NULL: codes
+     * [n][n_head][q_stride], scales and code sums [n][n_head][q_stride/32];
+     * q_hat (per-key pass with round_query): their values as floats */
+    const int16_t *qi;
+    const float *qi_scale, *q_hat;
+    const int32_t *qi_sum;
     int q_stride, acc_stride, head_dim_v;
     int rows_per_chunk, n_chunks, n_splits, split_len;
+    int group_rows;                   /* query rows processed together (attend_group) */
     float *scratch;                   /* per thread: scratch_floats each    */
     size_t scratch_floats;
     float *partial;                   /* [n_splits][n][n_head][acc_stride+2] */
@@ -77,7 +87,8 @@ typedef struct attn_job {
     const attn_block_kernels *blk;    /* the chunked pass; NULL: per key (reference) */
 } attn_job;
 
-/* Online-softmax state of the `group` query heads of one row. */
+/* Online-softmax state of the query vectors of one row's `group` heads, or
+ * of a group of rows ([row][head]). */
 typedef struct row_state {
     float *acc;     /* [group][acc_stride]  sum of weight * V  */
     float *m;       /* [group]              running max score  */
@@ -86,6 +97,12 @@ typedef struct row_state {
     float *k_tile;  /* chunked pass: [KEY_CHUNK][q_stride]   K rows as f32 */
     float *v_tile;  /* chunked pass: [KEY_CHUNK][acc_stride] V rows as f32 */
     float *zero;    /* chunked pass: [acc_stride] zeros */
+    /* chunked pass: a group of rows' query vectors side by side
+     * (attend_group): [group_rows * group][q_stride] floats, int16 codes,
+     * [..][q_stride/32] scales and sums */
+    float *q_group, *qi_scale_group;
+    int32_t *qi_sum_group;
+    int16_t *qi_group;
 } row_state;
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -138,20 +155,24 @@ static void softmax_update(const attn_job *jb, row_state *st, int j, int n_keys,
  * st->w[j*KEY_CHUNK + t].  Tile bodies: their format's hook.  Chunked:
  * the K rows unpacked once into a tile, every head scored from it
  * (attn_block.h); reference: dot per key and head. */
-static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, int c0, int nk, const float *q,
-                       row_state *st) {
-    const int G = jb->group;
+static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, int c0, int nk, const attn_query *aq,
+                       const float *q_hat, int G, row_state *st) {
+    const float *q = aq->q;
     if (ks->tiles) {
         ks->tiles->tile_ops->score(ks->tiles, kv_head, c0, nk, q, G, jb->q_stride, jb->scale, st->w, KEY_CHUNK);
         return;
     }
+    const bool body = ks == &jb->k[KVQ_PART_BODY];
     if (jb->blk) {
         const uint8_t *rows[KEY_CHUNK];
         for (int t = 0; t < nk; t++) rows[t] = source_row(ks, kv_head, c0 + t);
         const attn_block_rows k = { ks->tr, ks->f32, ks->len, st->k_tile, NULL };
-        attn_block_scores(jb->blk, &k, rows, nk, q, G, jb->q_stride, jb->scale, st->w, KEY_CHUNK);
+        attn_query bq = *aq;
+        if (!body) bq.qi = NULL;          /* exact rows: the float query */
+        attn_block_scores(jb->blk, &k, rows, nk, &bq, G, jb->scale, st->w, KEY_CHUNK);
         return;
     }
+    if (body && q_hat) q = q_hat;          /* the reference of the integer kernels */
     for (int t = 0; t < nk; t++) {
         const uint8_t *krow = source_row(ks, kv_head, c0 + t);
         for (int j = 0; j < G; j++)
@@ -163,9 +184,8 @@ static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, i
  * format's hook.  Chunked: V rows unpacked once, added into all heads'
  * accumulators in one pass; reference: axpy per key and head of nonzero
  * weight. */
-static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_head, int c0, int nk,
+static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_head, int c0, int nk, int G,
                               row_state *st) {
-    const int G = jb->group;
     if (vs->tiles) {
         vs->tiles->tile_ops->accumulate(vs->tiles, kv_head, c0, nk, st->w, G, KEY_CHUNK, st->acc, jb->acc_stride);
         return;
@@ -186,17 +206,17 @@ static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_
     }
 }
 
-/* Keys [p0, p1), K from one copy and V from one copy, against the group's
- * query heads q.  With a tile side, runs of keys stop at tile ends. */
+/* Keys [p0, p1), K from one copy and V from one copy, against the nq
+ * query vectors q (the GQA heads of one row, or of a group of rows).  With
+ * a tile side, runs of keys stop at tile ends. */
 static void attend_keys(const attn_job *jb, const attn_source *ks, const attn_source *vs, int kv_head, int p0,
-                        int p1, const float *q, row_state *st) {
-    const int G = jb->group;
+                        int p1, const attn_query *q, const float *q_hat, int nq, row_state *st) {
     for (int c0 = p0; c0 < p1;) {
         int nk = KVQ_MIN(KEY_CHUNK, p1 - c0);
         if (jb->cut_at_tiles) nk = KVQ_MIN(nk, KVQ_KVARN_TILE - c0 % KVQ_KVARN_TILE);
-        score_keys(jb, ks, kv_head, c0, nk, q, st);
-        for (int j = 0; j < G; j++) softmax_update(jb, st, j, nk, jb->acc_stride);
-        accumulate_values(jb, vs, kv_head, c0, nk, st);
+        score_keys(jb, ks, kv_head, c0, nk, q, q_hat, nq, st);
+        for (int j = 0; j < nq; j++) softmax_update(jb, st, j, nk, jb->acc_stride);
+        accumulate_values(jb, vs, kv_head, c0, nk, nq, st);
         c0 += nk;
     }
 }
@@ -218,25 +238,118 @@ static kvq_cache_part part_at(kvq_key_split s, int a) {
                                : KVQ_PART_STAGE;
 }
 
-/* One query row (all heads of one KV head) over the keys of one range.
- * K and V each have their own split into sink, body, ring and stage (their
- * types may differ); the keys are cut at every boundary of either side, so
- * each run reads K from one copy and V from one copy. */
-static void attend_row(const attn_job *jb, int kv_head, int i, int k_lo, int k_hi, row_state *st) {
-    const int G = jb->group;
-    const int qp = jb->pos + i;                      /* the query's position */
-    memset(st->acc, 0, (size_t)G * (size_t)jb->acc_stride * sizeof(float));
-    for (int j = 0; j < G; j++) { st->m[j] = -INFINITY; st->l[j] = 0.0f; }
-    const kvq_key_split sk = kvq_cache_side_split(jb->side_k, qp, jb->stage_pos);
-    const kvq_key_split sv = kvq_cache_side_split(jb->side_v, qp, jb->stage_pos);
-    enum { N_CUTS = 8 };
-    int cuts[N_CUTS] = { 0, sk.sink_end, sk.ring_start, sk.stage_start, sv.sink_end, sv.ring_start, sv.stage_start, qp + 1 };
+/* The cuts of one row's keys: 0, the six inner boundaries of K's and V's
+ * splits (sorted), qp + 1; between two cuts K and V each come from one copy. */
+enum { N_CUTS = 8 };
+static void row_cuts(const kvq_key_split *sk, const kvq_key_split *sv, int qp, int cuts[N_CUTS]) {
+    const int c[N_CUTS] = { 0, sk->sink_end, sk->ring_start, sk->stage_start, sv->sink_end, sv->ring_start,
+                            sv->stage_start, qp + 1 };
+    memcpy(cuts, c, sizeof c);
     for (int a = 1; a < N_CUTS - 1; a++)             /* sort the six inner cuts */
         for (int b = a; b > 1 && cuts[b] < cuts[b - 1]; b--) { int x = cuts[b]; cuts[b] = cuts[b - 1]; cuts[b - 1] = x; }
-    const float *q = jb->q + ((size_t)i * jb->n_head + (size_t)kv_head * G) * jb->q_stride;
+}
+
+/* The query vectors of row i's GQA group (float, rounded, their values). */
+static attn_query row_query(const attn_job *jb, int kv_head, int i, const float **q_hat) {
+    const size_t head0 = (size_t)i * jb->n_head + (size_t)kv_head * jb->group, qb = (size_t)jb->q_stride / 32;
+    const attn_query q = { jb->q + head0 * jb->q_stride, jb->qi ? jb->qi + head0 * jb->q_stride : NULL,
+                           jb->qi ? jb->qi_scale + head0 * qb : NULL, jb->qi ? jb->qi_sum + head0 * qb : NULL,
+                           jb->q_stride };
+    *q_hat = jb->q_hat ? jb->q_hat + head0 * jb->q_stride : NULL;
+    return q;
+}
+
+/* Row r's part of a group's state: its G query vectors. */
+static row_state row_part(const attn_job *jb, const row_state *st, int r) {
+    row_state p = *st;
+    const size_t j0 = (size_t)r * jb->group;
+    p.acc += j0 * jb->acc_stride;
+    p.m += j0;
+    p.l += j0;
+    p.w += j0 * KEY_CHUNK;
+    return p;
+}
+
+/* One query row (all heads of one KV head) over its keys in [lo, hi):
+ * cut at every boundary of either side's split, so each run reads K from
+ * one copy and V from one copy. */
+static void attend_row(const attn_job *jb, int kv_head, int i, int lo, int hi, row_state *st) {
+    const int qp = jb->pos + i;                      /* the query's position */
+    const kvq_key_split sk = kvq_cache_side_split(jb->side_k, qp, jb->stage_pos);
+    const kvq_key_split sv = kvq_cache_side_split(jb->side_v, qp, jb->stage_pos);
+    int cuts[N_CUTS];
+    row_cuts(&sk, &sv, qp, cuts);
+    const float *q_hat;
+    const attn_query q = row_query(jb, kv_head, i, &q_hat);
     for (int s = 0; s < N_CUTS - 1; s++) {
-        const int a = KVQ_MAX(cuts[s], k_lo), b = KVQ_MIN(cuts[s + 1], k_hi);
-        if (a < b) attend_keys(jb, &jb->k[part_at(sk, a)], &jb->v[part_at(sv, a)], kv_head, a, b, q, st);
+        const int a = KVQ_MAX(cuts[s], lo), b = KVQ_MIN(cuts[s + 1], hi);
+        if (a < b) attend_keys(jb, &jb->k[part_at(sk, a)], &jb->v[part_at(sv, a)], kv_head, a, b, &q, q_hat,
+                               jb->group, st);
+    }
+}
+
+/* The group's query vectors side by side ([r][g], as its state), gathered
+ * once: the kernels take vectors at one stride. */
+static attn_query group_query(const attn_job *jb, int kv_head, int i0, int R, const row_state *st) {
+    const size_t G = (size_t)jb->group, qs = (size_t)jb->q_stride, qb = qs / 32;
+    attn_query g = { st->q_group, jb->qi ? st->qi_group : NULL, jb->qi ? st->qi_scale_group : NULL,
+                     jb->qi ? st->qi_sum_group : NULL, jb->q_stride };
+    for (int r = 0; r < R; r++) {
+        const float *unused;
+        const attn_query q = row_query(jb, kv_head, i0 + r, &unused);
+        memcpy(st->q_group + r * G * qs, q.q, G * qs * sizeof(float));
+        if (!jb->qi) continue;
+        memcpy(st->qi_group + r * G * qs, q.qi, G * qs * sizeof(int16_t));
+        memcpy(st->qi_scale_group + r * G * qb, q.scale, G * qb * sizeof(float));
+        memcpy(st->qi_sum_group + r * G * qb, q.sum, G * qb * sizeof(int32_t));
+    }
+    return g;
+}
+
+/* R consecutive query rows i0.. (all heads of one KV head) over the keys
+ * of one range.  The keys every row sees (up to the first row's position)
+ * are processed once for all R x G query vectors wherever all rows read
+ * them from the same copies: a chunk's K and V rows are decoded once per
+ * group, not once per row.  Where the rows' splits differ (the few keys at
+ * each moving boundary, R - 1 wide) and past the first row's position,
+ * each row goes on alone.  R = 1 is the plain per-row pass. */
+static void attend_group(const attn_job *jb, int kv_head, int i0, int R, int k_lo, int k_hi, row_state *st) {
+    const int G = jb->group, nq = R * G;
+    memset(st->acc, 0, (size_t)nq * (size_t)jb->acc_stride * sizeof(float));
+    for (int j = 0; j < nq; j++) { st->m[j] = -INFINITY; st->l[j] = 0.0f; }
+    if (R == 1) { attend_row(jb, kv_head, i0, k_lo, k_hi, st); return; }
+    const int qp0 = jb->pos + i0, shared_hi = KVQ_MIN(k_hi, qp0 + 1);
+    kvq_key_split sk[ATTN_GROUP_ROWS], sv[ATTN_GROUP_ROWS];
+    int cuts[ATTN_GROUP_ROWS * N_CUTS + 2], n_cuts = 0;
+    for (int r = 0; r < R; r++) {
+        sk[r] = kvq_cache_side_split(jb->side_k, qp0 + r, jb->stage_pos);
+        sv[r] = kvq_cache_side_split(jb->side_v, qp0 + r, jb->stage_pos);
+        row_cuts(&sk[r], &sv[r], qp0 + r, cuts + n_cuts);
+        n_cuts += N_CUTS;
+    }
+    cuts[n_cuts++] = k_lo;
+    cuts[n_cuts++] = shared_hi;
+    for (int a = 1; a < n_cuts; a++)                 /* sort all cuts */
+        for (int b = a; b > 0 && cuts[b] < cuts[b - 1]; b--) { int x = cuts[b]; cuts[b] = cuts[b - 1]; cuts[b - 1] = x; }
+    const attn_query gq = group_query(jb, kv_head, i0, R, st);
+    for (int s = 0; s + 1 < n_cuts; s++) {
+        const int a = KVQ_MAX(cuts[s], k_lo), b = KVQ_MIN(cuts[s + 1], shared_hi);
+        if (a >= b) continue;
+        bool same = true;
+        for (int r = 1; r < R; r++)
+            same &= part_at(sk[r], a) == part_at(sk[0], a) && part_at(sv[r], a) == part_at(sv[0], a);
+        if (same) {
+            attend_keys(jb, &jb->k[part_at(sk[0], a)], &jb->v[part_at(sv[0], a)], kv_head, a, b, &gq, NULL, nq, st);
+            continue;
+        }
+        for (int r = 0; r < R; r++) {
+            row_state p = row_part(jb, st, r);
+            attend_row(jb, kv_head, i0 + r, a, b, &p);
+        }
+    }
+    for (int r = 1; r < R; r++) {                    /* the keys only the later rows see */
+        row_state p = row_part(jb, st, r);
+        attend_row(jb, kv_head, i0 + r, KVQ_MAX(k_lo, qp0 + 1), k_hi, &p);
     }
 }
 
@@ -246,36 +359,44 @@ static void attn_task(void *ctx, int task, int thread) {
     const int chunk = (task / jb->n_splits) % jb->n_chunks;
     const int kv_head = task / jb->n_splits / jb->n_chunks;
     const int G = jb->group;
+    const size_t nq = (size_t)jb->group_rows * G;
     float *s = jb->scratch + (size_t)thread * jb->scratch_floats;
     row_state st;
+    memset(&st, 0, sizeof st);
     st.acc = s;
-    st.m = st.acc + (size_t)G * jb->acc_stride;
-    st.l = st.m + G;
-    st.w = st.l + G;
-    st.k_tile = st.v_tile = st.zero = NULL;
-    if (jb->blk) {                                         /* the chunked pass's tiles */
-        st.k_tile = st.w + (size_t)G * KEY_CHUNK;
+    st.m = st.acc + nq * jb->acc_stride;
+    st.l = st.m + nq;
+    st.w = st.l + nq;
+    if (jb->blk) {                                         /* the chunked pass's tiles, the group's queries */
+        st.k_tile = st.w + nq * KEY_CHUNK;
         st.v_tile = st.k_tile + (size_t)KEY_CHUNK * jb->q_stride;
         st.zero = st.v_tile + (size_t)KEY_CHUNK * jb->acc_stride;
         memset(st.zero, 0, (size_t)jb->acc_stride * sizeof(float));
+        st.q_group = st.zero + jb->acc_stride;
+        st.qi_scale_group = st.q_group + nq * jb->q_stride;
+        st.qi_sum_group = (int32_t *)(void *)(st.qi_scale_group + nq * (size_t)jb->q_stride / 32);
+        st.qi_group = (int16_t *)(void *)(st.qi_sum_group + nq * (size_t)jb->q_stride / 32);
     }
     const int k_lo = split * jb->split_len, k_hi = k_lo + jb->split_len;
     const int r1 = KVQ_MIN(jb->n, (chunk + 1) * jb->rows_per_chunk);
     const size_t part_floats = (size_t)jb->acc_stride + 2;
-    for (int i = chunk * jb->rows_per_chunk; i < r1; i++) {
-        attend_row(jb, kv_head, i, k_lo, k_hi, &st);
-        for (int j = 0; j < G; j++) {
-            const size_t head = (size_t)kv_head * G + (size_t)j;
-            float *acc = st.acc + (size_t)j * jb->acc_stride;
-            if (jb->n_splits == 1) {
-                finalize_row(jb, acc, st.l[j], jb->out + ((size_t)i * jb->n_head + head) * jb->head_dim_v);
-                continue;
+    for (int i0 = chunk * jb->rows_per_chunk; i0 < r1; i0 += jb->group_rows) {
+        const int R = KVQ_MIN(jb->group_rows, r1 - i0);
+        attend_group(jb, kv_head, i0, R, k_lo, k_hi, &st);
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < G; j++) {
+                const int i = i0 + r;
+                const size_t head = (size_t)kv_head * G + (size_t)j, sj = (size_t)r * G + (size_t)j;
+                float *acc = st.acc + sj * jb->acc_stride;
+                if (jb->n_splits == 1) {
+                    finalize_row(jb, acc, st.l[sj], jb->out + ((size_t)i * jb->n_head + head) * jb->head_dim_v);
+                    continue;
+                }
+                float *p = jb->partial + (((size_t)split * jb->n + (size_t)i) * jb->n_head + head) * part_floats;
+                memcpy(p, acc, (size_t)jb->acc_stride * sizeof(float));
+                p[jb->acc_stride] = st.m[sj];
+                p[jb->acc_stride + 1] = st.l[sj];
             }
-            float *p = jb->partial + (((size_t)split * jb->n + (size_t)i) * jb->n_head + head) * part_floats;
-            memcpy(p, acc, (size_t)jb->acc_stride * sizeof(float));
-            p[jb->acc_stride] = st.m[j];
-            p[jb->acc_stride + 1] = st.l[j];
-        }
     }
 }
 
@@ -346,8 +467,9 @@ static const attn_block_kernels *choose_pass(const kvq_attend_opts *opts, const 
     return loop && loop->block ? loop->block : attn_block_best();
 }
 
-/* Rows per chunk: about TASKS_PER_THREAD tasks per thread (rows are
- * independent, so this never changes a result).  Key ranges: when (KV
+/* Rows per chunk: about TASKS_PER_THREAD tasks per thread, in whole
+ * groups of rows (rows and groups are independent, so this never changes
+ * a result).  Key ranges: when (KV
  * heads x rows) is small and the context long (decode), the keys are cut
  * into ranges of at least MIN_SPLIT_KEYS so that SPLIT_TASKS tasks exist.
  * The ranges depend on the shapes only, never on the thread count, so the
@@ -356,7 +478,7 @@ static void choose_work(attn_job *jb, int n_head_kv, int n_threads, int forced_s
     const int target = TASKS_PER_THREAD * n_threads;
     const int n_keys = jb->pos + jb->n;
     int chunks = n_threads > 1 ? KVQ_MIN(jb->n, (target + n_head_kv - 1) / n_head_kv) : 1;
-    jb->rows_per_chunk = (jb->n + chunks - 1) / chunks;
+    jb->rows_per_chunk = (int)round_up((jb->n + chunks - 1) / chunks, jb->group_rows);   /* whole groups */
     jb->n_chunks = (jb->n + jb->rows_per_chunk - 1) / jb->rows_per_chunk;
     int splits = 1;
     if (forced_splits > 0) {
@@ -408,6 +530,21 @@ static void rotate_queries(const kvq_cache_side *sk, const float *q, int rows, i
     }
 }
 
+/* Every rotated query row rounded to int16 per block, once per call; mem
+ * holds q_floats/2 floats of codes, then scales and sums. */
+static void round_queries(attn_job *jb, int rows, float *mem) {
+    const size_t qb = (size_t)jb->q_stride / 32, n_blocks = (size_t)rows * qb;
+    int16_t *qi = (int16_t *)(void *)mem;
+    float *scale = mem + (size_t)rows * jb->q_stride / 2;
+    int32_t *sum = (int32_t *)(void *)(scale + n_blocks);
+    for (int r = 0; r < rows; r++)
+        attn_block_round_query(jb->q + (size_t)r * jb->q_stride, jb->q_stride, qi + (size_t)r * jb->q_stride,
+                               scale + (size_t)r * qb, sum + (size_t)r * qb);
+    jb->qi = qi;
+    jb->qi_scale = scale;
+    jb->qi_sum = sum;
+}
+
 kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_head, const float *q,
                                  float scale, float *out, kvq_pool *pool, const kvq_attend_opts *opts,
                                  const kvq_attend_loop *loop, kvq_error *err) {
@@ -436,23 +573,40 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     jb.head_dim_v = v->head_dim;
     jb.out = out;
     const int n_threads = kvq_pool_threads(pool);
+    jb.blk = choose_pass(opts, loop);
+    /* prefill: rows in groups of about GROUP_VECTORS query vectors (a
+     * function of the shapes only: the grouping, and with it every sum's
+     * order, is the same for any thread count) */
+    jb.group_rows = jb.blk ? KVQ_MAX(1, KVQ_MIN(ATTN_GROUP_ROWS, GROUP_VECTORS / jb.group)) : 1;
     choose_work(&jb, c->p.n_head_kv, n_threads, opts ? opts->key_splits : 0);
 
-    jb.blk = choose_pass(opts, loop);
     const size_t q_floats = (size_t)n * n_head * jb.q_stride;
-    jb.scratch_floats = (size_t)jb.group * ((size_t)jb.acc_stride + 2 + KEY_CHUNK);
-    if (jb.blk)   /* K and V tiles and a zero row (attn_task) */
-        jb.scratch_floats += (size_t)KEY_CHUNK * ((size_t)jb.q_stride + jb.acc_stride) + jb.acc_stride;
+    /* the rounded query: for the chunked pass's integer kernels, or as
+     * floats for the per-key pass that reproduces them */
+    const bool int_k = attn_block_int_type(k->type) && jb.q_stride % 32 == 0 && k->layout == KVQ_LAYOUT_ROWS;
+    const bool want_qi = int_k && jb.blk, want_qhat = int_k && !jb.blk && loop && loop->round_query;
+    const size_t qi_floats = want_qi ? q_floats / 2 + 2 * (q_floats / 32) : want_qhat ? q_floats : 0;
+    const size_t nq = (size_t)jb.group_rows * jb.group;
+    jb.scratch_floats = nq * ((size_t)jb.acc_stride + 2 + KEY_CHUNK);
+    if (jb.blk)   /* K and V tiles, a zero row, a group's queries (attn_task) */
+        jb.scratch_floats += (size_t)KEY_CHUNK * ((size_t)jb.q_stride + jb.acc_stride) + jb.acc_stride +
+                             nq * ((size_t)jb.q_stride + 2 * ((size_t)jb.q_stride / 32) + (size_t)jb.q_stride / 2 + 1);
     const size_t part_floats = jb.n_splits > 1 ? (size_t)jb.n_splits * n * n_head * (jb.acc_stride + 2) : 0;
     const size_t merge_floats = jb.n_splits > 1 ? (size_t)jb.acc_stride : 0;
     float *mem = kvq_cache_attend_scratch(c, q_floats + (size_t)n_threads * jb.scratch_floats + part_floats +
-                                                 merge_floats);
+                                                 merge_floats + qi_floats);
     if (!mem) return kvq_fail(err, KVQ_ERR_NOMEM, "attend: out of memory for %d query rows", n);
     float *qr = mem;
     jb.scratch = qr + q_floats;
     jb.partial = jb.scratch + (size_t)n_threads * jb.scratch_floats;
     rotate_queries(k, q, n * n_head, jb.q_stride, qr);
     jb.q = qr;
+    float *qi_mem = jb.partial + part_floats + merge_floats;
+    if (want_qi) round_queries(&jb, n * n_head, qi_mem);
+    if (want_qhat)
+        for (int r = 0; r < n * n_head; r++)
+            attn_block_rounded_values(qr + (size_t)r * jb.q_stride, jb.q_stride, qi_mem + (size_t)r * jb.q_stride);
+    if (want_qhat) jb.q_hat = qi_mem;
 
     kvq_pool_run(pool, attn_task, &jb, c->p.n_head_kv * jb.n_chunks * jb.n_splits);
     if (jb.n_splits > 1) {

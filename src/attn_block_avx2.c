@@ -1,6 +1,7 @@
 /* attn_block_avx2.c - the chunked attention kernels (attn_block.inc) with
- * AVX2 + FMA (8 lanes). */
+ * AVX2 + FMA (8 lanes), and the fused packed-row kernels (attn_codes.inc). */
 #include "attn_block.h"
+#include "attn_codes_x86.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -21,6 +22,10 @@
 #define vpow2(n) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
 #define BLOCK_LEVEL "avx2"
 #define BLOCK_KERNELS g_block_avx2
+#define BLOCK_TILE_KERNELS g_block_avx2_tile
+#define vload_h(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define vload_bf(p) \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
 
 /* Pairwise halves: a fixed order. */
 static inline float vhsum(__m256 v) {
@@ -53,6 +58,31 @@ static inline void vsum_lanes(const __m256 acc[8], float *s) {
     _mm256_storeu_ps(s, _mm256_permute_ps(e, _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
+/* attn_codes.inc's float side (the int8 code primitives: attn_codes_x86.h). */
+#define VPB 4
+static inline void vb_floats(__m256i c, __m256 x[4]) {
+    const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
+    x[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+    x[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+    x[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+    x[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+}
+static inline void vf_s8(const uint8_t *p, __m256 x[4]) {
+    for (int k = 0; k < 4; k++)
+        x[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8 * k))));
+}
+#define vcvt_i32(p) _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define vhalf(p) vload_h(p)
+/* Lanes >= n masked off (not read: no fault past the end). */
+static inline __m256 vload_w(const float *p, int n) {
+    if (n >= 8) return _mm256_loadu_ps(p);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_maskload_ps(p, mask);
+}
+#define FUSED_V_HEADS 2
+#define FUSED_TABLE g_fused_avx2
+
 #include "attn_block.inc"
 
 const attn_block_kernels *attn_block_avx2(void) { return &g_block_avx2; }
+const attn_block_kernels *attn_block_avx2_tile(void) { return &g_block_avx2_tile; }

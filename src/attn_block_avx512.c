@@ -1,7 +1,9 @@
 /* attn_block_avx512.c - the chunked attention kernels (attn_block.inc)
  * with AVX-512 (16 lanes), and the fused packed-row kernels
- * (attn_fused.inc). */
+ * (attn_codes.inc; their int8 code primitives in 256-bit registers,
+ * attn_codes_x86.h). */
 #include "attn_block.h"
+#include "attn_codes_x86.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -24,6 +26,10 @@
 #define vhmax(v) _mm512_reduce_max_ps(v)
 #define BLOCK_LEVEL "avx512"
 #define BLOCK_KERNELS g_block_avx512
+#define BLOCK_TILE_KERNELS g_block_avx512_tile
+#define vload_h(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define vload_bf(p) \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
 
 /* s[i] = sum of the lanes of acc[i] for 16 accumulators: each step adds
  * two halves of every accumulator (256-bit, 128-bit, 64-bit, 32-bit
@@ -47,31 +53,32 @@ static inline void vsum_lanes(const __m512 acc[16], float *s) {
     _mm512_storeu_ps(s, _mm512_permutexvar_ps(order, e));
 }
 
-/* The fused packed-row kernels' primitives (attn_fused.inc); lookups by
- * vpermps, which reads only the low 4 bits of each index. */
+/* attn_codes.inc's float side. */
 #define VPB 2
-#define VI __m512i
-#define vload_u8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
-#define vload_s8(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
-#define vsrl4(x) _mm512_srli_epi32(x, 4)
-#define vcvt(x) _mm512_cvtepi32_ps(x)
-#define VBOOK __m512
-#define vbook(tbl) _mm512_cvtepi32_ps(vload_s8(tbl))
-/* vpermps reads only the index's low 4 bits: one instruction for both
- * the nibble mask and the conversion to float. */
-#define vlookup(book, idx) _mm512_permutexvar_ps(idx, book)
+static inline void vb_floats(__m256i c, __m512 x[2]) {
+    x[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(c)));
+    x[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(c, 1)));
+}
+static inline void vf_s8(const uint8_t *p, __m512 x[2]) {
+    x[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
+    x[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + 16))));
+}
+/* vpermps reads only the low 4 bits of each index: one instruction for
+ * the nibble mask and the conversion (or codebook) to float. */
+#define VF_BOOK 1
+static inline void vf_book(const uint8_t *p, const int8_t *book_codes, __m512 x[2]) {
+    const __m512 book = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)book_codes)));
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    x[0] = _mm512_permutexvar_ps(bytes, book);
+    x[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), book);
+}
+#define vcvt_i32(p) _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(p)))
+#define vhalf(p) vload_h(p)
 #define vload_w(p, n) ((n) >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << ((n) > 0 ? (n) : 0)) - 1u), p))
-#define vhalf(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_avx512
 
 #include "attn_block.inc"
 
 const attn_block_kernels *attn_block_avx512(void) { return &g_block_avx512; }
-
-/* The same kernels without the fused ones: every type through the f32 tile
- * (what AVX-512 ran before them; for measurements and tests). */
-static const attn_block_kernels g_block_avx512_tile = {
-    "avx512-tile", block_scores, block_accumulate, block_max, block_exp_sum, NULL,
-};
 const attn_block_kernels *attn_block_avx512_tile(void) { return &g_block_avx512_tile; }

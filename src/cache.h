@@ -179,6 +179,10 @@ struct attn_block_kernels;
 typedef struct kvq_attend_loop {
     kvq_attend_pass pass;
     const struct attn_block_kernels *block;
+    /* per-key pass: score body rows of the 32-value block types with the
+     * query rounded to int8 per block, as the chunked pass's integer
+     * kernels do (attn_block.h), so that the two can be compared closely */
+    bool round_query;
 } kvq_attend_loop;
 
 /* kvq_cache_attend_opts with the key loop chosen (loop NULL: default). */

@@ -10,19 +10,24 @@ static inline __m256 group_half(const kq_unpacked *u, int g, int h) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c));
 }
 
-static float codes_dot(const kq_unpacked *u, const float *x) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (int g = 0; g < KVQ_QK_K / 16; g++) {
-        const __m256 lo = group_half(u, g, 0), hi = group_half(u, g, 1);
-        const __m256 s = _mm256_set1_ps(u->scale[g]), b = _mm256_set1_ps(u->bias[g]);
-        acc0 = _mm256_fmadd_ps(_mm256_fmadd_ps(lo, s, b), _mm256_loadu_ps(x + 16 * g), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, s, b), _mm256_loadu_ps(x + 16 * g + 8), acc1);
-    }
-    const __m256 acc = _mm256_add_ps(acc0, acc1);
+typedef struct kq_acc { __m256 a0, a1; } kq_acc;
+static inline kq_acc kq_acc_zero(void) { return (kq_acc){ _mm256_setzero_ps(), _mm256_setzero_ps() }; }
+static inline float kq_acc_sum(kq_acc a) {
+    const __m256 acc = _mm256_add_ps(a.a0, a.a1);
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     r = _mm_add_ss(r, _mm_movehdup_ps(r));
     return _mm_cvtss_f32(r);
+}
+
+static inline kq_acc codes_dot_acc(const kq_unpacked *u, const float *x, kq_acc a) {
+    for (int g = 0; g < KVQ_QK_K / 16; g++) {
+        const __m256 lo = group_half(u, g, 0), hi = group_half(u, g, 1);
+        const __m256 s = _mm256_set1_ps(u->scale[g]), b = _mm256_set1_ps(u->bias[g]);
+        a.a0 = _mm256_fmadd_ps(_mm256_fmadd_ps(lo, s, b), _mm256_loadu_ps(x + 16 * g), a.a0);
+        a.a1 = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, s, b), _mm256_loadu_ps(x + 16 * g + 8), a.a1);
+    }
+    return a;
 }
 
 /* scale*code then + bias as two roundings, like the scalar reference. */

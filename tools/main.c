@@ -24,6 +24,7 @@ static const command g_commands[] = {
     { "turbo-bench", cmd_turbo_bench, "NMSE and speed of the TurboQuant types on Gaussian vectors" },
     { "turbo-train", cmd_turbo_train, "train the turbo*_tcq trellis codebooks (prints src/turbo_tcq_tables.c)" },
     { "plan",       cmd_plan,       "per-layer K/V types within a byte budget with the least predicted KLD" },
+    { "synth",      cmd_synth,      "write a random-weight GGUF of a real model shape (for benchmarks)" },
 };
 
 static void usage(FILE *f) {
