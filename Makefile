@@ -10,9 +10,16 @@
 #                   fuzz-smoke runs each for a fixed number of inputs
 #   make install PREFIX=/usr/local
 #
-# Sources are found by wildcard: a new src/*.c file needs no Makefile edit.
+# src/ is in layers, each a folder, each using only those below it
+# (make check-layers):  base < format < cache < model < eval.
+#   base    CPU features, threads, errors, files, hashes, SIMD primitives
+#   format  the type table and every format: blocks, KVarN, TurboQuant, rotation
+#   cache   the KV cache, its exact rows, editing and state, attention kernels
+#   model   GGUF, models, the forward pass, matmul, tokenizers, sampler
+#   eval    KLD and base files, statistics, sweep, ladder, plots, planner, drift
+# Sources are found by wildcard: a new src/LAYER/*.c needs no Makefile edit.
 # Files named *_avx2.c / *_avx512.c are compiled with those ISA flags and
-# only called after run-time CPU detection (src/cpu.c).
+# only called after run-time CPU detection (src/base/cpu.c).
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -20,14 +27,15 @@ BUILD   ?= build
 OPT     ?= -O2
 CSTD     = -std=c11
 WARN     = -Wall -Wextra -Werror
-CPPFLAGS_ALL = -Iinclude -Isrc -D_GNU_SOURCE
+LAYERS = base format cache model eval
+CPPFLAGS_ALL = -Iinclude $(LAYERS:%=-Isrc/%) -D_GNU_SOURCE
 CFLAGS_ALL   = $(CSTD) $(OPT) $(WARN) -fPIC -pthread -g $(EXTRA_CFLAGS)
 LDLIBS_ALL   = -lm -pthread
 
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2
 
-LIB_SRC   := $(sort $(wildcard src/*.c))
+LIB_SRC   := $(sort $(wildcard $(LAYERS:%=src/%/*.c)))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TEST_SRC  := $(sort $(wildcard tests/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
@@ -47,7 +55,7 @@ TESTS   = $(BUILD)/run_tests
 BENCH   = $(BUILD)/kvq-bench
 EXAMPLES = $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 
-.PHONY: all test sanitize bench demo install clean coverage
+.PHONY: all test sanitize bench demo install clean coverage check-layers
 all: $(STATIC) $(SHARED) $(KVQ) $(TESTS) $(BENCH) $(EXAMPLES)
 
 isa_flags = $(if $(findstring _avx512,$1),$(AVX512_FLAGS),$(if $(findstring _avx2,$1),$(AVX2_FLAGS),))
@@ -78,6 +86,11 @@ $(TESTS): $(TEST_OBJ) $(CLI_LIB_OBJ) $(STATIC)
 
 $(BENCH): $(BENCH_OBJ) $(CLI_LIB_OBJ) $(STATIC)
 	$(CC) $(CFLAGS_ALL) -o $@ $(BENCH_OBJ) $(CLI_LIB_OBJ) $(STATIC) $(LDLIBS_ALL) $(EXTRA_LDFLAGS)
+
+# Every #include "x.h" of a src/ file names a header of its own layer or
+# one below (tools/check_layers.sh); CI runs it.
+check-layers:
+	@sh tools/check_layers.sh $(LAYERS)
 
 # Examples use the public header alone (-Iinclude, no src/).
 $(BUILD)/examples/%: examples/%.c include/kvq.h $(STATIC)
@@ -187,7 +200,7 @@ coverage:
 	find build-cov -name '*.gcda' -delete
 	KVQ_BIN=$(abspath build-cov/kvq) build-cov/run_tests > build-cov/tests.log 2>&1 || { tail -n 5 build-cov/tests.log; exit 1; }
 	@tail -n 1 build-cov/tests.log
-	@gcov -b -n -o build-cov/src src/*.c 2>/dev/null | awk ' \
+	@for l in $(LAYERS); do gcov -b -n -o build-cov/src/$$l src/$$l/*.c 2>/dev/null; done | awk ' \
 	    /^Lines executed:/        { split($$2, a, "%"); sub("executed:", "", a[1]); l += a[1] * $$4 / 100; L += $$4 } \
 	    /^Taken at least once:/   { split($$4, b, "%"); sub("once:", "", b[1]); t += b[1] * $$6 / 100; T += $$6 } \
 	    END { printf "coverage of src/: lines %.1f%% of %d, branches taken %.1f%% of %d\n", 100 * l / L, L, 100 * t / T, T }'

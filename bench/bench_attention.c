@@ -4,7 +4,7 @@
  * 32768 cached tokens, for every cache type (K and V of the same type).
  *
  * Printed per type and context, for the chunked key loop (the default,
- * src/attn_block.h): time per decode step with 1 thread (CPU time of the
+ * src/cache/attn_block.h): time per decode step with 1 thread (CPU time of the
  * thread: the machines are shared) and with 2 threads (wall clock: CPU
  * time would add both threads), GB/s of cache rows read (K + V bodies of
  * every key), the speed relative to f16 (f16 time / this type's time) for

@@ -1,6 +1,6 @@
 /*
  * fuzz_base_kvq.c - libFuzzer target for kvq's exact KLD base files
- * (src/base_kvq.c), through kvq_base_kvq_open_memory.
+ * (src/eval/base_kvq.c), through kvq_base_kvq_open_memory.
  *
  * Each input is read twice: as it is (a mutated file almost always fails
  * a checksum there), and again after kvq_base_kvq_reseal has made its

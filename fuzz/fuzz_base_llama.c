@@ -1,6 +1,6 @@
 /*
  * fuzz_base_llama.c - libFuzzer target for llama.cpp's KLD base files
- * (src/kld.c), through kvq_kld_base_parse: the reader every kvq kld,
+ * (src/eval/kld.c), through kvq_kld_base_parse: the reader every kvq kld,
  * sweep and plan run with a --base FILE of that format uses.
  *
  * Any input must either parse (then every scored position compares

@@ -1,6 +1,6 @@
 /*
  * fuzz_state.c - libFuzzer target for the cache state loader
- * (kvq_cache_load_memory, src/cache_state.c).
+ * (kvq_cache_load_memory, src/cache/cache_state.c).
  *
  * One small cache of every family's settings is made once (state_caches.h);
  * any input must either restore (then attention over what it holds must

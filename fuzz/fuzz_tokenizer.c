@@ -39,7 +39,7 @@ typedef struct vocab {
 } vocab;
 
 /* GPT-2's printable stand-in of byte b, as UTF-8 (written here from the
- * published rule, independently of src/tok_bpe.c). */
+ * published rule, independently of src/model/tok_bpe.c). */
 static int gpt2_byte_char(int b, char *out) {
     int cp = b;
     if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {

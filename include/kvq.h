@@ -102,7 +102,7 @@ typedef enum kvq_type {
  * (KVarN: a tile is quantised once, when its 128 tokens exist; the cache
  * keeps the first tile and the incomplete last one exact, docs/kvarn.md).
  * Tile types have no row kernels (quantize..axpy are NULL): the cache
- * reaches them through their `tile` hooks (src/tile_ops.h). */
+ * reaches them through their `tile` hooks (src/format/tile_ops.h). */
 typedef enum kvq_layout { KVQ_LAYOUT_ROWS = 0, KVQ_LAYOUT_TILES } kvq_layout;
 
 /* A rotation that is part of a format (docs/spec/attention.md §1: applied whatever
@@ -110,7 +110,7 @@ typedef enum kvq_layout { KVQ_LAYOUT_ROWS = 0, KVQ_LAYOUT_TILES } kvq_layout;
 typedef enum kvq_format_rot {
     KVQ_FMT_ROT_NONE = 0,   /* the generic rule of kvq_rot_choose applies     */
     KVQ_FMT_ROT_SLICE,      /* normalised Hadamard over each 128 (or 64) slice */
-    KVQ_FMT_ROT_TURBO,      /* S2 H S1 per 128 (or 64) block (src/turbo.h)     */
+    KVQ_FMT_ROT_TURBO,      /* S2 H S1 per 128 (or 64) block (src/format/turbo.h)     */
 } kvq_format_rot;
 
 /* Row kernels.  `n` is always a multiple of the type's block size here
@@ -125,7 +125,7 @@ typedef void  (*kvq_dequantize_fn)(const void *src, float *y, int64_t n);
 typedef float (*kvq_dot_fn)(const void *row, const float *x, int64_t n);
 typedef void  (*kvq_axpy_fn)(float w, const void *row, float *y, int64_t n);
 typedef size_t (*kvq_row_bytes_fn)(int64_t n);
-struct kvq_tile_ops;   /* hooks of a tile format (src/tile_ops.h) */
+struct kvq_tile_ops;   /* hooks of a tile format (src/format/tile_ops.h) */
 
 typedef struct kvq_type_traits {
     const char *name;        /* "q4_0": the name used by -ctk/-ctv        */
@@ -217,7 +217,7 @@ typedef struct kvq_rot_plan {
 
 /* Fill a request's env_* fields from the LLAMA_ATTN_ROT_* variables. */
 KVQ_API void kvq_rot_request_from_env(kvq_rot_request *req);
-/* The rule of docs/spec/attention.md §1 (see src/rotation_rule.c for its text). */
+/* The rule of docs/spec/attention.md §1 (see src/format/rotation_rule.c for its text). */
 KVQ_API kvq_rot_plan kvq_rot_choose(const kvq_rot_request *req);
 /* Largest power-of-two block >= min_block dividing n (at most 512), 0 if none. */
 KVQ_API int kvq_rot_block_for(int n, int min_block);

@@ -1,5 +1,5 @@
-/* test_base_kvq.c - kvq's exact KLD base file (src/base_kvq.c), its
- * checksum (src/hash64.c) and the model-file hash: round trip, every
+/* test_base_kvq.c - kvq's exact KLD base file (src/eval/base_kvq.c), its
+ * checksum (src/base/hash64.c) and the model-file hash: round trip, every
  * kind of corruption rejected, mismatching model or text named. */
 #include "test.h"
 #include "base_kvq.h"

@@ -1,5 +1,5 @@
 /* test_cache_edit.c - truncating and shifting a filled cache
- * (src/cache_edit.c): after kvq_cache_truncate(n) and new writes, attention
+ * (src/cache/cache_edit.c): after kvq_cache_truncate(n) and new writes, attention
  * equals a cache written with the edited sequence, bit for bit, for row,
  * tile and TurboQuant sides with tail, sink and rollback rows; truncating
  * deeper than the rollback horizon is refused; after kvq_cache_shift the

@@ -1,4 +1,4 @@
-/* test_drift.c - kvq drift (src/drift.h): the statistics on hand-made
+/* test_drift.c - kvq drift (src/eval/drift.h): the statistics on hand-made
  * runs, the prompt-file splitter and the plot; then on the 4k Austen
  * model: an f32 cache drifts by exactly nothing, q2_0 diverges before
  * q8_0, the first divergence equals a real free-running decode, and the

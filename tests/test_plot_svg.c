@@ -1,4 +1,4 @@
-/* test_plot_svg.c - the sweep's SVG plot (src/plot_svg.c), read back by a
+/* test_plot_svg.c - the sweep's SVG plot (src/eval/plot_svg.c), read back by a
  * small strict XML well-formedness checker written here (balanced tags,
  * quoted unique attributes, valid entities, one root), then inspected:
  * exactly one marker per configuration, one frontier, labels, decades. */

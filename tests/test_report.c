@@ -1,4 +1,4 @@
-/* test_report.c - the sweep's result files (src/report.c) on hand-made
+/* test_report.c - the sweep's result files (src/eval/report.c) on hand-made
  * rows: the CSV reads back field for field, the JSON passes a strict
  * validator written here, the markdown table has BeeLlama's 12 columns,
  * precision follows exp(-(KLD - KLD_ref)), and the progress line. */

@@ -1,7 +1,7 @@
 /* cmd_drift.c - `kvq drift` (docs/spec/eval.md §7, docs/drift.md): greedy generation
  * with the exact cache, then every tested cache configuration teacher-
  * forced on the exact run's tokens: KLD per generated position, first
- * divergence, same top-1.  The method lives in src/drift.h; this file is
+ * divergence, same top-1.  The method lives in src/eval/drift.h; this file is
  * options, checks, the jobs (tools/drift_jobs.c) and the outputs. */
 #include "cli.h"
 #include "drift_jobs.h"

@@ -22,7 +22,7 @@ static const command g_commands[] = {
     { "sweep",      cmd_sweep,      "KLD, size and speed of every cache configuration: table, ladder, plot" },
     { "tokenize",   cmd_tokenize,   "token ids of a text under a model's vocabulary (as llama-tokenize)" },
     { "turbo-bench", cmd_turbo_bench, "NMSE and speed of the TurboQuant types on Gaussian vectors" },
-    { "turbo-train", cmd_turbo_train, "train the turbo*_tcq trellis codebooks (prints src/turbo_tcq_tables.c)" },
+    { "turbo-train", cmd_turbo_train, "train the turbo*_tcq trellis codebooks (prints src/format/turbo_tcq_tables.c)" },
     { "plan",       cmd_plan,       "per-layer K/V types within a byte budget with the least predicted KLD" },
     { "synth",      cmd_synth,      "write a random-weight GGUF of a real model shape (for benchmarks)" },
 };

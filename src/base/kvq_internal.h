@@ -72,7 +72,7 @@ static inline void kvq_wr32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++
 static inline uint64_t kvq_rd64(const uint8_t *p) { return (uint64_t)kvq_rd32(p) | (uint64_t)kvq_rd32(p + 4) << 32; }
 static inline void kvq_wr64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> 8 * i); }
 
-/* ---- CPU features (src/cpu.c) ---- */
+/* ---- CPU features (src/base/cpu.c) ---- */
 typedef struct kvq_cpu { bool avx2, fma, f16c, avx512; } kvq_cpu;
 /* Detected once (thread-safe); forced scalar when KVQ_FORCE_SCALAR=1. */
 const kvq_cpu *kvq_cpu_features(void);

@@ -1,5 +1,5 @@
 /* turbo_tcq_train.c - generalised Lloyd training of the trellis codebooks
- * (the procedure behind src/turbo_tcq_tables.c; run it with `kvq
+ * (the procedure behind src/format/turbo_tcq_tables.c; run it with `kvq
  * turbo-train`).  Deterministic: the data come from a seeded splitmix64
  * stream and every step is sequential. */
 #include "turbo_internal.h"

@@ -6,7 +6,7 @@
  * error naming the key or tensor; the forward pass then trusts the model.
  * That includes the values: a NaN or inf weight or block scale, or a
  * block_count that disagrees with the tensors, is refused here
- * (src/model_check.c) rather than giving a NaN perplexity later.
+ * (src/model/model_check.c) rather than giving a NaN perplexity later.
  */
 #include "model.h"
 #include "tokenizer.h"

@@ -3,7 +3,7 @@
  * writing (rotate, quantise once into the body, exact copies into the tail
  * ring and the sink; tile sides quantise a tile once, when it completes)
  * and the memory figures.  Attention over it lives in attention.c, tile
- * records through the tile hooks (src/tile_ops.h); the layout is described
+ * records through the tile hooks (src/format/tile_ops.h); the layout is described
  * in cache.h.
  */
 #include "cache.h"

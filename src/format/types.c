@@ -26,14 +26,14 @@
 
 /* KVarN tile rows: the "block" is one 128x128 record (2048*b + 768 bytes,
  * docs/spec/formats.md §3), rotated per slice by the format; no row kernels: the
- * cache quantises and reads tiles through the tile hooks (src/tile_ops.h,
- * KVarN's in src/cache_tiles.c). */
+ * cache quantises and reads tiles through the tile hooks (src/format/tile_ops.h,
+ * KVarN's in src/cache/cache_tiles.c). */
 #define TILE_ROW(T, NAME, BITS)                                                \
     [T] = { NAME, 128 * 128, 2048 * (BITS) + 768, -1, true, false,             \
             KVQ_LAYOUT_TILES, KVQ_FMT_ROT_SLICE, BITS, NULL, &kvq_kvarn_tile_ops,      \
             NULL, NULL, NULL, NULL }
 
-/* TurboQuant rows (src/turbo_traits.c): blocks of 128 values, their own
+/* TurboQuant rows (src/format/turbo_traits.c): blocks of 128 values, their own
  * row layout (row_bytes hook), the format's rotation, scalar kernels here
  * (kvq_simd_table installs the dispatching ones for avx2/avx512). */
 #define TURBO_ROW(T, NAME, BYTES128, K)                                        \

@@ -41,7 +41,7 @@ struct kvq_model {
     char arch_name[16];
 };
 
-/* Load-time checks (src/model_check.c), each one error naming the tensor
+/* Load-time checks (src/model/model_check.c), each one error naming the tensor
  * or key.  kvq_check_finite: every value of a rows x cols tensor of type
  * (as decoded: block scales included) is finite.  kvq_check_block_count:
  * the file's blk.N tensors are exactly blocks 0 .. n_layer-1. */
@@ -49,7 +49,7 @@ kvq_status kvq_check_finite(const char *name, kvq_type type, const void *data, i
                             kvq_error *err);
 kvq_status kvq_check_block_count(const gguf_file *f, const char *arch, int n_layer, kvq_error *err);
 
-/* Internal accessors of an evaluation context (src/forward.c). */
+/* Internal accessors of an evaluation context (src/model/forward.c). */
 const kvq_model *kvq_ctx_model(const kvq_ctx *c);
 int kvq_ctx_n_vocab(const kvq_ctx *c);
 int kvq_ctx_threads(const kvq_ctx *c);

@@ -28,10 +28,10 @@ typedef struct turbo_kernels {
 /* The kernels in use (AVX2 where the CPU has it). */
 const turbo_kernels *turbo_active_kernels(void);
 
-/* AVX2 versions (src/turbo_avx2.c); call only when kvq_cpu_features()->avx2. */
+/* AVX2 versions (src/format/turbo_avx2.c); call only when kvq_cpu_features()->avx2. */
 void turbo_install_avx2(turbo_kernels *k);
 
-/* Scalar reference kernels (src/turbo.c, src/turbo_tcq.c). */
+/* Scalar reference kernels (src/format/turbo.c, src/format/turbo_tcq.c). */
 float turbo_scalar_dot_ref(const uint8_t *codes, const float *codebook, int bits,
                            const float *q_rot, int d);
 void  turbo_scalar_axpy_ref(const uint8_t *codes, const float *codebook, int bits,
@@ -54,7 +54,7 @@ void turbo_tcq_backtrack(int k, const uint8_t (*back)[1 << KVQ_TURBO_TCQ_CONTEXT
  * midpoints of neighbouring centroids, ascending. */
 const float *turbo_lloyd_midpoints(int bits);
 
-/* The committed codebooks (src/turbo_tcq_tables.c), index k - 2. */
+/* The committed codebooks (src/format/turbo_tcq_tables.c), index k - 2. */
 extern const float kvq_turbo_tcq_table2[1 << 8];
 extern const float kvq_turbo_tcq_table3[1 << 9];
 extern const float kvq_turbo_tcq_table4[1 << 10];

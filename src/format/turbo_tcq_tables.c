@@ -1,7 +1,7 @@
 /* turbo_tcq_tables.c - trellis codebooks of turbo2/3/4_tcq (unit variance,
  * indexed by state).  GENERATED, do not edit: reproduce with
- *   make && build/kvq turbo-train -n 4096 -i 60 -s 1 > src/turbo_tcq_tables.c
- * Procedure (src/turbo_tcq_train.c): 4096 vectors of 128 Gaussian values at
+ *   make && build/kvq turbo-train -n 4096 -i 60 -s 1 > src/format/turbo_tcq_tables.c
+ * Procedure (src/format/turbo_tcq_train.c): 4096 vectors of 128 Gaussian values at
  * norm sqrt(128) from splitmix64(seed 1) + Box-Muller; random N(0,1)
  * start; 60 generalised Lloyd rounds (Viterbi-encode all, move each state
  * to the mean of its targets). */

@@ -1,4 +1,4 @@
-/* hadamard.h - internals of the Walsh-Hadamard rotation (src/hadamard.c):
+/* hadamard.h - internals of the Walsh-Hadamard rotation (src/format/hadamard.c):
  * the scalar and AVX2 transforms, exposed so that tests can hold them
  * against each other, and the fixed seeds of the randomised Hadamard. */
 #ifndef KVQ_HADAMARD_H
@@ -32,7 +32,7 @@ void kvq_fwht_avx2(float *x, int n);
  */
 #define KVQ_ROT_SEED_QK UINT64_C(0x6b76712d726f742b) /* "kvq-rot+" */
 #define KVQ_ROT_SEED_V  UINT64_C(0x6b76712d726f742d) /* "kvq-rot-" */
-/* D of the H.D.H mixing of padded rows (src/cache.c), shared by Q/K and V. */
+/* D of the H.D.H mixing of padded rows (src/cache/cache.c), shared by Q/K and V. */
 #define KVQ_ROT_SEED_MIX UINT64_C(0x6b76712d6d697821) /* "kvq-mix!" */
 
 #endif

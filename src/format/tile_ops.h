@@ -1,9 +1,9 @@
 /*
  * tile_ops.h - the hooks of a tile format: the trait table's `tile` column
  * (include/kvq.h) for types with layout KVQ_LAYOUT_TILES.  The cache
- * (src/cache.c, src/attention.c) reaches a tile format only through these,
+ * (src/cache/cache.c, src/cache/attention.c) reaches a tile format only through these,
  * so adding a tile format is a trait row pointing at its hooks.  KVarN's
- * are in src/cache_tiles.c.
+ * are in src/cache/cache_tiles.c.
  */
 #ifndef KVQ_TILE_OPS_H
 #define KVQ_TILE_OPS_H

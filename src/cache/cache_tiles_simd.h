@@ -1,5 +1,5 @@
 /* cache_tiles_simd.h - SIMD helpers of the KVarN record kernels
- * (src/cache_tiles_avx2.c); call only when kvq_cpu_features()->avx2 (and
+ * (src/cache/cache_tiles_avx2.c); call only when kvq_cpu_features()->avx2 (and
  * f16c) is set.  The scalar equivalents live in cache_tiles.c. */
 #ifndef KVQ_CACHE_TILES_SIMD_H
 #define KVQ_CACHE_TILES_SIMD_H

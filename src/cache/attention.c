@@ -7,7 +7,7 @@
  * sides also its incomplete tile), kept in the ring or, for the rows of
  * the batch just written, in the stage, or the body (quantised, read in packed
  * form: a row type's dot/axpy, or a tile type's records straight through
- * its tile hooks, src/tile_ops.h).  K and V may have different types and so different
+ * its tile hooks, src/format/tile_ops.h).  K and V may have different types and so different
  * splits; keys are cut at the boundaries of both.
  * All query heads sharing the KV head (GQA) are scored per key, so K and V
  * rows are read once per group.  Scores go through one online softmax per
@@ -49,7 +49,7 @@ enum {
 
 /* One copy (body, ring or sink) of one side (K or V) of a layer: rows read
  * with a type's row kernels, or (tile bodies) records read by the tile
- * hooks of its format (src/tile_ops.h). */
+ * hooks of its format (src/format/tile_ops.h). */
 typedef struct attn_source {
     const kvq_cache_side *tiles;      /* non-NULL: records of this side     */
     const kvq_type_traits *tr;        /* row kernels                        */

@@ -1,6 +1,6 @@
 /* turbo_traits.h - the TurboQuant types as rows of the trait table
- * (src/types.c): per-type kernels in the format's rotated domain, built
- * on src/turbo.h (see turbo_traits.c). */
+ * (src/format/types.c): per-type kernels in the format's rotated domain, built
+ * on src/format/turbo.h (see turbo_traits.c). */
 #ifndef KVQ_TURBO_TRAITS_H
 #define KVQ_TURBO_TRAITS_H
 
@@ -25,7 +25,7 @@ KVQ_TURBO_TRAIT_DECL(turbo3_tcq)
 KVQ_TURBO_TRAIT_DECL(turbo4_tcq)
 
 /* Replace the turbo rows' scalar kernels by the dispatching ones (AVX2
- * where the CPU has it, decided inside src/turbo.c). */
+ * where the CPU has it, decided inside src/format/turbo.c). */
 void kvq_turbo_install_active(kvq_type_traits *table);
 
 /* The cache's rotation of a turbo side: x[head_dim] -> out[rot_dim], and

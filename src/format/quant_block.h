@@ -1,5 +1,5 @@
 /* quant_block.h - scalar reference kernels of every cache type, declared
- * for the trait table (src/types.c) and the SIMD files' fallbacks. */
+ * for the trait table (src/format/types.c) and the SIMD files' fallbacks. */
 #ifndef KVQ_QUANT_BLOCK_H
 #define KVQ_QUANT_BLOCK_H
 

@@ -62,7 +62,7 @@ static const char *vtype_name(uint32_t type) {
 
 /* ---------------------------------------------------------- tensor types */
 
-/* Block layout of a ggml tensor type: the trait table (src/types.c) is
+/* Block layout of a ggml tensor type: the trait table (src/format/types.c) is
  * the only source, so a type kvq can read is a type the reader accepts. */
 bool gguf_ggml_type_layout(int ggml_id, kvq_type *type, int *block_size, int *block_bytes) {
     kvq_type t = kvq_type_from_ggml_id(ggml_id);

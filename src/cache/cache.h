@@ -1,6 +1,6 @@
 /*
- * cache.h - internals of the KV cache (src/cache.c) shared with the
- * attention kernel (src/attention.c), the tile formats (src/tile_ops.h)
+ * cache.h - internals of the KV cache (src/cache/cache.c) shared with the
+ * attention kernel (src/cache/attention.c), the tile formats (src/format/tile_ops.h)
  * and the tests.
  *
  * Layout (all memory allocated once, at creation, from n_ctx), per layer
@@ -165,7 +165,7 @@ kvq_status kvq_cache_attend_opts(kvq_cache *c, int layer, int pos, int n, int n_
                                  const float *q, float scale, float *out, kvq_pool *pool,
                                  const kvq_attend_opts *opts, kvq_error *err);
 
-/* Which key loop attention runs (src/attention.c). */
+/* Which key loop attention runs (src/cache/attention.c). */
 typedef enum kvq_attend_pass {
     KVQ_PASS_DEFAULT = 0,  /* chunked without a table; per key with one (its dot/axpy) */
     KVQ_PASS_PER_KEY,      /* the reference: the type's dot and axpy per key and head */

@@ -1,6 +1,6 @@
 /*
  * cache_tiles.c - the KVarN side of the cache (docs/kvarn.md), KVarN's tile
- * hooks (src/tile_ops.h, kvq_kvarn_tile_ops at the end): shapes of
+ * hooks (src/format/tile_ops.h, kvq_kvarn_tile_ops at the end): shapes of
  * tile sides, quantising a completed tile from its exact staging rows into
  * one record per KV head and slice, reading a record's row back (tests),
  * and attention straight from records (scores of a run of keys against

@@ -1,4 +1,4 @@
-/* cache_reads.h - the bytes attention reads from the cache (src/cache_reads.c),
+/* cache_reads.h - the bytes attention reads from the cache (src/cache/cache_reads.c),
  * for the memory-bandwidth bound that `kvq bench` prints next to each
  * speed (bytes per generated token / bandwidth = the fastest a step can
  * be).  Internal: tools and tests. */
