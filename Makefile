@@ -30,6 +30,7 @@ LIB_SRC   := $(sort $(wildcard src/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TEST_SRC  := $(sort $(wildcard tests/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
+EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
@@ -43,9 +44,10 @@ SHARED  = $(BUILD)/libkvq.so
 KVQ     = $(BUILD)/kvq
 TESTS   = $(BUILD)/run_tests
 BENCH   = $(BUILD)/kvq-bench
+EXAMPLES = $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 
 .PHONY: all test sanitize bench demo install clean
-all: $(STATIC) $(SHARED) $(KVQ) $(TESTS) $(BENCH)
+all: $(STATIC) $(SHARED) $(KVQ) $(TESTS) $(BENCH) $(EXAMPLES)
 
 isa_flags = $(if $(findstring _avx512,$1),$(AVX512_FLAGS),$(if $(findstring _avx2,$1),$(AVX2_FLAGS),))
 
@@ -69,17 +71,22 @@ $(TESTS): $(TEST_OBJ) $(CLI_LIB_OBJ) $(STATIC)
 $(BENCH): $(BENCH_OBJ) $(CLI_LIB_OBJ) $(STATIC)
 	$(CC) $(CFLAGS_ALL) -o $@ $(BENCH_OBJ) $(CLI_LIB_OBJ) $(STATIC) $(LDLIBS_ALL) $(EXTRA_LDFLAGS)
 
+# Examples use the public header alone (-Iinclude, no src/).
+$(BUILD)/examples/%: examples/%.c include/kvq.h $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) -Iinclude $(CFLAGS_ALL) -o $@ $< $(STATIC) $(LDLIBS_ALL) $(EXTRA_LDFLAGS)
+
 # Tests find the CLI through KVQ_BIN and the shared assets through
 # KVQ_SHARED (default ../shared); both are optional.
-test: $(TESTS) $(KVQ)
-	KVQ_BIN=$(abspath $(KVQ)) $(TESTS) $(TEST_ARGS)
+test: $(TESTS) $(KVQ) $(EXAMPLES)
+	KVQ_BIN=$(abspath $(KVQ)) KVQ_EXAMPLES=$(abspath $(BUILD)/examples) $(TESTS) $(TEST_ARGS)
 
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 sanitize:
 	$(MAKE) BUILD=build-san OPT=-O1 EXTRA_CFLAGS="$(SAN_FLAGS)" EXTRA_LDFLAGS="$(SAN_FLAGS)" \
-	    build-san/run_tests build-san/kvq
+	    build-san/run_tests build-san/kvq build-san/examples/generate
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 KVQ_SANITIZE=1 \
-	    KVQ_BIN=$(abspath build-san/kvq) build-san/run_tests $(TEST_ARGS)
+	    KVQ_BIN=$(abspath build-san/kvq) KVQ_EXAMPLES=$(abspath build-san/examples) build-san/run_tests $(TEST_ARGS)
 
 bench: $(BENCH) $(KVQ)
 	KVQ_BIN=$(abspath $(KVQ)) $(BENCH) $(BENCH_ARGS)
@@ -87,9 +94,13 @@ bench: $(BENCH) $(KVQ)
 # The main job: every cache type on the bundled model (a small qwen3 trained
 # on Jane Austen, head_dim 128) over held-out text; prints the table and the
 # recommendation ladder, writes them with the plot into out/demo.
-DEMO_MODEL ?= models/austen-qwen3-h128-q8_0.gguf
-DEMO_TEXT  ?= models/northanger-40k.txt
-DEMO_ARGS  ?= -c 512 --chunks 4
+# At 4096 tokens, the context the model was extended to: one chunk (2,047
+# scored positions) of the block, KVarN and TurboQuant families, rotation on
+# and off, with and without a 128-token tail, two configurations at a time.
+DEMO_MODEL ?= models/austen-qwen3-h128-4k-q8_0.gguf
+DEMO_TEXT  ?= models/northanger-120k.txt
+DEMO_TYPES ?= f16,q8_0,q5_0,q4_0,iq4_nl,q3_0,q2_0,kvarn4,kvarn3,kvarn2,turbo4_tcq,turbo3_tcq,turbo2_tcq
+DEMO_ARGS  ?= -c 4096 --chunks 1 --types $(DEMO_TYPES) --pairs q8_0/q4_0 --tails 0,128 --rot both --jobs 2
 demo: $(KVQ)
 	@mkdir -p out
 	$(KVQ) sweep -m $(DEMO_MODEL) -f $(DEMO_TEXT) $(DEMO_ARGS) -o out/demo

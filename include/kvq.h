@@ -239,6 +239,16 @@ void kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *ctx, int n_tasks);
  * working memory is kept by the cache and grows only when a call needs
  * more than any before it, so calls on one cache must not run at the same
  * time (from different threads).
+ *
+ * Exact rows (docs/cache.md "Exact rows"): a query at position p reads
+ * positions p-N+1..p (N = tail_tokens) and 0..S-1 (S = sink_tokens) from
+ * exact copies and every other key from the quantised body, whether it is
+ * decoded alone or in a prefill batch.  The persistent exact copies are
+ * exactly N + S rows per layer and side (KVarN: the first tile, whole tail
+ * tiles and the incomplete tile).  A write call's own rows wait in one
+ * transient stage shared by all layers until the next write, so a batch's
+ * attention must come before the next kvq_cache_write (the forward pass
+ * does write, attend per layer); kvq_cache_attend refuses otherwise.
  */
 typedef struct kvq_cache kvq_cache;
 
@@ -250,11 +260,19 @@ typedef struct kvq_cache_params {
     kvq_type type_k, type_v;      /* -ctk / -ctv                           */
     const kvq_type *layer_type_k; /* optional: n_layer overrides, or NULL  */
     const kvq_type *layer_type_v;
-    int tail_tokens;              /* exact recent positions (0 = none;     */
-                                  /* KVarN sides: whole 128-token tiles)   */
+    int tail_tokens;              /* exact recent positions, 0..n_ctx (0 = */
+                                  /* none; KVarN sides: whole 128-token    */
+                                  /* tiles)                                */
     kvq_type tail_type;           /* f32, f16 or bf16                      */
-    int sink_tokens;              /* exact first positions (0 = none;      */
-                                  /* KVarN sides: at least the first tile) */
+    int sink_tokens;              /* exact first positions, 0..n_ctx (0 =  */
+                                  /* none; KVarN sides: whole tiles)       */
+    int rollback_tokens;          /* exact rows kept beyond the tail so    */
+                                  /* kvq_cache_truncate can drop up to     */
+                                  /* this many positions and stay exact    */
+                                  /* (0 = none; persistent, counted)       */
+    bool kvarn_quantize_first_tile; /* KVarN: quantise the first 128-token */
+                                  /* tile too (default false: it is kept   */
+                                  /* exact, as KVarN's attention sink)     */
     kvq_rot_request rot;          /* head dims / types are filled in       */
     bool rot_random_signs;        /* randomised Hadamard (fixed seed)      */
     int kvarn_iters;              /* KVarN normalisation iterations T      */
@@ -288,12 +306,73 @@ kvq_status kvq_cache_attend(kvq_cache *c, int layer, int pos, int n, int n_head,
                             const float *q, float scale, float *out,
                             kvq_pool *pool, kvq_error *err);
 
+/* Memory of a cache, in one definition every tool reports (docs/cache.md):
+ * total (kv_bytes) is the persistent cache at n_ctx positions: bodies plus
+ * the exact rows the cache keeps at that length, padding included; work
+ * (work_bytes) is transient working memory allocated once with it (the
+ * write stage, tile quantisation scratch); attention's scratch, grown on
+ * demand, is not counted.  allocated is what creation allocates: total +
+ * work, plus the capacity of KVarN's incomplete-tile rows where n_ctx is a
+ * whole number of tiles (at lengths in between it holds up to 127 rows). */
+/* ---------------------------------------------------- editing the cache */
+
+/* Drop positions n and after in every layer (rollback for a retry or
+ * rejected speculative tokens); the next write continues at n.  The exact
+ * rows the new last positions read (tail, KVarN's incomplete tile) must
+ * still be held: the ring keeps rollback_tokens rows beyond the tail for
+ * this, and a deeper truncation is refused (KVQ_ERR_ARG) rather than read
+ * those keys quantised.  After it, attention equals that of a cache
+ * written with positions 0..n-1 only (tested bit for bit). */
+kvq_status kvq_cache_truncate(kvq_cache *c, int n, kvq_error *err);
+
+/* The model's RoPE, as a shift needs it: pair i of a head of head_dim_k
+ * values turns by pos * freq_scale * base^(-2i/head_dim_k); neox pairs
+ * (i, i + head_dim_k/2), otherwise (2i, 2i+1). */
+typedef struct kvq_cache_rope {
+    float base, freq_scale;
+    bool neox;
+} kvq_cache_rope;
+
+/* Context shift: drop positions keep_first .. keep_first+n_discard-1 and
+ * move every later position down by n_discard, with its stored K turned
+ * back by n_discard RoPE positions (dequantise, rotate back, re-RoPE,
+ * rotate, quantise again: exact in real arithmetic for exact rows, one
+ * more rounding for quantised ones; docs/cache.md "Editing").  keep_first
+ * must keep at least the sink rows.  Every layer must hold the same length. */
+kvq_status kvq_cache_shift(kvq_cache *c, int n_discard, int keep_first, const kvq_cache_rope *rope, kvq_error *err);
+
+/* --------------------------------------------------- saving the cache */
+
+/* A cache state file (docs/state.md): the cache's settings (types per
+ * layer, rotation plan, block sizes, tail, sink, rollback, KVarN tiles),
+ * every layer's stored positions, exact rows and tile records, and the
+ * tokens they came from, tied to a model hash; versioned and checksummed.
+ * Restoring into a cache made with other settings, for another model, or
+ * from a truncated or corrupted file is refused with a message naming the
+ * difference.  A round trip is bit-exact. */
+typedef struct kvq_state_tag {
+    uint64_t model_hash;          /* e.g. kvq_model_hash                   */
+    const int32_t *tokens;        /* the tokens at positions 0..n-1        */
+    int n_tokens;                 /* = the positions the cache holds       */
+} kvq_state_tag;
+kvq_status kvq_cache_save(const kvq_cache *c, const char *path, const kvq_state_tag *tag, kvq_error *err);
+/* Restores into c (created with the same parameters).  *tokens (malloc'ed,
+ * the caller frees) and *n_tokens receive the saved tokens. */
+kvq_status kvq_cache_load(kvq_cache *c, const char *path, uint64_t model_hash, int32_t **tokens, int *n_tokens,
+                          kvq_error *err);
+
 typedef struct kvq_cache_bytes {
-    size_t k, v;       /* quantised bodies                    */
-    size_t tail, sink; /* exact copies (both sides)           */
-    size_t total;
+    size_t k, v;       /* quantised bodies                             */
+    size_t tail, sink; /* exact copies (both sides) kept at n_ctx      */
+    size_t total;      /* kv_bytes = k + v + tail + sink               */
+    size_t work;       /* work_bytes: transient working memory         */
+    size_t allocated;  /* bytes allocated at creation                  */
 } kvq_cache_bytes;
 void kvq_cache_memory(const kvq_cache *c, kvq_cache_bytes *b);
+/* The figures kvq_cache_create would give these parameters (the same
+ * layout code), without allocating the cache: sizes at other context
+ * lengths, or a size checked before creating. */
+kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out, kvq_error *err);
 /* Bytes per token of one side (K or V) of one layer: the quantised body
  * rows of all n_head_kv KV heads at one position; for row types
  * n_head_kv * kvq_row_bytes(t, head_dim) (whole blocks, as the cache pads).
@@ -340,6 +419,11 @@ kvq_status kvq_ctx_create(const kvq_model *m, const kvq_cache_params *cache,
                           int n_threads, kvq_ctx **out, kvq_error *err);
 void kvq_ctx_free(kvq_ctx *ctx);
 kvq_cache *kvq_ctx_cache(kvq_ctx *ctx);
+/* kvq_cache_shift with the model's RoPE. */
+kvq_status kvq_ctx_shift(kvq_ctx *ctx, int n_discard, int keep_first, kvq_error *err);
+/* A hash of the model file as loaded: its size, metadata, tensor directory
+ * and sampled tensor bytes (what state and base files are tied to). */
+uint64_t kvq_model_hash(const kvq_model *m);
 /* Evaluate n tokens at positions pos..pos+n-1 (n <= cache max_batch).
  * logits: NULL, or [n][n_vocab] (all rows), or with last_only the row of
  * the last token only. */

@@ -3,8 +3,9 @@
  *
  * Per KV head and query row there is one pass over keys 0..pos+i.  Each key
  * is read from exactly one copy per side (kvq_cache_side_split): the sink
- * (first positions), the ring (the query's most recent positions; for tile
- * sides also its incomplete tile) or the body (quantised, read in packed
+ * (first positions), the exact recent rows (the query's tail; for tile
+ * sides also its incomplete tile), kept in the ring or, for the rows of
+ * the batch just written, in the stage, or the body (quantised, read in packed
  * form: a row type's dot/axpy, or a tile type's records straight through
  * its tile hooks, src/tile_ops.h).  K and V may have different types and so different
  * splits; keys are cut at the boundaries of both.
@@ -33,6 +34,7 @@
 #include "attn_block.h"
 #include "cache.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -54,14 +56,16 @@ typedef struct attn_source {
     size_t head;                      /* bytes per KV head                  */
     int64_t len;                      /* values per dot / axpy: whole blocks */
     bool f32;                         /* f32 rows: the chunked pass reads them in place */
-    int ring;                         /* slot = pos % ring; 0: slot = pos   */
+    int ring;                         /* slot = pos % ring; 0: slot = pos - first */
+    int first;                        /* position of row 0 (the stage's batch) */
 } attn_source;
 
 typedef struct attn_job {
     int pos, n, n_head, group;
     float scale;
     const kvq_cache_side *side_k, *side_v;
-    attn_source k[3], v[3];           /* indexed by kvq_cache_part          */
+    int stage_pos;                    /* the layer's batch in the stage, or INT_MAX */
+    attn_source k[KVQ_PART_COUNT], v[KVQ_PART_COUNT]; /* indexed by kvq_cache_part */
     bool cut_at_tiles;                /* a tile side: runs never cross a tile */
     const float *q;                   /* rotated: [n][n_head][q_stride]     */
     int q_stride, acc_stride, head_dim_v;
@@ -91,7 +95,7 @@ static int lcm(int a, int b) { return a / gcd(a, b) * b; }
 /* ------------------------------------------------------------ the pass */
 
 static const uint8_t *source_row(const attn_source *src, int kv_head, int pos) {
-    const int slot = src->ring ? pos % src->ring : pos;
+    const int slot = src->ring ? pos % src->ring : pos - src->first;
     return src->rows + (size_t)kv_head * src->head + (size_t)slot * src->stride;
 }
 
@@ -208,24 +212,29 @@ static void finalize_row(const attn_job *jb, float *acc, float l, float *out) {
 
 /* Which copy a key at or after `a` falls in, given one side's split. */
 static kvq_cache_part part_at(kvq_key_split s, int a) {
-    return a < s.sink_end ? KVQ_PART_SINK : a < s.ring_start ? KVQ_PART_BODY : KVQ_PART_RING;
+    return a < s.sink_end      ? KVQ_PART_SINK
+           : a < s.ring_start  ? KVQ_PART_BODY
+           : a < s.stage_start ? KVQ_PART_RING
+                               : KVQ_PART_STAGE;
 }
 
 /* One query row (all heads of one KV head) over the keys of one range.
- * K and V each have their own split into sink, body and ring (their types
- * may differ); the keys are cut at every boundary of either side, so each
- * run reads K from one copy and V from one copy. */
+ * K and V each have their own split into sink, body, ring and stage (their
+ * types may differ); the keys are cut at every boundary of either side, so
+ * each run reads K from one copy and V from one copy. */
 static void attend_row(const attn_job *jb, int kv_head, int i, int k_lo, int k_hi, row_state *st) {
     const int G = jb->group;
     const int qp = jb->pos + i;                      /* the query's position */
     memset(st->acc, 0, (size_t)G * (size_t)jb->acc_stride * sizeof(float));
     for (int j = 0; j < G; j++) { st->m[j] = -INFINITY; st->l[j] = 0.0f; }
-    const kvq_key_split sk = kvq_cache_side_split(jb->side_k, qp), sv = kvq_cache_side_split(jb->side_v, qp);
-    int cuts[6] = { 0, sk.sink_end, sk.ring_start, sv.sink_end, sv.ring_start, qp + 1 };
-    for (int a = 1; a < 5; a++)                      /* sort the four inner cuts */
+    const kvq_key_split sk = kvq_cache_side_split(jb->side_k, qp, jb->stage_pos);
+    const kvq_key_split sv = kvq_cache_side_split(jb->side_v, qp, jb->stage_pos);
+    enum { N_CUTS = 8 };
+    int cuts[N_CUTS] = { 0, sk.sink_end, sk.ring_start, sk.stage_start, sv.sink_end, sv.ring_start, sv.stage_start, qp + 1 };
+    for (int a = 1; a < N_CUTS - 1; a++)             /* sort the six inner cuts */
         for (int b = a; b > 1 && cuts[b] < cuts[b - 1]; b--) { int x = cuts[b]; cuts[b] = cuts[b - 1]; cuts[b - 1] = x; }
     const float *q = jb->q + ((size_t)i * jb->n_head + (size_t)kv_head * G) * jb->q_stride;
-    for (int s = 0; s < 5; s++) {
+    for (int s = 0; s < N_CUTS - 1; s++) {
         const int a = KVQ_MAX(cuts[s], k_lo), b = KVQ_MIN(cuts[s + 1], k_hi);
         if (a < b) attend_keys(jb, &jb->k[part_at(sk, a)], &jb->v[part_at(sv, a)], kv_head, a, b, q, st);
     }
@@ -308,11 +317,13 @@ static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq
         s.tiles = sd;
         return s;
     }
-    const int rows = body ? c->p.n_ctx : part == KVQ_PART_RING ? sd->ring_rows : sd->sink_rows;
+    const bool stage = part == KVQ_PART_STAGE;
+    const int rows = body ? c->p.n_ctx : part == KVQ_PART_RING ? sd->ring_rows : stage ? c->stage.cap : sd->sink_rows;
     s.tr = traits_of(table, body ? sd->type : c->p.tail_type);
-    s.rows = body ? sd->body : part == KVQ_PART_RING ? sd->ring : sd->sink;
-    s.stride = body ? sd->row_bytes : sd->exact_row_bytes;
+    s.rows = body ? sd->body : part == KVQ_PART_RING ? sd->ring : stage ? c->stage.rows[sd->side_index] : sd->sink;
+    s.stride = body ? sd->row_bytes : stage ? c->stage.row_bytes[sd->side_index] : sd->exact_row_bytes;
     s.head = (size_t)rows * s.stride;
+    s.first = stage ? c->stage.pos : 0;
     s.len = s.tr->row_bytes ? sd->store_dim : round_up(sd->store_dim, s.tr->block_size);
     s.f32 = (body ? sd->type : c->p.tail_type) == KVQ_TYPE_F32;
     s.ring = part == KVQ_PART_RING ? sd->ring_rows : 0;
@@ -371,14 +382,19 @@ static kvq_status check_attend(const kvq_cache *c, int layer, int pos, int n, in
     if (pos < 0 || n < 1 || (int64_t)pos + n > stored)
         return kvq_fail(err, KVQ_ERR_ARG, "attend: queries at %d..%d but layer %d holds %d positions "
                         "(write first, then attend)", pos, pos + n - 1, layer, stored);
-    /* The oldest ring row a query needs must not have been overwritten
-     * (ring_start only grows with the query position). */
+    /* The oldest exact row a query needs must still be held (ring_start
+     * only grows with the query position).  It is not when a later write
+     * has moved this batch's rows from the stage into the ring, or when
+     * the queries are older than the tail. */
     const kvq_cache_side *sides[2] = { &c->k[layer], &c->v[layer] };
     for (int s = 0; s < 2; s++) {
         const kvq_cache_side *sd = sides[s];
-        if (sd->ring_rows && kvq_cache_side_split(sd, pos).ring_start < stored - sd->ring_rows)
-            return kvq_fail(err, KVQ_ERR_ARG, "attend: queries from %d are too old for the %c tail ring "
-                            "(holds positions %d..%d)", pos, s ? 'V' : 'K', stored - sd->ring_rows, stored - 1);
+        const int from = sd->ring_rows ? kvq_cache_exact_from(c, layer, sd) : 0;
+        const int need = kvq_cache_side_split(sd, pos, kvq_cache_stage_pos(c, layer)).ring_start;
+        if (sd->ring_rows && need < pos + 1 && need < from)
+            return kvq_fail(err, KVQ_ERR_ARG, "attend: queries from %d need exact %c rows from %d, but layer %d holds "
+                            "them from %d only (attend a batch before the next write; older queries are past the tail)",
+                            pos, s ? 'V' : 'K', need, layer, from);
     }
     return KVQ_OK;
 }
@@ -408,7 +424,8 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     jb.scale = scale;
     jb.side_k = k;
     jb.side_v = v;
-    for (int part = 0; part < 3; part++) {
+    jb.stage_pos = kvq_cache_stage_pos(c, layer);
+    for (int part = 0; part < KVQ_PART_COUNT; part++) {
         jb.k[part] = make_source(c, k, (kvq_cache_part)part, table);
         jb.v[part] = make_source(c, v, (kvq_cache_part)part, table);
     }

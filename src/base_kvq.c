@@ -1,6 +1,7 @@
 /* base_kvq.c - kvq's exact KLD base file and the model-file hash (layout
  * and rules in base_kvq.h). */
 #include "base_kvq.h"
+#include "model.h"
 #include "hash64.h"
 
 #include <errno.h>
@@ -61,6 +62,38 @@ static bool pread_all(int fd, void *buf, size_t len, uint64_t off) {
     return true;
 }
 
+/* The model hash's definition (base_kvq.h) over any byte source: read(ctx,
+ * buf, len, off) fills buf with len bytes at off. */
+typedef bool (*read_at_fn)(void *ctx, uint8_t *buf, size_t len, uint64_t off);
+
+static bool hash_model_bytes(uint64_t size, read_at_fn read, void *ctx, uint8_t *buf, size_t cap, uint64_t *out) {
+    kvq_hash64 h;
+    kvq_hash64_init(&h);
+    uint8_t size_le[8];
+    wr64(size_le, size);
+    kvq_hash64_update(&h, size_le, 8);
+    bool ok = true;
+    const uint64_t prefix = size < PREFIX_BYTES ? size : PREFIX_BYTES;
+    for (uint64_t off = 0; ok && off < prefix; off += cap) {
+        size_t len = (size_t)KVQ_MIN((uint64_t)cap, prefix - off);
+        ok = read(ctx, buf, len, off);
+        if (ok) kvq_hash64_update(&h, buf, len);
+    }
+    if (ok && size > (uint64_t)PREFIX_BYTES + SAMPLE_BYTES) {
+        const uint64_t span = size - PREFIX_BYTES - SAMPLE_BYTES;
+        for (uint64_t i = 0; ok && i < N_SAMPLES; i++) {
+            /* i*span fits in 64 bits for files below 2^54 bytes */
+            uint64_t off = PREFIX_BYTES + i * span / (N_SAMPLES - 1);
+            ok = read(ctx, buf, SAMPLE_BYTES, off);
+            if (ok) kvq_hash64_update(&h, buf, SAMPLE_BYTES);
+        }
+    }
+    *out = kvq_hash64_final(&h);
+    return ok;
+}
+
+static bool read_fd(void *ctx, uint8_t *buf, size_t len, uint64_t off) { return pread_all(*(int *)ctx, buf, len, off); }
+
 kvq_status kvq_model_file_hash(const char *path, uint64_t *hash, kvq_error *err) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) return kvq_fail(err, KVQ_ERR_IO, "cannot open model '%s': %s", path, strerror(errno));
@@ -69,40 +102,33 @@ kvq_status kvq_model_file_hash(const char *path, uint64_t *hash, kvq_error *err)
         close(fd);
         return kvq_fail(err, KVQ_ERR_IO, "model '%s' is not a regular file", path);
     }
-    const uint64_t size = (uint64_t)st.st_size;
     enum { CHUNK = 1 << 20 };
     uint8_t *buf = malloc(CHUNK);
     if (!buf) {
         close(fd);
         return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory hashing '%s'", path);
     }
-    kvq_hash64 h;
-    kvq_hash64_init(&h);
-    uint8_t size_le[8];
-    wr64(size_le, size);
-    kvq_hash64_update(&h, size_le, 8);
-
-    bool ok = true;
-    const uint64_t prefix = size < PREFIX_BYTES ? size : PREFIX_BYTES;
-    for (uint64_t off = 0; ok && off < prefix; off += CHUNK) {
-        size_t len = (size_t)KVQ_MIN((uint64_t)CHUNK, prefix - off);
-        ok = pread_all(fd, buf, len, off);
-        if (ok) kvq_hash64_update(&h, buf, len);
-    }
-    if (ok && size > (uint64_t)PREFIX_BYTES + SAMPLE_BYTES) {
-        const uint64_t span = size - PREFIX_BYTES - SAMPLE_BYTES;
-        for (uint64_t i = 0; ok && i < N_SAMPLES; i++) {
-            /* i*span fits in 64 bits for files below 2^54 bytes */
-            uint64_t off = PREFIX_BYTES + i * span / (N_SAMPLES - 1);
-            ok = pread_all(fd, buf, SAMPLE_BYTES, off);
-            if (ok) kvq_hash64_update(&h, buf, SAMPLE_BYTES);
-        }
-    }
+    const bool ok = hash_model_bytes((uint64_t)st.st_size, read_fd, &fd, buf, CHUNK, hash);
     free(buf);
     close(fd);
     if (!ok) return kvq_fail(err, KVQ_ERR_IO, "cannot read model '%s' while hashing it", path);
-    *hash = kvq_hash64_final(&h);
     return KVQ_OK;
+}
+
+typedef struct mem_src { const uint8_t *base; size_t size; } mem_src;
+static bool read_mem(void *ctx, uint8_t *buf, size_t len, uint64_t off) {
+    const mem_src *m = ctx;
+    if (off > m->size || len > m->size - off) return false;
+    memcpy(buf, m->base + off, len);
+    return true;
+}
+
+uint64_t kvq_model_hash(const kvq_model *m) {
+    mem_src src = { m->file->base, m->file->size };
+    uint8_t buf[SAMPLE_BYTES];
+    uint64_t h = 0;
+    hash_model_bytes(src.size, read_mem, &src, buf, sizeof buf, &h);   /* in memory: cannot fail */
+    return h;
 }
 
 /* ------------------------------------------------------------- writer */

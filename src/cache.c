@@ -10,6 +10,7 @@
 #include "hadamard.h"
 #include "turbo_traits.h"
 
+#include <limits.h>
 #include <stdlib.h>
 
 void kvq_cache_params_default(kvq_cache_params *p) {
@@ -46,7 +47,10 @@ void kvq_cache_memory(const kvq_cache *c, kvq_cache_bytes *b) {
 }
 
 void kvq_cache_clear(kvq_cache *c) {
-    if (c) memset(c->n_stored, 0, (size_t)c->p.n_layer * sizeof *c->n_stored);
+    if (!c) return;
+    memset(c->n_stored, 0, (size_t)c->p.n_layer * sizeof *c->n_stored);
+    for (int l = 0; l < c->p.n_layer; l++) c->k[l].ring_lo = c->v[l].ring_lo = 0;
+    c->stage.layer = -1;
 }
 
 void kvq_cache_free(kvq_cache *c) {
@@ -96,10 +100,12 @@ static kvq_status check_params(const kvq_cache_params *p, kvq_error *err) {
         return kvq_fail(err, KVQ_ERR_ARG, "cache: max_batch %d must be >= 1", p->max_batch);
     if (p->kvarn_iters < 0 || p->kvarn_iters > KVQ_KVARN_MAX_ITERS)
         return kvq_fail(err, KVQ_ERR_ARG, "cache: kvarn_iters %d outside 0..%d", p->kvarn_iters, KVQ_KVARN_MAX_ITERS);
-    if (p->tail_tokens < 0)
-        return kvq_fail(err, KVQ_ERR_ARG, "cache: tail_tokens %d must be >= 0", p->tail_tokens);
-    if (p->sink_tokens < 0)
-        return kvq_fail(err, KVQ_ERR_ARG, "cache: sink_tokens %d must be >= 0", p->sink_tokens);
+    if (p->tail_tokens < 0 || p->tail_tokens > p->n_ctx)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: tail of %d tokens outside 0..n_ctx %d", p->tail_tokens, p->n_ctx);
+    if (p->rollback_tokens < 0 || p->rollback_tokens > p->n_ctx)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: rollback of %d tokens outside 0..n_ctx %d", p->rollback_tokens, p->n_ctx);
+    if (p->sink_tokens < 0 || p->sink_tokens > p->n_ctx)
+        return kvq_fail(err, KVQ_ERR_ARG, "cache: sink of %d tokens outside 0..n_ctx %d", p->sink_tokens, p->n_ctx);
     if (!is_exact_type(p->tail_type))
         return kvq_fail(err, KVQ_ERR_ARG, "cache: tail type %s must be f32, f16 or bf16",
                         kvq_type_name(p->tail_type));
@@ -172,7 +178,8 @@ static bool array_bytes(int n_head_kv, int rows, size_t row_bytes, size_t *out) 
 
 static int round_up_int(int x, int m) { return (int)(((int64_t)x + m - 1) / m * m); }
 
-/* Rows: the plan's rotation, tail and sink as given, ring = tail + batch. */
+/* Rows: the plan's rotation, tail and sink as given; the ring is the tail,
+ * exactly (a batch's own rows wait in the stage). */
 static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
     const kvq_cache_params *p = &c->p;
     sd->rot_kind = kvq_type_get_scalar(sd->type)->format_rot;
@@ -201,18 +208,16 @@ static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
     }
     sd->row_bytes = kvq_row_bytes(sd->type, sd->store_dim);
     sd->tail_tokens = p->tail_tokens;
-    sd->ring_rows = p->tail_tokens ? (int)KVQ_MIN((int64_t)p->tail_tokens + p->max_batch, p->n_ctx) : 0;
+    sd->ring_rows = p->tail_tokens + p->rollback_tokens;
     sd->sink_rows = p->sink_tokens;
 }
 
-/* Tiles (docs/kvarn.md): the format's rotation per slice; the sink holds at
- * least the first tile, in whole tiles; the tail is counted in whole tiles;
- * the ring always exists (it stages the incomplete tile) and holds the
- * tail, the incomplete tile and a batch: with the first query of a batch
- * at pos, the ring must reach back from pos + n - 1 to the start of the
- * tail tiles before pos's incomplete tile, at most tail + 126 + n rows.
- * Ring rows are whole tiles (or n_ctx, when it never wraps) so that a
- * tile's staging rows are contiguous. */
+/* Tiles (docs/kvarn.md): the format's rotation per slice; the sink is in
+ * whole tiles and holds the first tile unless it is quantised too; the
+ * tail is counted in whole tiles; the ring always exists (it keeps the
+ * incomplete tile, whose rows quantise the tile when it completes) and
+ * holds the whole tail tiles before it: a decoding query at qp reads
+ * tail + (qp + 1) % 128 exact rows, at most tail + 127. */
 static void shape_tile_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
     const kvq_cache_params *p = &c->p;
     const int T = KVQ_KVARN_TILE;
@@ -223,12 +228,12 @@ static void shape_tile_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
     sd->rot_signs = NULL;
     sd->row_bytes = 0;
     sd->tail_tokens = round_up_int(p->tail_tokens, T);
-    const int sink_whole = round_up_int(KVQ_MAX(p->sink_tokens, T), T);
+    const int first_exact = p->kvarn_quantize_first_tile ? 0 : T;
+    const int sink_whole = round_up_int(KVQ_MAX(p->sink_tokens, first_exact), T);
     sd->first_tile = sink_whole / T;
     sd->sink_rows = KVQ_MIN(sink_whole, p->n_ctx);
     sd->n_tiles = KVQ_MAX(0, p->n_ctx / T - sd->first_tile);
-    const int64_t ring = ((int64_t)sd->tail_tokens + p->max_batch + T - 1 + T - 1) / T * T;
-    sd->ring_rows = (int)KVQ_MIN(ring, (int64_t)p->n_ctx);
+    sd->ring_rows = (int)KVQ_MIN((int64_t)sd->tail_tokens + T - 1 + p->rollback_tokens, (int64_t)p->n_ctx);
 }
 
 /* Say once per side in the plan's reason line that padded rows are mixed
@@ -241,13 +246,44 @@ static void note_padded_mixing(kvq_rot_plan *plan, bool is_v, int store_dim, int
     if (len + strlen(note) < sizeof plan->reason) memcpy(plan->reason + len, note, strlen(note) + 1);
 }
 
-/* Compute every side's shape and sizes and the four totals; no allocation
- * yet.  Each total stays below SIZE_MAX / 4, so their sum cannot overflow. */
+/* Ring rows a side keeps when the cache holds n_ctx positions (the kv_bytes
+ * definition, kvq.h): rows, the tail (and rollback rows); tiles, the whole
+ * tail tiles, the rollback rows and the incomplete tile at that length,
+ * which never reach into the sink. */
+static int ring_rows_kept(const kvq_cache_side *sd, const kvq_cache_params *p) {
+    if (sd->layout != KVQ_LAYOUT_TILES) return sd->ring_rows;
+    const int64_t kept = (int64_t)sd->tail_tokens + p->rollback_tokens + p->n_ctx % KVQ_KVARN_TILE;
+    return (int)KVQ_MIN(kept, (int64_t)KVQ_MAX(0, p->n_ctx - sd->sink_rows));
+}
+
+/* The stage: per side, the widest exact row of the layers whose side has a
+ * ring, for max_batch rows of every KV head (none without a ring). */
+static kvq_status plan_stage(kvq_cache *c, size_t *bytes, kvq_error *err) {
+    kvq_cache_stage *sg = &c->stage;
+    sg->layer = -1;
+    sg->cap = KVQ_MIN(c->p.max_batch, c->p.n_ctx);
+    *bytes = 0;
+    for (int s = 0; s < 2; s++) {
+        kvq_cache_side *sides = s ? c->v : c->k;
+        sg->row_bytes[s] = 0;
+        for (int l = 0; l < c->p.n_layer; l++)
+            if (sides[l].ring_rows) sg->row_bytes[s] = KVQ_MAX(sg->row_bytes[s], sides[l].exact_row_bytes);
+        size_t side;
+        if (!array_bytes(c->p.n_head_kv, sg->cap, sg->row_bytes[s], &side) || side > SIZE_MAX / 4 - *bytes)
+            return kvq_fail(err, KVQ_ERR_ARG, "cache: stage size overflow (max_batch %d too large)", c->p.max_batch);
+        *bytes += side;
+    }
+    return KVQ_OK;
+}
+
+/* Compute every side's shape and sizes, the regions to allocate and the
+ * reported figures; no allocation yet.  Each total stays below SIZE_MAX / 4,
+ * so their sums cannot overflow. */
 static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
     const kvq_cache_params *p = &c->p;
     kvq_cache_bytes *b = &c->bytes;
     memset(b, 0, sizeof *b);
-    size_t scratch = 0;
+    size_t scratch = 0, ring_alloc = 0;
     for (int l = 0; l < p->n_layer; l++) {
         kvq_cache_side *sides[2] = { &c->k[l], &c->v[l] };
         const kvq_type types[2] = { c->types_k[l], c->types_v[l] };
@@ -264,7 +300,8 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
             else shape_row_side(c, sd, s == 1);
             if (sd->mix_signs) note_padded_mixing(&c->plan, s == 1, sd->store_dim, sd->rot_block);
             sd->exact_row_bytes = kvq_row_bytes(p->tail_type, sd->store_dim);
-            size_t body, ring, sink, per_head_tiles = 0;
+            sd->side_index = s;
+            size_t body, ring, kept, sink, per_head_tiles = 0;
             const bool ok_body =
                 sd->layout == KVQ_LAYOUT_TILES
                     ? mul_size((size_t)sd->n_tiles * (size_t)sd->n_slices, sd->record_bytes, &per_head_tiles) &&
@@ -272,31 +309,41 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
                     : array_bytes(p->n_head_kv, p->n_ctx, sd->row_bytes, &body);
             sd->body_head_bytes = sd->layout == KVQ_LAYOUT_TILES ? per_head_tiles : (size_t)p->n_ctx * sd->row_bytes;
             if (!ok_body || !array_bytes(p->n_head_kv, sd->ring_rows, sd->exact_row_bytes, &ring) ||
+                !array_bytes(p->n_head_kv, ring_rows_kept(sd, p), sd->exact_row_bytes, &kept) ||
                 !array_bytes(p->n_head_kv, sd->sink_rows, sd->exact_row_bytes, &sink) ||
-                body > SIZE_MAX / 4 - *body_total[s] || ring > SIZE_MAX / 4 - b->tail ||
+                body > SIZE_MAX / 4 - *body_total[s] || ring > SIZE_MAX / 4 - ring_alloc ||
                 sink > SIZE_MAX / 4 - b->sink)
                 return kvq_fail(err, KVQ_ERR_ARG, "cache: size overflow (n_ctx %d too large)", p->n_ctx);
             *body_total[s] += body;
-            b->tail += ring;
+            ring_alloc += ring;
+            b->tail += kept;
             b->sink += sink;
             if (sd->layout == KVQ_LAYOUT_TILES) scratch = KVQ_MAX(scratch, sd->tile_ops->scratch_floats(sd));
         }
     }
+    size_t stage;
+    kvq_status st = plan_stage(c, &stage, err);
+    if (st != KVQ_OK) return st;
     b->total = b->k + b->v + b->tail + b->sink;
-    if (scratch && !(c->tile_scratch = malloc(scratch * sizeof(float))))
-        return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory for tile quantisation");
+    b->work = stage + scratch * sizeof(float);
+    b->allocated = b->k + b->v + ring_alloc + b->sink + b->work;
+    const size_t regions[KVQ_ARRAY_LEN(c->mem_bytes)] = { b->k, b->v, ring_alloc, b->sink, stage };
+    memcpy(c->mem_bytes, regions, sizeof regions);
+    c->tile_scratch_floats = scratch;
     return KVQ_OK;
 }
 
-/* Allocate the four regions and point every side into them. */
+/* Allocate the regions and point every side (and the stage) into them. */
 static kvq_status allocate_layout(kvq_cache *c, kvq_error *err) {
-    const kvq_cache_bytes *b = &c->bytes;
-    const size_t sizes[4] = { b->k, b->v, b->tail, b->sink };
-    for (int i = 0; i < 4; i++) {
-        if (!sizes[i]) continue;
-        if (!(c->mem[i] = calloc(1, sizes[i])))
-            return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory (%zu bytes)", sizes[i]);
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(c->mem); i++) {
+        if (!c->mem_bytes[i]) continue;
+        if (!(c->mem[i] = calloc(1, c->mem_bytes[i])))
+            return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory (%zu bytes)", c->mem_bytes[i]);
     }
+    if (c->tile_scratch_floats && !(c->tile_scratch = malloc(c->tile_scratch_floats * sizeof(float))))
+        return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory for tile quantisation");
+    c->stage.rows[0] = c->mem[4];
+    c->stage.rows[1] = c->mem[4] ? c->mem[4] + (size_t)c->p.n_head_kv * c->stage.cap * c->stage.row_bytes[0] : NULL;
     uint8_t *body_k = c->mem[0], *body_v = c->mem[1], *ring = c->mem[2], *sink = c->mem[3];
     const size_t nh = (size_t)c->p.n_head_kv;
     for (int l = 0; l < c->p.n_layer; l++) {
@@ -378,7 +425,7 @@ kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out,
 
 /* ------------------------------------------------------------- regions */
 
-kvq_key_split kvq_cache_side_split(const kvq_cache_side *sd, int qp) {
+kvq_key_split kvq_cache_side_split(const kvq_cache_side *sd, int qp, int stage_pos) {
     kvq_key_split s;
     s.sink_end = KVQ_MIN(sd->sink_rows, qp + 1);
     if (sd->layout == KVQ_LAYOUT_TILES) {
@@ -386,15 +433,47 @@ kvq_key_split kvq_cache_side_split(const kvq_cache_side *sd, int qp) {
         const int body_end = (complete - sd->tail_tokens / KVQ_KVARN_TILE) * KVQ_KVARN_TILE;
         s.ring_start = KVQ_MAX(s.sink_end, body_end);
     } else {
-        const int tail = sd->ring_rows ? sd->tail_tokens : 0;
-        s.ring_start = KVQ_MAX(s.sink_end, qp + 1 - tail);
+        s.ring_start = KVQ_MAX(s.sink_end, qp + 1 - (sd->ring_rows ? sd->tail_tokens : 0));
     }
+    s.stage_start = sd->ring_rows ? KVQ_MAX(s.ring_start, KVQ_MIN(stage_pos, qp + 1)) : qp + 1;
     return s;
 }
 
+int kvq_cache_stage_pos(const kvq_cache *c, int layer) {
+    return c->stage.layer == layer ? c->stage.pos : INT_MAX;
+}
+
 kvq_cache_part kvq_cache_key_part(const kvq_cache *c, int layer, bool is_v, int qp, int key) {
-    const kvq_key_split s = kvq_cache_side_split(is_v ? &c->v[layer] : &c->k[layer], qp);
-    return key < s.sink_end ? KVQ_PART_SINK : key < s.ring_start ? KVQ_PART_BODY : KVQ_PART_RING;
+    const kvq_key_split s = kvq_cache_side_split(is_v ? &c->v[layer] : &c->k[layer], qp, kvq_cache_stage_pos(c, layer));
+    return key < s.sink_end      ? KVQ_PART_SINK
+           : key < s.ring_start  ? KVQ_PART_BODY
+           : key < s.stage_start ? KVQ_PART_RING
+                                 : KVQ_PART_STAGE;
+}
+
+/* Does the stage hold this side's rows (its layer's batch is pending)? */
+static bool stage_holds(const kvq_cache *c, const kvq_cache_side *sd) {
+    const int l = c->stage.layer;
+    return l >= 0 && sd == (sd->side_index ? &c->v[l] : &c->k[l]);
+}
+
+static uint8_t *stage_row(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos) {
+    const kvq_cache_stage *sg = &c->stage;
+    const int s = sd->side_index;
+    return sg->rows[s] + ((size_t)head * (size_t)sg->cap + (size_t)(pos - sg->pos)) * sg->row_bytes[s];
+}
+
+static uint8_t *ring_row(const kvq_cache_side *sd, int head, int pos) {
+    return sd->ring + ((size_t)head * (size_t)sd->ring_rows + (size_t)(pos % sd->ring_rows)) * sd->exact_row_bytes;
+}
+
+const uint8_t *kvq_cache_exact_row(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos) {
+    return stage_holds(c, sd) && pos >= c->stage.pos ? stage_row(c, sd, head, pos) : ring_row(sd, head, pos);
+}
+
+int kvq_cache_exact_from(const kvq_cache *c, int layer, const kvq_cache_side *sd) {
+    const int committed = stage_holds(c, sd) ? c->stage.pos : c->n_stored[layer];
+    return KVQ_MAX(sd->ring_lo, committed - sd->ring_rows);
 }
 
 void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out) {
@@ -418,32 +497,42 @@ void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc) {
 
 /* ---------------------------------------------------------------- write */
 
-static uint8_t *side_row(const kvq_cache *c, const kvq_cache_side *sd, kvq_cache_part part, int head,
-                         int pos) {
-    switch (part) {
-    case KVQ_PART_BODY:
-        return sd->body + ((size_t)head * (size_t)c->p.n_ctx + (size_t)pos) * sd->row_bytes;
-    case KVQ_PART_RING:
-        return sd->ring + ((size_t)head * (size_t)sd->ring_rows + (size_t)(pos % sd->ring_rows)) *
-                              sd->exact_row_bytes;
-    case KVQ_PART_SINK:
-        return sd->sink + ((size_t)head * (size_t)sd->sink_rows + (size_t)pos) * sd->exact_row_bytes;
-    }
-    return NULL;
+static uint8_t *body_row(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos) {
+    return sd->body + ((size_t)head * (size_t)c->p.n_ctx + (size_t)pos) * sd->row_bytes;
+}
+
+static uint8_t *sink_row(const kvq_cache_side *sd, int head, int pos) {
+    return sd->sink + ((size_t)head * (size_t)sd->sink_rows + (size_t)pos) * sd->exact_row_bytes;
 }
 
 /* Rotate one head's row and store it: rows quantised once into the body;
- * exact into the ring (and the sink for the first positions).  Tile
- * bodies are filled when a tile completes (write_tiles). */
+ * exact into the stage (on to the ring at the next write) and the sink
+ * for the first positions.  Tile bodies are filled when a tile completes
+ * (write_tiles). */
 static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos, const float *x) {
     float buf[KVQ_MAX_HEAD_DIM];
     kvq_cache_side_rotate(sd, x, buf);
-    if (sd->layout == KVQ_LAYOUT_ROWS)
-        kvq_quantize_row_tr(sd->body_tr, buf, side_row(c, sd, KVQ_PART_BODY, head, pos), sd->store_dim);
-    if (sd->ring_rows)
-        kvq_quantize_row_tr(sd->tail_tr, buf, side_row(c, sd, KVQ_PART_RING, head, pos), sd->store_dim);
-    if (pos < sd->sink_rows)
-        kvq_quantize_row_tr(sd->tail_tr, buf, side_row(c, sd, KVQ_PART_SINK, head, pos), sd->store_dim);
+    if (sd->layout == KVQ_LAYOUT_ROWS) kvq_quantize_row_tr(sd->body_tr, buf, body_row(c, sd, head, pos), sd->store_dim);
+    if (sd->ring_rows) kvq_quantize_row_tr(sd->tail_tr, buf, stage_row(c, sd, head, pos), sd->store_dim);
+    if (pos < sd->sink_rows) kvq_quantize_row_tr(sd->tail_tr, buf, sink_row(sd, head, pos), sd->store_dim);
+}
+
+/* Copy the pending batch's newest rows into its layer's rings: each ring
+ * then holds the last ring_rows positions written. */
+void kvq_cache_commit_stage(kvq_cache *c) {
+    kvq_cache_stage *sg = &c->stage;
+    if (sg->layer < 0) return;
+    kvq_cache_side *sides[2] = { &c->k[sg->layer], &c->v[sg->layer] };
+    for (int s = 0; s < 2; s++) {
+        kvq_cache_side *sd = sides[s];
+        if (!sd->ring_rows) continue;
+        const int end = sg->pos + sg->n, first = KVQ_MAX(sg->pos, end - sd->ring_rows);
+        for (int h = 0; h < c->p.n_head_kv; h++)
+            for (int pos = first; pos < end; pos++)
+                memcpy(ring_row(sd, h, pos), stage_row(c, sd, h, pos), sd->exact_row_bytes);
+        sd->ring_lo = KVQ_MAX(sd->ring_lo, end - sd->ring_rows);
+    }
+    sg->layer = -1;
 }
 
 /* After position pos is written: quantise the tile it completes, once. */
@@ -469,6 +558,10 @@ kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n, const float 
     if ((int64_t)pos + n > p->n_ctx)
         return kvq_fail(err, KVQ_ERR_ARG, "cache write: positions %d..%d exceed n_ctx %d", pos,
                         pos + n - 1, p->n_ctx);
+    kvq_cache_commit_stage(c);
+    c->stage = (kvq_cache_stage){ .layer = layer, .pos = pos, .n = n, .cap = c->stage.cap,
+                                  .rows = { c->stage.rows[0], c->stage.rows[1] },
+                                  .row_bytes = { c->stage.row_bytes[0], c->stage.row_bytes[1] } };
     const kvq_cache_side *sk = &c->k[layer], *sv = &c->v[layer];
     for (int t = 0; t < n; t++) {
         for (int h = 0; h < p->n_head_kv; h++) {
@@ -479,6 +572,7 @@ kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n, const float 
         kvq_status st;
         if ((st = write_tiles(c, sk, pos + t, err)) != KVQ_OK || (st = write_tiles(c, sv, pos + t, err)) != KVQ_OK) {
             c->n_stored[layer] = pos + t;     /* what is complete stays usable */
+            c->stage.n = t;
             return st;
         }
     }
@@ -497,7 +591,8 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
     if (pos < 0 || pos >= stored)
         return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d not stored", pos);
     const kvq_cache_side *sd = is_v ? &c->v[layer] : &c->k[layer];
-    if (part == KVQ_PART_RING && (!sd->ring_rows || pos < stored - sd->ring_rows))
+    const bool exact_recent = part == KVQ_PART_RING || part == KVQ_PART_STAGE;
+    if (exact_recent && (!sd->ring_rows || pos < kvq_cache_exact_from(c, layer, sd)))
         return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in the tail ring", pos);
     if (part == KVQ_PART_SINK && pos >= sd->sink_rows)
         return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in the sink", pos);
@@ -508,8 +603,10 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
         sd->tile_ops->read_row(sd, head, pos, out);
         return KVQ_OK;
     }
-    kvq_dequantize_row_tr(part == KVQ_PART_BODY ? sd->body_tr : sd->tail_tr, side_row(c, sd, part, head, pos), out,
-                          sd->store_dim);
+    const uint8_t *row = part == KVQ_PART_BODY ? body_row(c, sd, head, pos)
+                         : part == KVQ_PART_SINK ? sink_row(sd, head, pos)
+                                                 : kvq_cache_exact_row(c, sd, head, pos);
+    kvq_dequantize_row_tr(part == KVQ_PART_BODY ? sd->body_tr : sd->tail_tr, row, out, sd->store_dim);
     return KVQ_OK;
 }
 

@@ -12,12 +12,20 @@
  *         tiles layout (KVarN): [n_head_kv][n_tiles][n_slices][record_bytes]
  *         one record per complete 128-token tile from first_tile on;
  *   ring  [n_head_kv][ring_rows][exact_row_bytes]
- *         exact copies (tail_type) of recent positions, position p in slot
- *         p % ring_rows (rows: tail + max_batch rows; tiles: the tail in
- *         whole tiles + the incomplete tile + max_batch, docs/kvarn.md);
+ *         persistent exact copies (tail_type) of recent positions, position
+ *         p in slot p % ring_rows.  Rows: ring_rows = the tail N, exactly;
+ *         tiles: the tail in whole tiles + the incomplete tile (< 128 rows).
  *   sink  [n_head_kv][sink_rows][exact_row_bytes]
- *         exact copies of positions 0..sink_rows-1 (tiles: at least the
- *         first tile, in whole tiles).
+ *         exact copies of positions 0..sink_rows-1 (tiles: whole tiles, the
+ *         first tile by default).
+ *   stage (one per cache, transient): exact copies of the rows of the last
+ *         write call, [side][n_head_kv][max_batch][stage row bytes].  A
+ *         batch's queries need exact rows the ring cannot hold at once (the
+ *         first query's tail reaches back before the batch, the last one's
+ *         covers the batch), so the batch's rows wait here and are copied
+ *         into the layer's ring at the next write (any layer).  Attention
+ *         on a batch must therefore come before the next write; it checks
+ *         that and refuses otherwise (check_attend).
  *
  * Every stored row is rotated (when the plan or the format says so) and
  * has store_dim values (head_dim, or padded to the format's whole slices
@@ -32,7 +40,7 @@
 #include "tile_ops.h"
 
 /* Where a stored row lives (which copy). */
-typedef enum kvq_cache_part { KVQ_PART_BODY = 0, KVQ_PART_RING, KVQ_PART_SINK } kvq_cache_part;
+typedef enum kvq_cache_part { KVQ_PART_BODY = 0, KVQ_PART_RING, KVQ_PART_SINK, KVQ_PART_STAGE, KVQ_PART_COUNT } kvq_cache_part;
 
 /* One side (K or V) of one layer. */
 typedef struct kvq_cache_side {
@@ -61,9 +69,21 @@ typedef struct kvq_cache_side {
     int tail_tokens;        /* tiles: rounded up to whole tiles            */
     int ring_rows, sink_rows; /* 0 = no ring / no sink                     */
     size_t exact_row_bytes; /* one head's row of store_dim values in tail_type */
+    int side_index;         /* 0 = K, 1 = V: its rows' place in the stage  */
+    int ring_lo;            /* no ring row below this position is valid
+                               (raised by commits and truncation)          */
     uint8_t *ring;          /* [n_head_kv][ring_rows][exact_row_bytes]     */
     uint8_t *sink;          /* [n_head_kv][sink_rows][exact_row_bytes]     */
 } kvq_cache_side;
+
+/* The exact rows of the last write call (see the layout above). */
+typedef struct kvq_cache_stage {
+    int layer;              /* layer they belong to; -1: none pending      */
+    int pos, n;             /* positions pos..pos+n-1                      */
+    int cap;                /* rows per KV head: min(max_batch, n_ctx)     */
+    uint8_t *rows[2];       /* K, V: [n_head_kv][max_batch][row_bytes[s]]  */
+    size_t row_bytes[2];    /* widest exact row of that side over layers   */
+} kvq_cache_stage;
 
 struct kvq_cache {
     kvq_cache_params p;     /* copy; layer_type_* point into types_k/v     */
@@ -73,8 +93,11 @@ struct kvq_cache {
     int8_t mix_signs[KVQ_MAX_HEAD_DIM]; /* D of the padded-row mixing H.D.H  */
     kvq_cache_side *k, *v;  /* [n_layer]                                   */
     int *n_stored;          /* [n_layer]: positions 0..n_stored-1 written  */
-    uint8_t *mem[4];        /* K bodies, V bodies, rings, sinks            */
+    uint8_t *mem[5];        /* K bodies, V bodies, rings, sinks, stage     */
+    size_t mem_bytes[5];    /* their sizes                                 */
+    kvq_cache_stage stage;
     float *tile_scratch;    /* tile quantisation (NULL without tile sides) */
+    size_t tile_scratch_floats;
     float *attend_scratch;  /* attention's working memory (kvq_cache_attend_scratch) */
     size_t attend_scratch_floats;
     kvq_cache_bytes bytes;
@@ -88,16 +111,33 @@ struct kvq_cache {
 float *kvq_cache_attend_scratch(kvq_cache *c, size_t floats);
 
 /* Which copy the keys of a query at position qp are read from, for one
- * side: [0, sink_end) sink, [sink_end, ring_start) body, [ring_start, qp]
- * ring.  Rows: the first sink_rows keys and the query's own last
- * tail_tokens keys are exact.  Tiles: also every key of a tile that is not
- * complete within 0..qp, and the tail counts whole complete tiles back
- * from there (docs/kvarn.md).  A function of (qp, key) only, so prefill
- * reads exactly what decode would. */
-typedef struct kvq_key_split { int sink_end, ring_start; } kvq_key_split;
-kvq_key_split kvq_cache_side_split(const kvq_cache_side *sd, int qp);
+ * side: [0, sink_end) sink, [sink_end, ring_start) body, [ring_start,
+ * stage_start) ring, [stage_start, qp] stage.  Rows: the first sink_rows
+ * keys and the query's own last tail_tokens keys are exact.  Tiles: also
+ * every key of a tile that is not complete within 0..qp, and the tail
+ * counts whole complete tiles back from there (docs/kvarn.md).  Which keys
+ * are exact is a function of (qp, key) only, so prefill reads exactly what
+ * decode would; stage_pos (the first position of the pending batch of this
+ * layer, INT_MAX when none) only says where those exact rows are kept. */
+typedef struct kvq_key_split { int sink_end, ring_start, stage_start; } kvq_key_split;
+kvq_key_split kvq_cache_side_split(const kvq_cache_side *sd, int qp, int stage_pos);
+/* The first position of layer's pending batch in the stage, INT_MAX when
+ * the stage holds another layer's rows or none. */
+int kvq_cache_stage_pos(const kvq_cache *c, int layer);
 /* The copy key `key` is read from by a query at qp (key <= qp); tests. */
 kvq_cache_part kvq_cache_key_part(const kvq_cache *c, int layer, bool is_v, int qp, int key);
+/* One head's exact row of position pos (stage or ring); the caller checks
+ * that pos is still held (kvq_cache_exact_from). */
+const uint8_t *kvq_cache_exact_row(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos);
+/* The oldest position from which every exact row of layer up to the last
+ * stored one is still held (ring and stage together). */
+int kvq_cache_exact_from(const kvq_cache *c, int layer, const kvq_cache_side *sd);
+/* kvq_cache_load from a buffer (the fuzz target's entry). */
+kvq_status kvq_cache_load_memory(kvq_cache *c, const uint8_t *data, size_t size, uint64_t model_hash,
+                                 int32_t **tokens, int *n_tokens, kvq_error *err);
+/* Move the pending batch's rows into its layer's rings (every write does
+ * this first; editing and saving the cache too). */
+void kvq_cache_commit_stage(kvq_cache *c);
 
 /* Rotate one row the way a side stores it: x[head_dim] -> out[store_dim]
  * (zero-padded, then the side's Hadamard); and back: acc[store_dim] ->
@@ -105,10 +145,6 @@ kvq_cache_part kvq_cache_key_part(const kvq_cache *c, int layer, bool is_v, int 
 void kvq_cache_side_rotate(const kvq_cache_side *sd, const float *x, float *out);
 void kvq_cache_side_unrotate(const kvq_cache_side *sd, float *acc);
 
-/* The memory figures kvq_cache_create would give these parameters (the
- * same layout code), without allocating the cache: for tools that report
- * sizes at other context lengths or check a size before creating. */
-kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out, kvq_error *err);
 
 /* Dequantise one stored row (rotated values, as the kernel reads them) of
  * one head into out[store_dim]; for tests and tools. */

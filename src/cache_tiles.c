@@ -69,10 +69,8 @@ static kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *s
     float *x = c->tile_scratch, *row = x + (size_t)T * w, *work = row + sd->store_dim;
     for (int h = 0; h < c->p.n_head_kv; h++)
         for (int s = 0; s < sd->n_slices; s++) {
-            for (int t = 0; t < T; t++) {      /* the staging rows, as the ring holds them */
-                const int pos = tile * T + t;
-                const uint8_t *src = sd->ring + ((size_t)h * sd->ring_rows + (size_t)(pos % sd->ring_rows)) *
-                                                    sd->exact_row_bytes;
+            for (int t = 0; t < T; t++) {      /* the exact rows, as the ring and stage hold them */
+                const uint8_t *src = kvq_cache_exact_row(c, sd, h, tile * T + t);
                 kvq_dequantize_row_tr(sd->tail_tr, src, row, sd->store_dim);
                 memcpy(x + (size_t)t * w, row + (size_t)s * w, (size_t)w * sizeof *x);
             }

@@ -11,7 +11,7 @@ void kvq_eval_row_init(kvq_eval_row *r) {
         &r->mean_kld, &r->mean_kld_se, &r->median_kld, &r->p90_kld, &r->p99_kld,
         &r->p99_9_kld, &r->max_kld, &r->same_top_p, &r->same_top_se, &r->rms_dp,
         &r->ppl_q, &r->ppl_q_se, &r->ppl_base, &r->pp_tps, &r->tg_tps,
-        &r->mean_precision, &r->p99_9_precision,
+        &r->mean_precision, &r->p99_9_precision, &r->drift_first_div, &r->drift_kld,
     };
     for (size_t i = 0; i < KVQ_ARRAY_LEN(nums); i++) *nums[i] = NAN;
 }
@@ -61,4 +61,17 @@ void kvq_eval_write_md_text(FILE *f, const char *s) {
         else if (*s == '\n' || *s == '\r') fputc(' ', f);
         else fputc(*s, f);
     }
+}
+
+bool kvq_eval_rows_have_drift(const kvq_eval_row *rows, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].drift_n_gen > 0) return true;
+    return false;
+}
+
+const char *kvq_eval_fmt_first_div(char *buf, size_t cap, const kvq_eval_row *r) {
+    if (isnan(r->drift_first_div)) snprintf(buf, cap, "-");
+    else if (r->drift_first_div > r->drift_n_gen) snprintf(buf, cap, "never");
+    else snprintf(buf, cap, "%g", r->drift_first_div);
+    return buf;
 }

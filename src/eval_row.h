@@ -20,7 +20,9 @@ typedef struct kvq_eval_row {
     bool is_reference;                  /* the exact-cache row of the sweep    */
 
     double n_tokens;                    /* scored tokens                       */
-    double kv_bytes, kv_bytes_bf16;     /* at the evaluation context           */
+    double kv_bytes, kv_bytes_bf16;     /* at the evaluation context (kvq.h:   */
+                                        /* persistent cache, exact rows too)   */
+    double work_bytes;                  /* transient working memory with it    */
     double size_pct;                    /* 100 * kv_bytes / kv_bytes_bf16      */
     double mib;                         /* MiB at the model's trained context  */
 
@@ -33,6 +35,13 @@ typedef struct kvq_eval_row {
 
     /* Derived by kvq_eval_rows_precision (percent, EVAL.md §3). */
     double mean_precision, p99_9_precision;
+
+    /* kvq sweep --drift N (docs/drift.md): the median over the drift
+     * prompts of the first generated position whose greedy token differs
+     * from the exact cache's (drift_n_gen + 1 = never), and the mean KLD
+     * over every generated position; NAN (and drift_n_gen 0) when not run. */
+    double drift_first_div, drift_kld;
+    int drift_n_gen;
 } kvq_eval_row;
 
 /* A row with every number NAN, flags false, strings empty. */
@@ -49,6 +58,12 @@ void kvq_eval_rows_precision(kvq_eval_row *rows, size_t n);
 /* printf one number into buf (cap bytes) for a human table; "-" when it
  * is NAN (not measured).  Returns buf. */
 const char *kvq_eval_fmt(char *buf, size_t cap, const char *fmt, double v);
+
+/* Does any row carry drift figures (drift_n_gen > 0)? */
+bool kvq_eval_rows_have_drift(const kvq_eval_row *rows, size_t n);
+/* The median first divergence for a table: "-" when not measured,
+ * "never" when it is past drift_n_gen. */
+const char *kvq_eval_fmt_first_div(char *buf, size_t cap, const kvq_eval_row *r);
 
 /* Write text into a markdown table cell: '|' escaped, newlines as spaces. */
 void kvq_eval_write_md_text(FILE *f, const char *s);

@@ -296,3 +296,9 @@ const kvq_model *kvq_ctx_model(const kvq_ctx *c) { return c->m; }
 int kvq_ctx_n_vocab(const kvq_ctx *c) { return c->m->info.n_vocab; }
 int kvq_ctx_threads(const kvq_ctx *c) { return kvq_pool_threads(c->pool); }
 int kvq_ctx_max_batch(const kvq_ctx *c) { return c->max_batch; }
+
+kvq_status kvq_ctx_shift(kvq_ctx *c, int n_discard, int keep_first, kvq_error *err) {
+    if (!c) return kvq_fail(err, KVQ_ERR_ARG, "shift: NULL context");
+    const kvq_cache_rope rope = { c->m->info.rope_base, c->m->rope_freq_scale, c->m->info.rope_neox };
+    return kvq_cache_shift(c->cache, n_discard, keep_first, &rope, err);
+}

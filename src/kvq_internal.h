@@ -65,6 +65,12 @@ static inline uint16_t kvq_float_to_bfloat(float f) {
 
 static inline uint16_t kvq_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 static inline void kvq_wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline uint32_t kvq_rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline void kvq_wr32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> 8 * i); }
+static inline uint64_t kvq_rd64(const uint8_t *p) { return (uint64_t)kvq_rd32(p) | (uint64_t)kvq_rd32(p + 4) << 32; }
+static inline void kvq_wr64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> 8 * i); }
 
 /* ---- CPU features (src/cpu.c) ---- */
 typedef struct kvq_cpu { bool avx2, fma, f16c, avx512; } kvq_cpu;

@@ -123,6 +123,7 @@ kvq_status kvq_plan_measure(const kvq_plan_setup *s, const kvq_type *types_k, co
     kvq_kld_acc_free(&acc);
     kvq_ctx_free(ctx);
     out->kv_bytes = b.total;
+    out->work_bytes = b.work;
     out->kv_bytes_bf16 = kvq_plan_bf16_bytes_per_token(kvq_model_get_info(s->model)) * (size_t)n_ctx;
     out->size_pct = out->kv_bytes_bf16 ? 100.0 * (double)out->kv_bytes / (double)out->kv_bytes_bf16 : 0.0;
     return st;

@@ -57,6 +57,7 @@ kvq_status kvq_plan_reference(const kvq_model *m, const int32_t *tokens, int n_c
 typedef struct kvq_plan_measurement {
     kvq_kld_summary kld;
     size_t kv_bytes;        /* the cache at the reference's context            */
+    size_t work_bytes;      /* its transient working memory                    */
     size_t kv_bytes_bf16;   /* a bf16 cache of the same shape and context      */
     double size_pct;        /* 100 * kv_bytes / kv_bytes_bf16                  */
 } kvq_plan_measurement;

@@ -203,10 +203,12 @@ static void write_frontier(FILE *f, const plot_frame *fr, const kvq_eval_row *ro
     fprintf(f, "\"/>\n");
 }
 
-/* Label placement: of a few positions around the point, the first with
- * the least clutter, scored by overlaps with earlier labels (3 each),
- * markers (1 each) and leaving the plot (10); the box is estimated from
- * the text length.  Sweeps have few frontier points, so O(m n) is fine. */
+/* Label placement.  Candidate positions spiral out from the point: the
+ * close ones first, then rings further away (joined to the point by a
+ * leader line).  Each candidate is scored: overlapping an earlier label
+ * 100 (labels must not stack), leaving the plot 50, each marker covered 1;
+ * the first of the lowest score wins.  The box is estimated from the text
+ * length.  Sweeps have few labels, so O(labels x markers) is fine. */
 typedef struct label_box { double x0, y0, x1, y1; } label_box;
 
 static bool boxes_overlap(const label_box *a, const label_box *b) {
@@ -219,11 +221,26 @@ static label_box label_box_at(double px, double py, double dx, double dy, double
     return b;
 }
 
+enum { NEAR_CANDIDATES = 14, RINGS = 8, PER_RING = 6 };
+
+/* Offset of candidate c (0 .. NEAR_CANDIDATES + RINGS * PER_RING - 1). */
+static void label_offset(int c, double *dx, double *dy) {
+    static const double near[NEAR_CANDIDATES][2] = {
+        { 8, -8 }, { 8, 16 }, { -8, -8 }, { -8, 16 }, { 8, 4 }, { -8, 4 }, { 8, -20 }, { -8, -20 },
+        { 8, 28 }, { -8, 28 }, { 14, -32 }, { -14, -32 }, { 14, 40 }, { -14, 40 },
+    };
+    if (c < NEAR_CANDIDATES) { *dx = near[c][0]; *dy = near[c][1]; return; }
+    const int ring = 1 + (c - NEAR_CANDIDATES) / PER_RING, k = (c - NEAR_CANDIDATES) % PER_RING;
+    static const double dir[PER_RING][2] = { { 1, -1 }, { 1, 1 }, { -1, -1 }, { -1, 1 }, { 1, 0 }, { -1, 0 } };
+    *dx = dir[k][0] * (14 + 24 * ring);
+    *dy = dir[k][1] * (20 + 16 * ring) + 4;
+}
+
 static int label_clutter(const label_box *b, const label_box *placed, size_t n_placed,
                          const plot_frame *fr, const double *mx, const double *my, size_t n_dots) {
     int score = 0;
-    if (b->x0 < fr->left || b->x1 > fr->right || b->y0 < fr->top || b->y1 > fr->bottom) score += 10;
-    for (size_t k = 0; k < n_placed; k++) score += 3 * boxes_overlap(b, &placed[k]);
+    if (b->x0 < fr->left || b->x1 > fr->right || b->y0 < fr->top || b->y1 > fr->bottom) score += 50;
+    for (size_t k = 0; k < n_placed; k++) score += 100 * boxes_overlap(b, &placed[k]);
     for (size_t k = 0; k < n_dots; k++) {
         label_box dot = { mx[k] - 6, my[k] - 6, mx[k] + 6, my[k] + 6 };
         score += boxes_overlap(b, &dot);
@@ -231,45 +248,69 @@ static int label_clutter(const label_box *b, const label_box *placed, size_t n_p
     return score;
 }
 
-static void write_frontier_labels(FILE *f, const plot_frame *fr, const kvq_eval_row *rows, size_t n,
-                                  const size_t *idx, size_t m) {
-    static const double offs[][2] = {
-        { 8, -8 }, { 8, 16 }, { -8, -8 }, { -8, 16 }, { 8, 4 }, { -8, 4 }, { 8, -20 }, { -8, -20 },
-        { 8, 28 }, { -8, 28 }, { 14, -32 }, { -14, -32 }, { 14, 40 }, { -14, 40 },
-    };
-    /* every marker is an obstacle; n_dots of them */
+/* Labels of the rows idx[0..m): frontier points, then the landmarks. */
+typedef struct label_set {
+    const size_t *idx;
+    size_t m;
+    const char *cls, *fill;
+} label_set;
+
+static void write_labels(FILE *f, const plot_frame *fr, const kvq_eval_row *rows, size_t n, const label_set *sets,
+                         size_t n_sets) {
+    size_t total = 0;
+    for (size_t s = 0; s < n_sets; s++) total += sets[s].m;
     double *mx = malloc((n ? n : 1) * sizeof *mx), *my = malloc((n ? n : 1) * sizeof *my);
-    label_box *placed = malloc((m ? m : 1) * sizeof *placed);
-    size_t n_dots = 0;
-    fprintf(f, "<g class=\"frontier-labels\" font-family=\"sans-serif\" font-size=\"11\" fill=\"#111\">\n");
-    for (size_t i = 0; i < n && mx && my; i++) {
+    label_box *placed = malloc((total ? total : 1) * sizeof *placed);
+    size_t n_dots = 0, n_placed = 0;
+    for (size_t i = 0; i < n && mx && my; i++) {       /* every marker is an obstacle */
         if (!row_plottable(&rows[i])) continue;
         mx[n_dots] = px_x(fr, rows[i].size_pct);
         my[n_dots++] = px_y(fr, rows[i].median_kld);
     }
-    for (size_t k = 0; k < m; k++) {
-        const kvq_eval_row *r = &rows[idx[k]];
-        double px = px_x(fr, r->size_pct), py = px_y(fr, r->median_kld);
-        double text_w = 6.2 * (double)strlen(r->label);
-        size_t pick = 0;
-        if (mx && my && placed) {
-            int best = -1;
-            for (size_t c = 0; c < KVQ_ARRAY_LEN(offs) && best != 0; c++) {
-                label_box b = label_box_at(px, py, offs[c][0], offs[c][1], text_w);
-                int score = label_clutter(&b, placed, k, fr, mx, my, n_dots);
+    for (size_t s = 0; s < n_sets; s++) {
+        fprintf(f, "<g class=\"%ss\" font-family=\"sans-serif\" font-size=\"11\" fill=\"%s\">\n", sets[s].cls,
+                sets[s].fill);
+        for (size_t k = 0; k < sets[s].m; k++) {
+            const kvq_eval_row *r = &rows[sets[s].idx[k]];
+            const double px = px_x(fr, r->size_pct), py = px_y(fr, r->median_kld);
+            const double text_w = 6.2 * (double)strlen(r->label);
+            int pick = 0, best = -1;
+            double dx = 8, dy = -8;
+            for (int c = 0; mx && my && placed && c < NEAR_CANDIDATES + RINGS * PER_RING && best != 0; c++) {
+                label_offset(c, &dx, &dy);
+                label_box b = label_box_at(px, py, dx, dy, text_w);
+                int score = label_clutter(&b, placed, n_placed, fr, mx, my, n_dots);
                 if (best < 0 || score < best) { best = score; pick = c; }
             }
-            placed[k] = label_box_at(px, py, offs[pick][0], offs[pick][1], text_w);
+            label_offset(pick, &dx, &dy);
+            if (placed) placed[n_placed++] = label_box_at(px, py, dx, dy, text_w);
+            if (pick >= NEAR_CANDIDATES)       /* far from its point: a leader line */
+                fprintf(f, "<line class=\"leader\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
+                        "stroke-width=\"0.8\"/>\n", px, py, px + dx, py + dy - 3);
+            fprintf(f, "<text class=\"%s\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\">", sets[s].cls, px + dx, py + dy,
+                    dx < 0 ? "end" : "start");
+            kvq_xml_write_escaped(f, r->label);
+            fprintf(f, "</text>\n");
         }
-        fprintf(f, "<text class=\"frontier-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\">",
-                px + offs[pick][0], py + offs[pick][1], offs[pick][0] < 0 ? "end" : "start");
-        kvq_xml_write_escaped(f, r->label);
-        fprintf(f, "</text>\n");
+        fprintf(f, "</g>\n");
     }
-    fprintf(f, "</g>\n");
     free(mx);
     free(my);
     free(placed);
+}
+
+/* The formats a llama.cpp user looks for, labelled even off the frontier:
+ * same-type pairs without a tail, rotated as llama.cpp rotates them. */
+static const char *const landmark_labels[] = { "q8_0/q8_0", "q5_0/q5_0", "q4_0/q4_0", "iq4_nl/iq4_nl", "f16/f16" };
+
+static size_t find_landmarks(const kvq_eval_row *rows, size_t n, const bool *on_frontier, size_t *out) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (on_frontier[i] || !row_plottable(&rows[i])) continue;
+        for (size_t k = 0; k < KVQ_ARRAY_LEN(landmark_labels); k++)
+            if (!strcmp(rows[i].label, landmark_labels[k])) out[m++] = i;
+    }
+    return m;
 }
 
 static void write_legend(FILE *f, const plot_frame *fr, const kvq_ladder_thresholds *th) {
@@ -322,10 +363,11 @@ kvq_status kvq_plot_svg_write(FILE *f, const kvq_eval_row *rows, size_t n,
                               kvq_error *err) {
     if (o->width < 400 || o->height < 300 || o->width > 10000 || o->height > 10000)
         return kvq_fail(err, KVQ_ERR_ARG, "plot size %dx%d out of range (400x300 .. 10000x10000)", o->width, o->height);
-    size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+    size_t *idx = malloc((n ? n : 1) * sizeof *idx), *marks = malloc((n ? n : 1) * sizeof *marks);
     bool *on = calloc(n ? n : 1, sizeof *on);
-    if (!idx || !on) {
+    if (!idx || !on || !marks) {
         free(idx);
+        free(marks);
         free(on);
         return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory for the plot of %zu rows", n);
     }
@@ -360,10 +402,13 @@ kvq_status kvq_plot_svg_write(FILE *f, const kvq_eval_row *rows, size_t n,
         write_marker(f, &fr, &rows[idx[k]], idx[k], tier_colour[t], cls, true);
     }
     fprintf(f, "</g>\n");
-    write_frontier_labels(f, &fr, rows, n, idx, m);
+    const label_set sets[2] = { { idx, m, "frontier-label", "#111" },
+                                { marks, find_landmarks(rows, n, on, marks), "landmark-label", "#555" } };
+    write_labels(f, &fr, rows, n, sets, 2);
     write_legend(f, &fr, th);
     fprintf(f, "</svg>\n");
     free(idx);
+    free(marks);
     free(on);
     if (ferror(f)) return kvq_fail(err, KVQ_ERR_IO, "cannot write the SVG plot");
     return KVQ_OK;

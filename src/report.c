@@ -26,10 +26,11 @@ typedef struct field {
 
 static const field g_fields[] = {
     FS(label), FS(cache_k), FS(cache_v), FI(rot_k), FI(rot_v), FI(tail_tokens), FI(sink_tokens),
-    FB(is_reference), FN(n_tokens), FN(kv_bytes), FN(kv_bytes_bf16), FN(size_pct), FN(mib),
+    FB(is_reference), FN(n_tokens), FN(kv_bytes), FN(kv_bytes_bf16), FN(work_bytes), FN(size_pct), FN(mib),
     FN(mean_kld), FN(mean_kld_se), FN(median_kld), FN(p90_kld), FN(p99_kld), FN(p99_9_kld),
     FN(max_kld), FN(mean_precision), FN(p99_9_precision), FN(same_top_p), FN(same_top_se),
     FN(rms_dp), FN(ppl_q), FN(ppl_q_se), FN(ppl_base), FN(pp_tps), FN(tg_tps),
+    FN(drift_first_div), FN(drift_kld), FI(drift_n_gen),
 };
 enum { N_FIELDS = sizeof g_fields / sizeof g_fields[0] };
 
@@ -48,15 +49,20 @@ kvq_status kvq_report_write_md(FILE *f, const kvq_eval_row *rows, size_t n,
     fprintf(f, "KLD is KL(exact || cache) per scored token, in nats; precision = exp(-(KLD - KLD of the "
                "reference row)); size is relative to a bf16 cache at the same context; MiB at the "
                "model's trained context.\n\n");
+    const bool drift = kvq_eval_rows_have_drift(rows, n);   /* kvq sweep --drift: two more columns */
+    if (drift)
+        fprintf(f, "Drift (docs/drift.md): greedy generation of %d tokens per prompt; first divergence = median "
+                   "first generated position whose greedy token differs from the exact cache's; drift KLD = mean "
+                   "KLD over the generated positions, teacher-forced.\n\n", rows[0].drift_n_gen);
     fprintf(f, "| cache | size %% | MiB | mean KLD | mean precision | median KLD | 99.9%% KLD | "
-               "99.9%% precision | same-top | PPL | pp t/s | tg t/s |\n");
-    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+               "99.9%% precision | same-top | PPL | pp t/s | tg t/s |%s\n", drift ? " first divergence | drift KLD |" : "");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|%s\n", drift ? "---:|---:|" : "");
     for (size_t i = 0; i < n; i++) {
         const kvq_eval_row *r = &rows[i];
         char b[11][40];
         fputs("| ", f);
         kvq_eval_write_md_text(f, r->label);
-        fprintf(f, " | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+        fprintf(f, " | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
                 kvq_eval_fmt(b[0], 40, "%.2f%%", r->size_pct),
                 kvq_eval_fmt(b[1], 40, "%.2f", r->mib),
                 kvq_eval_fmt(b[2], 40, "%.6f", r->mean_kld),
@@ -68,6 +74,8 @@ kvq_status kvq_report_write_md(FILE *f, const kvq_eval_row *rows, size_t n,
                 kvq_eval_fmt(b[8], 40, "%.4f", r->ppl_q),
                 kvq_eval_fmt(b[9], 40, "%.1f", r->pp_tps),
                 kvq_eval_fmt(b[10], 40, "%.1f", r->tg_tps));
+        if (drift) fprintf(f, " %s | %s |", kvq_eval_fmt_first_div(b[0], 40, r), kvq_eval_fmt(b[1], 40, "%.3g", r->drift_kld));
+        fputc('\n', f);
     }
     if (ferror(f)) return kvq_fail(err, KVQ_ERR_IO, "cannot write the markdown table");
     return KVQ_OK;
@@ -277,7 +285,7 @@ done:
 
 /* -------------------------------------------------------------- JSON */
 
-static void json_write_str(FILE *f, const char *s) {
+void kvq_json_write_str(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
@@ -292,7 +300,7 @@ static void json_write_str(FILE *f, const char *s) {
 static void json_write_field(FILE *f, const kvq_eval_row *r, const field *fd) {
     const void *p = field_ptr(r, fd);
     switch (fd->kind) {
-    case F_STR: json_write_str(f, p); break;
+    case F_STR: kvq_json_write_str(f, p); break;
     case F_BOOL: fputs(*(const bool *)p ? "true" : "false", f); break;
     case F_INT: fprintf(f, "%d", *(const int *)p); break;
     case F_NUM: {
@@ -307,10 +315,10 @@ static void json_write_field(FILE *f, const kvq_eval_row *r, const field *fd) {
 kvq_status kvq_report_write_json(FILE *f, const kvq_eval_row *rows, size_t n,
                                  const kvq_report_meta *meta, kvq_error *err) {
     fprintf(f, "{\n  \"kvq_version\": \"%s\",\n  \"model\": ", KVQ_VERSION);
-    if (meta && meta->model) json_write_str(f, meta->model);
+    if (meta && meta->model) kvq_json_write_str(f, meta->model);
     else fputs("null", f);
     fputs(",\n  \"text\": ", f);
-    if (meta && meta->text) json_write_str(f, meta->text);
+    if (meta && meta->text) kvq_json_write_str(f, meta->text);
     else fputs("null", f);
     fprintf(f, ",\n  \"n_ctx\": %d,\n  \"n_chunks\": %d,\n  \"rows\": [", meta ? meta->n_ctx : 0,
             meta ? meta->n_chunks : 0);

@@ -39,6 +39,9 @@ typedef enum kvq_report_kind { KVQ_REPORT_MD, KVQ_REPORT_CSV, KVQ_REPORT_JSON } 
 kvq_status kvq_report_save(const char *path, kvq_report_kind kind, const kvq_eval_row *rows,
                            size_t n, const kvq_report_meta *meta, kvq_error *err);
 
+/* s as a JSON string: quoted, '"' '\\' and control characters escaped. */
+void kvq_json_write_str(FILE *f, const char *s);
+
 /* "42s", "1m20s", "2h05m"; "?" for a negative or non-finite time. */
 void kvq_format_duration(char *buf, size_t cap, double seconds);
 

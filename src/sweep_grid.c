@@ -7,6 +7,19 @@
 
 static bool is_block(kvq_type t) { return kvq_type_get(t)->is_block_quant; }
 
+/* f32, f16, bf16: stored as given, nothing to rotate or to keep exact. */
+static bool is_exact(kvq_type t) { return t == KVQ_TYPE_F32 || t == KVQ_TYPE_F16 || t == KVQ_TYPE_BF16; }
+
+/* Add one line to the caller's notes (if any), once. */
+static void note(const kvq_sweep_spec *s, const char *fmt, const char *a, const char *b) {
+    if (!s->notes || !s->notes_cap) return;
+    char line[160];
+    snprintf(line, sizeof line, fmt, a, b);
+    if (strstr(s->notes, line)) return;
+    const size_t len = strlen(s->notes);
+    snprintf(s->notes + len, s->notes_cap - len, "%s\n", line);
+}
+
 static void name_config(kvq_sweep_config *c) {
     char tail[24] = "", tail_slug[24] = "";
     if (c->tail_tokens) {
@@ -32,17 +45,30 @@ static void add_unique(kvq_sweep_config *list, size_t *n, const kvq_sweep_config
     name_config(&list[*n - 1]);
 }
 
+/* Every tail x rotation of one pair.  Rotation modes apply to a pair with a
+ * block-quantised side; KVarN and TurboQuant rotate inside their format
+ * and plain types have nothing to rotate, so such pairs run once per tail
+ * (AUTO).  Tails apply to every pair with a quantised side; an exact pair
+ * runs once.  What does not apply is said in the notes. */
 static void add_pair(kvq_sweep_config *list, size_t *n, const kvq_sweep_spec *s, kvq_type k, kvq_type v) {
-    const bool exact_pair = !is_block(k) && !is_block(v);
+    const bool exact_pair = is_exact(k) && is_exact(v), rotatable = is_block(k) || is_block(v);
+    const char *nk = kvq_type_name(k), *nv = kvq_type_name(v);
     kvq_rot_mode modes[2];
     int n_modes = 0;
-    if (exact_pair) modes[n_modes++] = KVQ_ROT_AUTO;
-    else {
+    if (!rotatable) {
+        modes[n_modes++] = KVQ_ROT_AUTO;
+        if (!exact_pair && s->rot != KVQ_SWEEP_ROT_ON)
+            note(s, "%s/%s: rotation is part of the format (--rot does not apply): one row per tail", nk, nv);
+    } else {
         if (s->rot != KVQ_SWEEP_ROT_OFF) modes[n_modes++] = KVQ_ROT_ON;
         if (s->rot != KVQ_SWEEP_ROT_ON) modes[n_modes++] = KVQ_ROT_OFF;
     }
+    bool tail_asked = false;
+    for (size_t t = 0; t < s->n_tails; t++) tail_asked |= s->tails[t] != 0;
+    if (exact_pair && tail_asked)
+        note(s, "%s/%s: exact on both sides (a tail copies exact rows): one row, tail 0", nk, nv);
     for (size_t t = 0; t < s->n_tails; t++) {
-        if (s->tails[t] != 0 && (s->tails[t] >= s->n_ctx || exact_pair)) continue;
+        if (s->tails[t] != 0 && exact_pair) continue;
         for (int m = 0; m < n_modes; m++) {
             kvq_sweep_config c = { .type_k = k, .type_v = v, .tail_tokens = s->tails[t], .rot = modes[m] };
             add_unique(list, n, &c);
@@ -55,8 +81,13 @@ kvq_status kvq_sweep_grid(const kvq_sweep_spec *s, kvq_sweep_config **out, size_
     *n_out = 0;
     if (s->reference >= KVQ_TYPE_COUNT || is_block(s->reference) || !kvq_type_get(s->reference)->is_cache_type)
         return kvq_fail(err, KVQ_ERR_ARG, "the reference cache must be an exact cache type (f32, f16, bf16)");
-    for (size_t t = 0; t < s->n_tails; t++)
+    for (size_t t = 0; t < s->n_tails; t++) {
         if (s->tails[t] < 0) return kvq_fail(err, KVQ_ERR_ARG, "tail %d is negative", s->tails[t]);
+        if (s->tails[t] > s->n_ctx)
+            return kvq_fail(err, KVQ_ERR_ARG, "tail %d is longer than the context (%d positions): lower it or raise -c",
+                            s->tails[t], s->n_ctx);
+    }
+    if (s->notes && s->notes_cap) s->notes[0] = 0;
     /* at most 2 rotation modes x tails per pair, plus the reference; a
      * zero tail is always considered */
     size_t cap = 1 + (s->n_types + s->n_pairs) * 2 * (s->n_tails + 1);

@@ -6,12 +6,15 @@
  * Rules:
  *   - pairs: (t, t) for every t of `types`, in order, then `pairs`;
  *   - rotation: ON for a pair with a block-quantised side (plus OFF with
- *     KVQ_SWEEP_ROT_BOTH, or only OFF with KVQ_SWEEP_ROT_OFF); a pair of
- *     exact types (f32/f16/bf16) has nothing to rotate and runs once, AUTO;
- *   - tails: those below n_ctx (a tail covering the whole context would
- *     be the exact cache again) and 0; a pair of exact types runs with
- *     tail 0 only (an exact copy of exact rows buys nothing);
- *   - a configuration equal to the reference, or listed twice, runs once. */
+ *     KVQ_SWEEP_ROT_BOTH, or only OFF with KVQ_SWEEP_ROT_OFF); a pair
+ *     without one (KVarN and TurboQuant rotate inside their format, plain
+ *     types have nothing to rotate) runs once per tail, AUTO;
+ *   - tails: every one asked for, for every pair with a quantised side
+ *     (KVarN sides round them up to whole tiles); a tail longer than n_ctx
+ *     is an error; a pair of exact types (f32/f16/bf16) runs with tail 0
+ *     only (an exact copy of exact rows buys nothing);
+ *   - a configuration equal to the reference, or listed twice, runs once;
+ *   - what does not apply to a pair is said, one line each, in notes. */
 #ifndef KVQ_SWEEP_GRID_H
 #define KVQ_SWEEP_GRID_H
 
@@ -40,6 +43,8 @@ typedef struct kvq_sweep_spec {
     size_t n_tails;
     kvq_sweep_rot rot;
     int n_ctx;
+    char *notes;                          /* optional: lines about what did not apply */
+    size_t notes_cap;
 } kvq_sweep_spec;
 
 /* *out (malloc'ed, caller frees) receives the reference then the grid. */

@@ -18,7 +18,8 @@ struct kvq_tile_ops {
     void (*shape)(struct kvq_cache_side *sd, bool is_v);
     /* Floats of the cache's tile_scratch one tile quantisation needs. */
     size_t (*scratch_floats)(const struct kvq_cache_side *sd);
-    /* Quantise tile `tile` of every KV head from the ring's exact rows into
+    /* Quantise tile `tile` of every KV head from its exact rows (ring and
+     * stage, kvq_cache_exact_row) into
      * its records (called once, when the tile's last token is written). */
     kvq_status (*quantize)(const kvq_cache *c, const struct kvq_cache_side *sd, int tile, kvq_error *err);
     /* Dequantised (rotated) row of position pos of a quantised tile. */

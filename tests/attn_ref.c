@@ -43,9 +43,9 @@ void attn_params(kvq_cache_params *p, int n_head_kv, int hd_k, int hd_v, int n_c
     p->rot.mode_k = p->rot.mode_v = KVQ_ROT_AUTO;
 }
 
-bool attn_fill(kvq_cache *c, const attn_data *d, int batch) {
-    for (int p0 = 0; p0 < d->n_tok; p0 += batch) {
-        const int n = KVQ_MIN(batch, d->n_tok - p0);
+static bool fill_range(kvq_cache *c, const attn_data *d, int batch, int p_begin, int p_end) {
+    for (int p0 = p_begin; p0 < p_end; p0 += batch) {
+        const int n = KVQ_MIN(batch, p_end - p0);
         kvq_error err;
         if (kvq_cache_write(c, 0, p0, n, d->k + (size_t)p0 * d->n_head_kv * d->hd_k,
                             d->v + (size_t)p0 * d->n_head_kv * d->hd_v, &err) != KVQ_OK) {
@@ -54,6 +54,12 @@ bool attn_fill(kvq_cache *c, const attn_data *d, int batch) {
         }
     }
     return true;
+}
+
+bool attn_fill(kvq_cache *c, const attn_data *d, int batch) { return fill_range(c, d, batch, 0, d->n_tok); }
+
+bool attn_fill_upto(kvq_cache *c, const attn_data *d, int batch, int from) {
+    return fill_range(c, d, batch, 0, from) && fill_range(c, d, d->n_tok, from, d->n_tok);
 }
 
 /* softmax(q . k_p * scale) weighted sum of v_p, p = 0..n_keys-1, in double.

@@ -30,6 +30,10 @@ void attn_params(kvq_cache_params *p, int n_head_kv, int hd_k, int hd_v, int n_c
 
 /* Write tokens [0, n_tok) in batches of `batch`; false on error. */
 bool attn_fill(kvq_cache *c, const attn_data *d, int batch);
+/* Write tokens [0, from) in batches of `batch`, then [from, n_tok) in one
+ * write, so that queries from..n_tok-1 can be attended as that one batch
+ * (a batch's attention comes before the next write; kvq.h). */
+bool attn_fill_upto(kvq_cache *c, const attn_data *d, int batch, int from);
 
 /* References for queries pos..pos+n-1: out [n][n_head][hd_v]. */
 void attn_ref_plain(const attn_data *d, int pos, int n, float scale, float *out);

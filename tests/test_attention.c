@@ -27,7 +27,7 @@ static kvq_cache *case_run(const attn_case *ac, const attn_data *d, float *out, 
     kvq_cache *c = NULL;
     kvq_error err = { 0, "" };
     if (kvq_cache_create(&ac->p, &c, &err) != KVQ_OK) { snprintf(msg, cap, "create: %s", err.msg); return NULL; }
-    if (!attn_fill(c, d, ac->batch)) { snprintf(msg, cap, "fill failed"); kvq_cache_free(c); return NULL; }
+    if (!attn_fill_upto(c, d, ac->batch, ac->pos)) { snprintf(msg, cap, "fill failed"); kvq_cache_free(c); return NULL; }
     const float scale = 1.0f / sqrtf((float)d->hd_k);
     const float *q = d->q + (size_t)ac->pos * d->n_head * d->hd_k;
     if (kvq_cache_attend_opts(c, 0, ac->pos, d->n_tok - ac->pos, d->n_head, q, scale, out, ac->pool,
@@ -178,13 +178,20 @@ TEST(attention_tail_covering_context_is_exact) {
         CHECK(attn_data_make(&d, 61, 4, 1, 128, 128, 5 + i), "alloc");
         attn_case ac;
         case_init(&ac, &d, types[i], types[i], KVQ_ROT_AUTO);
-        ac.p.tail_tokens = 61 + (int)i * 100;   /* == and > context */
+        ac.p.tail_tokens = 61;                 /* the whole context */
         ac.p.tail_type = KVQ_TYPE_F32;
         ac.batch = 16;
         ac.pos = 17;
         const double e = kernel_vs_plain(&ac, &d, msg, sizeof msg);
+        /* a tail longer than the context is an error, not a silent clamp */
+        kvq_cache *c = NULL;
+        kvq_error err = { 0, "" };
+        ac.p.tail_tokens = 62;
+        const kvq_status st = kvq_cache_create(&ac.p, &c, &err);
+        kvq_cache_free(c);
         attn_data_free(&d);
-        CHECK(e < 1e-5, "%s with tail >= context: rel err %.3g vs exact %s", kvq_type_name(types[i]), e, msg);
+        CHECK(e < 1e-5, "%s with tail == context: rel err %.3g vs exact %s", kvq_type_name(types[i]), e, msg);
+        CHECK(st == KVQ_ERR_ARG && strstr(err.msg, "tail"), "tail 62 > n_ctx 61: status %d '%s'", st, err.msg);
     }
 }
 

@@ -142,8 +142,8 @@ static double chunked_vs_per_key(kvq_type ty, int g, int hd, uint64_t seed, char
     p.tail_type = ty % 2 ? KVQ_TYPE_F16 : KVQ_TYPE_F32;
     kvq_cache *c = NULL;
     kvq_error err = { 0, "" };
-    bool ok = kvq_cache_create(&p, &c, &err) == KVQ_OK && attn_fill(c, &d, 17);
     const int pos = 60, n = n_tok - pos;
+    bool ok = kvq_cache_create(&p, &c, &err) == KVQ_OK && attn_fill_upto(c, &d, 17, pos);
     const size_t len = (size_t)n * d.n_head * hd;
     float *ref = malloc(len * sizeof(float)), *out = malloc(len * sizeof(float));
     const float scale = 1.0f / sqrtf((float)hd);

@@ -35,16 +35,21 @@ TEST(cache_memory_figures_exact) {
     kvq_cache_free(c);
     CHECK(b.k == (size_t)2 * 100 * (54 + 160), "K body %zu", b.k);
     CHECK(b.v == (size_t)2 * 2 * 100 * 68, "V body %zu", b.v);
-    CHECK(b.tail == (size_t)2 * 17 * (320 + 288), "tail %zu", b.tail);
+    /* the tail is exactly 10 rows, whatever max_batch is; the batch's rows
+     * are staged in working memory: 7 rows of the widest K row (layer 0's
+     * q4_0, 80 padded to 96: 2 x 192 bytes) and V row (48 padded to 64) */
+    CHECK(b.tail == (size_t)2 * 10 * (320 + 288), "tail %zu", b.tail);
     CHECK(b.sink == (size_t)2 * 3 * (320 + 288), "sink %zu", b.sink);
-    CHECK(b.total == b.k + b.v + b.tail + b.sink && b.total == 94320, "total %zu", b.total);
+    CHECK(b.total == b.k + b.v + b.tail + b.sink && b.total == 85808, "total %zu", b.total);
+    CHECK(b.work == (size_t)7 * (384 + 256), "work %zu", b.work);
+    CHECK(b.allocated == b.total + b.work, "allocated %zu", b.allocated);
     CHECK(kvq_cache_row_bytes(KVQ_TYPE_Q4_0, 8, 128) == 8 * 4 * 18, "row bytes q4_0");
     CHECK(kvq_cache_row_bytes(KVQ_TYPE_Q5_1, 1, 24) == 24, "row bytes q5_1 24 (one padded block)");
     CHECK(kvq_cache_row_bytes(KVQ_TYPE_F16, 4, 80) == 640, "row bytes f16");
 }
 
-/* No tail, no sink: no exact memory at all; a tail longer than the
- * context holds the whole context once. */
+/* No tail, no sink: no exact memory at all; a tail as long as the context
+ * holds the whole context once; longer ones are refused. */
 TEST(cache_memory_tail_and_sink_bounds) {
     kvq_cache_params p;
     attn_params(&p, 1, 32, 32, 50, KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0, KVQ_ROT_AUTO);
@@ -54,8 +59,9 @@ TEST(cache_memory_tail_and_sink_bounds) {
     kvq_cache_memory(c, &b);
     kvq_cache_free(c);
     CHECK(b.tail == 0 && b.sink == 0 && b.k == 50 * 18 && b.total == 2 * 50 * 18, "%zu %zu %zu", b.tail, b.sink, b.k);
-    p.tail_tokens = 1000;
-    p.sink_tokens = 1000;
+    CHECK(b.work == 0, "no tail, yet %zu bytes of stage", b.work);
+    p.tail_tokens = 50;
+    p.sink_tokens = 50;
     p.tail_type = KVQ_TYPE_F32;
     CHECK(kvq_cache_create(&p, &c, NULL) == KVQ_OK, "create");
     kvq_cache_memory(c, &b);
@@ -66,7 +72,7 @@ TEST(cache_memory_tail_and_sink_bounds) {
 TEST(cache_rejects_impossible_params) {
     static const char *what[] = { "n_ctx 0", "head_dim_k 0", "head_dim_v 513", "n_head_kv 0", "n_layer 0",
                                   "type", "weight type", "tail type", "layer type", "max_batch 0",
-                                  "tail -1", "sink -1" };
+                                  "tail -1", "sink -1", "tail > n_ctx", "sink > n_ctx" };
     const kvq_type bad_layer[2] = { KVQ_TYPE_Q4_0, (kvq_type)99 };
     for (size_t i = 0; i < KVQ_ARRAY_LEN(what); i++) {
         kvq_cache_params p;
@@ -84,6 +90,8 @@ TEST(cache_rejects_impossible_params) {
         case 9: p.max_batch = 0; break;
         case 10: p.tail_tokens = -1; break;
         case 11: p.sink_tokens = -1; break;
+        case 12: p.tail_tokens = p.n_ctx + 1; break;
+        case 13: p.sink_tokens = p.n_ctx + 1; break;
         }
         kvq_cache *c = (kvq_cache *)&p;   /* must be reset to NULL */
         kvq_error err = { KVQ_OK, "" };

@@ -19,8 +19,6 @@ static kvq_cache *make_cache(const kvq_cache_params *p) {
     return c;
 }
 
-static int round_up(int x, int m) { return (x + m - 1) / m * m; }
-
 /* Exact/quantised bookkeeping for sequences of 1..1000 tokens, tail 0:
  * tile 0 and the incomplete last tile exact, every complete tile from 1 on
  * quantised (readable from the body, not otherwise); memory by hand. */
@@ -37,28 +35,35 @@ TEST(kvarn_cache_exact_regions_and_bytes) {
         p.tail_type = KVQ_TYPE_F16;
         kvq_cache *c = make_cache(&p);
         CHECK(c && attn_fill(c, &d, batch), "n=%d: create/fill", n);
-        /* memory: records of tiles 1..7, 128 exact sink rows, ring of
-         * tail(0) + batch + 127 rounded up to whole tiles (384 rows), f16 */
+        /* memory at n_ctx (a whole number of tiles): records of tiles 1..7
+         * and 128 exact sink rows, f16; no incomplete tile at that length.
+         * Allocated on top: the incomplete tile's 127 rows and the stage of
+         * one batch (work). */
         kvq_cache_bytes b;
         kvq_cache_memory(c, &b);
-        const size_t tiles = n_ctx / TILE - 1, ring_rows = (size_t)round_up(0 + batch + 127, TILE);
+        const size_t tiles = n_ctx / TILE - 1, row = (size_t)hd * 2, stage = 2u * n_head_kv * batch * row;
         CHECK(b.k == n_head_kv * tiles * record_bytes_128(4), "n=%d: K bytes %zu", n, b.k);
         CHECK(b.v == n_head_kv * tiles * record_bytes_128(3), "n=%d: V bytes %zu", n, b.v);
-        CHECK(b.sink == 2u * n_head_kv * TILE * hd * 2, "n=%d: sink bytes %zu", n, b.sink);
-        CHECK(b.tail == 2u * n_head_kv * ring_rows * hd * 2, "n=%d: tail bytes %zu", n, b.tail);
+        CHECK(b.sink == 2u * n_head_kv * TILE * row, "n=%d: sink bytes %zu", n, b.sink);
+        CHECK(b.tail == 0, "n=%d: tail bytes %zu", n, b.tail);
         CHECK(b.total == b.k + b.v + b.sink + b.tail, "total");
+        CHECK(b.work > stage && b.allocated == b.total + b.work + 2u * n_head_kv * 127 * row,
+              "n=%d: work %zu allocated %zu", n, b.work, b.allocated);
         CHECK(c->k[0].record_bytes == record_bytes_128(4) && c->v[0].record_bytes == record_bytes_128(3),
               "record bytes %zu %zu", c->k[0].record_bytes, c->v[0].record_bytes);
         /* which copy each key is read from by the last query */
-        const int qp = n - 1, complete = n / TILE;
-        float row[128];
+        const int qp = n - 1, complete = n / TILE, staged = (n - 1) / batch * batch;   /* the last write */
+        float rd[128];
         int wrong = -1;
         for (int key = 0; key <= qp && wrong < 0; key++) {
             const int tile = key / TILE;
-            const kvq_cache_part want = tile == 0 ? KVQ_PART_SINK : tile < complete ? KVQ_PART_BODY : KVQ_PART_RING;
+            const kvq_cache_part want = tile == 0          ? KVQ_PART_SINK
+                                        : tile < complete ? KVQ_PART_BODY
+                                        : key < staged    ? KVQ_PART_RING
+                                                          : KVQ_PART_STAGE;
             for (int side = 0; side < 2; side++)
                 if (kvq_cache_key_part(c, 0, side, qp, key) != want) wrong = key;
-            const bool quantised = kvq_cache_read_row(c, 0, false, KVQ_PART_BODY, 1, key, row, NULL) == KVQ_OK;
+            const bool quantised = kvq_cache_read_row(c, 0, false, KVQ_PART_BODY, 1, key, rd, NULL) == KVQ_OK;
             if (quantised != (want == KVQ_PART_BODY)) wrong = key;
         }
         CHECK(wrong < 0, "n=%d: key %d read from the wrong copy", n, wrong);
@@ -86,17 +91,22 @@ TEST(kvarn_cache_tail_and_sink_round_to_tiles) {
     /* 64-wide tiles: K records 64 channel rows + 128 token columns */
     CHECK(c->k[0].record_bytes == (size_t)(1024 * 2 + 2 * (2 * 64 + 128)), "K64 record %zu", c->k[0].record_bytes);
     CHECK(c->v[0].record_bytes == (size_t)(1024 * 8 + 2 * (2 * 128 + 64)), "V64 record %zu", c->v[0].record_bytes);
-    const int qp = 1000;
+    const int qp = 1000;   /* the last write was 960..1000 */
     for (int key = 0; key <= qp; key++) {
-        const kvq_cache_part want = key < 256 ? KVQ_PART_SINK : key < 768 ? KVQ_PART_BODY : KVQ_PART_RING;
+        const kvq_cache_part want = key < 256   ? KVQ_PART_SINK
+                                    : key < 768 ? KVQ_PART_BODY
+                                    : key < 960 ? KVQ_PART_RING
+                                                : KVQ_PART_STAGE;
         CHECK(kvq_cache_key_part(c, 0, false, qp, key) == want, "key %d", key);
     }
-    /* ring: tail 128 + batch 64 + 127 -> 384 rows */
-    CHECK(c->k[0].ring_rows == 384, "ring rows %d", c->k[0].ring_rows);
+    /* ring: the tail tile + the incomplete tile's at most 127 rows,
+     * whatever the batch */
+    CHECK(c->k[0].ring_rows == 128 + 127, "ring rows %d", c->k[0].ring_rows);
     kvq_cache_bytes b;
     kvq_cache_memory(c, &b);
     CHECK(b.k == (size_t)(1100 / 128 - 2) * c->k[0].record_bytes, "K bytes %zu", b.k);
-    CHECK(b.tail == 2u * 384 * 64 * 2 && b.sink == 2u * 256 * 64 * 2, "tail %zu sink %zu", b.tail, b.sink);
+    /* kept at n_ctx 1100: the tail tile + 1100 % 128 = 76 incomplete rows */
+    CHECK(b.tail == 2u * (128 + 76) * 64 * 2 && b.sink == 2u * 256 * 64 * 2, "tail %zu sink %zu", b.tail, b.sink);
     kvq_cache_free(c);
     attn_data_free(&d);
 }
@@ -179,11 +189,11 @@ TEST(kvarn_cache_attention_equals_reference_on_cached_values) {
         char msg[300] = "";
         kvq_cache_params p;
         attn_params(&p, 2, cases[i].hd_k, cases[i].hd_v, n_tok, cases[i].k, cases[i].v, KVQ_ROT_AUTO);
-        p.max_batch = cases[i].batch;
+        p.max_batch = KVQ_MAX(cases[i].batch, n_tok - pos);   /* the queries are the last write */
         p.tail_tokens = cases[i].tail;
         p.tail_type = KVQ_TYPE_F16;
         kvq_cache *c = make_cache(&p);
-        CHECK(c && attn_fill(c, &d, cases[i].batch), "case %zu: create/fill", i);
+        CHECK(c && attn_fill_upto(c, &d, cases[i].batch, pos), "case %zu: create/fill", i);
         const size_t len = (size_t)(n_tok - pos) * d.n_head * d.hd_v;
         float *out = malloc(len * sizeof *out), *ref = malloc(len * sizeof *ref);
         CHECK(out && ref, "alloc");

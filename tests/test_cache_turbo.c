@@ -34,8 +34,10 @@ TEST(turbo_cache_row_bytes_and_memory) {
         kvq_cache_bytes b;
         kvq_cache_memory(c, &b);
         CHECK(b.k == 2u * 100 * rows[i].b4 && b.v == 2u * 100 * rows[i].b3tcq, "hd %d: K %zu V %zu", rows[i].hd, b.k, b.v);
-        /* ring: tail 10 + batch 20 rows of the stored width in bf16 */
-        CHECK(b.tail == 2u * 2 * 30 * rows[i].store * 2, "hd %d: tail %zu", rows[i].hd, b.tail);
+        /* ring: the tail's 10 rows of the stored width in bf16; the stage
+         * of a 20-row batch is working memory */
+        CHECK(b.tail == 2u * 2 * 10 * rows[i].store * 2, "hd %d: tail %zu", rows[i].hd, b.tail);
+        CHECK(b.work == 2u * 2 * 20 * rows[i].store * 2, "hd %d: work %zu", rows[i].hd, b.work);
         CHECK(kvq_cache_row_bytes(KVQ_TYPE_TURBO4, 2, rows[i].hd) == 2u * rows[i].b4, "hd %d: cache row bytes",
               rows[i].hd);
         kvq_cache_free(c);
@@ -84,7 +86,9 @@ TEST(turbo_cache_attention_equals_reference_on_cached_values) {
     };
     const bool san = test_sanitized();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const int n_tok = san ? 150 : 300, pos = n_tok - 40;
+        /* the 40 queries lie inside the last batch of 64 written (180: rows
+         * 128..179), so each reads the batch's staged rows */
+        const int n_tok = san ? 180 : 300, pos = n_tok - 40;
         attn_data d;
         CHECK(attn_data_make(&d, n_tok, 2 * cases[i].gqa, 2, cases[i].hd_k, cases[i].hd_v, 300 + i), "alloc");
         kvq_cache_params p;

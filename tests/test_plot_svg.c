@@ -365,3 +365,51 @@ TEST(plot_svg_png_when_converter_exists) {
     CHECK(st == KVQ_OK, "rsvg-convert failed: %s", err.msg);
     CHECK(got == 8 && !memcmp(sig, "\x89PNG\r\n\x1a\n", 8), "output is not a PNG");
 }
+
+/* A crowded sweep (many configurations within a few % of size, as at long
+ * context): q8_0/q8_0 and q4_0/q4_0, off the frontier, are labelled all the
+ * same, and no two labels stack (their boxes, estimated as the plot does
+ * it, 6.2 px a character, do not overlap). */
+TEST(plot_svg_landmark_labels_and_no_stacked_labels) {
+    kvq_eval_row rows[40];
+    size_t n = 0;
+    rows[n++] = row("f32/f32", 200.0, 0.0, true);
+    rows[n++] = row("q8_0/q8_0", 53.1, 0.0004, false);          /* beaten below by a tail row */
+    rows[n++] = row("q8_0/q8_0 tail128", 56.0, 0.00001, false);
+    rows[n++] = row("q4_0/q4_0", 28.1, 0.004, false);
+    rows[n++] = row("q4_0/q4_0 tail128", 28.2, 0.00002, false);
+    char labels[30][40];   /* room for any int in %02d: gcc -O1 checks the worst case */
+    for (int i = 0; i < 30; i++) {                               /* a dense cloud around 25-33% */
+        snprintf(labels[i], sizeof labels[i], "t%02d/t%02d tail128", i, i);
+        rows[n++] = row(labels[i], 25.0 + 0.27 * i, 3e-5 * (1.0 + 0.9 * (i % 7)) / (1.0 + 0.02 * i), false);
+    }
+    kvq_error err = { 0 };
+    kvq_status st = KVQ_OK;
+    char *svg = render(rows, n, &st, &err);
+    CHECK(svg && st == KVQ_OK, "plot failed: %s", err.msg);
+    typedef struct { double x0, y0, x1, y1; char text[64]; } box;
+    box b[64];
+    int nb = 0, landmarks_q8 = 0, landmarks_q4 = 0;
+    for (const char *p = svg; (p = strstr(p, "<text class=\"")) != NULL && nb < 64; p++) {
+        char cls[32], anchor[16], text[64];
+        double x, y;
+        if (sscanf(p, "<text class=\"%31[a-z-]\" x=\"%lf\" y=\"%lf\" text-anchor=\"%15[a-z]\">%63[^<]", cls, &x, &y,
+                   anchor, text) != 5 || (strcmp(cls, "frontier-label") && strcmp(cls, "landmark-label")))
+            continue;
+        if (!strcmp(cls, "landmark-label")) {
+            landmarks_q8 += !strcmp(text, "q8_0/q8_0");
+            landmarks_q4 += !strcmp(text, "q4_0/q4_0");
+        }
+        const double w = 6.2 * (double)strlen(text);
+        b[nb] = (box){ strcmp(anchor, "end") ? x : x - w, y - 10, strcmp(anchor, "end") ? x + w : x, y + 3, "" };
+        snprintf(b[nb].text, sizeof b[nb].text, "%s", text);
+        nb++;
+    }
+    free(svg);
+    CHECK(landmarks_q8 == 1 && landmarks_q4 == 1, "landmark labels q8_0 %d q4_0 %d", landmarks_q8, landmarks_q4);
+    CHECK(nb >= 5, "only %d labels", nb);
+    for (int i = 0; i < nb; i++)
+        for (int j = 0; j < i; j++)
+            CHECK(!(b[i].x0 < b[j].x1 && b[j].x0 < b[i].x1 && b[i].y0 < b[j].y1 && b[j].y0 < b[i].y1),
+                  "labels '%s' and '%s' overlap", b[i].text, b[j].text);
+}

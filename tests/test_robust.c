@@ -127,6 +127,32 @@ TEST(cli_too_few_scored_tokens) {
     CHECK_ONE_ERROR("at least 2", "%s plan -m %s -f %s -c 4 --chunks 1 --budget 100%%", bin, model, text);
 }
 
+/* Exact rows beyond the context, negative or non-numeric counts: one
+ * clear error each, before any work (issue 10), for run and perplexity. */
+TEST(cli_tail_and_sink_bounds) {
+    const char *bin = test_kvq_bin();
+    char model[1024], text[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf") ||
+        !test_shared_path(text, sizeof text, "text/gpl3.txt"))
+        SKIP("../shared not found");
+    CHECK_ONE_ERROR("longer than the context", "%s perplexity -m %s -f %s -c 64 -ctk q4_0 --kv-tail-tokens 65", bin,
+                    model, text);
+    CHECK_ONE_ERROR("longer than the context", "%s run -m %s -p Once -n 4 -c 64 --kv-tail-tokens 100000", bin, model);
+    CHECK_ONE_ERROR("longer than the context", "%s perplexity -m %s -f %s -c 64 --kv-sink-tokens 65", bin, model, text);
+    CHECK_ONE_ERROR("longer than the context", "%s run -m %s -p Once -n 4 -c 64 --kv-sink-tokens 100000", bin, model);
+    CHECK_ONE_ERROR("--kv-tail-tokens", "%s run -m %s -p Once -n 4 -c 64 --kv-tail-tokens -1", bin, model);
+    CHECK_ONE_ERROR("--kv-tail-tokens", "%s run -m %s -p Once -n 4 -c 64 --kv-tail-tokens ten", bin, model);
+    CHECK_ONE_ERROR("--kv-sink-tokens", "%s run -m %s -p Once -n 4 -c 64 --kv-sink-tokens 4x", bin, model);
+    CHECK_ONE_ERROR("--kvarn-sink-tile", "%s run -m %s -p Once -n 4 -c 64 --kvarn-sink-tile maybe", bin, model);
+    /* the whole context as a tail is allowed */
+    char cmd[4096];
+    static char out[8192];
+    snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c 64 --chunks 1 -ctk q4_0 -ctv q4_0 --kv-tail-tokens 64 2>&1",
+             bin, model, text);
+    CHECK(test_run(cmd, out, sizeof out) == 0 && strstr(out, "Final estimate"), "tail == context refused: %s", out);
+}
+
 /* Each of --dim and --rows is in range, their product is not (13 GiB). */
 TEST(cli_quant_test_caps_values) {
     const char *bin = test_kvq_bin();
@@ -142,7 +168,7 @@ TEST(cli_kv_bytes_matches_the_cache) {
     in.head_dim_k = 64;
     in.head_dim_v = 32;
     const kvq_type layer_k[3] = { KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0, KVQ_TYPE_F16 };
-    const int tails[3] = { 0, 16, 100 }, sinks[3] = { 0, 4, 0 };
+    const int tails[3] = { 0, 16, 96 }, sinks[3] = { 0, 4, 0 };
     for (int i = 0; i < 3; i++) {
         kvq_cache_params p;
         kvq_cache_params_default(&p);
@@ -420,4 +446,59 @@ TEST(cli_messages_outdir_first_and_range_hints) {
     CHECK_ONE_ERROR("(see kvq run --help)", "%s run -m %s -p hi --kv-tail-tokens -5", bin, model);
     CHECK_ONE_ERROR("is not an integer in 10..1000000 (see kvq turbo-bench --help)", "%s turbo-bench -n 5", bin);
     CHECK_ONE_ERROR("(see kvq turbo-bench --help)", "%s turbo-bench --bogus", bin);
+}
+
+/* --prompt-cache: the first run saves, the second reuses all but the last
+ * prompt token and prints the same text; other cache settings are refused
+ * in one line.  --context-shift generates past the context. */
+TEST(cli_run_prompt_cache_and_context_shift) {
+    const char *bin = test_kvq_bin();
+    char model[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/toy-h64.gguf")) SKIP("../shared not found");
+    char state[128], cmd[4096];
+    snprintf(state, sizeof state, "/tmp/kvq_pc_%d.kvqs", (int)getpid());
+    remove(state);
+    static char out1[8192], out2[8192], err2[8192];
+    const char *flags = "-p 'This License applies to any program' -n 16 --temp 0 -c 128 -ctk q4_0 -ctv q4_0 --kv-tail-tokens 8";
+    snprintf(cmd, sizeof cmd, "{ %s run -m %s %s --prompt-cache %s 2>/dev/null; }", bin, model, flags, state);
+    const int rc1 = test_run(cmd, out1, sizeof out1);
+    snprintf(cmd, sizeof cmd, "{ %s run -m %s %s --prompt-cache %s 2>&1 >/dev/null; }", bin, model, flags, state);
+    const int rc2e = test_run(cmd, err2, sizeof err2);
+    snprintf(cmd, sizeof cmd, "{ %s run -m %s %s --prompt-cache %s 2>/dev/null; }", bin, model, flags, state);
+    const int rc2 = test_run(cmd, out2, sizeof out2);
+    CHECK(rc1 == 0 && rc2 == 0 && rc2e == 0, "runs exited %d %d %d", rc1, rc2, rc2e);
+    CHECK(strstr(err2, "prompt tokens reused") && !strstr(err2, " 0 of "), "no reuse reported: %s", err2);
+    CHECK(!strcmp(out1, out2), "reused prompt changed the output:\n%s\nvs\n%s", out1, out2);
+    static char out_bad[8192];
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'This License' -n 4 --temp 0 -c 128 -ctk q4_0 --prompt-cache %s", bin,
+             model, state);
+    const int rc_bad = test_run(cmd, out_bad, sizeof out_bad);
+    int error_lines = 0;
+    for (const char *p = out_bad; (p = strstr(p, "error:")) != NULL; p++) error_lines++;
+    CHECK(rc_bad == 1 && error_lines == 1 && strstr(out_bad, "tail tokens is 8, this cache's 0"),
+          "other settings: rc %d: %s", rc_bad, out_bad);
+    remove(state);
+    static char out3[16384];
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'This License' -n 150 --temp 0 -c 64 -ctk q8_0 -ctv q8_0 --context-shift 2>&1",
+             bin, model);
+    const int rc3 = test_run(cmd, out3, sizeof out3);
+    CHECK(rc3 == 0 && strstr(out3, "context shift: kept 1") && strstr(out3, "generated 150 tokens"),
+          "context shift run (rc %d): %s", rc3, out3);
+}
+
+/* examples/generate.c, built against include/kvq.h alone, runs on the
+ * bundled model: it prints the prompt, a continuation and the cache size. */
+TEST(example_generate_runs) {
+    const char *dir = getenv("KVQ_EXAMPLES");
+    if (!dir) SKIP("KVQ_EXAMPLES not set (make test sets it)");
+    if (access("models/austen-qwen3-h128-4k-q8_0.gguf", R_OK) != 0) SKIP("models/ not found (run from the repository)");
+    char cmd[2048];
+    static char out[8192];
+    snprintf(cmd, sizeof cmd, "%s/generate models/austen-qwen3-h128-4k-q8_0.gguf 'It was a truth' 12", dir);
+    const int rc = test_run(cmd, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "It was a truth") && strlen(out) > 60 && strstr(out, "generate: KV cache"),
+          "example exited %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s/generate /nonexistent.gguf x 1", dir);
+    CHECK(test_run(cmd, out, sizeof out) == 1 && strstr(out, "generate:"), "bad model: %s", out);
 }

@@ -14,18 +14,24 @@
 static kvq_type T(const char *name) { return kvq_type_from_name(name); }
 
 /* By hand: f32 reference; f16/f16 once (exact pair: no rotation or tail
- * variants); q8_0/q8_0, q4_0/q4_0 and q8_0/q4_0 each at tails 0 and 64
- * (1024 >= n_ctx skipped) x rot on/off; the repeated q4_0/q4_0 pair and
- * the f32/f32 pair (= the reference) add nothing: 1 + 1 + 3*4 = 14. */
+ * variants, said in the notes); q8_0/q8_0, q4_0/q4_0 and q8_0/q4_0 each at
+ * tails 0 and 64 x rot on/off; the repeated q4_0/q4_0 pair and the f32/f32
+ * pair (= the reference) add nothing: 1 + 1 + 3*4 = 14.  A tail longer
+ * than the context is an error naming it, not a skipped row. */
 TEST(sweep_grid_by_hand) {
     const kvq_type types[] = { T("f16"), T("q8_0"), T("q4_0"), T("f32") };
     const kvq_sweep_pair pairs[] = { { T("q8_0"), T("q4_0") }, { T("q4_0"), T("q4_0") } };
     const int tails[] = { 0, 64, 1024 };
-    kvq_sweep_spec spec = { KVQ_TYPE_F32, types, 4, pairs, 2, tails, 3, KVQ_SWEEP_ROT_BOTH, 128 };
+    char notes[512] = "";
+    kvq_sweep_spec spec = { KVQ_TYPE_F32, types, 4, pairs, 2, tails, 3, KVQ_SWEEP_ROT_BOTH, 128, notes, sizeof notes };
     kvq_sweep_config *c = NULL;
     size_t n = 0;
     kvq_error err = { 0 };
+    CHECK(kvq_sweep_grid(&spec, &c, &n, &err) == KVQ_ERR_ARG && strstr(err.msg, "tail 1024") && !c,
+          "tail 1024 > n_ctx 128: '%s'", err.msg);
+    spec.n_tails = 2;
     CHECK(kvq_sweep_grid(&spec, &c, &n, &err) == KVQ_OK, "grid failed: %s", err.msg);
+    CHECK(strstr(notes, "f16/f16: exact on both sides"), "no note for the exact pair: '%s'", notes);
     static const char *const want[] = {
         "f32/f32", "f16/f16",
         "q8_0/q8_0", "q8_0/q8_0 rot-off", "q8_0/q8_0 tail64", "q8_0/q8_0 tail64 rot-off",
@@ -64,7 +70,7 @@ TEST(sweep_grid_rotation_choices) {
     const int tails[] = { 0 };
     size_t counts[3];
     for (int r = 0; r < 3; r++) {
-        kvq_sweep_spec spec = { KVQ_TYPE_F32, types, 2, NULL, 0, tails, 1, (kvq_sweep_rot)r, 512 };
+        kvq_sweep_spec spec = { KVQ_TYPE_F32, types, 2, NULL, 0, tails, 1, (kvq_sweep_rot)r, 512, NULL, 0 };
         kvq_sweep_config *c = NULL;
         CHECK(kvq_sweep_grid(&spec, &c, &counts[r], NULL) == KVQ_OK, "grid failed");
         bool off_only = true;
@@ -76,12 +82,43 @@ TEST(sweep_grid_rotation_choices) {
     /* reference + bf16 + q4_0 on | off | both */
     CHECK(counts[KVQ_SWEEP_ROT_ON] == 3 && counts[KVQ_SWEEP_ROT_OFF] == 3 && counts[KVQ_SWEEP_ROT_BOTH] == 4,
           "counts on/off/both %zu/%zu/%zu, want 3/3/4", counts[0], counts[1], counts[2]);
-    kvq_sweep_spec bad = { T("q8_0"), types, 2, NULL, 0, tails, 1, KVQ_SWEEP_ROT_ON, 512 };
+    kvq_sweep_spec bad = { T("q8_0"), types, 2, NULL, 0, tails, 1, KVQ_SWEEP_ROT_ON, 512, NULL, 0 };
     kvq_sweep_config *c = NULL;
     size_t n;
     kvq_error err = { 0 };
     CHECK(kvq_sweep_grid(&bad, &c, &n, &err) == KVQ_ERR_ARG && strstr(err.msg, "exact"),
           "a quantised reference was accepted: %s", err.msg);
+}
+
+/* Every family gets every requested tail: KVarN and TurboQuant pairs are
+ * not exact pairs (they once vanished from a sweep); without a block side
+ * they run once per tail whatever --rot says, and the notes say so. */
+TEST(sweep_grid_every_family_every_tail) {
+    const kvq_type types[] = { T("turbo3"), T("kvarn4"), T("q4_0") };
+    const kvq_sweep_pair pairs[] = { { T("q8_0"), T("q4_0") }, { T("turbo3_tcq"), T("f16") } };
+    const int tails[] = { 0, 64 };
+    for (int r = 0; r < 3; r++) {
+        char notes[512] = "";
+        kvq_sweep_spec spec = { KVQ_TYPE_F32, types, 3, pairs, 2, tails, 2, (kvq_sweep_rot)r, 4096, notes, sizeof notes };
+        kvq_sweep_config *c = NULL;
+        size_t n = 0;
+        CHECK(kvq_sweep_grid(&spec, &c, &n, NULL) == KVQ_OK, "grid failed");
+        const int modes = r == KVQ_SWEEP_ROT_BOTH ? 2 : 1;
+        /* reference + (turbo3, kvarn4, turbo3_tcq/f16) x 2 tails + (q4_0, q8_0/q4_0) x 2 tails x modes */
+        const size_t want = 1 + 3 * 2 + 2 * 2 * (size_t)modes;
+        int turbo_tail = 0, kvarn_tail = 0, mixed_tail = 0;
+        for (size_t i = 0; i < n; i++) {
+            turbo_tail += c[i].type_k == T("turbo3") && c[i].tail_tokens == 64 && c[i].rot == KVQ_ROT_AUTO;
+            kvarn_tail += c[i].type_k == T("kvarn4") && c[i].tail_tokens == 64 && !strcmp(c[i].label, "kvarn4/kvarn4 tail64");
+            mixed_tail += c[i].type_k == T("turbo3_tcq") && c[i].type_v == T("f16") && c[i].tail_tokens == 64;
+        }
+        free(c);
+        CHECK(n == want, "--rot %d: %zu configurations, want %zu", r, n, want);
+        CHECK(turbo_tail == 1 && kvarn_tail == 1 && mixed_tail == 1, "--rot %d: tail rows turbo %d kvarn %d mixed %d",
+              r, turbo_tail, kvarn_tail, mixed_tail);
+        CHECK((r == KVQ_SWEEP_ROT_ON) == !strstr(notes, "turbo3/turbo3: rotation is part of the format"),
+              "--rot %d: notes '%s'", r, notes);
+    }
 }
 
 TEST(sweep_list_parsers) {

@@ -173,7 +173,7 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
     kvq_cache_params *p = &cf->params;
     static const char *const with_value[] = { "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
         "--kv-tail-tokens", "--kv-tail-type", "--kv-sink-tokens", "--attn-rot", "--attn-rot-k", "--attn-rot-v",
-        "--cache-type-k-layers", "--cache-type-v-layers", "--kvarn-iters" };
+        "--cache-type-k-layers", "--cache-type-v-layers", "--kvarn-iters", "--kvarn-sink-tile", "--kv-rollback-tokens" };
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
     if (!strcmp(a, "--attn-rot-random")) { p->rot_random_signs = true; return 1; }
@@ -196,10 +196,15 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
             ok = false;
         }
     } else if (is(a, "--kv-sink-tokens", NULL)) ok = parse_count(cmd, a, v, &p->sink_tokens);
+    else if (is(a, "--kv-rollback-tokens", NULL)) ok = parse_count(cmd, a, v, &p->rollback_tokens);
     else if (is(a, "--kvarn-iters", NULL)) {
         long iters;
         ok = cli_flag_long(cmd, a, v, 1, KVQ_KVARN_MAX_ITERS, &iters);
         if (ok) p->kvarn_iters = (int)iters;
+    } else if (is(a, "--kvarn-sink-tile", NULL)) {
+        ok = !strcmp(v, "on") || !strcmp(v, "off");
+        if (ok) p->kvarn_quantize_first_tile = !strcmp(v, "off");
+        else cli_error(cmd, "--kvarn-sink-tile: '%s' is not on or off", v);
     } else if (is(a, "--attn-rot", NULL)) ok = parse_rot_mode(cmd, a, v, &p->rot.mode);
     else if (is(a, "--attn-rot-k", NULL)) ok = parse_rot_mode(cmd, a, v, &p->rot.mode_k);
     else if (is(a, "--attn-rot-v", NULL)) ok = parse_rot_mode(cmd, a, v, &p->rot.mode_v);
@@ -216,10 +221,32 @@ static bool uses_tiles(const cache_flags *cf) {
     return tiles;
 }
 
-void cache_flags_resolve(cache_flags *cf, int n_ctx) {
-    cf->params.n_ctx = n_ctx;
-    if (cf->tail_auto) cf->params.tail_tokens = (n_ctx < AUTO_TAIL_TOKENS ? n_ctx : AUTO_TAIL_TOKENS);
-    if (uses_tiles(cf) && !cf->tail_type_given) cf->params.tail_type = KVQ_TYPE_F16;
+bool cache_flags_resolve(const char *cmd, cache_flags *cf, int n_ctx) {
+    kvq_cache_params *p = &cf->params;
+    p->n_ctx = n_ctx;
+    if (cf->tail_auto) p->tail_tokens = (n_ctx < AUTO_TAIL_TOKENS ? n_ctx : AUTO_TAIL_TOKENS);
+    if (uses_tiles(cf) && !cf->tail_type_given) p->tail_type = KVQ_TYPE_F16;
+    return cache_flags_fit(cmd, cf, n_ctx);
+}
+
+bool cache_flags_fit(const char *cmd, const cache_flags *cf, int n_ctx) {
+    const kvq_cache_params *p = &cf->params;
+    /* Exact rows beyond the context would be a silent clamp: say so. */
+    if (!cf->tail_auto && p->tail_tokens > n_ctx) {
+        cli_error(cmd, "--kv-tail-tokens %d is longer than the context (%d positions): use at most %d, or raise -c",
+                  p->tail_tokens, n_ctx, n_ctx);
+        return false;
+    }
+    if (p->rollback_tokens > n_ctx) {
+        cli_error(cmd, "--kv-rollback-tokens %d is longer than the context (%d positions)", p->rollback_tokens, n_ctx);
+        return false;
+    }
+    if (p->sink_tokens > n_ctx) {
+        cli_error(cmd, "--kv-sink-tokens %d is longer than the context (%d positions): use at most %d, or raise -c",
+                  p->sink_tokens, n_ctx, n_ctx);
+        return false;
+    }
+    return true;
 }
 
 void cache_flags_usage(FILE *f) {
@@ -235,6 +262,9 @@ void cache_flags_usage(FILE *f) {
         "  --kv-tail-type T            f32, f16 or bf16 for the tail and sink copies\n"
         "                              (default bf16; f16 when a side is KVarN)\n"
         "  --kv-sink-tokens S          first positions read from an exact copy\n"
+        "  --kvarn-sink-tile on|off    KVarN: keep the first 128-token tile exact (default on)\n"
+        "  --kv-rollback-tokens R      exact rows kept beyond the tail so that up to R positions\n"
+        "                              can be taken back exactly (prompt cache reuse; default 0)\n"
         "  --attn-rot auto|on|off      Hadamard rotation of Q/K and V (both sides)\n"
         "  --attn-rot-k MODE, --attn-rot-v MODE   one side only\n"
         "  --attn-rot-random           random +-1 signs before the Hadamard transform\n"
@@ -256,8 +286,9 @@ static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 void cache_flags_log(const char *cmd, const kvq_cache *c) {
     kvq_cache_bytes b;
     kvq_cache_memory(c, &b);
-    fprintf(stderr, "kvq %s: KV cache %.2f MiB (K %.2f, V %.2f, tail %.2f, sink %.2f)\n", cmd, mib(b.total),
-            mib(b.k), mib(b.v), mib(b.tail), mib(b.sink));
+    fprintf(stderr, "kvq %s: KV cache %.3f MiB at %d positions (K %.3f, V %.3f, exact tail %.3f, sink %.3f); "
+            "working memory %.3f MiB\n", cmd, mib(b.total), c->p.n_ctx, mib(b.k), mib(b.v), mib(b.tail), mib(b.sink),
+            mib(b.work));
     const kvq_rot_plan *r = kvq_cache_rotation(c);
     if (r) fprintf(stderr, "kvq %s: rotation: %s\n", cmd, r->reason);
     log_layer_types(cmd, "K", c->p.type_k, c->types_k, c->p.n_layer);

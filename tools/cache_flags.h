@@ -45,8 +45,12 @@ bool layer_spec_parse(const char *spec, layer_spec *out, char *msg, size_t cap);
 bool cache_flags_apply_layers(const char *cmd, cache_flags *cf, int n_layer);
 /* Settle what depends on the context size (auto tail = 1024, capped) and
  * on the types (tail type f16 when a side is KVarN and none was given,
- * ATTENTION.md §3; per-layer types count once applied). */
-void cache_flags_resolve(cache_flags *cf, int n_ctx);
+ * docs/cache.md; per-layer types count once applied).  A tail or sink
+ * longer than n_ctx is an error (one line on stderr; false). */
+bool cache_flags_resolve(const char *cmd, cache_flags *cf, int n_ctx);
+/* The tail and sink check of cache_flags_resolve alone, for commands that
+ * know the context before loading anything. */
+bool cache_flags_fit(const char *cmd, const cache_flags *cf, int n_ctx);
 void cache_flags_usage(FILE *f);
 /* Log the cache's memory figures and rotation choice to stderr. */
 void cache_flags_log(const char *cmd, const kvq_cache *c);

@@ -16,6 +16,7 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_kld(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
+int cmd_drift(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_turbo_train(int argc, char **argv);
 int cmd_turbo_bench(int argc, char **argv);

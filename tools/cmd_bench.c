@@ -367,7 +367,7 @@ int cmd_bench(int argc, char **argv) {
     int max_depth = 0;
     for (int d = 0; d < o.n_depths; d++) max_depth = KVQ_MAX(max_depth, o.depths[d]);
     o.run.n_ctx = max_depth + o.run.n_prompt + o.run.n_gen;
-    cache_flags_resolve(&o.cache, o.run.n_ctx);
+    if (!cache_flags_resolve(CMD, &o.cache, o.run.n_ctx)) return 1;
     static bench_config cfg[MAX_CONFIGS];
     memset(cfg, 0, sizeof cfg);
     const int n_cfg = make_configs(&o, cfg);

@@ -28,11 +28,21 @@ static void print_tensor_types(const kvq_model *m) {
            m->output.data == m->tok_embd.data ? " (tied to token_embd)" : "");
 }
 
-/* One row per cache type: bytes per token (all layers, K + V) and the
- * Hadamard blocks the default rotation rule picks for this head shape. */
+/* One row per cache type: bytes per token (all layers, K + V), the cache
+ * at the trained context as every command reports it (kv_bytes: exact rows
+ * such as KVarN's first tile included, no tail or sink; work_bytes at the
+ * default batch of 512) and the Hadamard blocks the default rotation rule
+ * picks for this head shape. */
 static void print_cache_table(const kvq_model_info *in) {
-    printf("\nKV cache per token (all %d layers, K + V) and the rotation rule's choice:\n", in->n_layer);
-    printf("  %-8s %6s %12s %14s  %s\n", "type", "bits", "bytes/token", "MiB @ n_ctx", "rotation (Hadamard block K / V)");
+    const int n_ctx = in->n_ctx_train > 0 ? in->n_ctx_train : 4096;
+    printf("\nKV cache per token (all %d layers, K + V), at the trained context (%d positions, no tail or sink)\n"
+           "and the rotation rule's choice:\n", in->n_layer, n_ctx);
+    printf("  %-10s %6s %12s %10s %10s %10s  %s\n", "type", "bits", "bytes/token", "kv MiB", "% of bf16", "work MiB",
+           "rotation (Hadamard block K / V)");
+    kvq_cache_params bf16;
+    kvq_cache_params_default(&bf16);
+    bf16.type_k = bf16.type_v = KVQ_TYPE_BF16;
+    const double ref = cli_kv_bytes(in, &bf16, n_ctx);
     for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
         const kvq_type_traits *tr = kvq_type_get((kvq_type)t);
         if (!tr || !tr->is_cache_type) continue;
@@ -42,8 +52,15 @@ static void print_cache_table(const kvq_model_info *in) {
                                 .type_k = (kvq_type)t, .type_v = (kvq_type)t };
         kvq_rot_request_from_env(&req);
         kvq_rot_plan plan = kvq_rot_choose(&req);
-        printf("  %-8s %6.2f %12zu %14.2f  %d / %d\n", tr->name, kvq_type_bpv((kvq_type)t), per_tok,
-               (double)per_tok * in->n_ctx_train / 1048576.0, plan.block_k, plan.block_v);
+        kvq_cache_params p;
+        kvq_cache_params_default(&p);
+        p.type_k = p.type_v = (kvq_type)t;
+        if (tr->layout == KVQ_LAYOUT_TILES) p.tail_type = KVQ_TYPE_F16;   /* as the cache flags choose it */
+        kvq_cache_bytes b;
+        if (!cli_cache_plan(in, &p, n_ctx, &b)) { b.total = (size_t)cli_kv_bytes(in, &p, n_ctx); b.work = 0; }
+        printf("  %-10s %6.2f %12zu %10.2f %10.2f %10.2f  %d / %d\n", tr->name, kvq_type_bpv((kvq_type)t), per_tok,
+               (double)b.total / 1048576.0, 100.0 * (double)b.total / ref, (double)b.work / 1048576.0, plan.block_k,
+               plan.block_v);
     }
     kvq_rot_request req = { .head_dim_k = in->head_dim_k, .head_dim_v = in->head_dim_v,
                             .type_k = KVQ_TYPE_Q4_0, .type_v = KVQ_TYPE_Q4_0 };

@@ -165,6 +165,7 @@ static void fill_row(const kld_job *j, const kvq_kld_ref *ref, const kvq_kld_sum
     r->sink_tokens = p->sink_tokens;
     r->n_tokens = (double)s->n;
     r->kv_bytes = (double)b.total;
+    r->work_bytes = (double)b.work;
     r->kv_bytes_bf16 = cli_kv_bytes(in, &bf16, j->n_ctx);
     r->size_pct = 100.0 * r->kv_bytes / r->kv_bytes_bf16;
     r->mib = cli_kv_bytes(in, p, full_ctx) / 1048576.0;
@@ -191,8 +192,9 @@ static void print_cache_block(const kld_job *j, const kvq_eval_row *r) {
     printf("\n====== KV cache, precision and speed ======\n");
     printf("Cache K/V     : %s/%s (Hadamard block K %d, V %d; tail %d, sink %d)\n", r->cache_k, r->cache_v, r->rot_k,
            r->rot_v, r->tail_tokens, r->sink_tokens);
-    printf("KV size       : %.3f MiB at n_ctx %d = %.2f%% of bf16; %.3f MiB at the trained context %d\n",
-           r->kv_bytes / 1048576.0, j->n_ctx, r->size_pct, r->mib, in->n_ctx_train > 0 ? in->n_ctx_train : j->n_ctx);
+    printf("KV size       : %.3f MiB at n_ctx %d = %.2f%% of bf16; %.3f MiB at the trained context %d; "
+           "working memory %.3f MiB\n", r->kv_bytes / 1048576.0, j->n_ctx, r->size_pct, r->mib,
+           in->n_ctx_train > 0 ? in->n_ctx_train : j->n_ctx, r->work_bytes / 1048576.0);
     if (isnan(r->mean_precision)) printf("Precision     : - (a llama.cpp base's own KLD floor is unknown)\n");
     else printf("Precision     : mean %.3f%%, 99.9%% %.3f%%\n", r->mean_precision, r->p99_9_precision);
     printf("Speed         : prompt %.1f tokens/s, generation %.1f tokens/s\n", r->pp_tps, r->tg_tps);
@@ -210,12 +212,12 @@ static void print_json(const kvq_kld_summary *s, const kvq_eval_row *r) {
     printf("{\"n_tokens\": %zu, \"ppl_q\": %.6f, \"ppl_q_se\": %.6f, \"ppl_base\": %.6f, \"ppl_base_se\": %.6f, "
            "\"ln_ratio\": %.8f, \"mean_kld\": %.8g, \"mean_kld_se\": %.8g, \"median_kld\": %.8g, "
            "\"p90_kld\": %.8g, \"p99_kld\": %.8g, \"p99_9_kld\": %.8g, \"max_kld\": %.8g, "
-           "\"same_top_p\": %.6f, \"same_top_se\": %.6f, \"rms_dp\": %.8g, \"kv_bytes\": %.0f, \"kv_bytes_bf16\": %.0f, "
+           "\"same_top_p\": %.6f, \"same_top_se\": %.6f, \"rms_dp\": %.8g, \"kv_bytes\": %.0f, \"work_bytes\": %.0f, \"kv_bytes_bf16\": %.0f, "
            "\"size_pct\": %.4f, \"kv_mib_full_ctx\": %.6f, \"cache_k\": \"%s\", \"cache_v\": \"%s\", \"rot_k\": %d, "
            "\"rot_v\": %d, \"tail_tokens\": %d, \"sink_tokens\": %d, ",
            s->n, s->ppl_q, s->ppl_q_se, s->ppl_base, s->ppl_base_se, s->ln_ratio, s->mean_kld, s->mean_kld_se,
            s->median_kld, r->p90_kld, r->p99_kld, r->p99_9_kld, s->max_kld, r->same_top_p, r->same_top_se, r->rms_dp,
-           r->kv_bytes, r->kv_bytes_bf16, r->size_pct, r->mib, r->cache_k, r->cache_v, r->rot_k, r->rot_v,
+           r->kv_bytes, r->work_bytes, r->kv_bytes_bf16, r->size_pct, r->mib, r->cache_k, r->cache_v, r->rot_k, r->rot_v,
            r->tail_tokens, r->sink_tokens);
     json_num("mean_precision", "%.6f", r->mean_precision, false);
     json_num("p99_9_precision", "%.6f", r->p99_9_precision, false);

@@ -72,10 +72,10 @@ static void print_json(const ppl_opts *o, kvq_ctx *ctx, size_t n_scored, double 
     const double ref = cli_kv_bytes(in, &bf16, o->n_ctx);
     const int full_ctx = in->n_ctx_train > 0 ? in->n_ctx_train : o->n_ctx;
     printf("{\"n_tokens\": %zu, \"ppl\": %.6f, \"ppl_se\": %.6f, \"n_ctx\": %d, \"n_batch\": %d, \"cache_k\": \"%s\", "
-           "\"cache_v\": \"%s\", \"tail_tokens\": %d, \"sink_tokens\": %d, \"kv_bytes\": %zu, \"kv_bytes_bf16\": %.0f, "
+           "\"cache_v\": \"%s\", \"tail_tokens\": %d, \"sink_tokens\": %d, \"kv_bytes\": %zu, \"work_bytes\": %zu, \"kv_bytes_bf16\": %.0f, "
            "\"size_pct\": %.4f, \"kv_mib_full_ctx\": %.6f, \"pp_tps\": %.2f}\n",
            n_scored, ppl, se, o->n_ctx, o->n_batch, kvq_type_name(p->type_k), kvq_type_name(p->type_v), p->tail_tokens,
-           p->sink_tokens, b.total, ref, 100.0 * (double)b.total / ref, cli_kv_bytes(in, p, full_ctx) / 1048576.0, tps);
+           p->sink_tokens, b.total, b.work, ref, 100.0 * (double)b.total / ref, cli_kv_bytes(in, p, full_ctx) / 1048576.0, tps);
 }
 
 static int score(const ppl_opts *o, kvq_ctx *ctx, const int32_t *toks, int n_chunk, int bos) {
@@ -111,6 +111,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (!o.model) return cli_error(CMD, "no model given (use -m MODEL.gguf)");
     if (!o.text) return cli_error(CMD, "no text given (use -f TEXT)");
     o.n_batch = kvq_eval_batch(o.n_batch, o.n_ctx);
+    if (!cache_flags_fit(CMD, &o.cache, o.n_ctx)) return 1;
     size_t len = 0;
     char *text = cli_read_text(CMD, o.text, &len);
     if (!text) return 1;

@@ -297,8 +297,8 @@ static void print_json(const plan_result *r) {
            p->exact ? "true" : "false");
     printf("\"mean_kld\": %.8g, \"mean_kld_se\": %.8g, \"median_kld\": %.8g, \"p99_9_kld\": %.8g, \"same_top_p\": %.6f, ",
            k->mean_kld, k->mean_kld_se, k->median_kld, k->p_kld[7], 100.0 * k->same_top);
-    printf("\"bytes_per_token\": %zu, \"kv_bytes\": %zu, \"kv_bytes_bf16\": %zu, \"size_pct\": %.4f, "
-           "\"mib_at_train_ctx\": %.6f, \"n_ctx_train\": %d, ", p->bytes_per_token, r->measured.kv_bytes,
+    printf("\"bytes_per_token\": %zu, \"kv_bytes\": %zu, \"work_bytes\": %zu, \"kv_bytes_bf16\": %zu, \"size_pct\": %.4f, "
+           "\"mib_at_train_ctx\": %.6f, \"n_ctx_train\": %d, ", p->bytes_per_token, r->measured.kv_bytes, r->measured.work_bytes,
            r->measured.kv_bytes_bf16, r->measured.size_pct, mib_at_train(r, p->bytes_per_token), r->in->n_ctx_train);
     printf("\"exact_mean_kld\": %.8g, \"candidates\": ", t->floor_kld);
     print_type_array(t->types, t->n_types);

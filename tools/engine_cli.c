@@ -80,8 +80,8 @@ int32_t *cli_text_tokens(const char *cmd, const kvq_model *m, const char *path, 
     return toks;
 }
 
-/* Rows in the body, a tail ring of tail + batch rows and the sink: the
- * estimate when the parameters cannot make a cache (sizes overflowing). */
+/* Rows in the body, the tail's and the sink's exact rows: the estimate
+ * when the parameters cannot make a cache (sizes overflowing). */
 static double formula_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx) {
     double body = 0.0;
     for (int l = 0; l < in->n_layer; l++) {
@@ -92,16 +92,15 @@ static double formula_bytes(const kvq_model_info *in, const kvq_cache_params *p,
     }
     const double exact_row = (double)kvq_cache_row_bytes(p->tail_type, in->n_head_kv, in->head_dim_k) +
                              (double)kvq_cache_row_bytes(p->tail_type, in->n_head_kv, in->head_dim_v);
-    const int batch = p->max_batch > 0 ? KVQ_MIN(p->max_batch, n_ctx) : n_ctx;
-    const int ring = p->tail_tokens > 0 ? KVQ_MIN(p->tail_tokens + batch, n_ctx) : 0;
+    const int ring = KVQ_MIN(KVQ_MAX(p->tail_tokens, 0), n_ctx);
     const int sink = KVQ_MIN(KVQ_MAX(p->sink_tokens, 0), n_ctx);
     return (double)n_ctx * body + (double)in->n_layer * (double)(ring + sink) * exact_row;
 }
 
-/* The cache's own layout (kvq_cache_plan_bytes: every type's exact
- * regions, KVarN's tiles and staging ring, padded heads) at n_ctx with the
+/* kv_bytes (kvq.h) from the cache's own layout (kvq_cache_plan_bytes:
+ * every type's exact rows, KVarN's tiles, padded heads) at n_ctx with the
  * model's shape; the plain formula when no cache can be made (too large). */
-double cli_kv_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx) {
+bool cli_cache_plan(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx, kvq_cache_bytes *b) {
     kvq_cache_params q = *p;
     q.n_layer = in->n_layer;
     q.n_head_kv = in->n_head_kv;
@@ -109,8 +108,12 @@ double cli_kv_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_c
     q.head_dim_v = in->head_dim_v;
     q.n_ctx = n_ctx;
     q.max_batch = p->max_batch > 0 ? KVQ_MIN(p->max_batch, n_ctx) : n_ctx;
+    return kvq_cache_plan_bytes(&q, b, NULL) == KVQ_OK;
+}
+
+double cli_kv_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx) {
     kvq_cache_bytes b;
-    return kvq_cache_plan_bytes(&q, &b, NULL) == KVQ_OK ? (double)b.total : formula_bytes(in, p, n_ctx);
+    return cli_cache_plan(in, p, n_ctx, &b) ? (double)b.total : formula_bytes(in, p, n_ctx);
 }
 
 /* Physical memory, lowered to RLIMIT_AS when that is set. */
@@ -184,7 +187,7 @@ int cli_check_scored(const char *cmd, int n_ctx, int n_chunk) {
 
 kvq_ctx *cli_create_ctx(const char *cmd, const kvq_model *m, cache_flags *cf, int n_ctx, int max_batch, int n_threads) {
     if (!cache_flags_apply_layers(cmd, cf, kvq_model_get_info(m)->n_layer)) return NULL;
-    cache_flags_resolve(cf, n_ctx);
+    if (!cache_flags_resolve(cmd, cf, n_ctx)) return NULL;
     cf->params.max_batch = max_batch;
     if (cli_check_context(cmd, kvq_model_get_info(m), &cf->params, n_ctx)) return NULL;
     kvq_ctx *ctx = NULL;

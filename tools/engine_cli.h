@@ -31,11 +31,14 @@ int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, siz
 /* The tokens of the text file at path (cli_read_text + cli_tokenize, BOS
  * as the model's vocabulary says): what -f TEXT means to every command. */
 int32_t *cli_text_tokens(const char *cmd, const kvq_model *m, const char *path, int *n_out);
-/* Bytes the cache of p (types, per-layer overrides, tail, sink, batch)
- * allocates for a model at n_ctx positions: K and V rows of every layer
- * and position, plus the exact ring (tail + batch rows, at most n_ctx)
- * and sink rows, as src/cache.c lays them out. */
+/* kv_bytes (kvq.h) of the cache of p (types, per-layer overrides, tail,
+ * sink) for a model at n_ctx positions: K and V rows of every layer and
+ * position, plus the exact rows it keeps at that length (tail, sink, KVarN's
+ * first and incomplete tiles), as src/cache.c lays them out. */
 double cli_kv_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx);
+/* Every figure of kvq_cache_bytes for p with the model's shape at n_ctx
+ * (max_batch capped at n_ctx); false when no such cache can be made. */
+bool cli_cache_plan(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx, kvq_cache_bytes *b);
 /* Before a context of n_ctx is created: warn (stderr, once per call)
  * when n_ctx exceeds the model's trained context, as llama.cpp does, and
  * refuse (one error line, returns 1) a cache larger than this machine's

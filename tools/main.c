@@ -18,6 +18,7 @@ static const command g_commands[] = {
     { "perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's protocol)" },
     { "kld",        cmd_kld,        "KL divergence against a reference (llama.cpp base files)" },
     { "bench",      cmd_bench,      "prompt and generation tokens/s" },
+    { "drift",      cmd_drift,      "KLD per generated position and first divergence in greedy generation" },
     { "sweep",      cmd_sweep,      "KLD, size and speed of every cache configuration: table, ladder, plot" },
     { "tokenize",   cmd_tokenize,   "token ids of a text under a model's vocabulary (as llama-tokenize)" },
     { "turbo-bench", cmd_turbo_bench, "NMSE and speed of the TurboQuant types on Gaussian vectors" },
