@@ -6,7 +6,9 @@
  *                suite's writer, tests/gguf_writer.h);
  *   base_llama/  llama.cpp KLD bases and base_kvq/ kvq exact bases of a
  *                few sizes (the library's own writers);
- *   tokenizer/   vocabulary + text inputs in fuzz_tokenizer.c's layout.
+ *   tokenizer/   vocabulary + text inputs in fuzz_tokenizer.c's layout;
+ *   state/       cache state files (kvq_cache_save) of the three caches
+ *                fuzz_state.c restores into, at a few lengths.
  * Files found by the fuzzer (regress-*) are kept beside them by hand.
  *
  *   make fuzz-corpus     (builds this against build/libkvq.a and runs it
@@ -113,6 +115,78 @@ static int write_tokenizer_seeds(const char *root) {
     return fails;
 }
 
+/* The caches of fuzz_state.c: 2 layers, one 64-wide KV head, n_ctx 300,
+ * batches of 64, rollback 8; model hash 0 (what the target loads with). */
+static kvq_cache *state_cache(kvq_type k, kvq_type v, int tail) {
+    kvq_cache_params p;
+    kvq_cache_params_default(&p);
+    memset(&p.rot, 0, sizeof p.rot);
+    p.n_layer = 2;
+    p.n_head_kv = 1;
+    p.head_dim_k = p.head_dim_v = 64;
+    p.n_ctx = 300;
+    p.max_batch = 64;
+    p.type_k = k;
+    p.type_v = v;
+    p.tail_tokens = tail;
+    p.rollback_tokens = 8;
+    kvq_cache *c = NULL;
+    return kvq_cache_create(&p, &c, NULL) == KVQ_OK ? c : NULL;
+}
+
+/* n positions written (and attended, as the forward pass does, layer by
+ * layer and batch by batch), then saved. */
+static int write_state(const char *dir, const char *name, kvq_cache *c, int n) {
+    static float k[64 * 64], v[64 * 64], out[64 * 64];
+    int32_t tokens[300];
+    kvq_error err = { 0 };
+    kvq_status st = KVQ_OK;
+    for (int pos = 0; !st && pos < n; pos += 64) {
+        const int len = n - pos < 64 ? n - pos : 64;
+        for (int i = 0; i < len * 64; i++) {
+            k[i] = sinf(0.37f * (float)(pos * 64 + i)) + (i % 64 == 5 ? 8.0f : 0.0f);   /* an outlier channel */
+            v[i] = cosf(0.11f * (float)(pos * 64 + i));
+        }
+        for (int layer = 0; !st && layer < 2; layer++) {
+            st = kvq_cache_write(c, layer, pos, len, k, v, &err);
+            if (!st) st = kvq_cache_attend(c, layer, pos, len, 1, k, 0.125f, out, NULL, &err);
+        }
+    }
+    for (int i = 0; i < n; i++) tokens[i] = (i * 13 + 1) % 500;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    const kvq_state_tag tag = { 0, tokens, n };
+    if (!st) st = kvq_cache_save(c, path, &tag, &err);
+    kvq_cache_clear(c);
+    if (st) {
+        fprintf(stderr, "make_corpus: %s: %s\n", path, err.msg);
+        return 1;
+    }
+    printf("%s\n", path);
+    return 0;
+}
+
+static int write_states(const char *root) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/state", root);
+    mkdir(dir, 0755);
+    static const struct { const char *name; kvq_type k, v; int tail, n; } seeds[] = {
+        { "q4_0-q8_0-tail16-n5.state", KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0, 16, 5 },
+        { "q4_0-q8_0-tail16-n40.state", KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0, 16, 40 },
+        { "kvarn4-kvarn3-n3.state", KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, 0, 3 },
+        { "kvarn4-kvarn3-n130.state", KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, 0, 130 },
+        { "turbo3_tcq-f16-tail4-n20.state", KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_F16, 4, 20 },
+        { "q4_0-q8_0-tail16-n0.state", KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0, 16, 0 },
+    };
+    int fails = 0;
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        kvq_cache *c = state_cache(seeds[i].k, seeds[i].v, seeds[i].tail);
+        fails += c ? write_state(dir, seeds[i].name, c, seeds[i].n) : 1;
+        kvq_cache_free(c);
+    }
+    return fails;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
@@ -121,7 +195,7 @@ int main(int argc, char **argv) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/gguf", argv[1]);
     mkdir(dir, 0755);
-    int fails = write_bases(argv[1]) + write_tokenizer_seeds(argv[1]);
+    int fails = write_bases(argv[1]) + write_tokenizer_seeds(argv[1]) + write_states(argv[1]);
 
     gw_model m = gw_model_default();
     fails += write_seed(dir, "baseline_v3.gguf", &m);

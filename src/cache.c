@@ -353,10 +353,12 @@ static kvq_status allocate_layout(kvq_cache *c, kvq_error *err) {
             kvq_cache_side *sd = sides[s];
             sd->body = *bodies[s];
             *bodies[s] += nh * sd->body_head_bytes;
+            /* no ring or sink rows: their block may be NULL, and NULL + 0
+             * is undefined (clang's UBSan stops on it) */
             sd->ring = sd->ring_rows ? ring : NULL;
-            ring += nh * (size_t)sd->ring_rows * sd->exact_row_bytes;
+            if (sd->ring) ring += nh * (size_t)sd->ring_rows * sd->exact_row_bytes;
             sd->sink = sd->sink_rows ? sink : NULL;
-            sink += nh * (size_t)sd->sink_rows * sd->exact_row_bytes;
+            if (sd->sink) sink += nh * (size_t)sd->sink_rows * sd->exact_row_bytes;
         }
     }
     return KVQ_OK;

@@ -106,7 +106,7 @@ static void put_side(writer *w, const kvq_cache *c, int layer, const kvq_cache_s
     for (int h = 0; h < c->p.n_head_kv; h++)
         for (int pos = from; pos < n; pos++) put(w, kvq_cache_exact_row(c, sd, h, pos), sd->exact_row_bytes);
     const int sink = KVQ_MIN(n, sd->sink_rows);
-    for (int h = 0; h < c->p.n_head_kv; h++)
+    for (int h = 0; sink > 0 && h < c->p.n_head_kv; h++)   /* no sink rows: sd->sink is NULL */
         put(w, sd->sink + (size_t)h * sd->sink_rows * sd->exact_row_bytes, (size_t)sink * sd->exact_row_bytes);
 }
 
@@ -189,7 +189,9 @@ static kvq_status refuse_setting(const setting *s, uint32_t file_value, kvq_erro
 static bool load_side(reader *r, kvq_cache *c, kvq_cache_side *sd, int n, kvq_error *err, kvq_status *st) {
     uint32_t from;
     if (!take32(r, &from)) return false;
-    if ((int)from > n || (sd->ring_rows && n - (int)from > sd->ring_rows) || (!sd->ring_rows && (int)from != n)) {
+    /* compared unsigned first: a "from" of 2^31 or more is negative as an
+     * int and would index before the ring (a write out of bounds) */
+    if (from > (uint32_t)n || (sd->ring_rows && n - (int)from > sd->ring_rows) || (!sd->ring_rows && (int)from != n)) {
         *st = kvq_fail(err, KVQ_ERR_FORMAT, "state load: exact rows from %u of %d positions do not fit the ring", from, n);
         return false;
     }
@@ -202,7 +204,7 @@ static bool load_side(reader *r, kvq_cache *c, kvq_cache_side *sd, int n, kvq_er
                       sd->exact_row_bytes))
                 return false;
     const int sink = KVQ_MIN(n, sd->sink_rows);
-    for (int h = 0; h < c->p.n_head_kv; h++)
+    for (int h = 0; sink > 0 && h < c->p.n_head_kv; h++)   /* no sink rows: sd->sink is NULL */
         if (!take(r, sd->sink + (size_t)h * sd->sink_rows * sd->exact_row_bytes, (size_t)sink * sd->exact_row_bytes))
             return false;
     sd->ring_lo = (int)from;
