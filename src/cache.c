@@ -351,10 +351,10 @@ static kvq_status allocate_layout(kvq_cache *c, kvq_error *err) {
         uint8_t **bodies[2] = { &body_k, &body_v };
         for (int s = 0; s < 2; s++) {
             kvq_cache_side *sd = sides[s];
+            /* a block with nothing in it may be NULL, and NULL + 0 is
+             * undefined (clang's UBSan stops on it) */
             sd->body = *bodies[s];
-            *bodies[s] += nh * sd->body_head_bytes;
-            /* no ring or sink rows: their block may be NULL, and NULL + 0
-             * is undefined (clang's UBSan stops on it) */
+            if (sd->body) *bodies[s] += nh * sd->body_head_bytes;
             sd->ring = sd->ring_rows ? ring : NULL;
             if (sd->ring) ring += nh * (size_t)sd->ring_rows * sd->exact_row_bytes;
             sd->sink = sd->sink_rows ? sink : NULL;
