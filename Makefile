@@ -51,16 +51,23 @@ all: $(STATIC) $(SHARED) $(KVQ) $(TESTS) $(BENCH) $(EXAMPLES)
 
 isa_flags = $(if $(findstring _avx512,$1),$(AVX512_FLAGS),$(if $(findstring _avx2,$1),$(AVX2_FLAGS),))
 
+# Library objects hide every symbol not marked KVQ_API (include/kvq.h).
+lib_flags = $(if $(filter src/%,$1),-fvisibility=hidden,)
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(call isa_flags,$<) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(call isa_flags,$<) $(call lib_flags,$<) -MMD -MP -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# libkvq.so.0 (SONAME: programs linked against it record libkvq.so.0) and
+# the development link libkvq.so pointing at it.
+SONAME = libkvq.so.0
 $(SHARED): $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS_ALL) $(EXTRA_LDFLAGS)
+	$(CC) -shared -Wl,-soname,$(SONAME) -o $(BUILD)/$(SONAME) $^ $(LDLIBS_ALL) $(EXTRA_LDFLAGS)
+	ln -sf $(SONAME) $@
 
 $(KVQ): $(TOOL_OBJ) $(STATIC)
 	$(CC) $(CFLAGS_ALL) -o $@ $(TOOL_OBJ) $(STATIC) $(LDLIBS_ALL) $(EXTRA_LDFLAGS)
@@ -78,8 +85,9 @@ $(BUILD)/examples/%: examples/%.c include/kvq.h $(STATIC)
 
 # Tests find the CLI through KVQ_BIN and the shared assets through
 # KVQ_SHARED (default ../shared); both are optional.
-test: $(TESTS) $(KVQ) $(EXAMPLES)
-	KVQ_BIN=$(abspath $(KVQ)) KVQ_EXAMPLES=$(abspath $(BUILD)/examples) $(TESTS) $(TEST_ARGS)
+test: $(TESTS) $(KVQ) $(EXAMPLES) $(SHARED)
+	KVQ_BIN=$(abspath $(KVQ)) KVQ_EXAMPLES=$(abspath $(BUILD)/examples) KVQ_SHARED_LIB=$(abspath $(BUILD)/$(SONAME)) \
+	    $(TESTS) $(TEST_ARGS)
 
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 sanitize:
@@ -142,7 +150,7 @@ $(FUZZ_BINS): build-fuzz/fuzz_%: fuzz/fuzz_%.c build-fuzz/libkvq.a
 	    $< build-fuzz/libkvq.a -lm -pthread -o $@
 
 # Longest input per target: FUZZ_MAX_LEN, or FUZZ_MAX_LEN_NAME where a
-# target's seeds are larger (a state file with a whole KVarN tile: 133 KB).
+# target's seeds are larger (a state file with a whole KVarN tile: 68 KB).
 FUZZ_MAX_LEN_state ?= 262144
 fuzz_len = $(or $(FUZZ_MAX_LEN_$(1)),$(FUZZ_MAX_LEN))
 # Inputs per target in fuzz-smoke: FUZZ_RUNS, or FUZZ_RUNS_NAME for a slow
@@ -181,7 +189,8 @@ install: $(STATIC) $(SHARED) $(KVQ)
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/kvq.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/$(SONAME) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvq.so
 	install -m 755 $(KVQ) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(shell sed -n 's/^#define KVQ_VERSION "\(.*\)"/\1/p' include/kvq.h)|g' \
 	    kvq.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvq.pc

@@ -7,8 +7,7 @@
  *   base_llama/  llama.cpp KLD bases and base_kvq/ kvq exact bases of a
  *                few sizes (the library's own writers);
  *   tokenizer/   vocabulary + text inputs in fuzz_tokenizer.c's layout;
- *   state/       cache state files (kvq_cache_save) of the three caches
- *                fuzz_state.c restores into, at a few lengths.
+ *   state/       cache state files of fuzz_state.c's caches (state_caches.h).
  * Files found by the fuzzer (regress-*) are kept beside them by hand.
  *
  *   make fuzz-corpus     (builds this against build/libkvq.a and runs it
@@ -17,6 +16,7 @@
 #include "model_writer.h"
 #include "base_kvq.h"
 #include "kld.h"
+#include "state_caches.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -115,75 +115,31 @@ static int write_tokenizer_seeds(const char *root) {
     return fails;
 }
 
-/* The caches of fuzz_state.c: 2 layers, one 64-wide KV head, n_ctx 300,
- * batches of 64, rollback 8; model hash 0 (what the target loads with). */
-static kvq_cache *state_cache(kvq_type k, kvq_type v, int tail) {
-    kvq_cache_params p;
-    kvq_cache_params_default(&p);
-    memset(&p.rot, 0, sizeof p.rot);
-    p.n_layer = 2;
-    p.n_head_kv = 1;
-    p.head_dim_k = p.head_dim_v = 64;
-    p.n_ctx = 300;
-    p.max_batch = 64;
-    p.type_k = k;
-    p.type_v = v;
-    p.tail_tokens = tail;
-    p.rollback_tokens = 8;
-    kvq_cache *c = NULL;
-    return kvq_cache_create(&p, &c, NULL) == KVQ_OK ? c : NULL;
-}
-
-/* n positions written (and attended, as the forward pass does, layer by
- * layer and batch by batch), then saved. */
-static int write_state(const char *dir, const char *name, kvq_cache *c, int n) {
-    static float k[64 * 64], v[64 * 64], out[64 * 64];
-    int32_t tokens[300];
-    kvq_error err = { 0 };
-    kvq_status st = KVQ_OK;
-    for (int pos = 0; !st && pos < n; pos += 64) {
-        const int len = n - pos < 64 ? n - pos : 64;
-        for (int i = 0; i < len * 64; i++) {
-            k[i] = sinf(0.37f * (float)(pos * 64 + i)) + (i % 64 == 5 ? 8.0f : 0.0f);   /* an outlier channel */
-            v[i] = cosf(0.11f * (float)(pos * 64 + i));
-        }
-        for (int layer = 0; !st && layer < 2; layer++) {
-            st = kvq_cache_write(c, layer, pos, len, k, v, &err);
-            if (!st) st = kvq_cache_attend(c, layer, pos, len, 1, k, 0.125f, out, NULL, &err);
-        }
-    }
-    for (int i = 0; i < n; i++) tokens[i] = (i * 13 + 1) % 500;
-    char path[2048];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    const kvq_state_tag tag = { 0, tokens, n };
-    if (!st) st = kvq_cache_save(c, path, &tag, &err);
-    kvq_cache_clear(c);
-    if (st) {
-        fprintf(stderr, "make_corpus: %s: %s\n", path, err.msg);
-        return 1;
-    }
-    printf("%s\n", path);
-    return 0;
-}
-
+/* Each cache of state_caches.h filled with 0, 37 and 260 positions. */
 static int write_states(const char *root) {
-    char dir[1024];
+    char dir[1024], path[1100];
     snprintf(dir, sizeof dir, "%s/state", root);
     mkdir(dir, 0755);
-    static const struct { const char *name; kvq_type k, v; int tail, n; } seeds[] = {
-        { "q4_0-q8_0-tail16-n5.state", KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0, 16, 5 },
-        { "q4_0-q8_0-tail16-n40.state", KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0, 16, 40 },
-        { "kvarn4-kvarn3-n3.state", KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, 0, 3 },
-        { "kvarn4-kvarn3-n130.state", KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, 0, 130 },
-        { "turbo3_tcq-f16-tail4-n20.state", KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_F16, 4, 20 },
-        { "q4_0-q8_0-tail16-n0.state", KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0, 16, 0 },
-    };
+    static float k[64 * 64], v[64 * 64];
+    for (int i = 0; i < 64 * 64; i++) { k[i] = sinf(0.37f * (float)i); v[i] = cosf(0.11f * (float)i); }
+    static int32_t toks[300];
     int fails = 0;
-    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
-        kvq_cache *c = state_cache(seeds[i].k, seeds[i].v, seeds[i].tail);
-        fails += c ? write_state(dir, seeds[i].name, c, seeds[i].n) : 1;
-        kvq_cache_free(c);
-    }
+    static const int lengths[] = { 0, 37, 140 };
+    for (int c = 0; c < STATE_CACHES; c++)
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+            kvq_cache *cache = state_cache_make(c);
+            bool ok = cache != NULL;
+            for (int l = 0; ok && l < 1; l++)
+                for (int p = 0; ok && p < lengths[li]; p += 64) {
+                    const int n = lengths[li] - p < 64 ? lengths[li] - p : 64;
+                    ok = kvq_cache_write(cache, l, p, n, k, v, NULL) == KVQ_OK;
+                }
+            const kvq_state_tag tag = { 0, toks, lengths[li] };
+            snprintf(path, sizeof path, "%s/cache%d_n%d.kvqs", dir, c, lengths[li]);
+            ok = ok && kvq_cache_save(cache, path, &tag, NULL) == KVQ_OK;
+            kvq_cache_free(cache);
+            fails += !ok;
+        }
     return fails;
 }
 

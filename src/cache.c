@@ -351,14 +351,13 @@ static kvq_status allocate_layout(kvq_cache *c, kvq_error *err) {
         uint8_t **bodies[2] = { &body_k, &body_v };
         for (int s = 0; s < 2; s++) {
             kvq_cache_side *sd = sides[s];
-            /* a block with nothing in it may be NULL, and NULL + 0 is
-             * undefined (clang's UBSan stops on it) */
+            /* a region nobody uses is NULL: no offset may be added to it */
             sd->body = *bodies[s];
-            if (sd->body) *bodies[s] += nh * sd->body_head_bytes;
+            if (*bodies[s]) *bodies[s] += nh * sd->body_head_bytes;
             sd->ring = sd->ring_rows ? ring : NULL;
-            if (sd->ring) ring += nh * (size_t)sd->ring_rows * sd->exact_row_bytes;
+            if (sd->ring_rows) ring += nh * (size_t)sd->ring_rows * sd->exact_row_bytes;
             sd->sink = sd->sink_rows ? sink : NULL;
-            if (sd->sink) sink += nh * (size_t)sd->sink_rows * sd->exact_row_bytes;
+            if (sd->sink_rows) sink += nh * (size_t)sd->sink_rows * sd->exact_row_bytes;
         }
     }
     return KVQ_OK;

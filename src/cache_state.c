@@ -102,11 +102,11 @@ static void put_side(writer *w, const kvq_cache *c, int layer, const kvq_cache_s
     const int from = sd->ring_rows ? KVQ_MIN(n, KVQ_MAX(kvq_cache_exact_from(c, layer, sd), n - sd->ring_rows)) : n;
     put32(w, (uint32_t)from);
     const size_t body = body_bytes(sd, n);
-    for (int h = 0; h < c->p.n_head_kv; h++) put(w, sd->body + (size_t)h * sd->body_head_bytes, body);
+    for (int h = 0; body && h < c->p.n_head_kv; h++) put(w, sd->body + (size_t)h * sd->body_head_bytes, body);
     for (int h = 0; h < c->p.n_head_kv; h++)
         for (int pos = from; pos < n; pos++) put(w, kvq_cache_exact_row(c, sd, h, pos), sd->exact_row_bytes);
-    const int sink = KVQ_MIN(n, sd->sink_rows);
-    for (int h = 0; sink > 0 && h < c->p.n_head_kv; h++)   /* no sink rows: sd->sink is NULL */
+    const int sink = KVQ_MIN(n, sd->sink_rows);   /* (no region, no pointer arithmetic, when 0) */
+    for (int h = 0; sink && h < c->p.n_head_kv; h++)
         put(w, sd->sink + (size_t)h * sd->sink_rows * sd->exact_row_bytes, (size_t)sink * sd->exact_row_bytes);
 }
 
@@ -189,14 +189,12 @@ static kvq_status refuse_setting(const setting *s, uint32_t file_value, kvq_erro
 static bool load_side(reader *r, kvq_cache *c, kvq_cache_side *sd, int n, kvq_error *err, kvq_status *st) {
     uint32_t from;
     if (!take32(r, &from)) return false;
-    /* compared unsigned first: a "from" of 2^31 or more is negative as an
-     * int and would index before the ring (a write out of bounds) */
     if (from > (uint32_t)n || (sd->ring_rows && n - (int)from > sd->ring_rows) || (!sd->ring_rows && (int)from != n)) {
         *st = kvq_fail(err, KVQ_ERR_FORMAT, "state load: exact rows from %u of %d positions do not fit the ring", from, n);
         return false;
     }
     const size_t body = body_bytes(sd, n);
-    for (int h = 0; h < c->p.n_head_kv; h++)
+    for (int h = 0; body && h < c->p.n_head_kv; h++)
         if (!take(r, sd->body + (size_t)h * sd->body_head_bytes, body)) return false;
     for (int h = 0; h < c->p.n_head_kv; h++)
         for (int pos = (int)from; pos < n; pos++)
@@ -204,7 +202,7 @@ static bool load_side(reader *r, kvq_cache *c, kvq_cache_side *sd, int n, kvq_er
                       sd->exact_row_bytes))
                 return false;
     const int sink = KVQ_MIN(n, sd->sink_rows);
-    for (int h = 0; sink > 0 && h < c->p.n_head_kv; h++)   /* no sink rows: sd->sink is NULL */
+    for (int h = 0; sink && h < c->p.n_head_kv; h++)
         if (!take(r, sd->sink + (size_t)h * sd->sink_rows * sd->exact_row_bytes, (size_t)sink * sd->exact_row_bytes))
             return false;
     sd->ring_lo = (int)from;

@@ -506,3 +506,31 @@ TEST(cache_state_refusals) {
     remove(bad);
     attn_data_free(&a);
 }
+
+/* A fuzzer finding (fuzz/corpus/state/regress-negative-exact-from.kvqs):
+ * a resealed state whose exact rows start at 0xffffffff once wrapped the
+ * ring slot below the ring; it is refused now and leaves nothing behind. */
+#include "../fuzz/state_caches.h"
+#include "hash64.h"
+
+TEST(cache_state_regress_negative_exact_start) {
+    const char *path = "fuzz/corpus/state/regress-negative-exact-from.kvqs";
+    FILE *f = fopen(path, "rb");
+    if (!f) SKIP("%s not found (run from the repository)", path);
+    static uint8_t buf[4096];
+    const size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    CHECK(len > 40, "short seed");
+    kvq_wr64(buf + len - 8, kvq_hash64_of(buf, len - 8));   /* resealed, as the fuzz target does */
+    kvq_cache *c = state_cache_make(0);
+    CHECK(c, "create");
+    int32_t *toks = NULL;
+    int n = -1;
+    kvq_error err = { 0, "" };
+    const kvq_status st = kvq_cache_load_memory(c, buf, len, 0, &toks, &n, &err);
+    const int stored = c->n_stored[0];
+    kvq_cache_free(c);
+    free(toks);
+    CHECK(st == KVQ_ERR_FORMAT && stored == 0 && strstr(err.msg, "exact rows"), "status %d, %d stored, '%s'", st, stored,
+          err.msg);
+}
