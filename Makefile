@@ -3,6 +3,7 @@
 #   make            library (static + shared), the kvq tool, tests, bench
 #   make test       build and run every test (ends "N passed, N failed")
 #   make sanitize   the same tests built with -fsanitize=address,undefined
+#   make coverage   line and branch coverage of src/ by the tests (gcov)
 #   make bench      benchmarks (timings live here, never in tests)
 #   make demo       the main job: a cache-type sweep on the bundled model
 #   make fuzz       libFuzzer targets fuzz/fuzz_*.c (needs clang); make
@@ -46,7 +47,7 @@ TESTS   = $(BUILD)/run_tests
 BENCH   = $(BUILD)/kvq-bench
 EXAMPLES = $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 
-.PHONY: all test sanitize bench demo install clean
+.PHONY: all test sanitize bench demo install clean coverage
 all: $(STATIC) $(SHARED) $(KVQ) $(TESTS) $(BENCH) $(EXAMPLES)
 
 isa_flags = $(if $(findstring _avx512,$1),$(AVX512_FLAGS),$(if $(findstring _avx2,$1),$(AVX2_FLAGS),))
@@ -185,6 +186,19 @@ fuzz-corpus: $(STATIC)
 	$(CC) $(CPPFLAGS_ALL) $(CSTD) $(WARN) -Itests -O1 fuzz/make_corpus.c $(STATIC) $(LDLIBS_ALL) -o $(BUILD)/make_corpus
 	$(BUILD)/make_corpus fuzz/corpus
 
+# Line and branch coverage of src/ by make test's tests (gcc's gcov, no
+# other tool): an instrumented build in build-cov, the tests, one summary.
+coverage:
+	$(MAKE) BUILD=build-cov OPT=-O1 EXTRA_CFLAGS="--coverage -Wno-error=maybe-uninitialized" EXTRA_LDFLAGS="--coverage" \
+	    build-cov/run_tests build-cov/kvq
+	find build-cov -name '*.gcda' -delete
+	KVQ_BIN=$(abspath build-cov/kvq) build-cov/run_tests > build-cov/tests.log 2>&1 || { tail -n 5 build-cov/tests.log; exit 1; }
+	@tail -n 1 build-cov/tests.log
+	@gcov -b -n -o build-cov/src src/*.c 2>/dev/null | awk ' \
+	    /^Lines executed:/        { split($$2, a, "%"); sub("executed:", "", a[1]); l += a[1] * $$4 / 100; L += $$4 } \
+	    /^Taken at least once:/   { split($$4, b, "%"); sub("once:", "", b[1]); t += b[1] * $$6 / 100; T += $$6 } \
+	    END { printf "coverage of src/: lines %.1f%% of %d, branches taken %.1f%% of %d\n", 100 * l / L, L, 100 * t / T, T }'
+
 install: $(STATIC) $(SHARED) $(KVQ)
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/kvq.h $(DESTDIR)$(PREFIX)/include/
@@ -196,6 +210,6 @@ install: $(STATIC) $(SHARED) $(KVQ)
 	    kvq.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvq.pc
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-fuzz build-cov
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(FUZZ_BINS:=.d)

@@ -54,7 +54,7 @@ typedef struct kvq_error {
 /* ------------------------------------------------------------ value types */
 
 /*
- * Every storage type kvq knows: the cache types of FORMATS.md (plain and
+ * Every storage type kvq knows: the cache types of docs/spec/formats.md (plain and
  * 32-value block types §1-2, KVarN tiles §3, TurboQuant rows §4-5) and the
  * weight-only types of GGUF files (K-quants).  The order is kvq's own; the
  * GGUF/ggml numbering is a column of the trait table (ggml_id).
@@ -79,14 +79,14 @@ typedef enum kvq_type {
     KVQ_TYPE_Q4_K,
     KVQ_TYPE_Q5_K,
     KVQ_TYPE_Q6_K,
-    /* KVarN (FORMATS.md §3): 128-token tiles of 128 (or 64) channels */
+    /* KVarN (docs/spec/formats.md §3): 128-token tiles of 128 (or 64) channels */
     KVQ_TYPE_KVARN2,
     KVQ_TYPE_KVARN3,
     KVQ_TYPE_KVARN4,
     KVQ_TYPE_KVARN5,
     KVQ_TYPE_KVARN6,
     KVQ_TYPE_KVARN8,
-    /* TurboQuant (FORMATS.md §4-5): rows of 128- (or 64-) value blocks */
+    /* TurboQuant (docs/spec/formats.md §4-5): rows of 128- (or 64-) value blocks */
     KVQ_TYPE_TURBO2,
     KVQ_TYPE_TURBO3,
     KVQ_TYPE_TURBO4,
@@ -97,7 +97,7 @@ typedef enum kvq_type {
 } kvq_type;
 
 /* How a type stores a cache: rows of blocks along head_dim (the plain,
- * block and TurboQuant types of FORMATS.md §1-2 and §4-5, written token by
+ * block and TurboQuant types of docs/spec/formats.md §1-2 and §4-5, written token by
  * token), or records of 128-token tiles
  * (KVarN: a tile is quantised once, when its 128 tokens exist; the cache
  * keeps the first tile and the incomplete last one exact, docs/kvarn.md).
@@ -105,7 +105,7 @@ typedef enum kvq_type {
  * reaches them through their `tile` hooks (src/tile_ops.h). */
 typedef enum kvq_layout { KVQ_LAYOUT_ROWS = 0, KVQ_LAYOUT_TILES } kvq_layout;
 
-/* A rotation that is part of a format (ATTENTION.md §1: applied whatever
+/* A rotation that is part of a format (docs/spec/attention.md §1: applied whatever
  * the --attn-rot switches say, never a second time on top). */
 typedef enum kvq_format_rot {
     KVQ_FMT_ROT_NONE = 0,   /* the generic rule of kvq_rot_choose applies     */
@@ -217,7 +217,7 @@ typedef struct kvq_rot_plan {
 
 /* Fill a request's env_* fields from the LLAMA_ATTN_ROT_* variables. */
 KVQ_API void kvq_rot_request_from_env(kvq_rot_request *req);
-/* The rule of ATTENTION.md §1 (see src/rotation_rule.c for its text). */
+/* The rule of docs/spec/attention.md §1 (see src/rotation_rule.c for its text). */
 KVQ_API kvq_rot_plan kvq_rot_choose(const kvq_rot_request *req);
 /* Largest power-of-two block >= min_block dividing n (at most 512), 0 if none. */
 KVQ_API int kvq_rot_block_for(int n, int min_block);

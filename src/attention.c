@@ -1,5 +1,5 @@
 /*
- * attention.c - causal attention over the quantised cache (ATTENTION.md §3-4).
+ * attention.c - causal attention over the quantised cache (docs/spec/attention.md §3-4).
  *
  * Per KV head and query row there is one pass over keys 0..pos+i.  Each key
  * is read from exactly one copy per side (kvq_cache_side_split): the sink

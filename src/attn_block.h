@@ -1,6 +1,6 @@
 /*
  * attn_block.h - the chunked key loop of attention over the cache
- * (attention.c, ATTENTION.md §4).
+ * (attention.c, docs/spec/attention.md §4).
  *
  * A chunk of up to ATTN_BLOCK_KEYS keys of one KV head is processed for
  * all G query heads of its GQA group at once:

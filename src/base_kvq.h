@@ -1,4 +1,4 @@
-/* base_kvq.h - kvq's own exact KLD base file (EVAL.md §2, second bullet):
+/* base_kvq.h - kvq's own exact KLD base file (docs/spec/eval.md §2, second bullet):
  * the reference run's full log-softmax, float32, for every scored
  * position, tied to the model and the text it was made from.
  *

@@ -22,7 +22,7 @@ void kvq_cache_params_default(kvq_cache_params *p) {
     p->max_batch = 512;
     p->type_k = p->type_v = KVQ_TYPE_F16;
     p->tail_tokens = 0;
-    p->tail_type = KVQ_TYPE_BF16;   /* ATTENTION.md §3: default for block types */
+    p->tail_type = KVQ_TYPE_BF16;   /* docs/spec/attention.md §3: default for block types */
     p->sink_tokens = 0;
     p->rot.mode = p->rot.mode_k = p->rot.mode_v = KVQ_ROT_AUTO;
     kvq_rot_request_from_env(&p->rot);

@@ -6,7 +6,7 @@
  * and attention straight from records (scores of a run of keys against
  * the query heads of a GQA group; accumulation of weighted values).
  *
- * Record math (FORMATS.md §3), with codes q, fp16 S, Z per row of A and O
+ * Record math (docs/spec/formats.md §3), with codes q, fp16 S, Z per row of A and O
  * per column of A:
  *   K (rows = channels c, cols = tokens t): k_t[c] = (q S_c + Z_c) O_t, so
  *     q.k_t = O_t (sum_c (q_c S_c) code + sum_c q_c Z_c): the per-channel

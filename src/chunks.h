@@ -1,4 +1,4 @@
-/* chunks.h - the perplexity/KLD protocol of EVAL.md §1: evaluate a token
+/* chunks.h - the perplexity/KLD protocol of docs/spec/eval.md §1: evaluate a token
  * stream in chunks of n_ctx tokens, each from an empty cache in batches of
  * n_batch, BOS replacing each chunk's first token (as llama.cpp does when
  * the vocabulary adds BOS), and hand each scored position (n_ctx/2 ..
@@ -26,7 +26,7 @@ typedef struct kvq_chunk_run {
     int bos;                 /* id replacing each chunk's first token, -1: none */
 } kvq_chunk_run;
 
-/* First scored position of a chunk (EVAL.md §1). */
+/* First scored position of a chunk (docs/spec/eval.md §1). */
 static inline int kvq_chunk_first_scored(int n_ctx) { return n_ctx / 2; }
 
 /* index counts scored positions from 0 across all chunks. */

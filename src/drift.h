@@ -1,5 +1,5 @@
 /* drift.h - how quantisation errors accumulate while the model writes its
- * own tokens (EVAL.md §7, docs/drift.md).
+ * own tokens (docs/spec/eval.md §7, docs/drift.md).
  *
  * The reference: for every prompt, the exact cache (f32) generates n_gen
  * tokens greedily (argmax, first on ties; end-of-text does not stop it,

@@ -7,7 +7,7 @@
 void kvq_eval_row_init(kvq_eval_row *r) {
     memset(r, 0, sizeof *r);
     double *nums[] = {
-        &r->n_tokens, &r->kv_bytes, &r->kv_bytes_bf16, &r->size_pct, &r->mib,
+        &r->n_tokens, &r->kv_bytes, &r->kv_bytes_bf16, &r->work_bytes, &r->size_pct, &r->mib,
         &r->mean_kld, &r->mean_kld_se, &r->median_kld, &r->p90_kld, &r->p99_kld,
         &r->p99_9_kld, &r->max_kld, &r->same_top_p, &r->same_top_se, &r->rms_dp,
         &r->ppl_q, &r->ppl_q_se, &r->ppl_base, &r->pp_tps, &r->tg_tps,

@@ -1,4 +1,4 @@
-/* eval_row.h - one result row of an evaluation sweep (EVAL.md §3-4): a
+/* eval_row.h - one result row of an evaluation sweep (docs/spec/eval.md §3-4): a
  * cache configuration with its size, KLD statistics, PPL and speed.
  *
  * The ladder (ladder.h), the plot (plot_svg.h) and the table/CSV/JSON
@@ -33,7 +33,7 @@ typedef struct kvq_eval_row {
     double ppl_q, ppl_q_se, ppl_base;
     double pp_tps, tg_tps;              /* prompt / generated tokens per second */
 
-    /* Derived by kvq_eval_rows_precision (percent, EVAL.md §3). */
+    /* Derived by kvq_eval_rows_precision (percent, docs/spec/eval.md §3). */
     double mean_precision, p99_9_precision;
 
     /* kvq sweep --drift N (docs/drift.md): the median over the drift

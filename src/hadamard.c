@@ -1,7 +1,7 @@
 /*
  * hadamard.c - the normalised fast Walsh-Hadamard transform and its
  * block-diagonal, optionally sign-randomised application to a row
- * (ATTENTION.md §1).
+ * (docs/spec/attention.md §1).
  *
  * H is the Sylvester Hadamard matrix of size n scaled by 1/sqrt(n), so
  * H = H^T = H^-1: applying it twice is the identity and it preserves norms

@@ -1,4 +1,4 @@
-/* kld.h - llama.cpp's --kl-divergence-base file (EVAL.md §2) and the
+/* kld.h - llama.cpp's --kl-divergence-base file (docs/spec/eval.md §2) and the
  * comparison of one position's logits against a stored base row.
  *
  * File: "_logits_", uint32 n_ctx, int32 n_vocab, int32 n_chunk,

@@ -1,4 +1,4 @@
-/* kld_ref.h - a KLD reference of either format (EVAL.md §2): llama.cpp's
+/* kld_ref.h - a KLD reference of either format (docs/spec/eval.md §2): llama.cpp's
  * 16-bit base file (kld.h) or kvq's exact base (base_kvq.h), behind one
  * view, and the one per-token comparison every KLD run (kvq kld, sweep,
  * plan) uses. */

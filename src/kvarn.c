@@ -1,6 +1,6 @@
 /*
  * kvarn.c - KVarN tile normalisation, quantisation and fused attention
- * helpers (FORMATS.md §3; layout notes in kvarn.h).
+ * helpers (docs/spec/formats.md §3; layout notes in kvarn.h).
  */
 #include "kvarn.h"
 

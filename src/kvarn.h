@@ -1,5 +1,5 @@
 /*
- * kvarn.h - KVarN tiles (Huawei, arXiv:2606.03458; FORMATS.md §3).
+ * kvarn.h - KVarN tiles (Huawei, arXiv:2606.03458; docs/spec/formats.md §3).
  *
  * A tile holds 128 tokens of one KV head slice (width 128, or 64 for heads
  * of 64), already Hadamard-rotated by the caller.  It is normalised along

@@ -1,4 +1,4 @@
-/* ladder.h - the recommendation ladder of a sweep (EVAL.md §4): the Pareto
+/* ladder.h - the recommendation ladder of a sweep (docs/spec/eval.md §4): the Pareto
  * frontier of (size %, median KLD), smaller being better on both, from the
  * exact cache down to the smallest configuration, each step labelled with
  * a tier by thresholds on median KLD.

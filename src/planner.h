@@ -1,5 +1,5 @@
 /*
- * planner.h - the KV-cache budget planner (EVAL.md §5): per-layer K/V
+ * planner.h - the KV-cache budget planner (docs/spec/eval.md §5): per-layer K/V
  * types that fit a byte budget with the least predicted KLD.
  *
  *  1. reference: the exact (f32) cache's log-probs, computed once
@@ -16,7 +16,7 @@
  *
  * Sizes are per token: every (layer, side) stores n_head_kv rows of its
  * type per position, so "bytes of the cache / bf16 bytes at the same
- * context" (EVAL.md §3 size %) is the same ratio at any context, and the
+ * context" (docs/spec/eval.md §3 size %) is the same ratio at any context, and the
  * MiB at the model's trained context is bytes per token * n_ctx_train.
  * The planner works without tail or sink (they would add fixed bytes).
  */

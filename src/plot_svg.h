@@ -1,4 +1,4 @@
-/* plot_svg.h - the sweep's plot (EVAL.md §4): median KLD (log scale)
+/* plot_svg.h - the sweep's plot (docs/spec/eval.md §4): median KLD (log scale)
  * against size % (linear), one marker per configuration, the ladder's
  * Pareto frontier as a polyline with labelled points, axis titles and a
  * legend.  The SVG is self-contained (no scripts, fonts or links) and

@@ -1,6 +1,6 @@
 /*
  * quant_block.c - scalar reference for the plain types (f32, f16, bf16)
- * and the 32-value block types q8_0, q6_0 ... q2_1 (FORMATS.md §1-2).
+ * and the 32-value block types q8_0, q6_0 ... q2_1 (docs/spec/formats.md §1-2).
  *
  * Every q*_0 / q*_1 type is one instance of the same scheme, described by
  * a block_spec (bits, offset or min, encoder rule); nothing here is
@@ -103,7 +103,7 @@ typedef struct block_spec {
 static int spec_header(const block_spec *s) { return s->has_min ? 4 : 2; }
 static int spec_bytes(const block_spec *s) { return spec_header(s) + s->bits * KVQ_BLOCK / 8; }
 
-/* Encode one block of 32 values (the FORMATS.md §2 reference rules; the
+/* Encode one block of 32 values (the docs/spec/formats.md §2 reference rules; the
  * float arithmetic mirrors the reference so q4/q5 bytes are identical). */
 static void encode_block(const block_spec *s, const float *x, uint8_t *dst) {
     const int qmax = (1 << s->bits) - 1;

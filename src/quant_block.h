@@ -50,7 +50,7 @@ static inline int kvq_code_clamp(float v, int lo, int hi, int nan_code) {
     return (int)v;
 }
 
-/* The iq4_nl codebook (FORMATS.md §2; ggml's kvalues_iq4nl). */
+/* The iq4_nl codebook (docs/spec/formats.md §2; ggml's kvalues_iq4nl). */
 extern const int8_t kvq_iq4nl_values[16];
 
 #endif

@@ -1,4 +1,4 @@
-/* report.h - the sweep's result files (EVAL.md §4) and its progress line.
+/* report.h - the sweep's result files (docs/spec/eval.md §4) and its progress line.
  *
  *   table.md      BeeLlama's columns: cache, size %, MiB, mean KLD, mean
  *                 precision, median KLD, 99.9% KLD, 99.9% precision,

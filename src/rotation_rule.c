@@ -1,6 +1,6 @@
 /*
  * rotation_rule.c - which Hadamard block Q/K and V are rotated with
- * (ATTENTION.md §1), and the switches that change it.
+ * (docs/spec/attention.md §1), and the switches that change it.
  */
 #include "kvq_internal.h"
 
@@ -63,7 +63,7 @@ static rot_switch switch_for(char side, kvq_rot_mode mode_side, kvq_rot_mode mod
 }
 
 /* Types that rotate inside their own format (KVarN: a normalised Hadamard
- * per slice, FORMATS.md §3) are rotated by the cache whatever the switches
+ * per slice, docs/spec/formats.md §3) are rotated by the cache whatever the switches
  * say, so the generic rotation stays off for them: a second H of the same
  * size on top of the format's own would cancel it (H H = I).  A column of
  * the trait table (format_rot). */

@@ -1,5 +1,5 @@
 /* stats.h - per-token statistics of a KLD run and their summary
- * (EVAL.md §3; definitions as llama.cpp's perplexity tool).
+ * (docs/spec/eval.md §3; definitions as llama.cpp's perplexity tool).
  *
  * Tokens are collected one by one (kvq_tokstats_add) and summarised at
  * the end: percentiles need the whole sorted list. */

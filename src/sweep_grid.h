@@ -1,4 +1,4 @@
-/* sweep_grid.h - the configurations a sweep runs (EVAL.md §4): the exact
+/* sweep_grid.h - the configurations a sweep runs (docs/spec/eval.md §4): the exact
  * reference first, then every K/V pair x tail x rotation asked for, each
  * with a human label ("q8_0/q4_0 tail1024 rot-off") and a file-name-safe
  * slug ("q8_0-q4_0_tail1024_rotoff") under which its result is stored.

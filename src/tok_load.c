@@ -99,7 +99,7 @@ static kvq_status tok_check_count(kvq_status st, const char *key, uint64_t n, ui
 kvq_status kvq_tokenizer_load(const gguf_file *f, kvq_tokenizer **out, kvq_error *err) {
     *out = NULL;
     kvq_tokenizer_desc d;
-    kvq_tok_kind kind;
+    kvq_tok_kind kind = KVQ_TOK_SPM;
     kvq_tok_pre pre = KVQ_PRE_GPT2;
     kvq_status st = tok_kind_from_gguf(f, &kind, err);
     if (st == KVQ_OK && kind == KVQ_TOK_BPE) st = tok_pre_from_gguf(f, &pre, err);

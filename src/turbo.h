@@ -1,5 +1,5 @@
 /*
- * turbo.h - TurboQuant vector formats (FORMATS.md §4-5), a standalone
+ * turbo.h - TurboQuant vector formats (docs/spec/formats.md §4-5), a standalone
  * module: turbo2/3/4 (rotation + per-coordinate Lloyd-Max quantiser, the
  * MSE variant of arXiv:2504.19874) and turbo2/3/4_tcq (the same rotation
  * and norm, coordinates coded jointly by a bit-shift trellis).

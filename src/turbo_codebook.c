@@ -1,5 +1,5 @@
 /* turbo_codebook.c - the Lloyd-Max scalar quantisers of N(0,1) used by
- * turbo2/3/4 (FORMATS.md §4), derived in code rather than typed in.
+ * turbo2/3/4 (docs/spec/formats.md §4), derived in code rather than typed in.
  *
  * Lloyd's conditions for a Gaussian source have closed forms: the cell
  * boundaries are midpoints of neighbouring centroids, and the centroid of

@@ -1,4 +1,4 @@
-/* turbo_tcq.c - the bit-shift trellis of turbo2/3/4_tcq (FORMATS.md §5):
+/* turbo_tcq.c - the bit-shift trellis of turbo2/3/4_tcq (docs/spec/formats.md §5):
  * Viterbi encoder, greedy encoder (the test's scalar baseline), decoder
  * and the scalar rotated-domain kernels.
  *

@@ -25,7 +25,7 @@
             NULL, kvq_##K##_dequantize, kvq_##K##_dot, kvq_##K##_axpy }
 
 /* KVarN tile rows: the "block" is one 128x128 record (2048*b + 768 bytes,
- * FORMATS.md §3), rotated per slice by the format; no row kernels: the
+ * docs/spec/formats.md §3), rotated per slice by the format; no row kernels: the
  * cache quantises and reads tiles through the tile hooks (src/tile_ops.h,
  * KVarN's in src/cache_tiles.c). */
 #define TILE_ROW(T, NAME, BITS)                                                \

@@ -117,7 +117,7 @@ typedef struct cache_ctx {
     int q_pos, dim_k, dim_v;
 } cache_ctx;
 
-/* ATTENTION.md §3 and docs/kvarn.md, written independently of the kernel:
+/* docs/spec/attention.md §3 and docs/kvarn.md, written independently of the kernel:
  * rows: the first sink_rows keys and the query's last tail keys are exact;
  * tiles: also every key whose tile is not complete within 0..q_pos, and
  * the last tail/128 complete tiles. */

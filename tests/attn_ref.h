@@ -4,7 +4,7 @@
  *   attn_ref_plain  the attention formula over the raw K/V written;
  *   attn_ref_cache  the same formula over the values the cache holds
  *                   (dequantised body, exact tail ring and sink chosen by
- *                   the rule of ATTENTION.md §3, in rotated space), so a
+ *                   the rule of docs/spec/attention.md §3, in rotated space), so a
  *                   kernel is checked independently of quantisation error.
  */
 #ifndef KVQ_ATTN_REF_H

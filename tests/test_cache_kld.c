@@ -5,7 +5,7 @@
  *
  * KVarN is compared at contexts of 512/1024, not at the golden files' 128:
  * KVarN keeps the first 128-token tile and the incomplete last tile exact
- * (FORMATS.md §3), so in a 128-token chunk every key is exact and a KLD
+ * (docs/spec/formats.md §3), so in a 128-token chunk every key is exact and a KLD
  * comparison with q8_0/q4_0 would say nothing.  At 1024 (one chunk,
  * scored positions 512..1022) a query reads 3 to 6 of its tiles from
  * records (384 to 767 quantised keys, 50-75% of its keys); at 512

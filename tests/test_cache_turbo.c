@@ -14,7 +14,7 @@ static kvq_cache *make_cache(const kvq_cache_params *p) {
     return c;
 }
 
-/* Row bytes per head (FORMATS.md §4-5 sizes) and stored widths. */
+/* Row bytes per head (docs/spec/formats.md §4-5 sizes) and stored widths. */
 TEST(turbo_cache_row_bytes_and_memory) {
     static const struct { int hd, store, b4, b3tcq; } rows[] = {
         { 64, 64, 34, 28 }, { 128, 128, 66, 52 }, { 256, 256, 132, 104 },

@@ -152,7 +152,7 @@ static bool xml_check(xml_parser *x) {
         }
         x->p++;
         if (depth == 0 && roots++) return xml_fail(x, "second root element");
-        bool empty;
+        bool empty = false;
         char name[XML_NAME];
         if (!xml_start_tag(x, name, &empty)) return false;
         if (!empty) {

@@ -530,3 +530,18 @@ TEST(shared_library_exports_only_the_public_api) {
     snprintf(cmd, sizeof cmd, "readelf -d '%s'", lib);
     CHECK(test_run(cmd, out, sizeof out) == 0 && strstr(out, "Library soname: [libkvq.so.0]"), "no SONAME: %s", out);
 }
+
+/* Every docs/... page that a comment in include/, src/ or tools/ cites
+ * exists in the repository (the specs live in docs/spec/, not outside). */
+TEST(cited_docs_exist) {
+    if (access("docs", F_OK) != 0 || access("src", F_OK) != 0) SKIP("run from the repository");
+    static char out[1 << 16];
+    const int rc = test_run("grep -rhoE 'docs/[a-z0-9_/-]+\\.md' include src tools | sort -u", out, sizeof out);
+    CHECK(rc == 0, "grep failed: %s", out);
+    int n = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        CHECK(access(line, R_OK) == 0, "a comment cites %s, which does not exist", line);
+        n++;
+    }
+    CHECK(n >= 5, "only %d cited pages found", n);
+}

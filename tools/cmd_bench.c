@@ -1,6 +1,6 @@
 /* cmd_bench.c - `kvq bench`: prompt and generation speed of a model per
  * cache type and depth, relative to the f16 cache, and the cost of the
- * Hadamard rotation (EVAL.md §6).
+ * Hadamard rotation (docs/spec/eval.md §6).
  *
  * Every (type, rotation) configuration is run `reps` times at each depth,
  * the configurations interleaved run by run (rep 1 of every one, then rep

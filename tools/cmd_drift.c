@@ -1,4 +1,4 @@
-/* cmd_drift.c - `kvq drift` (EVAL.md §7, docs/drift.md): greedy generation
+/* cmd_drift.c - `kvq drift` (docs/spec/eval.md §7, docs/drift.md): greedy generation
  * with the exact cache, then every tested cache configuration teacher-
  * forced on the exact run's tokens: KLD per generated position, first
  * divergence, same top-1.  The method lives in src/drift.h; this file is

@@ -1,7 +1,7 @@
 /* cmd_kld.c - `kvq kld`: KL divergence of a cache configuration against
  * a reference base file of either format (kvq's exact one or llama.cpp's
  * --kl-divergence-base), or writing one (--save-base: kvq's exact format;
- * --kl-divergence-base FILE alone: llama.cpp's).  Protocol: EVAL.md §1;
+ * --kl-divergence-base FILE alone: llama.cpp's).  Protocol: docs/spec/eval.md §1;
  * statistics: §3; units of the JSON keys: docs/engine.md. */
 #include "base_check.h"
 #include "base_kvq.h"

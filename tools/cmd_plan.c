@@ -1,5 +1,5 @@
 /* cmd_plan.c - `kvq plan`: per-layer K/V cache types within a byte budget
- * with the least predicted KLD (EVAL.md §5; method in src/planner.h and
+ * with the least predicted KLD (docs/spec/eval.md §5; method in src/planner.h and
  * docs/planner.md).  Results on stdout (tables, or --json), progress on
  * stderr. */
 #include "base_check.h"

@@ -1,4 +1,4 @@
-/* cmd_sweep.c - `kvq sweep` (EVAL.md §4): run the exact reference once,
+/* cmd_sweep.c - `kvq sweep` (docs/spec/eval.md §4): run the exact reference once,
  * then every cache configuration of the grid against it, and write the
  * table, CSV, JSON, recommendation ladder and plot into OUTDIR.
  *
@@ -36,7 +36,7 @@ static const char *CMD = "sweep";
 
 enum { TG_STEPS = 32, PATH_CAP = 4096 };
 
-/* The mixed pairs run by default (EVAL.md §4) when their types exist. */
+/* The mixed pairs run by default (docs/spec/eval.md §4) when their types exist. */
 static const char *const DEFAULT_PAIRS[] = { "q8_0/q4_0", "q8_0/turbo3", "kvarn4/kvarn3" };
 static const char *const DEFAULT_TAILS = "0,128";
 
