@@ -163,16 +163,22 @@ $(FUZZ_BINS): build-fuzz/fuzz_%: fuzz/fuzz_%.c build-fuzz/libkvq.a
 	$(FUZZ_CC) $(CPPFLAGS_ALL) $(CSTD) $(WARN) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) -MMD -MP -MF $@.d \
 	    $< build-fuzz/libkvq.a -lm -pthread -o $@
 
+# Longest input per target: FUZZ_MAX_LEN, or FUZZ_MAX_LEN_NAME where a
+# target's seeds are larger (a state file with a whole KVarN tile: 68 KB).
+FUZZ_MAX_LEN_state ?= 262144
+fuzz_len = $(or $(FUZZ_MAX_LEN_$(1)),$(FUZZ_MAX_LEN))
+# Inputs per target in fuzz-smoke: FUZZ_RUNS, or FUZZ_RUNS_NAME for a slow
+# target (state: three caches restored twice per input, 0.6 ms each).
+FUZZ_RUNS_state ?= 5000
+fuzz_runs = $(or $(FUZZ_RUNS_$(1)),$(FUZZ_RUNS))
+fuzz_seeds = $(wildcard fuzz/corpus/$(1))
+
 # New inputs go to build-fuzz/corpus/NAME (kept between runs, not in git).
 fuzz: fuzz-build
-	@for t in $(FUZZ_PICK); do \
-	    mkdir -p build-fuzz/corpus/$$t; \
-	    echo "== fuzz $$t ($(FUZZ_TIME) s)"; \
-	    mkdir -p build-fuzz/crashes/$$t; \
-	    build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_TIME) -max_len=$(FUZZ_MAX_LEN) -print_final_stats=1 \
-	        -artifact_prefix=build-fuzz/crashes/$$t/ \
-	        build-fuzz/corpus/$$t fuzz/corpus/$$t || exit 1; \
-	done
+	@$(foreach t,$(FUZZ_PICK), \
+	    mkdir -p build-fuzz/corpus/$(t) build-fuzz/crashes/$(t) && echo "== fuzz $(t) ($(FUZZ_TIME) s)" && \
+	    build-fuzz/fuzz_$(t) -max_total_time=$(FUZZ_TIME) -max_len=$(call fuzz_len,$(t)) -print_final_stats=1 \
+	        -artifact_prefix=build-fuzz/crashes/$(t)/ build-fuzz/corpus/$(t) $(call fuzz_seeds,$(t)) || exit 1;)
 
 # A fixed number of inputs per target from a fresh corpus and a fixed
 # seed: the same work on every run (no timing), a few seconds in all.
@@ -180,13 +186,14 @@ fuzz-smoke:
 	@if ! why=$$($(MAKE) -s --no-print-directory fuzz-check 2>/dev/null); then \
 	    echo "fuzz-smoke: SKIPPED: $$why"; exit 0; fi; \
 	$(MAKE) -s --no-print-directory fuzz-build || exit 1; \
-	for t in $(FUZZ_NAMES); do \
-	    rm -rf build-fuzz/smoke/$$t; mkdir -p build-fuzz/smoke/$$t; \
-	    build-fuzz/fuzz_$$t -runs=$(FUZZ_RUNS) -seed=1 -max_len=$(FUZZ_MAX_LEN) -artifact_prefix=build-fuzz/smoke/$$t- \
-	        build-fuzz/smoke/$$t fuzz/corpus/$$t >build-fuzz/smoke/$$t.log 2>&1 || \
-	        { tail -n 30 build-fuzz/smoke/$$t.log; echo "fuzz-smoke: $$t FAILED (log: build-fuzz/smoke/$$t.log)"; exit 1; }; \
-	    echo "fuzz-smoke: $$t: $(FUZZ_RUNS) inputs, no finding"; \
-	done
+	$(foreach t,$(FUZZ_NAMES), \
+	    rm -rf build-fuzz/smoke/$(t) && mkdir -p build-fuzz/smoke/$(t) && \
+	    { build-fuzz/fuzz_$(t) -runs=$(call fuzz_runs,$(t)) -seed=1 -max_len=$(call fuzz_len,$(t)) \
+	        -artifact_prefix=build-fuzz/smoke/$(t)- build-fuzz/smoke/$(t) $(call fuzz_seeds,$(t)) \
+	        >build-fuzz/smoke/$(t).log 2>&1 || \
+	      { tail -n 30 build-fuzz/smoke/$(t).log; echo "fuzz-smoke: $(t) FAILED (log: build-fuzz/smoke/$(t).log)"; \
+	        exit 1; }; } && \
+	    echo "fuzz-smoke: $(t): $(call fuzz_runs,$(t)) inputs, no finding" || exit 1;)
 
 fuzz-corpus: $(STATIC)
 	$(CC) $(CPPFLAGS_ALL) $(CSTD) $(WARN) -Itests -O1 fuzz/make_corpus.c $(STATIC) $(LDLIBS_ALL) -o $(BUILD)/make_corpus

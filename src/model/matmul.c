@@ -71,7 +71,9 @@ static void gemv_task(void *ctx, int task, int thread) {
  * place, anything else is unpacked into this thread's scratch.  Slots past
  * nr repeat the last row (a padded tile). */
 static void unpack_rows(const matmul_job *j, int thread, int64_t r0, int nr, const float **w) {
-    float *scratch = j->scratch + (size_t)thread * (size_t)j->tile.rows * (size_t)j->cols;
+    /* f32 weights need no scratch (j->scratch may be NULL: no NULL + 0) */
+    float *scratch =
+        j->wtype == KVQ_TYPE_F32 ? NULL : j->scratch + (size_t)thread * (size_t)j->tile.rows * (size_t)j->cols;
     for (int r = 0; r < j->tile.rows; r++) {
         if (r >= nr) { w[r] = w[nr - 1]; continue; }
         const uint8_t *src = j->W + (size_t)(r0 + r) * j->row_bytes;
