@@ -27,6 +27,7 @@ typedef struct bench_group {
 int bench_formats(int argc, char **argv);
 int bench_cachefmt(int argc, char **argv);
 int bench_attention(int argc, char **argv);
+int bench_decode_step(int argc, char **argv);
 int bench_engine(int argc, char **argv);
 
 /* ---- helpers shared by groups (bench_main.c) ---- */

@@ -4,7 +4,7 @@
  * 32768 cached tokens, for every cache type (K and V of the same type).
  *
  * Printed per type and context, for the chunked key loop (the default,
- * src/attn_block.h): time per decode step with 1 thread (CPU time of the
+ * src/cache/attn_block.h): time per decode step with 1 thread (CPU time of the
  * thread: the machines are shared) and with 2 threads (wall clock: CPU
  * time would add both threads), GB/s of cache rows read (K + V bodies of
  * every key), the speed relative to f16 (f16 time / this type's time) for
@@ -88,7 +88,7 @@ static double time_decode(kvq_cache *c, int n_ctx, const float *q, float *out, k
                           kvq_attend_pass pass, const attn_block_kernels *block) {
     const int n_head = BENCH_HEADS_KV * BENCH_GQA;
     const float scale = 1.0f / sqrtf((float)BENCH_HEAD_DIM);
-    const kvq_attend_loop loop = { pass, block };
+    const kvq_attend_loop loop = { pass, block, false };
     double (*clock)(void) = pool ? bench_now : bench_cpu_now;
     double times[50], spent = 0.0;
     int reps = 0;

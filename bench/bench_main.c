@@ -13,6 +13,7 @@ static const bench_group g_groups[] = {
     { "formats", "per type: quantise / dequantise / dot / axpy throughput, scalar vs SIMD", bench_formats },
     { "matmul", "kvq_matmul GFLOP/s per weight type, decode and prefill, 1-2 threads", bench_matmul },
     { "attention", "decode attention over 4k/32k cached tokens per cache type, vs f16", bench_attention },
+    { "decode", "one decode step at depth per cache type and kernel level vs the bandwidth bound (-c -t --types --levels)", bench_decode_step },
     { "cachefmt", "KVarN/TurboQuant: decode attention over 32k tokens vs q4_0/f16, tile and row encode cost", bench_cachefmt },
     { "engine", "kvq bench on the synth qwen3 q8_0/q4_k models: prompt and generation t/s, 1 and 2 threads", bench_engine },
 };

@@ -12,6 +12,7 @@ TEXT=${TEXT:-models/northanger-120k.txt}
 OUT=${OUT:-out/long-context}
 TYPES=${TYPES:-q8_0,q5_0,q4_0,iq4_nl,kvarn4,kvarn3,turbo4_tcq,turbo3_tcq}
 CTXS="512 1024 2048 4096"
+mkdir -p "$OUT"
 for c in $CTXS; do
     "$KVQ" sweep -m "$MODEL" -f "$TEXT" -c "$c" --chunks $((8192 / c)) --types "$TYPES" --pairs none \
         --tails 0,128 --rot on --jobs 2 -o "$OUT/c$c" >/dev/null
@@ -19,7 +20,7 @@ done
 # One row per configuration: size % and mean / median / p99.9 KLD at each context.
 for c in $CTXS; do
     awk -F, -v c="$c" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-        $col["is_reference"] == "false" {
+        $col["is_reference"] == "0" {
             printf "%s\t%s\t%.1f\t%.3g\t%.3g\t%.3g\n", $col["label"], c, $col["size_pct"], $col["mean_kld"],
                    $col["median_kld"], $col["p99_9_kld"] }' "$OUT/c$c/results.csv"
 done | awk -F'\t' -v ctxs="$CTXS" '

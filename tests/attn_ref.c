@@ -1,5 +1,6 @@
 /* attn_ref.c - see attn_ref.h. */
 #include "attn_ref.h"
+#include "attn_block.h"
 #include "calib.h"
 
 #include <pthread.h>
@@ -140,17 +141,21 @@ bool attn_fill_upto(kvq_cache *c, const attn_data *d, int batch, int from) {
 }
 
 /* softmax(q . k_p * scale) weighted sum of v_p, p = 0..n_keys-1, in double.
- * key(p) / val(p) return the rows to use. */
+ * key(p) / val(p) return the rows to use; q_body (when not NULL) is the
+ * query for the keys is_body(p) names (the rounded query of the integer
+ * kernels, attn_block.h). */
 typedef const float *(*row_fn)(void *ctx, int p);
-static void attend_one(const float *q, int hd_k, int hd_v, int n_keys, float scale, row_fn key,
-                       row_fn val, void *ctx, double *out) {
+typedef bool (*body_fn)(void *ctx, int p);
+static void attend_one_q(const float *q, const float *q_body, body_fn is_body, int hd_k, int hd_v, int n_keys,
+                         float scale, row_fn key, row_fn val, void *ctx, double *out) {
     double *s = malloc((size_t)n_keys * sizeof(double));
     if (!s) abort();
     double mx = -INFINITY, sum = 0.0;
     for (int p = 0; p < n_keys; p++) {
         const float *k = key(ctx, p);
+        const float *qp = q_body && is_body(ctx, p) ? q_body : q;
         double dot = 0.0;
-        for (int i = 0; i < hd_k; i++) dot += (double)q[i] * k[i];
+        for (int i = 0; i < hd_k; i++) dot += (double)qp[i] * k[i];
         s[p] = dot * scale;
         if (s[p] > mx) mx = s[p];
     }
@@ -161,6 +166,11 @@ static void attend_one(const float *q, int hd_k, int hd_v, int n_keys, float sca
         for (int i = 0; i < hd_v; i++) out[i] += s[p] / sum * v[i];
     }
     free(s);
+}
+
+static void attend_one(const float *q, int hd_k, int hd_v, int n_keys, float scale, row_fn key, row_fn val,
+                       void *ctx, double *out) {
+    attend_one_q(q, NULL, NULL, hd_k, hd_v, n_keys, scale, key, val, ctx, out);
 }
 
 typedef struct plain_ctx { const attn_data *d; int kvh; } plain_ctx;
@@ -194,7 +204,7 @@ typedef struct cache_ctx {
     int q_pos, dim_k, dim_v;
 } cache_ctx;
 
-/* ATTENTION.md §3 and docs/kvarn.md, written independently of the kernel:
+/* docs/spec/attention.md §3 and docs/kvarn.md, written independently of the kernel:
  * rows: the first sink_rows keys and the query's last tail keys are exact;
  * tiles: also every key whose tile is not complete within 0..q_pos, and
  * the last tail/128 complete tiles. */
@@ -207,6 +217,10 @@ static bool use_exact(const kvq_cache_side *sd, int q_pos, int p) {
 static const float *cache_key(void *ctx, int p) {
     const cache_ctx *cc = ctx;
     return (use_exact(&cc->c->k[0], cc->q_pos, p) ? cc->exact_k : cc->body_k) + (size_t)p * cc->dim_k;
+}
+static bool cache_key_is_body(void *ctx, int p) {
+    const cache_ctx *cc = ctx;
+    return !use_exact(&cc->c->k[0], cc->q_pos, p);
 }
 static const float *cache_val(void *ctx, int p) {
     const cache_ctx *cc = ctx;
@@ -236,7 +250,11 @@ bool attn_ref_cache(const kvq_cache *c, const attn_data *d, int pos, int n, floa
     float *bk = mem, *bv = bk + (size_t)n_keys * dk, *ek = bv + (size_t)n_keys * dv,
           *ev = ek + (size_t)n_keys * dk;
     double acc[512];
-    float qr[512], o[512];
+    float qr[512], qhat[512], o[512];
+    /* body rows of the 32-value block types: scored with the query rounded
+     * over whole blocks (zero-padded), as the kernel rounds it */
+    const bool int_k = attn_block_int_type(sk->type) && sk->layout == KVQ_LAYOUT_ROWS;
+    const int dk_blocks = (dk + 31) / 32 * 32;
     for (int kvh = 0; kvh < d->n_head_kv; kvh++) {
         for (int p = 0; p < n_keys; p++) {
             read_or_nan(c, false, KVQ_PART_BODY, kvh, p, bk + (size_t)p * dk);
@@ -249,7 +267,12 @@ bool attn_ref_cache(const kvq_cache *c, const attn_data *d, int pos, int n, floa
                 const int h = kvh * group + g;
                 kvq_cache_side_rotate_query(sk, kvh, d->q + ((size_t)(pos + i) * d->n_head + h) * d->hd_k, qr);
                 cache_ctx cc = { bk, bv, ek, ev, c, pos + i, dk, dv };
-                attend_one(qr, dk, dv, pos + i + 1, scale, cache_key, cache_val, &cc, acc);
+                if (int_k) {
+                    memset(qr + dk, 0, (size_t)(dk_blocks - dk) * sizeof(float));
+                    attn_block_rounded_values(qr, dk_blocks, qhat);
+                }
+                attend_one_q(qr, int_k ? qhat : NULL, cache_key_is_body, dk, dv, pos + i + 1, scale, cache_key,
+                             cache_val, &cc, acc);
                 for (int j = 0; j < dv; j++) o[j] = (float)acc[j];
                 kvq_cache_side_unrotate(sv, kvh, o);
                 memcpy(out + ((size_t)i * d->n_head + h) * d->hd_v, o, (size_t)d->hd_v * sizeof(float));

@@ -4,8 +4,12 @@
  *   attn_ref_plain  the attention formula over the raw K/V written;
  *   attn_ref_cache  the same formula over the values the cache holds
  *                   (dequantised body, exact tail ring and sink chosen by
- *                   the rule of ATTENTION.md §3, in rotated space), so a
- *                   kernel is checked independently of quantisation error.
+ *                   the rule of docs/spec/attention.md §3, in rotated space), so a
+ *                   kernel is checked independently of quantisation error;
+ *                   body rows of the 32-value block types are scored with
+ *                   the query rounded to int8 per block, as the default
+ *                   (chunked) pass's integer kernels score them
+ *                   (attn_block.h).
  */
 #ifndef KVQ_ATTN_REF_H
 #define KVQ_ATTN_REF_H

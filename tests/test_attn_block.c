@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_levels[] = { "scalar", "avx2", "avx512", "avx512-tile" };
+static const char *const k_levels[] = { "scalar", "scalar-tile", "avx2", "avx2-tile", "avx512", "avx512-tile" };
 
 /* |a - b| in units of b's float ulp. */
 static double ulps(float a, double b) {
@@ -148,26 +148,32 @@ static double chunked_vs_per_key(kvq_type ty, int g, int hd, uint64_t seed, char
     float *ref = malloc(len * sizeof(float)), *out = malloc(len * sizeof(float));
     const float scale = 1.0f / sqrtf((float)hd);
     const float *q = d.q + (size_t)pos * d.n_head * hd;
+    float *ref_q8 = malloc(len * sizeof(float));
     const kvq_attend_opts ref_opts = { scalar, 0 };
-    const kvq_attend_loop per_key = { KVQ_PASS_PER_KEY, NULL };
-    ok = ok && ref && out &&
-         kvq_cache_attend_loop(c, 0, pos, n, d.n_head, q, scale, ref, NULL, &ref_opts, &per_key, &err) == KVQ_OK;
+    /* the per-key pass with the float query (the "-tile" levels' reference)
+     * and with the query rounded as the integer kernels round it */
+    const kvq_attend_loop per_key = { KVQ_PASS_PER_KEY, NULL, false }, per_key_q8 = { KVQ_PASS_PER_KEY, NULL, true };
+    ok = ok && ref && out && ref_q8 &&
+         kvq_cache_attend_loop(c, 0, pos, n, d.n_head, q, scale, ref, NULL, &ref_opts, &per_key, &err) == KVQ_OK &&
+         kvq_cache_attend_loop(c, 0, pos, n, d.n_head, q, scale, ref_q8, NULL, &ref_opts, &per_key_q8, &err) == KVQ_OK;
     if (!ok) snprintf(msg, msg_size, "%s", err.msg[0] ? err.msg : "alloc");
     double worst = ok ? 0.0 : INFINITY;
     for (size_t li = 0; ok && li < KVQ_ARRAY_LEN(k_levels); li++) {
-        const kvq_attend_loop chunked = { KVQ_PASS_CHUNKED, attn_block_level(k_levels[li]) };
+        const kvq_attend_loop chunked = { KVQ_PASS_CHUNKED, attn_block_level(k_levels[li]), false };
         if (!chunked.block) continue;
+        const float *want = chunked.block->fused ? ref_q8 : ref;
         for (int splits = 0; splits <= 3; splits += 3) {
             const kvq_attend_opts o = { NULL, splits };
             double e = INFINITY;
             if (kvq_cache_attend_loop(c, 0, pos, n, d.n_head, q, scale, out, NULL, &o, &chunked, &err) == KVQ_OK)
-                e = attn_rel_err(out, ref, len);
+                e = attn_rel_err(out, want, len);
             if (!(e <= worst)) { worst = e; snprintf(msg, msg_size, "%s splits %d", k_levels[li], splits); }
             (*compared)++;
         }
     }
     kvq_cache_free(c);
     free(ref);
+    free(ref_q8);
     free(out);
     attn_data_free(&d);
     return worst;
@@ -189,7 +195,7 @@ TEST(attn_block_chunked_pass_equals_per_key_reference) {
     CHECK(compared > 0, "nothing compared");
 }
 
-/* The fused kernels' types (attn_fused.inc) through whole attention:
+/* The fused kernels' types (attn_codes.inc) through whole attention:
  * GQA 1..8 and head dims 8, 80, 96, 128 (whole blocks of 32: 1, 3, 3 and
  * 4 blocks, the first three padded) spread over the types. */
 TEST(attn_block_fused_pass_equals_per_key_reference) {
@@ -237,7 +243,9 @@ TEST(attn_block_fused_kernels_match_double) {
     enum { NK = ATTN_BLOCK_KEYS, MAXG = 8, MAXLEN = 512 };
     static uint8_t packed[NK * (MAXLEN / 32) * 40];
     static float vals[NK * MAXLEN], q[MAXG * MAXLEN], w[MAXG * NK], acc[MAXG * MAXLEN], acc0[MAXG * MAXLEN];
-    static float tile[NK * MAXLEN], zero[MAXLEN];
+    static float tile[NK * MAXLEN], zero[MAXLEN], qhat[MAXG * MAXLEN], qscale[MAXG * MAXLEN / 32];
+    static int16_t qi[MAXG * MAXLEN];
+    static int32_t qsum[MAXG * MAXLEN / 32];
     static const int lens[] = { 32, 96, 128, 512 };
     test_rng r = { 77, 0, 0 };
     int fused_levels = 0, checked = 0;
@@ -258,13 +266,18 @@ TEST(attn_block_fused_kernels_match_double) {
                 const attn_block_rows src = { tr, false, len, tile, zero };
                 CHECK(attn_block_fused_for(kr, &src) == &kr->fused[ty], "%s %s: fused path not taken", kr->level,
                       tr->name);
-                attn_block_scores(kr, &src, rows, nk, q, G, len, 0.25f, w, NK);
+                for (int g = 0; g < G; g++) {
+                    attn_block_round_query(q + g * len, len, qi + g * len, qscale + g * len / 32, qsum + g * len / 32);
+                    attn_block_rounded_values(q + g * len, len, qhat + g * len);
+                }
+                const attn_query aq = { q, qi, qscale, qsum, len };
+                attn_block_scores(kr, &src, rows, nk, &aq, G, 0.25f, w, NK);
                 double worst = 0.0;
                 for (int g = 0; g < G; g++)
                     for (int t = 0; t < nk; t++) {
                         double s = 0.0, mag = 0.0;
                         for (int d = 0; d < len; d++) {
-                            const double p = (double)q[g * len + d] * vals[t * len + d];
+                            const double p = (double)qhat[g * len + d] * vals[t * len + d];
                             s += p, mag += fabs(p);
                         }
                         worst = fmax(worst, fabs(w[g * NK + t] - 0.25 * s) / (0.25 * mag + 1e-30));
@@ -346,9 +359,9 @@ TEST(attn_block_chunked_pass_uses_the_tables_dequantize) {
     CHECK(kvq_cache_create(&p, &c, NULL) == KVQ_OK && attn_fill(c, &d, 50), "create");
     float good[4 * 64], per_key[4 * 64], chunked[4 * 64];
     const kvq_attend_opts o = { broken, 0 };
-    const kvq_attend_loop lp_key = { KVQ_PASS_PER_KEY, NULL }, lp_chunk = { KVQ_PASS_CHUNKED, NULL };
+    const kvq_attend_loop lp_key = { KVQ_PASS_PER_KEY, NULL, false }, lp_chunk = { KVQ_PASS_CHUNKED, NULL, false };
     const float *q = d.q + (size_t)49 * 4 * 64;
-    bool ok = kvq_cache_attend(c, 0, 49, 1, 4, q, 0.125f, good, NULL, NULL) == KVQ_OK &&
+    bool ok = kvq_cache_attend_loop(c, 0, 49, 1, 4, q, 0.125f, good, NULL, NULL, &lp_key, NULL) == KVQ_OK &&
               kvq_cache_attend_loop(c, 0, 49, 1, 4, q, 0.125f, per_key, NULL, &o, &lp_key, NULL) == KVQ_OK &&
               kvq_cache_attend_loop(c, 0, 49, 1, 4, q, 0.125f, chunked, NULL, &o, &lp_chunk, NULL) == KVQ_OK;
     kvq_cache_free(c);
@@ -356,4 +369,117 @@ TEST(attn_block_chunked_pass_uses_the_tables_dequantize) {
     CHECK(ok, "attend failed");
     const double e_key = attn_rel_err(per_key, good, 4 * 64), e_chunk = attn_rel_err(chunked, good, 4 * 64);
     CHECK(e_key < 1e-5 && e_chunk > 0.5, "per-key %.3g (want ~0), chunked %.3g (want large)", e_key, e_chunk);
+}
+
+/* The query's rounding to int16 (attn_block_round_query): every value
+ * within half a step of the block's scale max|q_b| / 32767, the code sums,
+ * a zero block, a block holding NaN; and the scores of every fused type
+ * with the rounded query within the bound attn_block.h states of the
+ * scores with the float query: sum_b (s_b / 2) sum_{i in b} |k_i|. */
+TEST(attn_block_rounded_query_error_within_bound) {
+    enum { LEN = 128, NB = LEN / 32, NK = 20 };
+    float q[LEN], qhat[LEN], scale[NB];
+    int16_t qi[LEN];
+    int32_t sum[NB];
+    test_rng r = { 31, 0, 0 };
+    for (int i = 0; i < LEN; i++) q[i] = (float)test_rng_gauss(&r) * (i % 32 == 5 ? 20.0f : 1.0f);
+    for (int i = 64; i < 96; i++) q[i] = 0.0f;                 /* block 2: zeros */
+    attn_block_round_query(q, LEN, qi, scale, sum);
+    attn_block_rounded_values(q, LEN, qhat);
+    for (int b = 0; b < NB; b++) {
+        float amax = 0.0f;
+        int32_t s = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(q[b * 32 + i])), s += qi[b * 32 + i];
+        CHECK(scale[b] == amax / 32767.0f && s == sum[b], "block %d: scale %g (max %g), sum %d vs %d", b,
+              scale[b], amax, sum[b], s);
+        for (int i = 0; i < 32; i++) {
+            const int j = b * 32 + i;
+            CHECK(fabsf(q[j] - qhat[j]) <= 0.5001f * scale[b] && qhat[j] == scale[b] * (float)qi[j],
+                  "value %d: %g rounded to %g (scale %g)", j, q[j], qhat[j], scale[b]);
+        }
+    }
+    CHECK(scale[2] == 0.0f && sum[2] == 0, "zero block: scale %g sum %d", scale[2], sum[2]);
+    q[3] = NAN;
+    attn_block_round_query(q, LEN, qi, scale, sum);
+    CHECK(isnan(scale[0]) && !isnan(scale[1]), "NaN block: scales %g %g", scale[0], scale[1]);
+    q[3] = 1.0f;
+    attn_block_round_query(q, LEN, qi, scale, sum);
+
+    static uint8_t packed[NK * NB * 40];
+    static float vals[NK * LEN], tile[NK * LEN], zero[LEN], w[NK], w_exact[NK];
+    const attn_block_kernels *kr = attn_block_best();
+    int types = 0;
+    for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
+        if (!attn_block_int_type((kvq_type)ty)) continue;
+        const kvq_type_traits *tr = kvq_type_get((kvq_type)ty);
+        const size_t row_bytes = (size_t)NB * tr->block_bytes;
+        CHECK(packed_rows((kvq_type)ty, NK, LEN, &r, packed, row_bytes, vals), "quantise");
+        const uint8_t *rows[NK];
+        for (int k = 0; k < NK; k++) rows[k] = packed + (size_t)k * row_bytes;
+        const attn_block_rows src = { tr, false, LEN, tile, zero };
+        const attn_query aq = { q, qi, scale, sum, LEN }, fq = { q, NULL, NULL, NULL, LEN };
+        attn_block_scores(kr, &src, rows, NK, &aq, 1, 1.0f, w, NK);
+        attn_block_scores(kr, &src, rows, NK, &fq, 1, 1.0f, w_exact, NK);   /* float query: unpacked */
+        for (int k = 0; k < NK; k++) {
+            double exact = 0.0, bound = 0.0, mag = 0.0;
+            for (int i = 0; i < LEN; i++) {
+                exact += (double)q[i] * vals[k * LEN + i];
+                bound += 0.5 * scale[i / 32] * fabs((double)vals[k * LEN + i]);
+                mag += fabs((double)q[i] * vals[k * LEN + i]);
+            }
+            CHECK(fabs(w[k] - exact) <= bound + 2e-6 * mag, "%s key %d: score %.9g, exact %.9g, bound %.3g",
+                  tr->name, k, w[k], exact, bound);
+            CHECK(fabs(w_exact[k] - exact) <= 2e-6 * mag, "%s key %d: float-query score %.9g vs %.9g", tr->name, k,
+                  w_exact[k], exact);
+        }
+        types++;
+    }
+    CHECK(types == 12, "%d integer-scored types, want q8_0 ... q2_1 and iq4_nl", types);
+}
+
+/* f16 and bf16 rows read in place (converted in registers) by every level
+ * that has the kernels: scores and V sums against double sums over the
+ * rows' values. */
+TEST(attn_block_half_rows_in_place_match_double) {
+    enum { NK = ATTN_BLOCK_KEYS, G = 3, LEN = 136 };
+    static uint16_t rows16[NK][LEN];
+    static float vals[NK][LEN], q[G][LEN], w[G][NK], acc[G][LEN];
+    test_rng r = { 8, 0, 0 };
+    for (int g = 0; g < G; g++)
+        for (int d = 0; d < LEN; d++) q[g][d] = (float)test_rng_gauss(&r);
+    int checked = 0;
+    for (int kind = ATTN_ROW_F16; kind <= ATTN_ROW_BF16; kind++) {
+        for (int t = 0; t < NK; t++)
+            for (int d = 0; d < LEN; d++) {
+                const float x = (float)test_rng_gauss(&r);
+                rows16[t][d] = kind == ATTN_ROW_F16 ? kvq_fp32_to_fp16(x) : kvq_fp32_to_bf16(x);
+                vals[t][d] = kind == ATTN_ROW_F16 ? kvq_fp16_to_fp32(rows16[t][d]) : kvq_bf16_to_fp32(rows16[t][d]);
+            }
+        const float *rows[NK];
+        for (int t = 0; t < NK; t++) rows[t] = (const float *)(const void *)rows16[t];
+        for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
+            const attn_block_kernels *kr = attn_block_level(k_levels[li]);
+            if (!kr || !kr->scores_as[kind]) continue;
+            const int nk = 29;
+            kr->scores_as[kind](rows, nk, &q[0][0], G, LEN, LEN, 0.5f, &w[0][0], NK);
+            memset(acc, 0, sizeof acc);
+            kr->accumulate_as[kind](rows, nk, &w[0][0], NK, G, &acc[0][0], LEN, LEN);
+            double worst = 0.0;
+            for (int g = 0; g < G; g++) {
+                for (int t = 0; t < nk; t++) {
+                    double s = 0.0, mag = 0.0;
+                    for (int d = 0; d < LEN; d++) s += (double)q[g][d] * vals[t][d], mag += fabs((double)q[g][d] * vals[t][d]);
+                    worst = fmax(worst, fabs(w[g][t] - 0.5 * s) / (0.5 * mag));
+                }
+                for (int d = 0; d < LEN; d++) {
+                    double s = 0.0, mag = 0.0;
+                    for (int t = 0; t < nk; t++) s += (double)w[g][t] * vals[t][d], mag += fabs((double)w[g][t] * vals[t][d]);
+                    worst = fmax(worst, fabs(acc[g][d] - s) / mag);
+                }
+            }
+            CHECK(worst < 1e-6, "%s %s rows: rel err %.3g", kr->level, kind == ATTN_ROW_F16 ? "f16" : "bf16", worst);
+            checked++;
+        }
+    }
+    CHECK(checked >= 2, "only %d levels checked", checked);
 }

@@ -196,3 +196,61 @@ TEST(cache_calib_end_to_end_beats_turbo) {
     CHECK(rc_none == 1 && said_none, "cal325 without --calib: exit %d", rc_none);
     CHECK(rc_other == 1 && said_other, "another model's calibration: exit %d", rc_other);
 }
+
+/* A state saved from a calibrated cache loads back into a cache with the
+ * same calibration, bit for bit, and is refused by one made with another
+ * calibration of the same shape (its rows would decode wrong). */
+TEST(cache_calib_state_needs_its_calibration) {
+    attn_data d;
+    CHECK(attn_data_make(&d, 40, 2, 1, 64, 64, 5), "alloc");
+    kvq_cache_params p;
+    attn_params(&p, 1, 64, 64, 40, KVQ_TYPE_CAL300, KVQ_TYPE_CAL300, KVQ_ROT_AUTO);
+    const kvq_calib *same = p.calib;
+    kvq_calib *other;
+    kvq_error err = { 0, "" };
+    CHECK(kvq_calib_alloc(&other, 1, 1, 64, 64, same->n_rates, same->rates, &err) == KVQ_OK, "%s", err.msg);
+    for (int s = 0; s < 2; s++) {                 /* the same calibration with one mean changed */
+        const kvq_calib_side *a = kvq_calib_side_at(same, 0, 0, s == 1);
+        kvq_calib_side *b = kvq_calib_side_at(other, 0, 0, s == 1);
+        memcpy(b->mean, a->mean, 64 * sizeof(float));
+        memcpy(b->fwd, a->fwd, 64 * 64 * sizeof(float));
+        memcpy(b->inv, a->inv, 64 * 64 * sizeof(float));
+        memcpy(b->weight, a->weight, 64 * sizeof(float));
+        memcpy(b->bits, a->bits, (size_t)same->n_rates * 64);
+        b->mean[0] += 0.5f;
+        kvq_calib_side_finish(b, s == 1);
+    }
+    char path[64], msg[300] = "";
+    snprintf(path, sizeof path, "/tmp/kvq_calib_state_%d.kvqs", (int)getpid());
+    kvq_cache *c = NULL, *back = NULL, *wrong = NULL;
+    int32_t tokens[40];
+    for (int i = 0; i < 40; i++) tokens[i] = i;
+    const kvq_state_tag tag = { 0, tokens, 40 };
+    bool ok = make_cache(&p, &c, msg, sizeof msg) == KVQ_OK && attn_fill(c, &d, 8) &&
+              kvq_cache_save(c, path, &tag, &err) == KVQ_OK && make_cache(&p, &back, msg, sizeof msg) == KVQ_OK;
+    int32_t *toks = NULL;
+    int n = 0;
+    const kvq_status st_back = ok ? kvq_cache_load(back, path, 0, &toks, &n, &err) : KVQ_ERR_ARG;
+    free(toks);
+    toks = NULL;
+    float a_row[64], b_row[64];
+    bool same_rows = st_back == KVQ_OK;
+    for (int t = 0; same_rows && t < 40; t++)
+        same_rows = kvq_cache_read_row(c, 0, false, KVQ_PART_BODY, 0, t, a_row, &err) == KVQ_OK &&
+                    kvq_cache_read_row(back, 0, false, KVQ_PART_BODY, 0, t, b_row, &err) == KVQ_OK &&
+                    !memcmp(a_row, b_row, sizeof a_row);
+    p.calib = other;
+    kvq_error err2 = { 0, "" };
+    const kvq_status st_wrong = ok && make_cache(&p, &wrong, msg, sizeof msg) == KVQ_OK
+                                    ? kvq_cache_load(wrong, path, 0, &toks, &n, &err2) : KVQ_OK;
+    free(toks);
+    kvq_cache_free(c);
+    kvq_cache_free(back);
+    kvq_cache_free(wrong);
+    kvq_calib_free(other);
+    attn_data_free(&d);
+    unlink(path);
+    CHECK(ok, "setup: %s %s", msg, err.msg);
+    CHECK(st_back == KVQ_OK && same_rows, "round trip: %s", err.msg);
+    CHECK(st_wrong != KVQ_OK && strstr(err2.msg, "calibration"), "another calibration accepted: %s", err2.msg);
+}

@@ -447,3 +447,101 @@ TEST(cli_messages_outdir_first_and_range_hints) {
     CHECK_ONE_ERROR("is not an integer in 10..1000000 (see kvq turbo-bench --help)", "%s turbo-bench -n 5", bin);
     CHECK_ONE_ERROR("(see kvq turbo-bench --help)", "%s turbo-bench --bogus", bin);
 }
+
+/* --prompt-cache: the first run saves, the second reuses all but the last
+ * prompt token and prints the same text; other cache settings are refused
+ * in one line.  --context-shift generates past the context. */
+TEST(cli_run_prompt_cache_and_context_shift) {
+    const char *bin = test_kvq_bin();
+    char model[1024];
+    if (!bin) SKIP("KVQ_BIN not set");
+    if (!test_shared_path(model, sizeof model, "models/toy-h64.gguf")) SKIP("../shared not found");
+    char state[128], cmd[4096];
+    snprintf(state, sizeof state, "/tmp/kvq_pc_%d.kvqs", (int)getpid());
+    remove(state);
+    static char out1[8192], out2[8192], err2[8192];
+    const char *flags = "-p 'This License applies to any program' -n 16 --temp 0 -c 128 -ctk q4_0 -ctv q4_0 --kv-tail-tokens 8";
+    snprintf(cmd, sizeof cmd, "{ %s run -m %s %s --prompt-cache %s 2>/dev/null; }", bin, model, flags, state);
+    const int rc1 = test_run(cmd, out1, sizeof out1);
+    snprintf(cmd, sizeof cmd, "{ %s run -m %s %s --prompt-cache %s 2>&1 >/dev/null; }", bin, model, flags, state);
+    const int rc2e = test_run(cmd, err2, sizeof err2);
+    snprintf(cmd, sizeof cmd, "{ %s run -m %s %s --prompt-cache %s 2>/dev/null; }", bin, model, flags, state);
+    const int rc2 = test_run(cmd, out2, sizeof out2);
+    CHECK(rc1 == 0 && rc2 == 0 && rc2e == 0, "runs exited %d %d %d", rc1, rc2, rc2e);
+    CHECK(strstr(err2, "prompt tokens reused") && !strstr(err2, " 0 of "), "no reuse reported: %s", err2);
+    CHECK(!strcmp(out1, out2), "reused prompt changed the output:\n%s\nvs\n%s", out1, out2);
+    static char out_bad[8192];
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'This License' -n 4 --temp 0 -c 128 -ctk q4_0 --prompt-cache %s", bin,
+             model, state);
+    const int rc_bad = test_run(cmd, out_bad, sizeof out_bad);
+    int error_lines = 0;
+    for (const char *p = out_bad; (p = strstr(p, "error:")) != NULL; p++) error_lines++;
+    CHECK(rc_bad == 1 && error_lines == 1 && strstr(out_bad, "tail tokens is 8, this cache's 0"),
+          "other settings: rc %d: %s", rc_bad, out_bad);
+    remove(state);
+    static char out3[16384];
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'This License' -n 150 --temp 0 -c 64 -ctk q8_0 -ctv q8_0 --context-shift 2>&1",
+             bin, model);
+    const int rc3 = test_run(cmd, out3, sizeof out3);
+    CHECK(rc3 == 0 && strstr(out3, "context shift: kept 1") && strstr(out3, "generated 150 tokens"),
+          "context shift run (rc %d): %s", rc3, out3);
+}
+
+/* examples/generate.c, built against include/kvq.h alone, runs on the
+ * bundled model: it prints the prompt, a continuation and the cache size. */
+TEST(example_generate_runs) {
+    const char *dir = getenv("KVQ_EXAMPLES");
+    if (!dir) SKIP("KVQ_EXAMPLES not set (make test sets it)");
+    if (access("models/austen-qwen3-h128-4k-q8_0.gguf", R_OK) != 0) SKIP("models/ not found (run from the repository)");
+    char cmd[2048];
+    static char out[8192];
+    snprintf(cmd, sizeof cmd, "%s/generate models/austen-qwen3-h128-4k-q8_0.gguf 'It was a truth' 12", dir);
+    const int rc = test_run(cmd, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "It was a truth") && strlen(out) > 60 && strstr(out, "generate: KV cache"),
+          "example exited %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s/generate /nonexistent.gguf x 1", dir);
+    CHECK(test_run(cmd, out, sizeof out) == 1 && strstr(out, "generate:"), "bad model: %s", out);
+}
+
+/* Symbol hygiene: libkvq.so exports the functions include/kvq.h declares
+ * and nothing else (no gguf_find_tensor to collide with ggml's, no
+ * helpers without the kvq_ prefix), under the SONAME libkvq.so.0. */
+TEST(shared_library_exports_only_the_public_api) {
+    const char *lib = getenv("KVQ_SHARED_LIB");
+    if (!lib) SKIP("KVQ_SHARED_LIB not set (make test sets it)");
+    FILE *h = fopen("include/kvq.h", "r");
+    if (!h) SKIP("include/kvq.h not found (run from the repository)");
+    static char header[1 << 17];
+    const size_t hn = fread(header, 1, sizeof header - 1, h);
+    fclose(h);
+    header[hn] = 0;
+    char cmd[1200];
+    static char out[1 << 16];
+    snprintf(cmd, sizeof cmd, "nm -D --defined-only '%s' | awk '$2 ~ /^[TDBRW]$/ {print $3}'", lib);
+    CHECK(test_run(cmd, out, sizeof out) == 0, "nm failed: %s", out);
+    int n = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char decl[160];
+        snprintf(decl, sizeof decl, "%s(", line);
+        CHECK(!strncmp(line, "kvq_", 4) && strstr(header, decl), "exported symbol '%s' is not declared in kvq.h", line);
+        n++;
+    }
+    CHECK(n >= 40, "only %d symbols exported", n);
+    snprintf(cmd, sizeof cmd, "readelf -d '%s'", lib);
+    CHECK(test_run(cmd, out, sizeof out) == 0 && strstr(out, "Library soname: [libkvq.so.0]"), "no SONAME: %s", out);
+}
+
+/* Every docs/... page that a comment in include/, src/ or tools/ cites
+ * exists in the repository (the specs live in docs/spec/, not outside). */
+TEST(cited_docs_exist) {
+    if (access("docs", F_OK) != 0 || access("src", F_OK) != 0) SKIP("run from the repository");
+    static char out[1 << 16];
+    const int rc = test_run("grep -rhoE 'docs/[a-z0-9_/-]+\\.md' include src tools | sort -u", out, sizeof out);
+    CHECK(rc == 0, "grep failed: %s", out);
+    int n = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        CHECK(access(line, R_OK) == 0, "a comment cites %s, which does not exist", line);
+        n++;
+    }
+    CHECK(n >= 5, "only %d cited pages found", n);
+}

@@ -1,5 +1,6 @@
 /* bench_run.c - one timed run of `kvq bench` (see bench_run.h). */
 #include "bench_run.h"
+#include "bench_bound.h"
 #include "kvq_internal.h"
 
 #include <stdint.h>
@@ -121,6 +122,15 @@ static kvq_status session_open(session *s, const kvq_model *m, const kvq_cache_p
     return st;
 }
 
+/* Zeroed times and the bytes of the steps to come: the prompt fills
+ * positions pos..pos+n_prompt-1, then step i's query sits at
+ * pos+n_prompt+i. */
+static void session_times(const session *s, const kvq_model *m, const bench_run_opts *o, bench_times *t) {
+    *t = (bench_times){ 0 };
+    t->tg_weight_bytes = bench_decode_weight_bytes(m);
+    t->tg_cache_bytes = bench_decode_cache_bytes(kvq_ctx_cache(s->ctx), s->pos + o->n_prompt, o->n_gen);
+}
+
 /* The timed prompt: n_prompt tokens in one batch. */
 static kvq_status session_prompt(session *s, int n_prompt, bench_times *t, kvq_error *err) {
     fill_tokens(s->buf, s->pos, n_prompt, s->in->n_vocab);
@@ -147,7 +157,7 @@ kvq_status bench_run_once(const kvq_model *m, const kvq_cache_params *cache, con
     session s;
     kvq_status st = session_open(&s, m, cache, o, depth, plan, err);
     if (st) return st;
-    *t = (bench_times){ 0 };
+    session_times(&s, m, o, t);
     st = session_prompt(&s, o->n_prompt, t, err);
     for (int i = 0; !st && i < o->n_gen; i++) st = session_step(&s, t, err);
     session_close(&s);
@@ -162,7 +172,8 @@ kvq_status bench_run_pair(const kvq_model *m, const kvq_cache_params *cache_a, c
     if (st) return st;
     st = session_open(&b, m, cache_b, o, depth, plan_b, err);
     if (st) { session_close(&a); return st; }
-    *ta = *tb = (bench_times){ 0 };
+    session_times(&a, m, o, ta);
+    session_times(&b, m, o, tb);
     st = session_prompt(&a, o->n_prompt, ta, err);
     if (!st) st = session_prompt(&b, o->n_prompt, tb, err);
     for (int i = 0; !st && i < o->n_gen; i++) {

@@ -33,6 +33,9 @@ typedef struct bench_times {
     double tg_s;             /* wall seconds of the n_gen steps           */
     double pp_cpu_s;         /* CPU seconds of the process (all threads)  */
     double tg_cpu_s;         /*   during each of them                     */
+    /* What one generation step reads, averaged over the n_gen steps
+     * (tools/bench_bound.h): weights, and the cache at the step's depth. */
+    double tg_weight_bytes, tg_cache_bytes;
 } bench_times;
 
 /* One run in a fresh context (created and freed here, so that only one

@@ -173,7 +173,8 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
     kvq_cache_params *p = &cf->params;
     static const char *const with_value[] = { "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
         "--kv-tail-tokens", "--kv-tail-type", "--kv-sink-tokens", "--attn-rot", "--attn-rot-k", "--attn-rot-v",
-        "--cache-type-k-layers", "--cache-type-v-layers", "--kvarn-iters", "--kvarn-sink-tile", "--calib" };
+        "--cache-type-k-layers", "--cache-type-v-layers", "--kvarn-iters", "--kvarn-sink-tile", "--kv-rollback-tokens",
+        "--calib" };
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
     if (!strcmp(a, "--attn-rot-random")) { p->rot_random_signs = true; return 1; }
@@ -197,6 +198,7 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
             ok = false;
         }
     } else if (is(a, "--kv-sink-tokens", NULL)) ok = parse_count(cmd, a, v, &p->sink_tokens);
+    else if (is(a, "--kv-rollback-tokens", NULL)) ok = parse_count(cmd, a, v, &p->rollback_tokens);
     else if (is(a, "--kvarn-iters", NULL)) {
         long iters;
         ok = cli_flag_long(cmd, a, v, 1, KVQ_KVARN_MAX_ITERS, &iters);
@@ -237,6 +239,10 @@ bool cache_flags_fit(const char *cmd, const cache_flags *cf, int n_ctx) {
                   p->tail_tokens, n_ctx, n_ctx);
         return false;
     }
+    if (p->rollback_tokens > n_ctx) {
+        cli_error(cmd, "--kv-rollback-tokens %d is longer than the context (%d positions)", p->rollback_tokens, n_ctx);
+        return false;
+    }
     if (p->sink_tokens > n_ctx) {
         cli_error(cmd, "--kv-sink-tokens %d is longer than the context (%d positions): use at most %d, or raise -c",
                   p->sink_tokens, n_ctx, n_ctx);
@@ -259,6 +265,8 @@ void cache_flags_usage(FILE *f) {
         "                              (default bf16; f16 when a side is KVarN)\n"
         "  --kv-sink-tokens S          first positions read from an exact copy\n"
         "  --kvarn-sink-tile on|off    KVarN: keep the first 128-token tile exact (default on)\n"
+        "  --kv-rollback-tokens R      exact rows kept beyond the tail so that up to R positions\n"
+        "                              can be taken back exactly (prompt cache reuse; default 0)\n"
         "  --attn-rot auto|on|off      Hadamard rotation of Q/K and V (both sides)\n"
         "  --attn-rot-k MODE, --attn-rot-v MODE   one side only\n"
         "  --attn-rot-random           random +-1 signs before the Hadamard transform\n"

@@ -1,12 +1,18 @@
 /* cmd_bench.c - `kvq bench`: prompt and generation speed of a model per
  * cache type and depth, relative to the f16 cache, and the cost of the
- * Hadamard rotation (EVAL.md §6).
+ * Hadamard rotation (docs/spec/eval.md §6).
  *
  * Every (type, rotation) configuration is run `reps` times at each depth,
  * the configurations interleaved run by run (rep 1 of every one, then rep
  * 2, ...) so that a change of machine load hits them all alike; medians
  * are reported.  The rotation cost compares each rotated run with the
- * unrotated run of the same type right after it (paired ratios). */
+ * unrotated run of the same type right after it (paired ratios).
+ *
+ * Next to each generation speed: the memory-bandwidth bound (the read
+ * bandwidth measured once per invocation with the run's threads, over the
+ * bytes a step reads: weights + the cache at that depth, exact rows
+ * included; tools/bench_bound.h) and the fraction of it reached. */
+#include "bench_bound.h"
 #include "bench_run.h"
 #include "cli.h"
 #include "engine_cli.h"
@@ -32,6 +38,8 @@ typedef struct bench_opts {
     const char *types;                  /* --types list, NULL: none given */
     bool kv_types_given;                /* -ctk / -ctv given */
     rot_choice rot;
+    bool json;                          /* one JSON object per row instead of tables */
+    double bandwidth_gbs;               /* measured once, before the runs */
     cache_flags cache;
 } bench_opts;
 
@@ -64,6 +72,10 @@ static void usage(FILE *f) {
         "                         the cache (default; linear in the depth), or the model's own\n"
         "                         prefill (quadratic: minutes at 16384 on a small machine)\n"
         "  -b, --batch-size N     tokens per fill batch (default 2048)\n"
+        "  --json                 one JSON object per line and row (configuration x depth) instead\n"
+        "                         of the tables\n"
+        "Each tg figure comes with its memory-bandwidth bound: read bandwidth (measured once,\n"
+        "with the run's threads) / bytes a step reads (weights + cache at that depth).\n"
         "Depths past the model's trained context are allowed with a warning: RoPE\n"
         "extrapolates, the speed is the same, the outputs are not meaningful.\n");
     cache_flags_usage(f);
@@ -106,6 +118,7 @@ static int parse_one(bench_opts *o, int argc, char **argv, int *i) {
     const cli_model_flags common = { .model = &o->model, .n_batch = &o->run.fill_batch, .n_threads = &o->run.n_threads };
     const int r = cli_model_flag(CMD, &common, argc, argv, i);
     if (r) return r;
+    if (!strcmp(a, "--json")) { o->json = true; return 1; }
     if (!strcmp(a, "--types")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; o->types = v; return 1; }
     if (!strcmp(a, "--rot")) { if (!(v = cli_value(CMD, argc, argv, i))) return -1; return parse_rot(v, &o->rot) ? 1 : -1; }
     if (!strcmp(a, "--fill")) {
@@ -183,7 +196,7 @@ static int make_configs(const bench_opts *o, bench_config *cfg) {
     if (all || dflt) {
         for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
             const kvq_type_traits *tr = kvq_type_get((kvq_type)t);
-            if (tr && tr->is_cache_type && !tr->calib_rate && (all || in_default_set((kvq_type)t)))   /* calibrated: need --calib */
+            if (tr && tr->is_cache_type && (!tr->calib_rate || o->cache.calib_path) && (all || in_default_set((kvq_type)t)))
                 add_config(o, (kvq_type)t, (kvq_type)t, cfg, &n);
         }
         return n;
@@ -264,6 +277,26 @@ static void print_header(const bench_opts *o, const kvq_model_info *in, int n_th
            "shared machine leaves out the time spent waiting for a core.  \"vs f16\": speed / f16's.\n",
            o->run.fill == BENCH_FILL_MODEL ? "the model's prefill" : "synthetic K/V rows", o->run.n_prompt,
            o->run.n_gen);
+    printf("Read bandwidth %.1f GB/s (%d thread%s, best of 5 passes over 256 MiB); \"bound\" = that / the bytes\n"
+           "a generation step reads (\"MB/tok\": weights + the cache at that depth, exact rows included),\n"
+           "\"%% bound\" = median tg t/s / bound, \"best\" = the fastest run's tg t/s.\n",
+           o->bandwidth_gbs, n_threads, n_threads == 1 ? "" : "s");
+}
+
+/* The bandwidth bound of a configuration's generation steps. */
+typedef struct row_bound {
+    double bytes;       /* per generated token: weights + cache */
+    double tps;         /* bandwidth / bytes                     */
+    double fraction;    /* median tg t/s / tps                   */
+    double best_tps;    /* the fastest run's tg t/s              */
+} row_bound;
+
+static row_bound bound_of(const bench_opts *o, const bench_config *c, double tg_median_s) {
+    row_bound b = { c->t[0].tg_weight_bytes + c->t[0].tg_cache_bytes, 0, 0, 0 };
+    b.tps = bench_bound_tps(o->bandwidth_gbs, b.bytes);
+    b.fraction = b.tps > 0 ? per_second(o->run.n_gen, tg_median_s) / b.tps : 0.0;
+    for (int r = 0; r < o->reps; r++) b.best_tps = KVQ_MAX(b.best_tps, per_second(o->run.n_gen, c->t[r].tg_s));
+    return b;
 }
 
 /* "1.23" = this configuration's speed / f16's (time of f16 / this). */
@@ -282,7 +315,8 @@ static void print_table(const bench_opts *o, bench_config *cfg, int n_cfg, int d
     double ref[4] = { 0, 0, 0, 0 };
     for (int f = 0; f < 4 && f16 >= 0; f++) ref[f] = median_of(&cfg[f16], o->reps, fields[f]);
     printf("\n### depth %d\n\n| cache K/V | rotation | pp%d t/s | tg%d t/s | pp CPU t/s | tg CPU t/s "
-           "| pp vs f16 | tg vs f16 | tg CPU vs f16 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+           "| pp vs f16 | tg vs f16 | tg CPU vs f16 | tg best | MB/tok | tg bound | %% bound |\n"
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
            depth, o->run.n_prompt, o->run.n_gen);
     for (int c = 0; c < n_cfg; c++) {
         double med[4];
@@ -294,7 +328,33 @@ static void print_table(const bench_opts *o, bench_config *cfg, int n_cfg, int d
         ratio(tcr, sizeof tcr, ref[3], med[3]);
         printf("| %s/%s | %s |", kvq_type_name(cfg[c].cache.type_k), kvq_type_name(cfg[c].cache.type_v), rot);
         for (int f = 0; f < 4; f++) printf(" %.1f |", per_second(tokens[f], med[f]));
-        printf(" %s | %s | %s |\n", pr, tr, tcr);
+        const row_bound b = bound_of(o, &cfg[c], med[1]);
+        printf(" %s | %s | %s | %.1f | %.1f | %.1f | %.0f%% |\n", pr, tr, tcr, b.best_tps, b.bytes / 1e6, b.tps,
+               100.0 * b.fraction);
+    }
+}
+
+/* One JSON object per configuration at this depth, one per line. */
+static void print_json(const bench_opts *o, bench_config *cfg, int n_cfg, int depth, int n_threads) {
+    const char *base = strrchr(o->model, '/');
+    for (int c = 0; c < n_cfg; c++) {
+        double med[4];
+        static const size_t fields[4] = { offsetof(bench_times, pp_s), offsetof(bench_times, tg_s),
+                                          offsetof(bench_times, pp_cpu_s), offsetof(bench_times, tg_cpu_s) };
+        for (int f = 0; f < 4; f++) med[f] = median_of(&cfg[c], o->reps, fields[f]);
+        const row_bound b = bound_of(o, &cfg[c], med[1]);
+        char rot[48];
+        plan_name(&cfg[c], rot, sizeof rot);
+        printf("{\"model\": \"%s\", \"threads\": %d, \"cache_k\": \"%s\", \"cache_v\": \"%s\", \"rotation\": \"%s\", "
+               "\"depth\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, \"pp_tps\": %.3f, \"tg_tps\": %.3f, "
+               "\"pp_cpu_tps\": %.3f, \"tg_cpu_tps\": %.3f, \"tg_best_tps\": %.3f, \"bandwidth_gbs\": %.3f, "
+               "\"tg_weight_bytes\": %.0f, \"tg_cache_bytes\": %.0f, \"tg_bytes_per_token\": %.0f, "
+               "\"tg_bound_tps\": %.4f, \"tg_bound_fraction\": %.4f}\n",
+               base ? base + 1 : o->model, n_threads, kvq_type_name(cfg[c].cache.type_k),
+               kvq_type_name(cfg[c].cache.type_v), rot, depth, o->run.n_prompt, o->run.n_gen, o->reps,
+               per_second(o->run.n_prompt, med[0]), per_second(o->run.n_gen, med[1]),
+               per_second(o->run.n_prompt, med[2]), per_second(o->run.n_gen, med[3]), b.best_tps, o->bandwidth_gbs,
+               cfg[c].t[0].tg_weight_bytes, cfg[c].t[0].tg_cache_bytes, b.bytes, b.tps, b.fraction);
     }
 }
 
@@ -332,7 +392,7 @@ static kvq_status run_config(const bench_opts *o, const kvq_model *m, bench_conf
                           r == 0 ? &b->plan : NULL, err);
 }
 
-static int bench(const bench_opts *o, const kvq_model *m, bench_config *cfg, int n_cfg) {
+static int bench(const bench_opts *o, const kvq_model *m, bench_config *cfg, int n_cfg, int n_threads) {
     kvq_error err = { 0 };
     for (int d = 0; d < o->n_depths; d++) {
         for (int r = 0; r < o->reps; r++)
@@ -340,8 +400,12 @@ static int bench(const bench_opts *o, const kvq_model *m, bench_config *cfg, int
                 if (cfg[c].is_twin) continue;   /* measured with its rotated sibling */
                 if (run_config(o, m, cfg, c, o->depths[d], r, &err)) return cli_error(CMD, "%s", err.msg);
             }
-        print_table(o, cfg, n_cfg, o->depths[d]);
-        print_rotation_cost(o, cfg, n_cfg, o->depths[d]);
+        if (o->json) {
+            print_json(o, cfg, n_cfg, o->depths[d], n_threads);
+        } else {
+            print_table(o, cfg, n_cfg, o->depths[d]);
+            print_rotation_cost(o, cfg, n_cfg, o->depths[d]);
+        }
         fflush(stdout);
     }
     return 0;
@@ -375,12 +439,22 @@ int cmd_bench(int argc, char **argv) {
     if (!n_cfg) return 1;
     kvq_model *m = cli_load_model(CMD, o.model);
     if (!m) return 1;
+    kvq_calib *cal = NULL;   /* --calib: every configuration's cache copies it */
+    kvq_error cerr = { 0 };
+    if (o.cache.calib_path && kvq_calib_load(o.cache.calib_path, m, &cal, &cerr) != KVQ_OK) {
+        kvq_model_free(m);
+        return cli_error(CMD, "--calib: %s", cerr.msg);
+    }
+    for (int i = 0; i < n_cfg; i++) cfg[i].cache.calib = cal;
     const kvq_model_info *in = kvq_model_get_info(m);
     if (o.run.n_ctx > in->n_ctx_train)
         fprintf(stderr, "kvq %s: warning: context %d exceeds the model's trained context %d: RoPE extrapolates "
                 "past it (the speed is the same; the outputs are not meaningful)\n", CMD, o.run.n_ctx, in->n_ctx_train);
-    print_header(&o, in, o.run.n_threads ? o.run.n_threads : online_threads());
-    const int rc = bench(&o, m, cfg, n_cfg);
+    const int n_threads = o.run.n_threads ? o.run.n_threads : online_threads();
+    o.bandwidth_gbs = bench_read_bandwidth(n_threads);
+    if (!o.json) print_header(&o, in, n_threads);
+    const int rc = bench(&o, m, cfg, n_cfg, n_threads);
+    kvq_calib_free(cal);
     kvq_model_free(m);
     return rc;
 }

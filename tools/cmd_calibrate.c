@@ -120,7 +120,7 @@ static void print_summary(const kvq_calib *c, const double *pred_db) {
 
 static int build_and_write(const calib_opts *o, const kvq_model *m, const kvq_calib_stats *s) {
     kvq_error err = { 0 };
-    const uint64_t hash = kvq_calib_model_hash(m);
+    const uint64_t hash = kvq_model_hash(m);
     const kvq_model_info *in = kvq_model_get_info(m);
     double *pred = malloc((size_t)in->n_layer * in->n_head_kv * 2 * KVQ_CALIB_N_RATES * sizeof *pred);
     if (!pred) return cli_error(CMD, "out of memory");

@@ -1,0 +1,350 @@
+/*
+ * attn_block.c - the chunked key loop of attention (attn_block.h): the
+ * scalar instance of the kernels (the same kernel source as the SIMD
+ * levels, attn_block.inc and attn_codes.inc, so their logic runs on every
+ * machine), the query's rounding to int8, the choice of ISA, and the two
+ * steps the attention pass calls per chunk (scores of the K rows,
+ * weighted sum of the V rows), which hand the rows to the level's fused
+ * or in-place kernels or unpack them with the type's dequantize first.
+ */
+#include "attn_block.h"
+
+#include <math.h>
+
+/* ------------------------------------------------ the scalar instance */
+
+#define VF float
+#define VL 1
+#define vzero() 0.0f
+#define vset1(f) (f)
+#define vload(p) (*(p))
+#define vstore(p, v) (*(p) = (v))
+#define vadd(a, b) ((a) + (b))
+#define vsub(a, b) ((a) - (b))
+#define vmul(a, b) ((a) * (b))
+#define vfma(a, b, c) ((a) * (b) + (c))
+#define vmin_hi(hi, x) ((x) > (hi) ? (hi) : (x))
+#define vmax_skip(x, m) ((x) > (m) ? (x) : (m))
+#define vzero_below(x, lo, y) ((x) < (lo) ? 0.0f : (y))
+#define vhsum(v) (v)
+#define vhmax(v) (v)
+#define BLOCK_LEVEL "scalar"
+#define vsum_lanes(acc, s) ((s)[0] = (acc)[0])
+#define BLOCK_KERNELS g_block_scalar
+#define BLOCK_TILE_KERNELS g_block_scalar_tile
+#define vload_h(p) kvq_half_to_float(*(p))
+#define vload_bf(p) kvq_bfloat_to_float(*(p))
+
+/* attn_codes.inc's primitives: a block's codes as an array of 32 int8,
+ * one value per "vector". */
+typedef struct vb_scalar { int8_t v[32]; } vb_scalar;
+#define VB vb_scalar
+#define VPB 32
+static inline VB vb_load(const uint8_t *p) { VB r; memcpy(r.v, p, 32); return r; }
+static inline VB vb_nib(const uint8_t *p) {
+    VB r;
+    for (int j = 0; j < 16; j++) { r.v[j] = (int8_t)(p[j] & 15); r.v[j + 16] = (int8_t)(p[j] >> 4); }
+    return r;
+}
+static inline VB vb_crumb(const uint8_t *p) {
+    VB r;
+    for (int j = 0; j < 8; j++)
+        for (int k = 0; k < 4; k++) r.v[j + 8 * k] = (int8_t)((p[j] >> (2 * k)) & 3);
+    return r;
+}
+static inline VB vb_bit(const uint8_t *p) {
+    const uint32_t bits = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    VB r;
+    for (int j = 0; j < 32; j++) r.v[j] = (int8_t)((bits >> j) & 1);
+    return r;
+}
+static inline VB vb_or_shl(VB a, VB b, int s) {
+    for (int j = 0; j < 32; j++) a.v[j] = (int8_t)(a.v[j] | (b.v[j] << s));
+    return a;
+}
+static inline VB vb_sub(VB a, int k) {
+    for (int j = 0; j < 32; j++) a.v[j] = (int8_t)(a.v[j] - k);
+    return a;
+}
+static inline VB vb_lut(VB a, const int8_t *tbl) {
+    for (int j = 0; j < 32; j++) a.v[j] = tbl[a.v[j] & 15];
+    return a;
+}
+typedef struct vw_scalar { int16_t v[32]; } vw_scalar;
+#define VW vw_scalar
+static inline VW vb_widen(VB c) {
+    VW r;
+    for (int j = 0; j < 32; j++) r.v[j] = c.v[j];
+    return r;
+}
+static inline VW vw_nib(const uint8_t *p) {
+    VW r;
+    for (int j = 0; j < 16; j++) { r.v[j] = (int16_t)(p[j] & 15); r.v[j + 16] = (int16_t)(p[j] >> 4); }
+    return r;
+}
+static inline VW vw_s8(const uint8_t *p) {
+    VW r;
+    for (int j = 0; j < 32; j++) r.v[j] = (int8_t)p[j];
+    return r;
+}
+static inline void vf_s8(const uint8_t *p, float *x) {
+    for (int j = 0; j < 32; j++) x[j] = (float)(int8_t)p[j];
+}
+static inline void vw_dot4(const VW *c, const int16_t *qi, int32_t sub, int32_t *s) {
+    for (int t = 0; t < 4; t++) {
+        int32_t sum = 0;
+        for (int j = 0; j < 32; j++) sum += c[t].v[j] * qi[j];
+        s[t] = sum - sub;
+    }
+}
+static inline void vb_floats(VB c, float *x) {
+    for (int j = 0; j < 32; j++) x[j] = (float)c.v[j];
+}
+#define vcvt_i32(p) ((float)*(p))
+#define vhalf(p) kvq_half_to_float(*(p))
+#define vload_w(p, n) ((n) > 0 ? *(p) : 0.0f)
+#define FUSED_V_HEADS 4
+#define FUSED_TABLE g_fused_scalar
+
+/* 2^n from the exponent bits; n outside [-126, 127] (or NaN, which only
+ * reaches here with a NaN x) returns 1, whose product is masked or NaN. */
+static inline float vpow2(float n) {
+    if (!(n >= -126.0f && n <= 127.0f)) return 1.0f;
+    return kvq_bits_f32((uint32_t)((int32_t)n + 127) << 23);
+}
+
+#include "attn_block.inc"
+
+float attn_block_exp(float x) { return vexp(x); }
+
+/* ------------------------------------------------ the rounded query */
+
+void attn_block_round_query(const float *q, int64_t len, int16_t *qi, float *scale, int32_t *sum) {
+    for (int64_t b = 0; b < len / 32; b++) {
+        const float *x = q + b * 32;
+        float amax = 0.0f;
+        bool finite = true;
+        for (int i = 0; i < 32; i++) {
+            finite &= isfinite(x[i]) != 0;
+            amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        }
+        int32_t s = 0;
+        const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+        for (int i = 0; i < 32; i++) {
+            /* |x * inv| <= 32767 up to rounding: the clamp keeps it in int16 */
+            const float r = finite ? roundf(x[i] * inv) : 0.0f;
+            qi[b * 32 + i] = (int16_t)(r > 32767.0f ? 32767 : r < -32767.0f ? -32767 : (int)r);
+            s += qi[b * 32 + i];
+        }
+        scale[b] = finite ? amax / 32767.0f : NAN;
+        sum[b] = s;
+    }
+}
+
+void attn_block_rounded_values(const float *q, int64_t len, float *qhat) {
+    int16_t qi[32];
+    float scale;
+    int32_t sum;
+    for (int64_t b = 0; b < len / 32; b++) {
+        attn_block_round_query(q + b * 32, 32, qi, &scale, &sum);
+        for (int i = 0; i < 32; i++) qhat[b * 32 + i] = scale * (float)qi[i];
+    }
+}
+
+bool attn_block_int_type(kvq_type t) { return (unsigned)t < KVQ_TYPE_COUNT && g_fused_scalar[t].block_bytes; }
+
+/* ------------------------------------------------------- ISA choice */
+
+const attn_block_kernels *attn_block_level(const char *level) {
+    const kvq_cpu *cpu = kvq_cpu_features();
+    if (!level) return NULL;
+    if (strcmp(level, "scalar") == 0) return &g_block_scalar;
+    if (strcmp(level, "scalar-tile") == 0) return &g_block_scalar_tile;
+#if defined(__x86_64__)
+    const bool avx2 = cpu->avx2 && cpu->fma && cpu->f16c;
+    if (strcmp(level, "avx2") == 0) return avx2 ? attn_block_avx2() : NULL;
+    if (strcmp(level, "avx2-tile") == 0) return avx2 ? attn_block_avx2_tile() : NULL;
+    if (strcmp(level, "avx512") == 0) return cpu->avx512 ? attn_block_avx512() : NULL;
+    if (strcmp(level, "avx512-tile") == 0) return cpu->avx512 ? attn_block_avx512_tile() : NULL;
+#else
+    (void)cpu;
+#endif
+    return NULL;
+}
+
+const attn_block_kernels *attn_block_best(void) {
+    static const char *const levels[] = { "avx512", "avx2" };
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(levels); i++) {
+        const attn_block_kernels *k = attn_block_level(levels[i]);
+        if (k) return k;
+    }
+    return &g_block_scalar;
+}
+
+/* ------------------------------------------------ the steps of a chunk */
+
+/* Row t of the chunk as f32: in place for f32 rows, else unpacked into
+ * slot t of the tile. */
+static const float *unpack_row(const attn_block_rows *src, const uint8_t *row, int t) {
+    if (src->f32) return (const float *)(const void *)row;
+    float *dst = src->tile + (size_t)t * (size_t)src->len;
+    src->tr->dequantize(row, dst, src->len);
+    return dst;
+}
+
+/* The row's type when it is a row of the library's own trait table (whose
+ * kernels the fused and converting paths reproduce), else -1. */
+static int own_type(const attn_block_rows *src) {
+    const kvq_type_traits *own = kvq_type_get(KVQ_TYPE_F32);     /* row 0 of the library's table */
+    for (int t = 0; t < KVQ_TYPE_COUNT; t++)
+        if (src->tr == own + t) return t;
+    return -1;
+}
+
+const attn_block_fused *attn_block_fused_for(const attn_block_kernels *kr, const attn_block_rows *src) {
+    if (src->f32 || !kr->fused || src->len > 32 * ATTN_FUSED_MAX_BLOCKS) return NULL;
+    const int t = own_type(src);
+    if (t < 0) return NULL;
+    const attn_block_fused *f = &kr->fused[t];
+    return f->block_bytes == src->tr->block_bytes && src->tr->block_size == 32 ? f : NULL;
+}
+
+int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src) {
+    if (src->f32) return ATTN_ROW_F32;
+    const int t = own_type(src);
+    const int kind = t == KVQ_TYPE_F16 ? ATTN_ROW_F16 : t == KVQ_TYPE_BF16 ? ATTN_ROW_BF16 : -1;
+    return kind > 0 && kr->scores_as[kind] && kr->accumulate_as[kind] ? kind : -1;
+}
+
+/* Rows a few chunks ahead, when the rows are evenly spaced (one KV head's
+ * rows, the usual case), are fetched into the cache while this chunk is
+ * computed: the hardware prefetchers stop at 4 KiB pages and fetch too
+ * little ahead for a stream this fast.  Only a hint: a wrong guess (past
+ * the end of the cache) costs a wasted fetch, never a fault. */
+enum { PREFETCH_CHUNKS = 4 };
+static void prefetch_ahead(const uint8_t *const *rows, int nk) {
+    if (nk < 2 || !rows[0] || !rows[1] || !rows[nk - 1]) return;
+    const uintptr_t first = (uintptr_t)rows[0], last = (uintptr_t)rows[nk - 1];
+    const uintptr_t step = (uintptr_t)rows[1] - first;
+    if (step == 0 || step > 4096 || last - first != step * (uintptr_t)(nk - 1)) return;
+    const uintptr_t from = first + step * (uintptr_t)nk * PREFETCH_CHUNKS, to = from + step * (uintptr_t)nk;
+    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a);
+}
+
+void attn_block_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows,
+                       int nk, const attn_query *q, int G, float scale, float *w, int ldw) {
+    prefetch_ahead(rows, nk);
+    const attn_block_fused *fz = q->qi ? attn_block_fused_for(kr, k) : NULL;
+    if (fz) {
+        fz->scores(rows, nk, q, G, k->len, scale, w, ldw);
+        return;
+    }
+    const int kind = attn_block_row_kind(kr, k);
+    if (kind >= 0) {
+        kr->scores_as[kind]((const float *const *)(const void *)rows, nk, q->q, G, q->stride, k->len, scale, w, ldw);
+        return;
+    }
+    const float *keys[ATTN_BLOCK_KEYS];
+    for (int t = 0; t < nk; t++) keys[t] = unpack_row(k, rows[t], t);
+    kr->scores(keys, nk, q->q, G, q->stride, k->len, scale, w, ldw);
+}
+
+static bool row_is_finite(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return false;
+    return true;
+}
+
+/* Add a non-finite row x only to the heads that weight it (0 * inf
+ * would turn the others into NaN). */
+static void add_where_weighted(const float *x, int64_t len, const float *w, int ldw, int t, int G, float *acc,
+                               int acc_stride) {
+    for (int g = 0; g < G; g++) {
+        const float wt = w[(size_t)g * ldw + t];
+        if (wt == 0.0f) continue;
+        for (int64_t d = 0; d < len; d++) acc[(size_t)g * acc_stride + d] += wt * x[d];
+    }
+}
+
+/* How many of the G heads give key t a nonzero weight. */
+static int heads_weighting(const float *w, int ldw, int G, int t) {
+    int weighted = 0;
+    for (int g = 0; g < G; g++) weighted += w[(size_t)g * ldw + t] != 0.0f;
+    return weighted;
+}
+
+/* A packed row's values are finite iff its fp16 headers are (codes are
+ * small integers): exponent bits all ones is inf or NaN. */
+static bool packed_row_is_finite(const attn_block_fused *f, const uint8_t *row, int64_t len) {
+    for (int64_t b = 0; b < len / 32; b++, row += f->block_bytes) {
+        if ((kvq_rd16(row) & 0x7c00) == 0x7c00) return false;
+        if (f->has_min && (kvq_rd16(row + 2) & 0x7c00) == 0x7c00) return false;
+    }
+    return true;
+}
+
+/* An f16 / bf16 row is finite iff no value has all exponent bits set. */
+static bool half_row_is_finite(int kind, const uint8_t *row, int64_t len) {
+    const uint16_t exp = kind == ATTN_ROW_F16 ? 0x7c00 : 0x7f80;
+    for (int64_t i = 0; i < len; i++)
+        if ((kvq_rd16(row + 2 * i) & exp) == exp) return false;
+    return true;
+}
+
+/* Whether key t's row must be kept out of the in-place / fused V sum: it
+ * is weighted 0 by some head but not by all (a weight of 0 for every head
+ * removes the row: nothing to add) and holds inf or NaN.  Such a row is
+ * added here only to the heads that weight it, as in the per-key pass
+ * (which skips zero weights), through the type's dequantize.  Checked
+ * only for partly weighted rows: a finite row is added with its weights
+ * as they are (a weight of 0 adds 0), and a non-finite one weighted by
+ * every head poisons them all, as it does in the per-key pass. */
+static bool set_aside(const attn_block_rows *v, const attn_block_fused *fz, int kind, const uint8_t *row,
+                      const float *w, int ldw, int G, int t, float *acc, int acc_stride) {
+    const int weighted = heads_weighting(w, ldw, G, t);
+    if (weighted == G) return false;
+    if (!weighted) return true;
+    const bool finite = fz ? packed_row_is_finite(fz, row, v->len)
+                      : kind == ATTN_ROW_F32 ? row_is_finite((const float *)(const void *)row, v->len)
+                                             : half_row_is_finite(kind, row, v->len);
+    if (finite) return false;
+    const float *x = (const float *)(const void *)row;
+    if (kind != ATTN_ROW_F32) {
+        v->tr->dequantize(row, v->tile, v->len);
+        x = v->tile;
+    }
+    add_where_weighted(x, v->len, w, ldw, t, G, acc, acc_stride);
+    return true;
+}
+
+void attn_block_values(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows,
+                       int nk, const float *w, int ldw, int G, float *acc, int acc_stride) {
+    prefetch_ahead(rows, nk);
+    const attn_block_fused *fz = attn_block_fused_for(kr, v);
+    const int kind = fz ? -1 : attn_block_row_kind(kr, v);
+    if (fz || kind >= 0) {
+        const uint8_t *keep[ATTN_BLOCK_KEYS];
+        for (int t = 0; t < nk; t++)
+            keep[t] = set_aside(v, fz, kind, rows[t], w, ldw, G, t, acc, acc_stride) ? NULL : rows[t];
+        if (fz) {
+            fz->accumulate(keep, nk, w, ldw, G, acc, acc_stride, v->len);
+            return;
+        }
+        /* a row set aside reads the zero row instead (its bytes are zeros
+         * as f32, f16 and bf16 alike) */
+        const float *vals[ATTN_BLOCK_KEYS];
+        for (int t = 0; t < nk; t++) vals[t] = keep[t] ? (const float *)(const void *)keep[t] : v->zero;
+        kr->accumulate_as[kind](vals, nk, w, ldw, G, acc, acc_stride, v->len);
+        return;
+    }
+    const float *vals[ATTN_BLOCK_KEYS];
+    for (int t = 0; t < nk; t++) {
+        const int weighted = heads_weighting(w, ldw, G, t);
+        if (!weighted) { vals[t] = v->zero; continue; }
+        vals[t] = unpack_row(v, rows[t], t);
+        if (weighted == G || row_is_finite(vals[t], v->len)) continue;
+        add_where_weighted(vals[t], v->len, w, ldw, t, G, acc, acc_stride);
+        vals[t] = v->zero;
+    }
+    kr->accumulate(vals, nk, w, ldw, G, acc, acc_stride, v->len);
+}

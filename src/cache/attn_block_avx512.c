@@ -1,0 +1,84 @@
+/* attn_block_avx512.c - the chunked attention kernels (attn_block.inc)
+ * with AVX-512 (16 lanes), and the fused packed-row kernels
+ * (attn_codes.inc; their int8 code primitives in 256-bit registers,
+ * attn_codes_x86.h). */
+#include "attn_block.h"
+#include "attn_codes_x86.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#define VF __m512
+#define VL 16
+#define vzero() _mm512_setzero_ps()
+#define vset1(f) _mm512_set1_ps(f)
+#define vload(p) _mm512_loadu_ps(p)
+#define vstore(p, v) _mm512_storeu_ps(p, v)
+#define vadd(a, b) _mm512_add_ps(a, b)
+#define vsub(a, b) _mm512_sub_ps(a, b)
+#define vmul(a, b) _mm512_mul_ps(a, b)
+#define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define vmin_hi(hi, x) _mm512_min_ps(hi, x)        /* second operand on NaN */
+#define vmax_skip(x, m) _mm512_max_ps(x, m)
+#define vzero_below(x, lo, y) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), y)
+#define vpow2(n) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
+#define vhsum(v) _mm512_reduce_add_ps(v)
+#define vhmax(v) _mm512_reduce_max_ps(v)
+#define BLOCK_LEVEL "avx512"
+#define BLOCK_KERNELS g_block_avx512
+#define BLOCK_TILE_KERNELS g_block_avx512_tile
+#define vload_h(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define vload_bf(p) \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
+
+/* s[i] = sum of the lanes of acc[i] for 16 accumulators: each step adds
+ * two halves of every accumulator (256-bit, 128-bit, 64-bit, 32-bit
+ * halves), packing two accumulators' partial sums into one register, so
+ * all 16 sums take 15 adds; the lanes end up as a0 a2 a1 a3 a8 a10 a9 a11
+ * a4 a6 a5 a7 a12 a14 a13 a15, put back in order by one permute. */
+static inline void vsum_lanes(const __m512 acc[16], float *s) {
+    __m512 b[8], c[4], d[2];
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[i], acc[i + 8], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(acc[i], acc[i + 8], _MM_SHUFFLE(3, 2, 3, 2)));
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[i], b[i + 4], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(b[i], b[i + 4], _MM_SHUFFLE(3, 1, 3, 1)));
+    _Pragma("GCC unroll 2") for (int i = 0; i < 2; i++)
+        d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[i], c[i + 2], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(c[i], c[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
+    _mm512_storeu_ps(s, _mm512_permutexvar_ps(order, e));
+}
+
+/* attn_codes.inc's float side. */
+#define VPB 2
+static inline void vb_floats(__m256i c, __m512 x[2]) {
+    x[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(c)));
+    x[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(c, 1)));
+}
+static inline void vf_s8(const uint8_t *p, __m512 x[2]) {
+    x[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
+    x[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + 16))));
+}
+/* vpermps reads only the low 4 bits of each index: one instruction for
+ * the nibble mask and the conversion (or codebook) to float. */
+#define VF_BOOK 1
+static inline void vf_book(const uint8_t *p, const int8_t *book_codes, __m512 x[2]) {
+    const __m512 book = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)book_codes)));
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    x[0] = _mm512_permutexvar_ps(bytes, book);
+    x[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), book);
+}
+#define vcvt_i32(p) _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(p)))
+#define vhalf(p) vload_h(p)
+#define vload_w(p, n) ((n) >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << ((n) > 0 ? (n) : 0)) - 1u), p))
+#define FUSED_V_HEADS 4
+#define FUSED_TABLE g_fused_avx512
+
+#include "attn_block.inc"
+
+const attn_block_kernels *attn_block_avx512(void) { return &g_block_avx512; }
+const attn_block_kernels *attn_block_avx512_tile(void) { return &g_block_avx512_tile; }

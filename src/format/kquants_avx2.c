@@ -1,0 +1,44 @@
+/* kquants_avx2.c - K-quant kernels with AVX2 + FMA: the shared unpackers
+ * of kquants_unpack.inc plus the 8-lane float side.  Activations stay f32. */
+#include "kquants_simd.h"
+
+#include "kquants_unpack.inc"
+
+/* Codes 8h..8h+7 of group g as 8 floats. */
+static inline __m256 group_half(const kq_unpacked *u, int g, int h) {
+    const __m128i c = _mm_loadl_epi64((const __m128i *)(u->codes + 16 * g + 8 * h));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c));
+}
+
+typedef struct kq_acc { __m256 a0, a1; } kq_acc;
+static inline kq_acc kq_acc_zero(void) { return (kq_acc){ _mm256_setzero_ps(), _mm256_setzero_ps() }; }
+static inline float kq_acc_sum(kq_acc a) {
+    const __m256 acc = _mm256_add_ps(a.a0, a.a1);
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline kq_acc codes_dot_acc(const kq_unpacked *u, const float *x, kq_acc a) {
+    for (int g = 0; g < KVQ_QK_K / 16; g++) {
+        const __m256 lo = group_half(u, g, 0), hi = group_half(u, g, 1);
+        const __m256 s = _mm256_set1_ps(u->scale[g]), b = _mm256_set1_ps(u->bias[g]);
+        a.a0 = _mm256_fmadd_ps(_mm256_fmadd_ps(lo, s, b), _mm256_loadu_ps(x + 16 * g), a.a0);
+        a.a1 = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, s, b), _mm256_loadu_ps(x + 16 * g + 8), a.a1);
+    }
+    return a;
+}
+
+/* scale*code then + bias as two roundings, like the scalar reference. */
+static void codes_dequant(const kq_unpacked *u, float *y) {
+    for (int g = 0; g < KVQ_QK_K / 16; g++) {
+        const __m256 lo = group_half(u, g, 0), hi = group_half(u, g, 1);
+        const __m256 s = _mm256_set1_ps(u->scale[g]), b = _mm256_set1_ps(u->bias[g]);
+        _mm256_storeu_ps(y + 16 * g, _mm256_add_ps(_mm256_mul_ps(lo, s), b));
+        _mm256_storeu_ps(y + 16 * g + 8, _mm256_add_ps(_mm256_mul_ps(hi, s), b));
+    }
+}
+
+#define KQ_INSTALL kvq_kquants_install_avx2
+#include "kquants_table.inc"

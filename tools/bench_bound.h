@@ -1,0 +1,29 @@
+/* bench_bound.h - the memory-bandwidth bound of a generation step, for
+ * `kvq bench`: the machine's read bandwidth, measured with the run's
+ * threads, and the bytes a step reads (weights + cache at its depth);
+ * bound t/s = bandwidth / bytes per token. */
+#ifndef KVQ_BENCH_BOUND_H
+#define KVQ_BENCH_BOUND_H
+
+#include "kvq.h"
+
+/* Read bandwidth from memory in GB/s (1e9 bytes/s): n_threads threads each
+ * sum their part of a buffer far larger than the caches; the best of
+ * several passes (the machine may be shared: the best pass is the one
+ * least disturbed).  0 on allocation failure. */
+double bench_read_bandwidth(int n_threads);
+
+/* Bytes of weights one decode step reads: every matrix of every layer and
+ * the output matrix once (tied embeddings: the embedding matrix, as the
+ * output), one embedding row, the norm vectors and biases. */
+double bench_decode_weight_bytes(const kvq_model *m);
+
+/* Cache bytes per generated token, averaged over n_gen steps whose
+ * queries sit at positions first..first+n_gen-1 (kvq_cache_query_bytes,
+ * every layer). */
+double bench_decode_cache_bytes(const kvq_cache *c, int first, int n_gen);
+
+/* tokens/s at `gbs` GB/s for `bytes` per token (0 when either is 0). */
+double bench_bound_tps(double gbs, double bytes);
+
+#endif
