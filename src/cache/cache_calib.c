@@ -98,7 +98,7 @@ static void calib_accumulate(const kvq_cache_side *sd, int kv_head, int key0, in
         for (int j = 0; j < G; j++) {
             const float wt = w[(size_t)j * w_stride + t];
             if (wt == 0.0f) continue;
-            float *a = acc + (size_t)j * acc_stride;
+            float *restrict a = acc + (size_t)j * acc_stride;
             for (int i = 0; i < p->n_coded; i++) a[i] += wt * y[i];
         }
     }

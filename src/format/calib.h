@@ -71,6 +71,7 @@ typedef struct kvq_calib_group {
     int bit0;                  /* first bit of the run in the code stream */
     bool tcq;
     float gain;                /* read as gain * scale * codebook value     */
+    const float *codebook;     /* the run's levels (trellis: by state)      */
 } kvq_calib_group;
 
 /* How one side's rows are laid out at one rate. */

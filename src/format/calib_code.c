@@ -40,15 +40,6 @@ static void put_bits(uint8_t *s, int pos, unsigned v, int n) {
         if (v >> i & 1u) s[pos >> 3] |= (uint8_t)(1u << (pos & 7));
 }
 
-static const float *group_codebook(const kvq_calib_group *g) {
-    return g->tcq ? kvq_turbo_tcq_codebook(g->bits) : kvq_turbo_lloyd_centroids(g->bits);
-}
-
-/* Codebook index of coefficient t (0-based in the run). */
-static unsigned group_index(const kvq_calib_group *g, const uint8_t *codes, int code_bytes, int t) {
-    if (g->tcq) return get_bits(codes, code_bytes, g->bit0 + t * g->bits, KVQ_TURBO_TCQ_CONTEXT + g->bits);
-    return get_bits(codes, code_bytes, g->bit0 + t * g->bits, g->bits);
-}
 
 static int run_bits(int bits, int n, bool tcq) { return n * bits + (tcq ? KVQ_TURBO_TCQ_CONTEXT : 0); }
 
@@ -74,7 +65,8 @@ kvq_status kvq_calib_profile_make(const uint8_t *bits, const float *weight, int 
             if (p->n_groups == KVQ_CALIB_MAX_GROUPS)
                 return kvq_fail(err, KVQ_ERR_FORMAT, "calibrated row: more than %d runs", KVQ_CALIB_MAX_GROUPS);
             const float gain = unbiased ? (float)kvq_calib_logit_gain(b) : 1.0f;
-            p->group[p->n_groups++] = (kvq_calib_group){ b, first, len, pos, tcq, gain };
+            const float *cb = tcq ? kvq_turbo_tcq_codebook(b) : kvq_turbo_lloyd_centroids(b);
+            p->group[p->n_groups++] = (kvq_calib_group){ b, first, len, pos, tcq, gain, cb };
             pos += run_bits(b, len, tcq);
             first += len;
         }
@@ -104,7 +96,7 @@ static int nearest(const float *c, int n, float x) {
 
 /* Code u[first..first+n) of one run; c_hat receives the chosen values. */
 static void encode_group(const kvq_calib_group *g, const float *u, uint8_t *codes, float *c_hat) {
-    const float *cb = group_codebook(g);
+    const float *cb = g->codebook;
     if (g->tcq) {
         uint16_t states[KVQ_TURBO_BLOCK];
         kvq_turbo_tcq_viterbi(g->bits, cb, u + g->first, g->n, states);
@@ -149,41 +141,51 @@ void kvq_calib_encode(const kvq_calib_profile *p, const float *y, uint8_t *row) 
 
 /* ------------------------------------------------------------- reading */
 
+static uint32_t load_le32(const uint8_t *p) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint32_t w;
+    memcpy(&w, p, 4);
+    return w;
+#else
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+#endif
+}
+
+/* out[t] = scale * codebook[index of coefficient t] for one run: one
+ * 32-bit load per coefficient while 4 bytes remain in the stream, the
+ * byte-wise read for the last ones. */
+static void decode_run(const kvq_calib_group *gr, const uint8_t *codes, int code_bytes, float scale, float *out) {
+    const int width = gr->tcq ? KVQ_TURBO_TCQ_CONTEXT + gr->bits : gr->bits;
+    const uint32_t mask = (1u << width) - 1u;
+    const float *cb = gr->codebook;
+    int t = 0;
+    for (; t < gr->n; t++) {
+        const int pos = gr->bit0 + t * gr->bits;
+        if ((pos >> 3) + 4 > code_bytes) break;
+        out[t] = scale * cb[(load_le32(codes + (pos >> 3)) >> (pos & 7)) & mask];
+    }
+    for (; t < gr->n; t++) out[t] = scale * cb[get_bits(codes, code_bytes, gr->bit0 + t * gr->bits, width)];
+}
+
 void kvq_calib_decode(const kvq_calib_profile *p, const uint8_t *row, float *y) {
     const float g = kvq_half_to_float(kvq_rd16(row));
-    const uint8_t *codes = row + SCALE_BYTES;
-    const int code_bytes = p->row_bytes - SCALE_BYTES;
     for (int k = 0; k < p->n_groups; k++) {
         const kvq_calib_group *gr = &p->group[k];
-        const float *cb = group_codebook(gr);
-        const float gg = g * gr->gain;
-        for (int t = 0; t < gr->n; t++) y[gr->first + t] = gg * cb[group_index(gr, codes, code_bytes, t)];
+        decode_run(gr, row + SCALE_BYTES, p->row_bytes - SCALE_BYTES, g * gr->gain, y + gr->first);
     }
     for (int i = p->n_coded; i < p->d; i++) y[i] = 0.0f;
 }
 
 float kvq_calib_dot(const kvq_calib_profile *p, const uint8_t *row, const float *q) {
-    const uint8_t *codes = row + SCALE_BYTES;
-    const int code_bytes = p->row_bytes - SCALE_BYTES;
+    float y[KVQ_MAX_HEAD_DIM];
+    kvq_calib_decode(p, row, y);
     float s = 0.0f;
-    for (int k = 0; k < p->n_groups; k++) {
-        const kvq_calib_group *gr = &p->group[k];
-        const float *cb = group_codebook(gr);
-        float sg = 0.0f;
-        for (int t = 0; t < gr->n; t++) sg += q[gr->first + t] * cb[group_index(gr, codes, code_bytes, t)];
-        s += gr->gain * sg;
-    }
-    return s * kvq_half_to_float(kvq_rd16(row));
+    for (int i = 0; i < p->n_coded; i++) s += q[i] * y[i];
+    return s;
 }
 
 void kvq_calib_axpy(const kvq_calib_profile *p, float w, const uint8_t *row, float *acc) {
-    const float wg = w * kvq_half_to_float(kvq_rd16(row));
-    const uint8_t *codes = row + SCALE_BYTES;
-    const int code_bytes = p->row_bytes - SCALE_BYTES;
-    for (int k = 0; k < p->n_groups; k++) {
-        const kvq_calib_group *gr = &p->group[k];
-        const float *cb = group_codebook(gr);
-        const float wgg = wg * gr->gain;
-        for (int t = 0; t < gr->n; t++) acc[gr->first + t] += wgg * cb[group_index(gr, codes, code_bytes, t)];
-    }
+    float y[KVQ_MAX_HEAD_DIM];
+    kvq_calib_decode(p, row, y);
+    for (int i = 0; i < p->n_coded; i++) acc[i] += w * y[i];
 }
