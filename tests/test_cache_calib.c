@@ -254,3 +254,70 @@ TEST(cache_calib_state_needs_its_calibration) {
     CHECK(st_back == KVQ_OK && same_rows, "round trip: %s", err.msg);
     CHECK(st_wrong != KVQ_OK && strstr(err2.msg, "calibration"), "another calibration accepted: %s", err2.msg);
 }
+
+/* kvq sweep --calib: the calibrated types join the table; their stored
+ * runs carry the calibration's checksum, so another calibration runs
+ * them again instead of reusing a result it did not produce. */
+TEST(cache_calib_sweep_takes_the_calibration) {
+    const char *bin = test_kvq_bin();
+    char model[1024], text[1024], gpl[1024];
+    if (!bin) SKIP("KVQ_BIN not set (run through make test)");
+    if (!test_shared_path(model, sizeof model, "models/toy-h64.gguf") ||
+        !test_shared_path(text, sizeof text, "text/austen-northanger-40k.txt") ||
+        !test_shared_path(gpl, sizeof gpl, "text/gpl3.txt"))
+        SKIP("../shared models/toy-h64.gguf or the texts not found");
+    char dir[64], cal_a[96], cal_b[96], cmd[8192];
+    static char out[16384];
+    snprintf(dir, sizeof dir, "/tmp/kvq_calib_sweep_%d", (int)getpid());
+    snprintf(cal_a, sizeof cal_a, "%s.a.cal", dir);
+    snprintf(cal_b, sizeof cal_b, "%s.b.cal", dir);
+    snprintf(cmd, sizeof cmd, "%s calibrate -m %s -f %s -c 64 --chunks 4 -o %s 2>&1 && %s calibrate -m %s -f %s -c 64 "
+             "--chunks 4 --skip-chunks 4 -o %s 2>&1", bin, model, gpl, cal_a, bin, model, gpl, cal_b);
+    int rc = test_run(cmd, out, sizeof out);
+    CHECK(rc == 0, "calibrate: %s", out);
+    const char *sweep = "%s sweep -m %s -f %s -c 64 --chunks 2 --types q4_0,cal325 --pairs none --tails 0 --rot on "
+                        "--calib %s -o %s 2>&1";
+    snprintf(cmd, sizeof cmd, sweep, bin, model, text, cal_a, dir);
+    const int rc1 = test_run(cmd, out, sizeof out);
+    char table[256];
+    snprintf(table, sizeof table, "%s/table.md", dir);
+    FILE *f = fopen(table, "r");
+    static char md[16384];
+    const size_t n_md = f ? fread(md, 1, sizeof md - 1, f) : 0;
+    if (f) fclose(f);
+    md[n_md] = 0;
+    const bool listed = strstr(md, "| cal325/cal325 |") != NULL;
+    snprintf(cmd, sizeof cmd, sweep, bin, model, text, cal_a, dir);
+    const int rc2 = test_run(cmd, out, sizeof out);
+    const bool reused = strstr(out, "(2 already done)") != NULL || strstr(out, "(3 already done)") != NULL;
+    snprintf(cmd, sizeof cmd, sweep, bin, model, text, cal_b, dir);
+    const int rc3 = test_run(cmd, out, sizeof out);
+    const bool rerun = strstr(out, "(2 already done)") != NULL && !strstr(out, "(3 already done)");
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s %s", dir, cal_a, cal_b);
+    test_run(cmd, out, sizeof out);
+    CHECK(rc1 == 0 && listed, "first sweep: exit %d, cal325 in the table: %d", rc1, listed);
+    CHECK(rc2 == 0 && reused, "second sweep with the same calibration reran everything");
+    CHECK(rc3 == 0 && rerun, "a sweep with another calibration reused the calibrated run");
+}
+
+/* kvq plan --calib mixes calibrated types per layer within the budget
+ * and prints flags that name the calibration. */
+TEST(cache_calib_plan_mixes_calibrated_types) {
+    const char *bin = test_kvq_bin();
+    char model[1024], text[1024], gpl[1024];
+    if (!bin) SKIP("KVQ_BIN not set (run through make test)");
+    if (!test_shared_path(model, sizeof model, "models/toy-h64.gguf") ||
+        !test_shared_path(text, sizeof text, "text/austen-northanger-40k.txt") ||
+        !test_shared_path(gpl, sizeof gpl, "text/gpl3.txt"))
+        SKIP("../shared models/toy-h64.gguf or the texts not found");
+    char cal[64], cmd[8192];
+    static char out[16384];
+    snprintf(cal, sizeof cal, "/tmp/kvq_calib_plan_%d.cal", (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s calibrate -m %s -f %s -c 64 --chunks 4 -o %s 2>&1 && %s plan -m %s -f %s -c 64 "
+             "--chunks 2 --budget 18%% --types cal425,cal325,cal250 --calib %s 2>&1", bin, model, gpl, cal, bin, model,
+             text, cal);
+    const int rc = test_run(cmd, out, sizeof out);
+    unlink(cal);
+    const char *flags = strstr(out, "flags: ");
+    CHECK(rc == 0 && flags && strstr(flags, "--calib") && strstr(flags, "cal"), "exit %d: %s", rc, out);
+}

@@ -312,6 +312,13 @@ static int run(drift_opts *o, drift_prompts *ps) {
     if (read_prompts(o, ps)) return 1;
     kvq_model *m = cli_load_model(CMD, o->model);
     if (!m) return 1;
+    kvq_calib *cal = NULL;   /* --calib: every configuration's cache copies it */
+    kvq_error cerr = { 0 };
+    if (o->cache.calib_path && kvq_calib_load(o->cache.calib_path, m, &cal, &cerr) != KVQ_OK) {
+        kvq_model_free(m);
+        return cli_error(CMD, "--calib: %s", cerr.msg);
+    }
+    o->cache.params.calib = cal;
     const kvq_model_info *in = kvq_model_get_info(m);
     const int limit = o->n_ctx ? o->n_ctx : in->n_ctx_train > 0 ? in->n_ctx_train : 4096;
     drift_config *cfg = NULL;
@@ -341,6 +348,8 @@ static int run(drift_opts *o, drift_prompts *ps) {
     for (size_t i = 0; rows && i < n_cfg; i++) kvq_drift_run_free(&rows[i].run);
     free(rows);
     free(cfg);
+    o->cache.params.calib = NULL;
+    kvq_calib_free(cal);
     kvq_model_free(m);
     return rc;
 }

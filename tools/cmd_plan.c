@@ -341,17 +341,32 @@ static kvq_status measure_uniform(const kvq_plan_setup *s, plan_result *r, kvq_e
     return st;
 }
 
+static int plan_with(plan_opts *o, kvq_plan_setup *sp, plan_result *r);
+
 static int plan_and_verify(plan_opts *o, const kvq_model *m, const kvq_kld_ref *base, int n_chunk, plan_result *r) {
     kvq_plan_setup s;
     kvq_plan_setup_init(&s, m, base);
     s.n_chunk = n_chunk;
     s.n_threads = o->n_threads;
     s.cache = o->cache.params;
+    kvq_calib *cal = NULL;   /* --calib: calibrated candidates (--types cal325,...); every cache copies it */
+    kvq_error cerr = { 0 };
+    if (o->cache.calib_path && kvq_calib_load(o->cache.calib_path, m, &cal, &cerr) != KVQ_OK)
+        return cli_error(CMD, "--calib: %s", cerr.msg);
+    s.cache.calib = cal;
+    r->n_ctx = base->n_ctx;
+    r->n_chunk = n_chunk;
+    const int rc = plan_with(o, &s, r);
+    kvq_calib_free(cal);
+    return rc;
+}
+
+/* The sensitivity runs, the choice and the verification run. */
+static int plan_with(plan_opts *o, kvq_plan_setup *sp, plan_result *r) {
+    kvq_plan_setup s = *sp;
     progress pr = { kvq_now_seconds() };
     s.progress = on_progress;
     s.progress_ud = &pr;
-    r->n_ctx = base->n_ctx;
-    r->n_chunk = n_chunk;
     kvq_error err = { 0 };
     fprintf(stderr, "kvq plan: %d sensitivity runs (%d layers x K,V x %d types) + exact + verification\n",
             2 * r->in->n_layer * o->n_types, r->in->n_layer, o->n_types);

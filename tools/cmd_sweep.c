@@ -10,6 +10,7 @@
  * reference is reused when it matches this model, text, context and chunk
  * count (otherwise the sweep stops rather than mix two experiments). */
 #include "base_kvq.h"
+#include "calib.h"
 #include "chunks.h"
 #include "cli.h"
 #include "engine_cli.h"
@@ -48,6 +49,7 @@ typedef struct sweep_opts {
     int drift_n;                  /* --drift N: generated tokens per prompt, 0 = none */
     const char *drift_prompts;
     kvq_ladder_rank rank;
+    const char *calib;            /* --calib FILE: the calibrated types join the grid */
 } sweep_opts;
 
 static void usage(FILE *f) {
@@ -77,7 +79,9 @@ static void usage(FILE *f) {
         "                        (docs/drift.md; measured again on every run)\n"
         "  --drift-prompts FILE  one prompt per line (default: %d windows of %d tokens of -f)\n"
         "  --rank median_kld|drift_kld|first_div   what the ladder weighs against size\n"
-        "                        (default median_kld; the drift ones need --drift)\n",
+        "                        (default median_kld; the drift ones need --drift)\n"
+        "  --calib FILE          the model's calibration (kvq calibrate): the calibrated types\n"
+        "                        cal225 ... cal425 join the default types (docs/calibration.md)\n",
         SWEEP_DRIFT_WINDOWS, SWEEP_DRIFT_WINDOW_TOKENS);
 }
 
@@ -99,6 +103,7 @@ static int parse_args(sweep_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--jobs")) num = &o->n_jobs;
         else if (!strcmp(a, "--drift")) num = &o->drift_n;
         else if (!strcmp(a, "--drift-prompts")) str = &o->drift_prompts;
+        else if (!strcmp(a, "--calib")) str = &o->calib;
         else if (!strcmp(a, "--rot") || !strcmp(a, "--ref-type") || !strcmp(a, "--rank")) { /* handled below */ }
         else {
             cli_error(CMD, "unknown option '%s' (see kvq sweep --help)", a);
@@ -137,14 +142,16 @@ static int parse_args(sweep_opts *o, int argc, char **argv) {
 
 /* ------------------------------------------------------------ the grid */
 
-/* Default same-type list: every cache type kvq has but the calibrated
- * ones (they need the model's calibration). */
-static kvq_status default_types(kvq_type **out, size_t *n, kvq_error *err) {
+/* Default same-type list: every cache type kvq has, the calibrated ones
+ * when there is a calibration (they need the model's). */
+static kvq_status default_types(bool calibrated, kvq_type **out, size_t *n, kvq_error *err) {
     *out = malloc(KVQ_TYPE_COUNT * sizeof **out);
     *n = 0;
     if (!*out) return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
-    for (int t = 0; t < KVQ_TYPE_COUNT; t++)
-        if (kvq_type_get((kvq_type)t)->is_cache_type && !kvq_type_get((kvq_type)t)->calib_rate) (*out)[(*n)++] = (kvq_type)t;
+    for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
+        const kvq_type_traits *tr = kvq_type_get((kvq_type)t);
+        if (tr->is_cache_type && (calibrated || !tr->calib_rate)) (*out)[(*n)++] = (kvq_type)t;
+    }
     return KVQ_OK;
 }
 
@@ -170,7 +177,7 @@ static int build_grid(const sweep_opts *o, int n_ctx, kvq_sweep_config **cfg, si
     int *tails = NULL;
     size_t n_types = 0, n_pairs = 0, n_tails = 0;
     kvq_status st = o->types ? kvq_sweep_parse_types(o->types, &types, &n_types, &err)
-                             : default_types(&types, &n_types, &err);
+                             : default_types(o->calib != NULL, &types, &n_types, &err);
     if (st == KVQ_OK)
         st = !o->pairs                ? default_pairs(&pairs, &n_pairs, &err)
              : !strcmp(o->pairs, "none") ? KVQ_OK
@@ -215,14 +222,21 @@ typedef struct sweep {
     int n_to_run, n_started, n_finished;
     double t_start;
     drift_prompts drift;          /* --drift: the prompts, checked in setup */
+    kvq_calib *calib;             /* --calib, loaded in setup; each cache copies it */
 } sweep;
 
 static void path_in(char *buf, const sweep *s, const char *rel) {
     snprintf(buf, PATH_CAP, "%s/%s", s->o->outdir, rel);
 }
 
+/* A calibrated configuration's result belongs to its calibration too:
+ * its file name carries the calibration's checksum. */
 static void run_path(char *buf, const sweep *s, const kvq_sweep_config *c) {
-    snprintf(buf, PATH_CAP, "%s/runs/%s.csv", s->o->outdir, c->slug);
+    const bool cal = kvq_type_get(c->type_k)->calib_rate || kvq_type_get(c->type_v)->calib_rate;
+    if (cal && s->calib)
+        snprintf(buf, PATH_CAP, "%s/runs/%s.cal%016llx.csv", s->o->outdir, c->slug,
+                 (unsigned long long)s->calib->checksum);
+    else snprintf(buf, PATH_CAP, "%s/runs/%s.csv", s->o->outdir, c->slug);
 }
 
 static int make_dir(const char *path) {
@@ -245,6 +259,7 @@ static void sweep_params(const sweep *s, const kvq_sweep_config *c, int n_ctx, c
     p->rot.mode = c->rot;
     cache_flags_resolve(CMD, cf, n_ctx);   /* tails were checked against the context with the grid */
     p->max_batch = s->n_batch;
+    p->calib = s->calib;
 }
 
 static kvq_ctx *make_ctx(const sweep *s, const kvq_sweep_config *c, kvq_error *err) {
@@ -565,6 +580,8 @@ static int setup(sweep *s) {
     s->info = kvq_model_get_info(s->m);
     s->bos = s->info->add_bos ? s->info->bos_id : -1;
     if (kvq_model_file_hash(s->o->model, &s->model_hash, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);
+    if (s->o->calib && kvq_calib_load(s->o->calib, s->m, &s->calib, &err) != KVQ_OK)
+        return cli_error(CMD, "--calib: %s", err.msg);
     if (prepare_tokens(s) || prepare_drift(s)) return 1;
     s->n_batch = kvq_eval_batch(s->o->n_batch, s->n_ctx);
     kvq_cache_params ref;   /* the largest cache of the grid: the exact reference */
@@ -623,6 +640,7 @@ int cmd_sweep(int argc, char **argv) {
     free(s.cfg);
     free(s.tokens);
     drift_prompts_free(&s.drift);
+    kvq_calib_free(s.calib);
     kvq_model_free(s.m);
     return rc;
 }

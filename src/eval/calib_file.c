@@ -156,6 +156,7 @@ static kvq_status parse(const uint8_t *buf, size_t size, const char *path, uint6
     kvq_status st = kvq_calib_alloc(&c, (int)f[0], (int)f[1], (int)f[2], (int)f[3], (int)f[4], rates, err);
     if (st) return st;
     c->model_hash = model_hash;
+    c->checksum = rd64(buf + CHECKSUM_AT);
     c->method_k = (kvq_calib_method)f[5];
     c->method_v = (kvq_calib_method)f[6];
     c->n_tokens = f[7];

@@ -129,6 +129,7 @@ struct kvq_calib {
     int n_rates, rates[KVQ_CALIB_N_RATES];
     kvq_calib_method method_k, method_v;
     double query_mix;          /* K's metric: share of the queries' second moment */
+    uint64_t checksum;         /* the file's (0 when not read from one): its identity */
     uint32_t n_tokens;         /* calibration positions per layer */
     kvq_calib_side *k, *v;     /* [n_layer][n_head_kv]            */
 };
