@@ -3,14 +3,23 @@
 #   make            library (static + shared), the kvq tool, tests, bench
 #   make test       build and run every test (ends "N passed, N failed")
 #   make sanitize   the same tests built with -fsanitize=address,undefined
+#   make coverage   line and branch coverage of src/ by the tests (gcov)
 #   make bench      benchmarks (timings live here, never in tests)
 #   make demo       the main job: a cache-type sweep on the bundled model
-#   make fuzz       libFuzzer target for the GGUF reader (needs clang)
+#   make fuzz       libFuzzer targets fuzz/fuzz_*.c (needs clang); make
+#                   fuzz-smoke runs each for a fixed number of inputs
 #   make install PREFIX=/usr/local
 #
-# Sources are found by wildcard: a new src/*.c file needs no Makefile edit.
+# src/ is in layers, each a folder, each using only those below it
+# (make check-layers):  base < format < cache < model < eval.
+#   base    CPU features, threads, errors, files, hashes, SIMD primitives
+#   format  the type table and every format: blocks, KVarN, TurboQuant, rotation
+#   cache   the KV cache, its exact rows, editing and state, attention kernels
+#   model   GGUF, models, the forward pass, matmul, tokenizers, sampler
+#   eval    KLD and base files, statistics, sweep, ladder, plots, planner, drift
+# Sources are found by wildcard: a new src/LAYER/*.c needs no Makefile edit.
 # Files named *_avx2.c / *_avx512.c are compiled with those ISA flags and
-# only called after run-time CPU detection (src/cpu.c).
+# only called after run-time CPU detection (src/base/cpu.c).
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -18,14 +27,15 @@ BUILD   ?= build
 OPT     ?= -O2
 CSTD     = -std=c11
 WARN     = -Wall -Wextra -Werror
-CPPFLAGS_ALL = -Iinclude -Isrc -D_GNU_SOURCE
+LAYERS = base format cache model eval
+CPPFLAGS_ALL = -Iinclude $(LAYERS:%=-Isrc/%) -D_GNU_SOURCE
 CFLAGS_ALL   = $(CSTD) $(OPT) $(WARN) -fPIC -pthread -g $(EXTRA_CFLAGS)
 LDLIBS_ALL   = -lm -pthread
 
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2
 
-LIB_SRC   := $(sort $(wildcard src/*.c))
+LIB_SRC   := $(sort $(wildcard $(LAYERS:%=src/%/*.c)))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TEST_SRC  := $(sort $(wildcard tests/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
@@ -45,21 +55,28 @@ TESTS   = $(BUILD)/run_tests
 BENCH   = $(BUILD)/kvq-bench
 EXAMPLES = $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 
-.PHONY: all test sanitize bench demo fuzz install clean
+.PHONY: all test sanitize bench demo install clean coverage check-layers
 all: $(STATIC) $(SHARED) $(KVQ) $(TESTS) $(BENCH) $(EXAMPLES)
 
 isa_flags = $(if $(findstring _avx512,$1),$(AVX512_FLAGS),$(if $(findstring _avx2,$1),$(AVX2_FLAGS),))
 
+# Library objects hide every symbol not marked KVQ_API (include/kvq.h).
+lib_flags = $(if $(filter src/%,$1),-fvisibility=hidden,)
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(call isa_flags,$<) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(call isa_flags,$<) $(call lib_flags,$<) -MMD -MP -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# libkvq.so.0 (SONAME: programs linked against it record libkvq.so.0) and
+# the development link libkvq.so pointing at it.
+SONAME = libkvq.so.0
 $(SHARED): $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS_ALL) $(EXTRA_LDFLAGS)
+	$(CC) -shared -Wl,-soname,$(SONAME) -o $(BUILD)/$(SONAME) $^ $(LDLIBS_ALL) $(EXTRA_LDFLAGS)
+	ln -sf $(SONAME) $@
 
 $(KVQ): $(TOOL_OBJ) $(STATIC)
 	$(CC) $(CFLAGS_ALL) -o $@ $(TOOL_OBJ) $(STATIC) $(LDLIBS_ALL) $(EXTRA_LDFLAGS)
@@ -70,6 +87,11 @@ $(TESTS): $(TEST_OBJ) $(CLI_LIB_OBJ) $(STATIC)
 $(BENCH): $(BENCH_OBJ) $(CLI_LIB_OBJ) $(STATIC)
 	$(CC) $(CFLAGS_ALL) -o $@ $(BENCH_OBJ) $(CLI_LIB_OBJ) $(STATIC) $(LDLIBS_ALL) $(EXTRA_LDFLAGS)
 
+# Every #include "x.h" of a src/ file names a header of its own layer or
+# one below (tools/check_layers.sh); CI runs it.
+check-layers:
+	@sh tools/check_layers.sh $(LAYERS)
+
 # Examples use the public header alone (-Iinclude, no src/).
 $(BUILD)/examples/%: examples/%.c include/kvq.h $(STATIC)
 	@mkdir -p $(dir $@)
@@ -77,8 +99,9 @@ $(BUILD)/examples/%: examples/%.c include/kvq.h $(STATIC)
 
 # Tests find the CLI through KVQ_BIN and the shared assets through
 # KVQ_SHARED (default ../shared); both are optional.
-test: $(TESTS) $(KVQ) $(EXAMPLES)
-	KVQ_BIN=$(abspath $(KVQ)) KVQ_EXAMPLES=$(abspath $(BUILD)/examples) $(TESTS) $(TEST_ARGS)
+test: $(TESTS) $(KVQ) $(EXAMPLES) $(SHARED)
+	KVQ_BIN=$(abspath $(KVQ)) KVQ_EXAMPLES=$(abspath $(BUILD)/examples) KVQ_SHARED_LIB=$(abspath $(BUILD)/$(SONAME)) \
+	    $(TESTS) $(TEST_ARGS)
 
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 sanitize:
@@ -104,26 +127,102 @@ demo: $(KVQ)
 	@mkdir -p out
 	$(KVQ) sweep -m $(DEMO_MODEL) -f $(DEMO_TEXT) $(DEMO_ARGS) -o out/demo
 
+# Fuzzing (docs/fuzzing.md): every fuzz/fuzz_NAME.c is a libFuzzer target
+# NAME (a new target is one more file), seeded from fuzz/corpus/NAME/.
+#   make fuzz                      each target for FUZZ_TIME seconds
+#   make fuzz FUZZ_TARGET=gguf FUZZ_TIME=600
+#   make fuzz-smoke                each target for FUZZ_RUNS inputs (fixed
+#                                  seed), skipped with a message without clang
+#   make fuzz-corpus               rewrite the generated seeds
 FUZZ_CC ?= clang
 FUZZ_TIME ?= 60
-fuzz:
+FUZZ_RUNS ?= 20000
+FUZZ_TARGET ?= all
+FUZZ_MAX_LEN ?= 65536
+FUZZ_NAMES := $(patsubst fuzz/fuzz_%.c,%,$(sort $(wildcard fuzz/fuzz_*.c)))
+FUZZ_PICK = $(if $(filter all,$(FUZZ_TARGET)),$(FUZZ_NAMES),$(FUZZ_TARGET))
+FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined
+
+.PHONY: fuzz fuzz-check fuzz-build fuzz-smoke fuzz-corpus
+# clang with libFuzzer, or a message saying what is missing (exit 1)
+fuzz-check:
+	@mkdir -p build-fuzz
+	@command -v $(FUZZ_CC) >/dev/null 2>&1 || { echo "fuzz: $(FUZZ_CC) not found (Debian: apt-get install clang)"; exit 1; }
+	@printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n);\nint LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
+	    > build-fuzz/probe.c
+	@$(FUZZ_CC) -fsanitize=fuzzer build-fuzz/probe.c -o build-fuzz/probe 2>/dev/null || \
+	    { echo "fuzz: $(FUZZ_CC) cannot link libFuzzer (Debian: apt-get install libclang-rt-N-dev, N = clang's version)"; exit 1; }
+
+FUZZ_BINS := $(FUZZ_NAMES:%=build-fuzz/fuzz_%)
+fuzz-build: fuzz-check
 	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) OPT=-O1 \
-	    EXTRA_CFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" build-fuzz/libkvq.a
-	$(FUZZ_CC) $(CPPFLAGS_ALL) $(CSTD) $(WARN) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    fuzz/fuzz_gguf.c build-fuzz/libkvq.a -lm -pthread -o build-fuzz/fuzz_gguf
-	mkdir -p build-fuzz/corpus
-	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) -max_len=65536 build-fuzz/corpus fuzz/corpus
+	    EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" build-fuzz/libkvq.a
+	$(MAKE) $(FUZZ_BINS)
+
+$(FUZZ_BINS): build-fuzz/fuzz_%: fuzz/fuzz_%.c build-fuzz/libkvq.a
+	$(FUZZ_CC) $(CPPFLAGS_ALL) $(CSTD) $(WARN) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) -MMD -MP -MF $@.d \
+	    $< build-fuzz/libkvq.a -lm -pthread -o $@
+
+# Longest input per target: FUZZ_MAX_LEN, or FUZZ_MAX_LEN_NAME where a
+# target's seeds are larger (a state file with a whole KVarN tile: 68 KB).
+FUZZ_MAX_LEN_state ?= 262144
+fuzz_len = $(or $(FUZZ_MAX_LEN_$(1)),$(FUZZ_MAX_LEN))
+# Inputs per target in fuzz-smoke: FUZZ_RUNS, or FUZZ_RUNS_NAME for a slow
+# target (state: three caches restored twice per input, 0.6 ms each).
+FUZZ_RUNS_state ?= 5000
+fuzz_runs = $(or $(FUZZ_RUNS_$(1)),$(FUZZ_RUNS))
+fuzz_seeds = $(wildcard fuzz/corpus/$(1))
+
+# New inputs go to build-fuzz/corpus/NAME (kept between runs, not in git).
+fuzz: fuzz-build
+	@$(foreach t,$(FUZZ_PICK), \
+	    mkdir -p build-fuzz/corpus/$(t) build-fuzz/crashes/$(t) && echo "== fuzz $(t) ($(FUZZ_TIME) s)" && \
+	    build-fuzz/fuzz_$(t) -max_total_time=$(FUZZ_TIME) -max_len=$(call fuzz_len,$(t)) -print_final_stats=1 \
+	        -artifact_prefix=build-fuzz/crashes/$(t)/ build-fuzz/corpus/$(t) $(call fuzz_seeds,$(t)) || exit 1;)
+
+# A fixed number of inputs per target from a fresh corpus and a fixed
+# seed: the same work on every run (no timing), a few seconds in all.
+fuzz-smoke:
+	@if ! why=$$($(MAKE) -s --no-print-directory fuzz-check 2>/dev/null); then \
+	    echo "fuzz-smoke: SKIPPED: $$why"; exit 0; fi; \
+	$(MAKE) -s --no-print-directory fuzz-build || exit 1; \
+	$(foreach t,$(FUZZ_NAMES), \
+	    rm -rf build-fuzz/smoke/$(t) && mkdir -p build-fuzz/smoke/$(t) && \
+	    { build-fuzz/fuzz_$(t) -runs=$(call fuzz_runs,$(t)) -seed=1 -max_len=$(call fuzz_len,$(t)) \
+	        -artifact_prefix=build-fuzz/smoke/$(t)- build-fuzz/smoke/$(t) $(call fuzz_seeds,$(t)) \
+	        >build-fuzz/smoke/$(t).log 2>&1 || \
+	      { tail -n 30 build-fuzz/smoke/$(t).log; echo "fuzz-smoke: $(t) FAILED (log: build-fuzz/smoke/$(t).log)"; \
+	        exit 1; }; } && \
+	    echo "fuzz-smoke: $(t): $(call fuzz_runs,$(t)) inputs, no finding" || exit 1;)
+
+fuzz-corpus: $(STATIC)
+	$(CC) $(CPPFLAGS_ALL) $(CSTD) $(WARN) -Itests -O1 fuzz/make_corpus.c $(STATIC) $(LDLIBS_ALL) -o $(BUILD)/make_corpus
+	$(BUILD)/make_corpus fuzz/corpus
+
+# Line and branch coverage of src/ by make test's tests (gcc's gcov, no
+# other tool): an instrumented build in build-cov, the tests, one summary.
+coverage:
+	$(MAKE) BUILD=build-cov OPT=-O1 EXTRA_CFLAGS="--coverage -Wno-error=maybe-uninitialized" EXTRA_LDFLAGS="--coverage" \
+	    build-cov/run_tests build-cov/kvq
+	find build-cov -name '*.gcda' -delete
+	KVQ_BIN=$(abspath build-cov/kvq) build-cov/run_tests > build-cov/tests.log 2>&1 || { tail -n 5 build-cov/tests.log; exit 1; }
+	@tail -n 1 build-cov/tests.log
+	@for l in $(LAYERS); do gcov -b -n -o build-cov/src/$$l src/$$l/*.c 2>/dev/null; done | awk ' \
+	    /^Lines executed:/        { split($$2, a, "%"); sub("executed:", "", a[1]); l += a[1] * $$4 / 100; L += $$4 } \
+	    /^Taken at least once:/   { split($$4, b, "%"); sub("once:", "", b[1]); t += b[1] * $$6 / 100; T += $$6 } \
+	    END { printf "coverage of src/: lines %.1f%% of %d, branches taken %.1f%% of %d\n", 100 * l / L, L, 100 * t / T, T }'
 
 install: $(STATIC) $(SHARED) $(KVQ)
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/kvq.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/$(SONAME) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvq.so
 	install -m 755 $(KVQ) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(shell sed -n 's/^#define KVQ_VERSION "\(.*\)"/\1/p' include/kvq.h)|g' \
 	    kvq.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvq.pc
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-fuzz build-cov
 
--include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(FUZZ_BINS:=.d)

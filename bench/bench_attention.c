@@ -4,7 +4,7 @@
  * 32768 cached tokens, for every cache type (K and V of the same type).
  *
  * Printed per type and context, for the chunked key loop (the default,
- * src/attn_block.h): time per decode step with 1 thread (CPU time of the
+ * src/cache/attn_block.h): time per decode step with 1 thread (CPU time of the
  * thread: the machines are shared) and with 2 threads (wall clock: CPU
  * time would add both threads), GB/s of cache rows read (K + V bodies of
  * every key), the speed relative to f16 (f16 time / this type's time) for
@@ -151,7 +151,8 @@ int bench_attention(int argc, char **argv) {
         for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
             const kvq_type_traits *tr = kvq_type_get_scalar((kvq_type)t);
             /* tile types (KVarN): bench group cachefmt */
-            kvq_cache *c = tr && tr->is_cache_type && tr->layout == KVQ_LAYOUT_ROWS ? make_cache((kvq_type)t, n_ctx) : NULL;
+            kvq_cache *c = tr && tr->is_cache_type && tr->layout == KVQ_LAYOUT_ROWS && !tr->calib_rate
+                               ? make_cache((kvq_type)t, n_ctx) : NULL;   /* calibrated: need a model */
             if (!c) continue;
             /* default and tile alternately, twice: the smaller median of each
              * (a loaded machine drifts between seconds) */

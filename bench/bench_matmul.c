@@ -157,7 +157,7 @@ int bench_matmul(int argc, char **argv) {
     printf("%-8s %6s %7s %10s %9s\n", "type", "n_tok", "threads", "ms", "GFLOP/s");
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
         const kvq_type_traits *tr = kvq_type_get((kvq_type)ty);
-        if (!tr || cols % tr->block_size || !type_selected(types, tr->name)) continue;
+        if (!tr || !tr->dequantize || cols % tr->block_size || !type_selected(types, tr->name)) continue;
         uint8_t *W = make_weights((kvq_type)ty, rows, cols);
         if (!W) { fprintf(stderr, "bench_matmul: out of memory\n"); continue; }
         for (size_t k = 0; k < 2; k++)

@@ -20,7 +20,7 @@ done
 # One row per configuration: size % and mean / median / p99.9 KLD at each context.
 for c in $CTXS; do
     awk -F, -v c="$c" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-        $col["is_reference"] == "false" {
+        $col["is_reference"] == "0" {
             printf "%s\t%s\t%.1f\t%.3g\t%.3g\t%.3g\n", $col["label"], c, $col["size_pct"], $col["mean_kld"],
                    $col["median_kld"], $col["p99_9_kld"] }' "$OUT/c$c/results.csv"
 done | awk -F'\t' -v ctxs="$CTXS" '

@@ -1,11 +1,16 @@
 /*
- * fuzz_gguf.c - libFuzzer target for the GGUF reader (make fuzz).
+ * fuzz_gguf.c - libFuzzer target for the GGUF reader and the tokenizer
+ * loader on its metadata (make fuzz).
  *
  * Any input must either open (then every getter and tensor must be safe
  * to use, and every tensor must lie inside the input) or fail with
- * KVQ_ERR_FORMAT and a message; ASan/UBSan catch the rest.
+ * KVQ_ERR_FORMAT and a message; ASan/UBSan catch the rest.  An input that
+ * opens is also given to kvq_tokenizer_load (tokenizer.ggml.*, special
+ * token ids included), which must succeed, then tokenize a fixed text
+ * into ids of its vocabulary, or fail with a message.
  */
 #include "gguf.h"
+#include "tokenizer.h"
 
 #include <stdlib.h>
 
@@ -54,6 +59,24 @@ static void touch_tensors(const gguf_file *f, const uint8_t *data, size_t size) 
     }
 }
 
+static void touch_tokenizer(const gguf_file *f) {
+    kvq_tokenizer *t = NULL;
+    kvq_error err = { 0 };
+    if (kvq_tokenizer_load(f, &t, &err) != KVQ_OK) {
+        if (t || !err.msg[0]) abort();
+        return;
+    }
+    static const char text[] = "Hello <s> world, 123 \xC3\xA9t\xC3\xA9 \xFF";
+    int32_t ids[64];
+    const int n = kvq_tokenizer_encode(t, text, sizeof text - 1, true, true, ids, 64);
+    for (int i = 0; i < n && i < 64; i++)
+        if (ids[i] < 0 || ids[i] >= kvq_tokenizer_n_vocab(t)) abort();
+    const int32_t specials[2] = { kvq_tokenizer_bos(t), kvq_tokenizer_eos(t) };
+    for (int i = 0; i < 2; i++)
+        if (specials[i] < -1 || specials[i] >= kvq_tokenizer_n_vocab(t)) abort();
+    kvq_tokenizer_free(t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gguf_file *f = NULL;
@@ -65,6 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     touch_keys(f);
     touch_tensors(f, data, size);
+    touch_tokenizer(f);
     gguf_close(f);
     return 0;
 }

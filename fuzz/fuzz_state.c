@@ -1,57 +1,50 @@
 /*
  * fuzz_state.c - libFuzzer target for the cache state loader
- * (kvq_cache_load_memory, src/cache_state.c).
+ * (kvq_cache_load_memory, src/cache/cache_state.c).
  *
- * One small cache of every family's settings is made once; any input must
- * either restore (then attention over what it holds must run) or fail with
- * a message and leave the cache empty; ASan/UBSan catch the rest.  Seeds:
- * fuzz/corpus-state/, written by a test-like run of kvq_cache_save.
+ * One small cache of every family's settings is made once (state_caches.h);
+ * any input must either restore (then attention over what it holds must
+ * run) or fail with a message and leave the cache empty; ASan/UBSan catch
+ * the rest.  Each input is tried as it is and with its checksum resealed,
+ * so that mutations get past the checksum into the settings and data.
+ * Seeds: fuzz/corpus/state/ (make fuzz-corpus).
  */
 #include "cache.h"
+#include "hash64.h"
+#include "state_caches.h"
 
 #include <stdlib.h>
 
-static kvq_cache *make(kvq_type k, kvq_type v, int tail) {
-    kvq_cache_params p;
-    kvq_cache_params_default(&p);
-    memset(&p.rot, 0, sizeof p.rot);
-    p.n_layer = 2;
-    p.n_head_kv = 1;
-    p.head_dim_k = p.head_dim_v = 64;
-    p.n_ctx = 300;
-    p.max_batch = 64;
-    p.type_k = k;
-    p.type_v = v;
-    p.tail_tokens = tail;
-    p.rollback_tokens = 8;
-    kvq_cache *c = NULL;
-    return kvq_cache_create(&p, &c, NULL) == KVQ_OK ? c : NULL;
+static void try_load(kvq_cache *c, const uint8_t *data, size_t size) {
+    int32_t *toks = NULL;
+    int n = 0;
+    kvq_error err = { 0, "" };
+    if (kvq_cache_load_memory(c, data, size, 0, &toks, &n, &err) == KVQ_OK) {
+        if (n > 0) {
+            float q[64], out[64];
+            memset(q, 0, sizeof q);
+            if (kvq_cache_attend(c, 0, n - 1, 1, 1, q, 1.0f, out, NULL, &err) != KVQ_OK && !err.msg[0]) abort();
+        }
+    } else if (!err.msg[0] || c->n_stored[0] != 0) {
+        abort();                         /* a refusal says why and leaves nothing behind */
+    }
+    free(toks);
+    kvq_cache_clear(c);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static kvq_cache *caches[3];
-    if (!caches[0]) {
-        caches[0] = make(KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0, 16);
-        caches[1] = make(KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, 0);
-        caches[2] = make(KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_F16, 4);
+    static kvq_cache *caches[STATE_CACHES];
+    if (!caches[0])
+        for (int i = 0; i < STATE_CACHES; i++)
+            if (!(caches[i] = state_cache_make(i))) abort();
+    uint8_t *sealed = malloc(size ? size : 1);
+    if (!sealed) abort();
+    memcpy(sealed, data, size);
+    if (size >= 8) kvq_wr64(sealed + size - 8, kvq_hash64_of(sealed, size - 8));
+    for (int i = 0; i < STATE_CACHES; i++) {
+        try_load(caches[i], data, size);
+        try_load(caches[i], sealed, size);
     }
-    for (int i = 0; i < 3; i++) {
-        kvq_cache *c = caches[i];
-        if (!c) abort();
-        int32_t *toks = NULL;
-        int n = 0;
-        kvq_error err = { 0, "" };
-        if (kvq_cache_load_memory(c, data, size, 0, &toks, &n, &err) == KVQ_OK) {
-            if (n > 0) {
-                float q[4 * 64], out[4 * 64];
-                memset(q, 0, sizeof q);
-                if (kvq_cache_attend(c, 0, n - 1, 1, 1, q, 1.0f, out, NULL, &err) != KVQ_OK && !err.msg[0]) abort();
-            }
-        } else if (!err.msg[0] || c->n_stored[0] != 0) {
-            abort();                     /* a refusal says why and leaves nothing behind */
-        }
-        free(toks);
-        kvq_cache_clear(c);
-    }
+    free(sealed);
     return 0;
 }

@@ -27,6 +27,14 @@ extern "C" {
 
 #define KVQ_VERSION "0.1.0"
 
+/* What libkvq.so exports: the library is built with -fvisibility=hidden,
+ * so every function declared here, and nothing else, is marked. */
+#if defined(__GNUC__)
+#define KVQ_API __attribute__((visibility("default")))
+#else
+#define KVQ_API
+#endif
+
 /* ------------------------------------------------------------------ errors */
 
 typedef enum kvq_status {
@@ -46,7 +54,7 @@ typedef struct kvq_error {
 /* ------------------------------------------------------------ value types */
 
 /*
- * Every storage type kvq knows: the cache types of FORMATS.md (plain and
+ * Every storage type kvq knows: the cache types of docs/spec/formats.md (plain and
  * 32-value block types §1-2, KVarN tiles §3, TurboQuant rows §4-5) and the
  * weight-only types of GGUF files (K-quants).  The order is kvq's own; the
  * GGUF/ggml numbering is a column of the trait table (ggml_id).
@@ -71,38 +79,48 @@ typedef enum kvq_type {
     KVQ_TYPE_Q4_K,
     KVQ_TYPE_Q5_K,
     KVQ_TYPE_Q6_K,
-    /* KVarN (FORMATS.md §3): 128-token tiles of 128 (or 64) channels */
+    /* KVarN (docs/spec/formats.md §3): 128-token tiles of 128 (or 64) channels */
     KVQ_TYPE_KVARN2,
     KVQ_TYPE_KVARN3,
     KVQ_TYPE_KVARN4,
     KVQ_TYPE_KVARN5,
     KVQ_TYPE_KVARN6,
     KVQ_TYPE_KVARN8,
-    /* TurboQuant (FORMATS.md §4-5): rows of 128- (or 64-) value blocks */
+    /* TurboQuant (docs/spec/formats.md §4-5): rows of 128- (or 64-) value blocks */
     KVQ_TYPE_TURBO2,
     KVQ_TYPE_TURBO3,
     KVQ_TYPE_TURBO4,
     KVQ_TYPE_TURBO2_TCQ,
     KVQ_TYPE_TURBO3_TCQ,
     KVQ_TYPE_TURBO4_TCQ,
+    /* calibrated rows (docs/calibration.md): a transform and bit allocation
+     * per layer and KV head fitted by `kvq calibrate`; the name says the
+     * bits per value, every scale included (cal325: 3.25) */
+    KVQ_TYPE_CAL225,
+    KVQ_TYPE_CAL250,
+    KVQ_TYPE_CAL300,
+    KVQ_TYPE_CAL325,
+    KVQ_TYPE_CAL350,
+    KVQ_TYPE_CAL425,
     KVQ_TYPE_COUNT
 } kvq_type;
 
 /* How a type stores a cache: rows of blocks along head_dim (the plain,
- * block and TurboQuant types of FORMATS.md §1-2 and §4-5, written token by
+ * block and TurboQuant types of docs/spec/formats.md §1-2 and §4-5, written token by
  * token), or records of 128-token tiles
  * (KVarN: a tile is quantised once, when its 128 tokens exist; the cache
  * keeps the first tile and the incomplete last one exact, docs/kvarn.md).
  * Tile types have no row kernels (quantize..axpy are NULL): the cache
- * reaches them through their `tile` hooks (src/tile_ops.h). */
+ * reaches them through their `tile` hooks (src/format/tile_ops.h). */
 typedef enum kvq_layout { KVQ_LAYOUT_ROWS = 0, KVQ_LAYOUT_TILES } kvq_layout;
 
-/* A rotation that is part of a format (ATTENTION.md §1: applied whatever
+/* A rotation that is part of a format (docs/spec/attention.md §1: applied whatever
  * the --attn-rot switches say, never a second time on top). */
 typedef enum kvq_format_rot {
     KVQ_FMT_ROT_NONE = 0,   /* the generic rule of kvq_rot_choose applies     */
     KVQ_FMT_ROT_SLICE,      /* normalised Hadamard over each 128 (or 64) slice */
-    KVQ_FMT_ROT_TURBO,      /* S2 H S1 per 128 (or 64) block (src/turbo.h)     */
+    KVQ_FMT_ROT_TURBO,      /* S2 H S1 per 128 (or 64) block (src/format/turbo.h)     */
+    KVQ_FMT_ROT_CALIB,      /* the calibration's transform per layer and KV head */
 } kvq_format_rot;
 
 /* Row kernels.  `n` is always a multiple of the type's block size here
@@ -117,7 +135,7 @@ typedef void  (*kvq_dequantize_fn)(const void *src, float *y, int64_t n);
 typedef float (*kvq_dot_fn)(const void *row, const float *x, int64_t n);
 typedef void  (*kvq_axpy_fn)(float w, const void *row, float *y, int64_t n);
 typedef size_t (*kvq_row_bytes_fn)(int64_t n);
-struct kvq_tile_ops;   /* hooks of a tile format (src/tile_ops.h) */
+struct kvq_tile_ops;   /* hooks of a tile format (src/format/tile_ops.h) */
 
 typedef struct kvq_type_traits {
     const char *name;        /* "q4_0": the name used by -ctk/-ctv        */
@@ -139,57 +157,62 @@ typedef struct kvq_type_traits {
     kvq_dequantize_fn dequantize;
     kvq_dot_fn        dot;         /* sum_i row[i] * x[i]                  */
     kvq_axpy_fn       axpy;        /* y[i] += w * row[i]                   */
+    /* Calibrated types: the rate in hundredths of a bit per value (325 for
+     * cal325), else 0.  They have no row kernels (a row's layout is its KV
+     * head's allocation): the cache reaches them through `tile`'s hooks
+     * and needs kvq_cache_params.calib. */
+    int calib_rate;
 } kvq_type_traits;
 
 /* The active traits: SIMD kernels where the CPU has them, unless the
  * environment variable KVQ_FORCE_SCALAR=1 was set at first use. */
-const kvq_type_traits *kvq_type_get(kvq_type t);
+KVQ_API const kvq_type_traits *kvq_type_get(kvq_type t);
 /* The scalar reference kernels: the oracle of every test. */
-const kvq_type_traits *kvq_type_get_scalar(kvq_type t);
+KVQ_API const kvq_type_traits *kvq_type_get_scalar(kvq_type t);
 /* Name of the SIMD level in use: "scalar", "avx2", "avx512". */
-const char *kvq_simd_level(void);
+KVQ_API const char *kvq_simd_level(void);
 
-const char *kvq_type_name(kvq_type t);
+KVQ_API const char *kvq_type_name(kvq_type t);
 /* Returns KVQ_TYPE_COUNT when the name is unknown. */
-kvq_type kvq_type_from_name(const char *name);
+KVQ_API kvq_type kvq_type_from_name(const char *name);
 /* Returns KVQ_TYPE_COUNT when the GGUF id has no kvq equivalent. */
-kvq_type kvq_type_from_ggml_id(int ggml_id);
+KVQ_API kvq_type kvq_type_from_ggml_id(int ggml_id);
 /* Bits per stored value, metadata included (q4_0: 4.5; kvarn4: 4.375 for a
  * 128x128 tile, its block being one tile record). */
-double kvq_type_bpv(kvq_type t);
+KVQ_API double kvq_type_bpv(kvq_type t);
 
 /* Bytes of one row of n values: whole blocks, the last one zero-padded;
  * 0 for tile types (they have no rows: see kvq_cache_row_bytes). */
-size_t kvq_row_bytes(kvq_type t, int64_t n);
+KVQ_API size_t kvq_row_bytes(kvq_type t, int64_t n);
 /* Row operations for any n >= 1 (padding handled).  NaN/Inf inputs are
  * not rejected: plain types store them as they are; a block type stores a
  * block holding one "poisoned" (d and m NaN, codes 0), so the whole block
  * decodes to NaN (docs/formats.md §4); callers that need finite caches
  * check their inputs. */
-void  kvq_quantize_row(kvq_type t, const float *x, void *dst, int64_t n);
-void  kvq_dequantize_row(kvq_type t, const void *src, float *y, int64_t n);
-float kvq_dot_row(kvq_type t, const void *row, const float *x, int64_t n);
-void  kvq_axpy_row(kvq_type t, float w, const void *row, float *y, int64_t n);
+KVQ_API void  kvq_quantize_row(kvq_type t, const float *x, void *dst, int64_t n);
+KVQ_API void  kvq_dequantize_row(kvq_type t, const void *src, float *y, int64_t n);
+KVQ_API float kvq_dot_row(kvq_type t, const void *row, const float *x, int64_t n);
+KVQ_API void  kvq_axpy_row(kvq_type t, float w, const void *row, float *y, int64_t n);
 
 /* IEEE half and bfloat16 conversions (round to nearest even). */
-uint16_t kvq_fp32_to_fp16(float f);
-float    kvq_fp16_to_fp32(uint16_t h);
-uint16_t kvq_fp32_to_bf16(float f);
-float    kvq_bf16_to_fp32(uint16_t h);
+KVQ_API uint16_t kvq_fp32_to_fp16(float f);
+KVQ_API float    kvq_fp16_to_fp32(uint16_t h);
+KVQ_API uint16_t kvq_fp32_to_bf16(float f);
+KVQ_API float    kvq_bf16_to_fp32(uint16_t h);
 
 /* --------------------------------------------------------------- rotation */
 
 /* In-place normalised fast Walsh-Hadamard transform of n values (n a power
  * of two, 1..4096); H = H^T = H^-1, so applying it twice is the identity. */
-void kvq_fwht(float *x, int n);
+KVQ_API void kvq_fwht(float *x, int n);
 /* Apply the normalised Hadamard block-diagonally: x has n values, block
  * divides n.  signs (may be NULL) is a +-1 diagonal of `block` entries
  * applied before H (randomised Hadamard); the inverse is
  * kvq_rotate_row_inverse. */
-void kvq_rotate_row(float *x, int n, int block, const int8_t *signs);
-void kvq_rotate_row_inverse(float *x, int n, int block, const int8_t *signs);
+KVQ_API void kvq_rotate_row(float *x, int n, int block, const int8_t *signs);
+KVQ_API void kvq_rotate_row_inverse(float *x, int n, int block, const int8_t *signs);
 /* Deterministic +-1 signs from a seed (splitmix64 stream). */
-void kvq_random_signs(int8_t *signs, int n, uint64_t seed);
+KVQ_API void kvq_random_signs(int8_t *signs, int n, uint64_t seed);
 
 typedef enum kvq_rot_mode { KVQ_ROT_AUTO = 0, KVQ_ROT_ON, KVQ_ROT_OFF } kvq_rot_mode;
 
@@ -208,11 +231,11 @@ typedef struct kvq_rot_plan {
 } kvq_rot_plan;
 
 /* Fill a request's env_* fields from the LLAMA_ATTN_ROT_* variables. */
-void kvq_rot_request_from_env(kvq_rot_request *req);
-/* The rule of ATTENTION.md §1 (see src/rotation_rule.c for its text). */
-kvq_rot_plan kvq_rot_choose(const kvq_rot_request *req);
+KVQ_API void kvq_rot_request_from_env(kvq_rot_request *req);
+/* The rule of docs/spec/attention.md §1 (see src/format/rotation_rule.c for its text). */
+KVQ_API kvq_rot_plan kvq_rot_choose(const kvq_rot_request *req);
 /* Largest power-of-two block >= min_block dividing n (at most 512), 0 if none. */
-int kvq_rot_block_for(int n, int min_block);
+KVQ_API int kvq_rot_block_for(int n, int min_block);
 
 
 /* ---------------------------------------------------------------- threads */
@@ -222,12 +245,27 @@ int kvq_rot_block_for(int n, int min_block);
  * of the job ran; tasks are handed out dynamically. */
 typedef struct kvq_pool kvq_pool;
 typedef void (*kvq_task_fn)(void *ctx, int task, int thread);
-kvq_pool *kvq_pool_create(int n_threads);          /* NULL on failure   */
-void kvq_pool_free(kvq_pool *pool);
-int  kvq_pool_threads(const kvq_pool *pool);        /* 1 for a NULL pool */
+KVQ_API kvq_pool *kvq_pool_create(int n_threads);          /* NULL on failure   */
+KVQ_API void kvq_pool_free(kvq_pool *pool);
+KVQ_API int  kvq_pool_threads(const kvq_pool *pool);        /* 1 for a NULL pool */
 /* Runs fn(ctx, task, thread) for task in [0, n_tasks); pool may be NULL
  * (runs inline).  thread is in [0, kvq_pool_threads). */
-void kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *ctx, int n_tasks);
+KVQ_API void kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *ctx, int n_tasks);
+
+/* ------------------------------------------------------------ calibration */
+
+/*
+ * A calibration (docs/calibration.md): per layer and KV head, transforms
+ * and bit allocations fitted by `kvq calibrate` on the model's own keys,
+ * values and queries, used by the calibrated cache types.  Loading checks
+ * the file's version, size and checksum and that it was made for model m
+ * (kvq_model_hash: a hash of its GGUF file); each failure is one
+ * error.  Read-only once loaded: one calibration may serve many caches.
+ */
+typedef struct kvq_calib kvq_calib;
+typedef struct kvq_model kvq_model;
+KVQ_API kvq_status kvq_calib_load(const char *path, const kvq_model *m, kvq_calib **out, kvq_error *err);
+KVQ_API void kvq_calib_free(kvq_calib *c);
 
 /* ------------------------------------------------------------------ cache */
 
@@ -277,6 +315,10 @@ typedef struct kvq_cache_params {
     bool rot_random_signs;        /* randomised Hadamard (fixed seed)      */
     int kvarn_iters;              /* KVarN normalisation iterations T      */
                                   /* (0 = the format's default, 16)        */
+    const kvq_calib *calib;       /* for calibrated types (cal225 ...): the */
+                                  /* model's calibration; the cache copies */
+                                  /* what it needs, so it may be freed     */
+                                  /* after kvq_cache_create                */
 } kvq_cache_params;
 
 /* Defaults: one layer of one 128-wide K/V head, n_ctx 4096, max_batch 512,
@@ -285,24 +327,24 @@ typedef struct kvq_cache_params {
  * LLAMA_ATTN_ROT_K_DISABLE and LLAMA_ATTN_ROT_V_DISABLE
  * (kvq_rot_request_from_env), so the same call can give different
  * parameters in different processes; clear those fields for a fixed plan. */
-void kvq_cache_params_default(kvq_cache_params *p);
+KVQ_API void kvq_cache_params_default(kvq_cache_params *p);
 
-kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_error *err);
-void kvq_cache_free(kvq_cache *c);
-void kvq_cache_clear(kvq_cache *c);             /* empty, keep memory */
+KVQ_API kvq_status kvq_cache_create(const kvq_cache_params *p, kvq_cache **out, kvq_error *err);
+KVQ_API void kvq_cache_free(kvq_cache *c);
+KVQ_API void kvq_cache_clear(kvq_cache *c);             /* empty, keep memory */
 
 /* Store n tokens' K and V of one layer at positions pos..pos+n-1 (they
  * must follow the positions already stored).  k: [n][n_head_kv][head_dim_k],
  * v: [n][n_head_kv][head_dim_v], after RoPE, not rotated: the cache
  * rotates and quantises them. */
-kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n,
+KVQ_API kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n,
                            const float *k, const float *v, kvq_error *err);
 
 /* Causal attention of n query rows at positions pos..pos+n-1 (query i
  * sees keys 0..pos+i) over what layer holds.  q: [n][n_head][head_dim_k]
  * (after RoPE, not rotated), out: [n][n_head][head_dim_v], softmax scale
  * `scale`.  n_head must be a multiple of n_head_kv (GQA). */
-kvq_status kvq_cache_attend(kvq_cache *c, int layer, int pos, int n, int n_head,
+KVQ_API kvq_status kvq_cache_attend(kvq_cache *c, int layer, int pos, int n, int n_head,
                             const float *q, float scale, float *out,
                             kvq_pool *pool, kvq_error *err);
 
@@ -323,7 +365,7 @@ kvq_status kvq_cache_attend(kvq_cache *c, int layer, int pos, int n, int n_head,
  * this, and a deeper truncation is refused (KVQ_ERR_ARG) rather than read
  * those keys quantised.  After it, attention equals that of a cache
  * written with positions 0..n-1 only (tested bit for bit). */
-kvq_status kvq_cache_truncate(kvq_cache *c, int n, kvq_error *err);
+KVQ_API kvq_status kvq_cache_truncate(kvq_cache *c, int n, kvq_error *err);
 
 /* The model's RoPE, as a shift needs it: pair i of a head of head_dim_k
  * values turns by pos * freq_scale * base^(-2i/head_dim_k); neox pairs
@@ -339,7 +381,7 @@ typedef struct kvq_cache_rope {
  * rotate, quantise again: exact in real arithmetic for exact rows, one
  * more rounding for quantised ones; docs/cache.md "Editing").  keep_first
  * must keep at least the sink rows.  Every layer must hold the same length. */
-kvq_status kvq_cache_shift(kvq_cache *c, int n_discard, int keep_first, const kvq_cache_rope *rope, kvq_error *err);
+KVQ_API kvq_status kvq_cache_shift(kvq_cache *c, int n_discard, int keep_first, const kvq_cache_rope *rope, kvq_error *err);
 
 /* --------------------------------------------------- saving the cache */
 
@@ -355,10 +397,10 @@ typedef struct kvq_state_tag {
     const int32_t *tokens;        /* the tokens at positions 0..n-1        */
     int n_tokens;                 /* = the positions the cache holds       */
 } kvq_state_tag;
-kvq_status kvq_cache_save(const kvq_cache *c, const char *path, const kvq_state_tag *tag, kvq_error *err);
+KVQ_API kvq_status kvq_cache_save(const kvq_cache *c, const char *path, const kvq_state_tag *tag, kvq_error *err);
 /* Restores into c (created with the same parameters).  *tokens (malloc'ed,
  * the caller frees) and *n_tokens receive the saved tokens. */
-kvq_status kvq_cache_load(kvq_cache *c, const char *path, uint64_t model_hash, int32_t **tokens, int *n_tokens,
+KVQ_API kvq_status kvq_cache_load(kvq_cache *c, const char *path, uint64_t model_hash, int32_t **tokens, int *n_tokens,
                           kvq_error *err);
 
 typedef struct kvq_cache_bytes {
@@ -368,11 +410,11 @@ typedef struct kvq_cache_bytes {
     size_t work;       /* work_bytes: transient working memory         */
     size_t allocated;  /* bytes allocated at creation                  */
 } kvq_cache_bytes;
-void kvq_cache_memory(const kvq_cache *c, kvq_cache_bytes *b);
+KVQ_API void kvq_cache_memory(const kvq_cache *c, kvq_cache_bytes *b);
 /* The figures kvq_cache_create would give these parameters (the same
  * layout code), without allocating the cache: sizes at other context
  * lengths, or a size checked before creating. */
-kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out, kvq_error *err);
+KVQ_API kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out, kvq_error *err);
 /* Bytes per token of one side (K or V) of one layer: the quantised body
  * rows of all n_head_kv KV heads at one position; for row types
  * n_head_kv * kvq_row_bytes(t, head_dim) (whole blocks, as the cache pads).
@@ -380,8 +422,8 @@ kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_bytes *out,
  * Tile types: their quantised records per token (head padded to 64 or whole
  * 128-wide slices; for 64-wide slices the V figure, 1 byte/token above K's);
  * the exact first tile, incomplete tile and tail come on top. */
-size_t kvq_cache_row_bytes(kvq_type t, int n_head_kv, int head_dim);
-const kvq_rot_plan *kvq_cache_rotation(const kvq_cache *c);
+KVQ_API size_t kvq_cache_row_bytes(kvq_type t, int n_head_kv, int head_dim);
+KVQ_API const kvq_rot_plan *kvq_cache_rotation(const kvq_cache *c);
 
 /* ------------------------------------------------------------------ model */
 
@@ -401,33 +443,33 @@ typedef struct kvq_model_info {
     bool add_bos;
 } kvq_model_info;
 
-kvq_status kvq_model_load(const char *path, kvq_model **out, kvq_error *err);
-void kvq_model_free(kvq_model *m);
-const kvq_model_info *kvq_model_get_info(const kvq_model *m);
+KVQ_API kvq_status kvq_model_load(const char *path, kvq_model **out, kvq_error *err);
+KVQ_API void kvq_model_free(kvq_model *m);
+KVQ_API const kvq_model_info *kvq_model_get_info(const kvq_model *m);
 
 /* Tokenizer of the model's vocabulary.  Returns the number of tokens (it
  * may exceed cap: then call again with a larger buffer), or -1 on error. */
-int kvq_tokenize(const kvq_model *m, const char *text, size_t len, bool add_bos,
+KVQ_API int kvq_tokenize(const kvq_model *m, const char *text, size_t len, bool add_bos,
                  bool parse_special, int32_t *out, int cap);
 /* The bytes a token stands for (byte tokens decoded, ▁ as space); returns
  * the length written (<= cap, not NUL-terminated). */
-int kvq_token_to_piece(const kvq_model *m, int32_t token, char *buf, int cap);
+KVQ_API int kvq_token_to_piece(const kvq_model *m, int32_t token, char *buf, int cap);
 
 /* An evaluation context: a model, its cache, scratch memory and threads. */
 typedef struct kvq_ctx kvq_ctx;
-kvq_status kvq_ctx_create(const kvq_model *m, const kvq_cache_params *cache,
+KVQ_API kvq_status kvq_ctx_create(const kvq_model *m, const kvq_cache_params *cache,
                           int n_threads, kvq_ctx **out, kvq_error *err);
-void kvq_ctx_free(kvq_ctx *ctx);
-kvq_cache *kvq_ctx_cache(kvq_ctx *ctx);
+KVQ_API void kvq_ctx_free(kvq_ctx *ctx);
+KVQ_API kvq_cache *kvq_ctx_cache(kvq_ctx *ctx);
 /* kvq_cache_shift with the model's RoPE. */
-kvq_status kvq_ctx_shift(kvq_ctx *ctx, int n_discard, int keep_first, kvq_error *err);
+KVQ_API kvq_status kvq_ctx_shift(kvq_ctx *ctx, int n_discard, int keep_first, kvq_error *err);
 /* A hash of the model file as loaded: its size, metadata, tensor directory
  * and sampled tensor bytes (what state and base files are tied to). */
-uint64_t kvq_model_hash(const kvq_model *m);
+KVQ_API uint64_t kvq_model_hash(const kvq_model *m);
 /* Evaluate n tokens at positions pos..pos+n-1 (n <= cache max_batch).
  * logits: NULL, or [n][n_vocab] (all rows), or with last_only the row of
  * the last token only. */
-kvq_status kvq_ctx_eval(kvq_ctx *ctx, const int32_t *tokens, int n, int pos,
+KVQ_API kvq_status kvq_ctx_eval(kvq_ctx *ctx, const int32_t *tokens, int n, int pos,
                         float *logits, bool last_only, kvq_error *err);
 
 #ifdef __cplusplus

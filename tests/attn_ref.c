@@ -1,7 +1,9 @@
 /* attn_ref.c - see attn_ref.h. */
 #include "attn_ref.h"
 #include "attn_block.h"
+#include "calib.h"
 
+#include <pthread.h>
 #include <string.h>
 
 bool attn_data_make(attn_data *d, int n_tok, int n_head, int n_head_kv, int hd_k, int hd_v, uint64_t seed) {
@@ -28,6 +30,80 @@ void attn_data_free(attn_data *d) {
     d->k = d->v = d->q = NULL;
 }
 
+/* One side of one head: T = Q diag(s) with Q random orthogonal (rows by
+ * Gram-Schmidt), T^-1 = diag(1/s) Q^T. */
+static bool synth_side(kvq_calib_side *sd, const kvq_calib *c, test_rng *r) {
+    const int d = sd->d;
+    double *q = malloc((size_t)d * d * sizeof *q), imp[KVQ_MAX_HEAD_DIM];
+    if (!q) return false;
+    for (int j = 0; j < d; j++) {
+        double *v = q + (size_t)j * d;
+        for (int i = 0; i < d; i++) v[i] = test_rng_gauss(r);
+        for (int k = 0; k < j; k++) {
+            double dot = 0;
+            for (int i = 0; i < d; i++) dot += v[i] * q[(size_t)k * d + i];
+            for (int i = 0; i < d; i++) v[i] -= dot * q[(size_t)k * d + i];
+        }
+        double n = 0;
+        for (int i = 0; i < d; i++) n += v[i] * v[i];
+        for (int i = 0; i < d; i++) v[i] /= sqrt(n);
+    }
+    for (int i = 0; i < d; i++) {
+        const double s = 0.5 + test_rng_uniform(r);          /* scale of output i */
+        for (int j = 0; j < d; j++) {
+            sd->fwd[(size_t)i * d + j] = (float)(q[(size_t)j * d + i] * s);   /* T = Q^T-rows scaled */
+            sd->inv[(size_t)j * d + i] = (float)(q[(size_t)j * d + i] / s);
+        }
+        sd->mean[i] = (float)(0.3 * test_rng_gauss(r));
+        imp[i] = exp(-4.0 * i / d);
+        sd->weight[i] = (float)imp[i];
+    }
+    free(q);
+    kvq_error err;
+    for (int k = 0; k < c->n_rates; k++)
+        if (kvq_calib_allocate(imp, d, 8 * (kvq_calib_row_bytes(c->rates[k], d) - 2), sd->bits + (size_t)k * d, &err))
+            return false;
+    return true;
+}
+
+static kvq_calib *synth_calib(int n_layer, int n_head_kv, int hd_k, int hd_v) {
+    kvq_calib *c;
+    kvq_error err;
+    if (kvq_calib_alloc(&c, n_layer, n_head_kv, hd_k, hd_v, KVQ_CALIB_N_RATES, kvq_calib_rates, &err)) return NULL;
+    test_rng r = { 0xca1b + (uint64_t)(n_layer * 7 + n_head_kv * 131 + hd_k * 1009 + hd_v), 0, 0 };
+    for (int l = 0; l < n_layer; l++)
+        for (int h = 0; h < n_head_kv; h++)
+            for (int s = 0; s < 2; s++) {
+                kvq_calib_side *sd = kvq_calib_side_at(c, l, h, s == 1);
+                if (!synth_side(sd, c, &r)) { kvq_calib_free(c); return NULL; }
+                kvq_calib_side_finish(sd, s == 1);
+            }
+    return c;
+}
+
+const kvq_calib *attn_test_calib(int n_layer, int n_head_kv, int hd_k, int hd_v) {
+    enum { MAX_SHAPES = 32 };
+    static struct { int shape[4]; kvq_calib *c; } made[MAX_SHAPES];
+    static int n_made;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    const int shape[4] = { n_layer, n_head_kv, hd_k, hd_v };
+    pthread_mutex_lock(&lock);
+    kvq_calib *found = NULL;
+    for (int i = 0; i < n_made && !found; i++)
+        if (!memcmp(made[i].shape, shape, sizeof shape)) found = made[i].c;
+    if (!found && n_made < MAX_SHAPES && (found = synth_calib(n_layer, n_head_kv, hd_k, hd_v))) {
+        memcpy(made[n_made].shape, shape, sizeof shape);
+        made[n_made++].c = found;
+    }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+static bool is_calibrated(kvq_type t) {
+    const kvq_type_traits *tr = kvq_type_get_scalar(t);
+    return tr && tr->calib_rate > 0;
+}
+
 void attn_params(kvq_cache_params *p, int n_head_kv, int hd_k, int hd_v, int n_ctx, kvq_type tk,
                  kvq_type tv, kvq_rot_mode rot) {
     kvq_cache_params_default(p);
@@ -42,6 +118,7 @@ void attn_params(kvq_cache_params *p, int n_head_kv, int hd_k, int hd_v, int n_c
     memset(&p->rot, 0, sizeof p->rot);
     p->rot.mode = rot;
     p->rot.mode_k = p->rot.mode_v = KVQ_ROT_AUTO;
+    if (is_calibrated(tk) || is_calibrated(tv)) p->calib = attn_test_calib(1, n_head_kv, hd_k, hd_v);
 }
 
 static bool fill_range(kvq_cache *c, const attn_data *d, int batch, int p_begin, int p_end) {
@@ -127,7 +204,7 @@ typedef struct cache_ctx {
     int q_pos, dim_k, dim_v;
 } cache_ctx;
 
-/* ATTENTION.md §3 and docs/kvarn.md, written independently of the kernel:
+/* docs/spec/attention.md §3 and docs/kvarn.md, written independently of the kernel:
  * rows: the first sink_rows keys and the query's last tail keys are exact;
  * tiles: also every key whose tile is not complete within 0..q_pos, and
  * the last tail/128 complete tiles. */
@@ -188,7 +265,7 @@ bool attn_ref_cache(const kvq_cache *c, const attn_data *d, int pos, int n, floa
         for (int i = 0; i < n; i++)
             for (int g = 0; g < group; g++) {
                 const int h = kvh * group + g;
-                kvq_cache_side_rotate(sk, d->q + ((size_t)(pos + i) * d->n_head + h) * d->hd_k, qr);
+                kvq_cache_side_rotate_query(sk, kvh, d->q + ((size_t)(pos + i) * d->n_head + h) * d->hd_k, qr);
                 cache_ctx cc = { bk, bv, ek, ev, c, pos + i, dk, dv };
                 if (int_k) {
                     memset(qr + dk, 0, (size_t)(dk_blocks - dk) * sizeof(float));
@@ -197,7 +274,7 @@ bool attn_ref_cache(const kvq_cache *c, const attn_data *d, int pos, int n, floa
                 attend_one_q(qr, int_k ? qhat : NULL, cache_key_is_body, dk, dv, pos + i + 1, scale, cache_key,
                              cache_val, &cc, acc);
                 for (int j = 0; j < dv; j++) o[j] = (float)acc[j];
-                kvq_cache_side_unrotate(sv, o);
+                kvq_cache_side_unrotate(sv, kvh, o);
                 memcpy(out + ((size_t)i * d->n_head + h) * d->hd_v, o, (size_t)d->hd_v * sizeof(float));
             }
     }

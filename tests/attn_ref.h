@@ -4,7 +4,7 @@
  *   attn_ref_plain  the attention formula over the raw K/V written;
  *   attn_ref_cache  the same formula over the values the cache holds
  *                   (dequantised body, exact tail ring and sink chosen by
- *                   the rule of ATTENTION.md §3, in rotated space), so a
+ *                   the rule of docs/spec/attention.md §3, in rotated space), so a
  *                   kernel is checked independently of quantisation error;
  *                   body rows of the 32-value block types are scored with
  *                   the query rounded to int8 per block, as the default
@@ -28,7 +28,14 @@ typedef struct attn_data {
 bool attn_data_make(attn_data *d, int n_tok, int n_head, int n_head_kv, int hd_k, int hd_v, uint64_t seed);
 void attn_data_free(attn_data *d);
 
-/* Parameters with rotation fully explicit (environment ignored). */
+/* A synthetic calibration (every rate) for n_layer x n_head_kv heads of
+ * hd_k / hd_v values: random non-orthogonal transforms T (T^-1 exact),
+ * random means, descending importances.  Made once per shape and kept
+ * for the process (the tests share it read-only). */
+const kvq_calib *attn_test_calib(int n_layer, int n_head_kv, int hd_k, int hd_v);
+
+/* Parameters with rotation fully explicit (environment ignored); a
+ * calibrated type gets attn_test_calib's calibration. */
 void attn_params(kvq_cache_params *p, int n_head_kv, int hd_k, int hd_v, int n_ctx, kvq_type tk,
                  kvq_type tv, kvq_rot_mode rot);
 

@@ -1,4 +1,4 @@
-/* test_attention.c - attention over the quantised cache (ATTENTION.md §3-5)
+/* test_attention.c - attention over the quantised cache (docs/spec/attention.md §3-5)
  * against the plain formula and against the formula over the values the
  * cache holds. */
 #include "attn_ref.h"

@@ -1,5 +1,5 @@
-/* test_base_kvq.c - kvq's exact KLD base file (src/base_kvq.c), its
- * checksum (src/hash64.c) and the model-file hash: round trip, every
+/* test_base_kvq.c - kvq's exact KLD base file (src/eval/base_kvq.c), its
+ * checksum (src/base/hash64.c) and the model-file hash: round trip, every
  * kind of corruption rejected, mismatching model or text named. */
 #include "test.h"
 #include "base_kvq.h"
@@ -182,6 +182,45 @@ TEST(base_kvq_corruption_is_an_error) {
     st = kvq_base_kvq_open(fx.path, &b, &err);
     CHECK(st == KVQ_ERR_FORMAT && strstr(err.msg, "size"), "padded file: %d '%s'", (int)st, err.msg);
     fixture_done(&fx);
+}
+
+/* The checksums only prove the writer wrote the bytes: a log-prob that is
+ * NaN, -inf or above 0 is refused even in a correctly sealed file, and so
+ * is a token outside the vocabulary. */
+TEST(base_kvq_refuses_values_behind_valid_checksums) {
+    base_fixture fx;
+    fixture_init(&fx, 24);
+    CHECK(fx.dir[0], "mkdtemp failed");
+    kvq_error err = { 0 };
+    kvq_status st = write_base(&fx, 7, fx.n_pos, &err);
+    FILE *f = st == KVQ_OK ? fopen(fx.path, "rb") : NULL;
+    static uint32_t words[4096];                 /* 4-byte aligned, as a mapping is */
+    size_t size = f ? fread(words, 1, sizeof words, f) : 0;
+    if (f) fclose(f);
+    fixture_done(&fx);
+    CHECK(st == KVQ_OK && size == 80 + 4 * 48 + 4 * fx.n_pos * 37, "write/read: %s (%zu bytes)", err.msg, size);
+    kvq_base_kvq *b = NULL;
+    CHECK(kvq_base_kvq_open_memory(words, size, "mem", &b, &err) == KVQ_OK, "the valid base: %s", err.msg);
+    kvq_base_kvq_close(b);
+    const struct { size_t word; uint32_t v; const char *want; } cases[] = {
+        { 20 + 48 + 37 * 5 + 3, 0x7fc00000u, "position 5, token 3" },   /* NaN */
+        { 20 + 48 + 37 * 0 + 0, 0xff800000u, "position 0, token 0" },   /* -inf */
+        { 20 + 48 + 37 * 20 + 36, 0x3f000000u, "position 20, token 36" },/* +0.5 */
+        { 20 + 7, 37, "token 37 at 7" },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        static uint32_t bad[4096];
+        memcpy(bad, words, size);
+        bad[cases[k].word] = cases[k].v;
+        kvq_base_kvq_reseal(bad, size);
+        b = NULL;
+        st = kvq_base_kvq_open_memory(bad, size, "mem", &b, &err);
+        kvq_base_kvq_close(b);
+        CHECK(st == KVQ_ERR_FORMAT && strstr(err.msg, cases[k].want), "case %zu: status %d '%s'", k, (int)st,
+              err.msg);
+    }
+    CHECK(kvq_base_kvq_open_memory((const uint8_t *)words + 1, size - 1, "mem", &b, &err) == KVQ_ERR_ARG,
+          "a misaligned buffer must be refused, not read");
 }
 
 /* A run that stops early leaves a file that cannot be mistaken for a base. */

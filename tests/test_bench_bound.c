@@ -1,5 +1,5 @@
 /* test_bench_bound.c - the arithmetic of `kvq bench`'s bandwidth bound
- * (tools/bench_bound.c, src/cache_reads.c): cache bytes per query by hand
+ * (tools/bench_bound.c, src/cache/cache_reads.c): cache bytes per query by hand
  * and key by key, weight bytes per decode step against the synth model's
  * tensor sizes, and the shape of `kvq bench --json` (no timings are
  * checked: only fields, counts and the bytes arithmetic). */

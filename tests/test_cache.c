@@ -1,5 +1,5 @@
 /* test_cache.c - the KV cache's layout, memory figures, writes and
- * parameter checks (ATTENTION.md §2-3). */
+ * parameter checks (docs/spec/attention.md §2-3). */
 #include "attn_ref.h"
 
 #include <string.h>

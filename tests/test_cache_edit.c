@@ -1,5 +1,5 @@
 /* test_cache_edit.c - truncating and shifting a filled cache
- * (src/cache_edit.c): after kvq_cache_truncate(n) and new writes, attention
+ * (src/cache/cache_edit.c): after kvq_cache_truncate(n) and new writes, attention
  * equals a cache written with the edited sequence, bit for bit, for row,
  * tile and TurboQuant sides with tail, sink and rollback rows; truncating
  * deeper than the rollback horizon is refused; after kvq_cache_shift the
@@ -72,6 +72,7 @@ static const struct { kvq_type k, v; int tail, sink, rollback; } k_families[] = 
     { KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0, 16, 4, 80 },            /* rows: tail, sink, rollback */
     { KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, 0, 0, 128 },        /* tiles: reopening a tile */
     { KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_Q4_0, 8, 0, 80 },       /* the format's own rotation */
+    { KVQ_TYPE_CAL325, KVQ_TYPE_CAL250, 8, 2, 80 },         /* a calibration's transforms per head */
     { KVQ_TYPE_F32, KVQ_TYPE_F16, 0, 0, 0 },                /* exact: nothing to keep */
 };
 
@@ -505,4 +506,32 @@ TEST(cache_state_refusals) {
     remove(path);
     remove(bad);
     attn_data_free(&a);
+}
+
+/* A fuzzer finding (fuzz/corpus/state/regress-negative-exact-from.kvqs):
+ * a resealed state whose exact rows start at 0xffffffff once wrapped the
+ * ring slot below the ring; it is refused now and leaves nothing behind. */
+#include "../fuzz/state_caches.h"
+#include "hash64.h"
+
+TEST(cache_state_regress_negative_exact_start) {
+    const char *path = "fuzz/corpus/state/regress-negative-exact-from.kvqs";
+    FILE *f = fopen(path, "rb");
+    if (!f) SKIP("%s not found (run from the repository)", path);
+    static uint8_t buf[4096];
+    const size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    CHECK(len > 40, "short seed");
+    kvq_wr64(buf + len - 8, kvq_hash64_of(buf, len - 8));   /* resealed, as the fuzz target does */
+    kvq_cache *c = state_cache_make(0);
+    CHECK(c, "create");
+    int32_t *toks = NULL;
+    int n = -1;
+    kvq_error err = { 0, "" };
+    const kvq_status st = kvq_cache_load_memory(c, buf, len, 0, &toks, &n, &err);
+    const int stored = c->n_stored[0];
+    kvq_cache_free(c);
+    free(toks);
+    CHECK(st == KVQ_ERR_FORMAT && stored == 0 && strstr(err.msg, "exact rows"), "status %d, %d stored, '%s'", st, stored,
+          err.msg);
 }

@@ -329,7 +329,7 @@ TEST(kvarn_cache_simd_unpack_equals_scalar) {
     }
 }
 
-/* kvq quant-test measures KVarN on whole 128-row tiles (FORMATS.md §6):
+/* kvq quant-test measures KVarN on whole 128-row tiles (docs/spec/formats.md §6):
  * one table row, error ordered by bits; fewer rows than a tile: a note. */
 TEST(kvarn_cli_quant_test_tiles) {
     const char *bin = test_kvq_bin();

@@ -1,5 +1,5 @@
 /* test_cache_layers.c - per-layer cache types on the command line
- * (--cache-type-k-layers / --cache-type-v-layers, ATTENTION.md §2): the
+ * (--cache-type-k-layers / --cache-type-v-layers, docs/spec/attention.md §2): the
  * SPEC parser, its expansion against a model's layer count, and that the
  * cache built from the flags stores each layer in its own type. */
 #include "test.h"

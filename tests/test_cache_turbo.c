@@ -14,7 +14,7 @@ static kvq_cache *make_cache(const kvq_cache_params *p) {
     return c;
 }
 
-/* Row bytes per head (FORMATS.md §4-5 sizes) and stored widths. */
+/* Row bytes per head (docs/spec/formats.md §4-5 sizes) and stored widths. */
 TEST(turbo_cache_row_bytes_and_memory) {
     static const struct { int hd, store, b4, b3tcq; } rows[] = {
         { 64, 64, 34, 28 }, { 128, 128, 66, 52 }, { 256, 256, 132, 104 },
@@ -86,9 +86,9 @@ TEST(turbo_cache_attention_equals_reference_on_cached_values) {
     };
     const bool san = test_sanitized();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        /* the queries start inside the last 64-row batch (172: rows 128..171),
-         * whose exact rows the stage still holds */
-        const int n_tok = san ? 172 : 300, pos = n_tok - 40;
+        /* the 40 queries lie inside the last batch of 64 written (180: rows
+         * 128..179), so each reads the batch's staged rows */
+        const int n_tok = san ? 180 : 300, pos = n_tok - 40;
         attn_data d;
         CHECK(attn_data_make(&d, n_tok, 2 * cases[i].gqa, 2, cases[i].hd_k, cases[i].hd_v, 300 + i), "alloc");
         kvq_cache_params p;

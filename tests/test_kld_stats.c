@@ -101,6 +101,58 @@ TEST(kld_base_file_round_trip) {
     CHECK(st2 == KVQ_ERR_FORMAT && !b2, "truncated base accepted");
 }
 
+/* A llama.cpp base in memory: header, tokens, then records encoded from
+ * random logits; its byte length. */
+enum { MEM_CTX = 8, MEM_CHUNK = 2, MEM_POS = MEM_CHUNK * 3 };
+static size_t llama_base_bytes(uint8_t *buf, size_t cap, uint64_t seed) {
+    const size_t rec_len = kvq_kld_record_len(NV), need = 20 + 4 * MEM_CTX * MEM_CHUNK + 2 * rec_len * MEM_POS;
+    if (need > cap) return 0;
+    memcpy(buf, "_logits_", 8);
+    const uint32_t hdr[3] = { MEM_CTX, NV, MEM_CHUNK };
+    uint8_t *p = buf + 8;
+    for (int i = 0; i < 3; i++, p += 4)
+        for (int b = 0; b < 4; b++) p[b] = (uint8_t)(hdr[i] >> 8 * b);
+    for (int i = 0; i < MEM_CTX * MEM_CHUNK; i++, p += 4)
+        for (int b = 0; b < 4; b++) p[b] = (uint8_t)((uint32_t)(i % NV) >> 8 * b);
+    test_rng r = { seed, 0, 0 };
+    uint16_t rec[4 + NV + 1];
+    for (int pos = 0; pos < MEM_POS; pos++) {
+        float l[NV];
+        random_logits(&r, l, 3.0);
+        kvq_kld_encode(l, NV, rec);
+        for (size_t i = 0; i < rec_len; i++, p += 2) { p[0] = (uint8_t)rec[i]; p[1] = (uint8_t)(rec[i] >> 8); }
+    }
+    return need;
+}
+
+/* A record's scale and minimum log-prob are floats an encoder wrote: NaN,
+ * inf, a negative or oversized scale, or a top log-prob above 0 is a
+ * corrupt file (it was a NaN or negative KLD), named by record. */
+TEST(kld_base_refuses_impossible_records) {
+    static uint8_t buf[4096];
+    const size_t len = llama_base_bytes(buf, sizeof buf, 3);
+    CHECK(len > 0, "buffer too small");
+    kvq_kld_base *b = NULL;
+    kvq_error err = { 0 };
+    CHECK(kvq_kld_base_parse(buf, len, "mem", &b, &err) == KVQ_OK, "the valid base: %s", err.msg);
+    kvq_kld_base_free(b);
+    const size_t rec4 = 20 + 4 * MEM_CTX * MEM_CHUNK + 2 * kvq_kld_record_len(NV) * 4;   /* record 4 = chunk 1 */
+    const struct { size_t at; float v; } cases[] = {
+        { 0, NAN }, { 0, INFINITY }, { 0, -1e-4f }, { 0, 1.0f },   /* scale */
+        { 4, NAN }, { 4, -INFINITY }, { 4, 0.5f },                 /* min log-prob */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        static uint8_t bad[4096];
+        memcpy(bad, buf, len);
+        memcpy(bad + rec4 + cases[k].at, &cases[k].v, 4);   /* little-endian host, as the file */
+        b = NULL;
+        kvq_status st = kvq_kld_base_parse(bad, len, "mem", &b, &err);
+        kvq_kld_base_free(b);
+        CHECK(st == KVQ_ERR_FORMAT && !b && strstr(err.msg, "record 4 (chunk 1)"), "case %zu: status %d '%s'", k,
+              (int)st, err.msg);
+    }
+}
+
 TEST(stats_percentiles_and_errors) {
     const double v[5] = { 1, 2, 3, 4, 10 };
     CHECK(kvq_percentile_sorted(v, 5, 0.5) == 3, "median");

@@ -1,5 +1,5 @@
 /* test_kvarn.c - KVarN tiles: normalisation, record layout, reconstruction
- * against a plain implementation of FORMATS.md §3, fused attention helpers. */
+ * against a plain implementation of docs/spec/formats.md §3, fused attention helpers. */
 #include "test.h"
 #include "kvarn.h"
 
@@ -100,7 +100,7 @@ TEST(kvarn_beats_plain_rtn_3x) {
         }
 }
 
-/* ---- an independent, plain implementation of FORMATS.md §3 ---- */
+/* ---- an independent, plain implementation of docs/spec/formats.md §3 ---- */
 static double plain_sigma(const double *v, int n) {
     double m = 0, s = 0;
     for (int i = 0; i < n; i++) m += v[i];

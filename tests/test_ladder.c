@@ -1,4 +1,4 @@
-/* test_ladder.c - the recommendation ladder (src/ladder.c): a hand-made
+/* test_ladder.c - the recommendation ladder (src/eval/ladder.c): a hand-made
  * sweep whose frontier was worked out by hand, a brute-force dominance
  * check on random points, input-order independence, and ladder.md. */
 #include "test.h"

@@ -96,7 +96,7 @@ TEST(matmul_matches_reference_all_types) {
     CHECK(pools[1] && pools[2], "pool creation failed");
     char fail[256] = "";
     for (int ty = 0; ty < KVQ_TYPE_COUNT && !fail[0]; ty++) {
-        if (kvq_type_get_scalar((kvq_type)ty)->layout != KVQ_LAYOUT_ROWS) continue;   /* not a weight type */
+        if (!kvq_type_get_scalar((kvq_type)ty)->dequantize) continue;   /* no row kernels: tiles, calibrated rows */
         for (size_t ri = 0; ri < 3 && !fail[0]; ri++)
             for (size_t ti = 0; ti < 3 && !fail[0]; ti++) {
                 case_data c;
@@ -129,7 +129,7 @@ TEST(matmul_matches_reference_all_types) {
 TEST(matmul_prefill_matches_decode) {
     char fail[256] = "";
     for (int ty = 0; ty < KVQ_TYPE_COUNT && !fail[0]; ty++) {
-        if (kvq_type_get_scalar((kvq_type)ty)->layout != KVQ_LAYOUT_ROWS) continue;   /* not a weight type */
+        if (!kvq_type_get_scalar((kvq_type)ty)->dequantize) continue;   /* no row kernels: tiles, calibrated rows */
         case_data c;
         if (!case_make(&c, (kvq_type)ty, 9, cols_for((kvq_type)ty), 5, 77 + (uint64_t)ty)) {
             case_free(&c);

@@ -1,4 +1,4 @@
-/* test_planner.c - the budget planner (EVAL.md §5): the multiple-choice
+/* test_planner.c - the budget planner (docs/spec/eval.md §5): the multiple-choice
  * knapsack against brute force, budgets, the flag string read back by the
  * cache-flag parser, and on toy-h64 a plan that beats every uniform
  * configuration of no larger size, measured the same way. */

@@ -1,4 +1,4 @@
-/* test_plot_svg.c - the sweep's SVG plot (src/plot_svg.c), read back by a
+/* test_plot_svg.c - the sweep's SVG plot (src/eval/plot_svg.c), read back by a
  * small strict XML well-formedness checker written here (balanced tags,
  * quoted unique attributes, valid entities, one root), then inspected:
  * exactly one marker per configuration, one frontier, labels, decades. */
@@ -152,7 +152,7 @@ static bool xml_check(xml_parser *x) {
         }
         x->p++;
         if (depth == 0 && roots++) return xml_fail(x, "second root element");
-        bool empty;
+        bool empty = false;
         char name[XML_NAME];
         if (!xml_start_tag(x, name, &empty)) return false;
         if (!empty) {
@@ -378,7 +378,7 @@ TEST(plot_svg_landmark_labels_and_no_stacked_labels) {
     rows[n++] = row("q8_0/q8_0 tail128", 56.0, 0.00001, false);
     rows[n++] = row("q4_0/q4_0", 28.1, 0.004, false);
     rows[n++] = row("q4_0/q4_0 tail128", 28.2, 0.00002, false);
-    char labels[30][40];   /* room for any int the format could print (-Wformat-truncation at -O1) */
+    char labels[30][40];   /* room for any int in %02d: gcc -O1 checks the worst case */
     for (int i = 0; i < 30; i++) {                               /* a dense cloud around 25-33% */
         snprintf(labels[i], sizeof labels[i], "t%02d/t%02d tail128", i, i);
         rows[n++] = row(labels[i], 25.0 + 0.27 * i, 3e-5 * (1.0 + 0.9 * (i % 7)) / (1.0 + 0.02 * i), false);

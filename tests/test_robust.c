@@ -502,3 +502,46 @@ TEST(example_generate_runs) {
     snprintf(cmd, sizeof cmd, "%s/generate /nonexistent.gguf x 1", dir);
     CHECK(test_run(cmd, out, sizeof out) == 1 && strstr(out, "generate:"), "bad model: %s", out);
 }
+
+/* Symbol hygiene: libkvq.so exports the functions include/kvq.h declares
+ * and nothing else (no gguf_find_tensor to collide with ggml's, no
+ * helpers without the kvq_ prefix), under the SONAME libkvq.so.0. */
+TEST(shared_library_exports_only_the_public_api) {
+    const char *lib = getenv("KVQ_SHARED_LIB");
+    if (!lib) SKIP("KVQ_SHARED_LIB not set (make test sets it)");
+    FILE *h = fopen("include/kvq.h", "r");
+    if (!h) SKIP("include/kvq.h not found (run from the repository)");
+    static char header[1 << 17];
+    const size_t hn = fread(header, 1, sizeof header - 1, h);
+    fclose(h);
+    header[hn] = 0;
+    char cmd[1200];
+    static char out[1 << 16];
+    snprintf(cmd, sizeof cmd, "nm -D --defined-only '%s' | awk '$2 ~ /^[TDBRW]$/ {print $3}'", lib);
+    CHECK(test_run(cmd, out, sizeof out) == 0, "nm failed: %s", out);
+    int n = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char decl[160];
+        snprintf(decl, sizeof decl, "%s(", line);
+        CHECK(!strncmp(line, "kvq_", 4) && strstr(header, decl), "exported symbol '%s' is not declared in kvq.h", line);
+        n++;
+    }
+    CHECK(n >= 40, "only %d symbols exported", n);
+    snprintf(cmd, sizeof cmd, "readelf -d '%s'", lib);
+    CHECK(test_run(cmd, out, sizeof out) == 0 && strstr(out, "Library soname: [libkvq.so.0]"), "no SONAME: %s", out);
+}
+
+/* Every docs/... page that a comment in include/, src/ or tools/ cites
+ * exists in the repository (the specs live in docs/spec/, not outside). */
+TEST(cited_docs_exist) {
+    if (access("docs", F_OK) != 0 || access("src", F_OK) != 0) SKIP("run from the repository");
+    static char out[1 << 16];
+    const int rc = test_run("grep -rhoE 'docs/[a-z0-9_/-]+\\.md' include src tools | sort -u", out, sizeof out);
+    CHECK(rc == 0, "grep failed: %s", out);
+    int n = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        CHECK(access(line, R_OK) == 0, "a comment cites %s, which does not exist", line);
+        n++;
+    }
+    CHECK(n >= 5, "only %d cited pages found", n);
+}

@@ -1,5 +1,5 @@
-/* test_rotation.c - the Walsh-Hadamard rotation (src/hadamard.c), the
- * rule that picks its block sizes (src/rotation_rule.c) and the
+/* test_rotation.c - the Walsh-Hadamard rotation (src/format/hadamard.c), the
+ * rule that picks its block sizes (src/format/rotation_rule.c) and the
  * quant-test command that shows what rotation buys. */
 #include "test.h"
 #include "kvq.h"

@@ -1,4 +1,4 @@
-/* test_sweep.c - the sweep's configuration grid (src/sweep_grid.c), its
+/* test_sweep.c - the sweep's configuration grid (src/eval/sweep_grid.c), its
  * list parsers, and `kvq sweep` end to end on a small model: files,
  * reference row, sizes, resuming, refusing to mix experiments. */
 #include "test.h"

@@ -1,4 +1,4 @@
-/* test_turbo.c - the TurboQuant module (src/turbo.h): sizes, codebooks,
+/* test_turbo.c - the TurboQuant module (src/format/turbo.h): sizes, codebooks,
  * round-trip error against the published figures, the trellis really
  * being a trellis, inner-product bias, rotated-domain kernels, SIMD vs
  * scalar, determinism, heads of 64 and odd sizes, bad input. */

@@ -173,7 +173,8 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
     kvq_cache_params *p = &cf->params;
     static const char *const with_value[] = { "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
         "--kv-tail-tokens", "--kv-tail-type", "--kv-sink-tokens", "--attn-rot", "--attn-rot-k", "--attn-rot-v",
-        "--cache-type-k-layers", "--cache-type-v-layers", "--kvarn-iters", "--kvarn-sink-tile", "--kv-rollback-tokens" };
+        "--cache-type-k-layers", "--cache-type-v-layers", "--kvarn-iters", "--kvarn-sink-tile", "--kv-rollback-tokens",
+        "--calib" };
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
     if (!strcmp(a, "--attn-rot-random")) { p->rot_random_signs = true; return 1; }
@@ -183,6 +184,7 @@ int cache_flags_parse(const char *cmd, cache_flags *cf, int argc, char **argv, i
     bool ok = true;
     if (is(a, "-ctk", "--cache-type-k")) ok = cli_parse_type(cmd, v, true, &p->type_k);
     else if (is(a, "-ctv", "--cache-type-v")) ok = cli_parse_type(cmd, v, true, &p->type_v);
+    else if (is(a, "--calib", NULL)) cf->calib_path = v;
     else if (is(a, LAYER_FLAG[0], NULL)) return parse_layer_flag(cmd, cf, 0, v);
     else if (is(a, LAYER_FLAG[1], NULL)) return parse_layer_flag(cmd, cf, 1, v);
     else if (is(a, "--kv-tail-tokens", NULL)) {
@@ -268,7 +270,9 @@ void cache_flags_usage(FILE *f) {
         "  --attn-rot auto|on|off      Hadamard rotation of Q/K and V (both sides)\n"
         "  --attn-rot-k MODE, --attn-rot-v MODE   one side only\n"
         "  --attn-rot-random           random +-1 signs before the Hadamard transform\n"
-        "  --kvarn-iters T             KVarN normalisation iterations (default 16)\n");
+        "  --kvarn-iters T             KVarN normalisation iterations (default 16)\n"
+        "  --calib FILE                the model's calibration (kvq calibrate), for the\n"
+        "                              calibrated types cal225 ... cal425\n");
 }
 
 /* One line listing every layer's type, only when some layer differs. */

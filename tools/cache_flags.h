@@ -28,6 +28,7 @@ typedef struct cache_flags {
     bool tail_auto;            /* --kv-tail-tokens auto               */
     bool tail_type_given;      /* --kv-tail-type was on the command line */
     layer_spec layers[2];      /* [0] K, [1] V                        */
+    const char *calib_path;    /* --calib FILE (loaded with the model) */
     /* storage behind params.layer_type_k / layer_type_v once applied */
     kvq_type layer_types[2][CACHE_FLAGS_MAX_LAYERS];
 } cache_flags;

@@ -16,11 +16,13 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_kld(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
+int cmd_drift(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_turbo_train(int argc, char **argv);
 int cmd_turbo_bench(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 /* Print "kvq CMD: error: ..." to stderr; returns 1 (the exit status). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,6 +1,6 @@
 /* cmd_bench.c - `kvq bench`: prompt and generation speed of a model per
  * cache type and depth, relative to the f16 cache, and the cost of the
- * Hadamard rotation (EVAL.md §6).
+ * Hadamard rotation (docs/spec/eval.md §6).
  *
  * Every (type, rotation) configuration is run `reps` times at each depth,
  * the configurations interleaved run by run (rep 1 of every one, then rep
@@ -196,7 +196,8 @@ static int make_configs(const bench_opts *o, bench_config *cfg) {
     if (all || dflt) {
         for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
             const kvq_type_traits *tr = kvq_type_get((kvq_type)t);
-            if (tr && tr->is_cache_type && (all || in_default_set((kvq_type)t))) add_config(o, (kvq_type)t, (kvq_type)t, cfg, &n);
+            if (tr && tr->is_cache_type && (!tr->calib_rate || o->cache.calib_path) && (all || in_default_set((kvq_type)t)))
+                add_config(o, (kvq_type)t, (kvq_type)t, cfg, &n);
         }
         return n;
     }
@@ -438,6 +439,13 @@ int cmd_bench(int argc, char **argv) {
     if (!n_cfg) return 1;
     kvq_model *m = cli_load_model(CMD, o.model);
     if (!m) return 1;
+    kvq_calib *cal = NULL;   /* --calib: every configuration's cache copies it */
+    kvq_error cerr = { 0 };
+    if (o.cache.calib_path && kvq_calib_load(o.cache.calib_path, m, &cal, &cerr) != KVQ_OK) {
+        kvq_model_free(m);
+        return cli_error(CMD, "--calib: %s", cerr.msg);
+    }
+    for (int i = 0; i < n_cfg; i++) cfg[i].cache.calib = cal;
     const kvq_model_info *in = kvq_model_get_info(m);
     if (o.run.n_ctx > in->n_ctx_train)
         fprintf(stderr, "kvq %s: warning: context %d exceeds the model's trained context %d: RoPE extrapolates "
@@ -446,6 +454,7 @@ int cmd_bench(int argc, char **argv) {
     o.bandwidth_gbs = bench_read_bandwidth(n_threads);
     if (!o.json) print_header(&o, in, n_threads);
     const int rc = bench(&o, m, cfg, n_cfg, n_threads);
+    kvq_calib_free(cal);
     kvq_model_free(m);
     return rc;
 }

@@ -1,8 +1,9 @@
 /* cmd_kld.c - `kvq kld`: KL divergence of a cache configuration against
  * a reference base file of either format (kvq's exact one or llama.cpp's
  * --kl-divergence-base), or writing one (--save-base: kvq's exact format;
- * --kl-divergence-base FILE alone: llama.cpp's).  Protocol: EVAL.md §1;
+ * --kl-divergence-base FILE alone: llama.cpp's).  Protocol: docs/spec/eval.md §1;
  * statistics: §3; units of the JSON keys: docs/engine.md. */
+#include "base_check.h"
 #include "base_kvq.h"
 #include "chunks.h"
 #include "cli.h"
@@ -24,6 +25,7 @@ enum { TG_TOKENS = 32 };   /* decode steps timed for tg_tps */
 typedef struct kld_opts {
     const char *model, *text, *base_in, *base_out, *llama_base;
     bool llama_compare, json;
+    bool no_base_check;       /* compare against a llama.cpp base that fails base_check */
     bool save_llama;          /* the base written is llama.cpp's format */
     int n_ctx, n_batch, n_chunks, n_threads;
     cache_flags cache;
@@ -46,7 +48,10 @@ static void usage(FILE *f) {
         "  -b, --batch-size N     tokens per evaluation batch (default 512, at most the chunk)\n"
         "  --chunks N             use at most N chunks\n"
         "  -t, --threads N        threads (default: online cores)\n"
-        "  --json                 print one JSON object instead of the tables\n");
+        "  --json                 print one JSON object instead of the tables\n"
+        "  --no-base-check        compare against a llama.cpp base even when this model with an\n"
+        "                         exact cache is far from it (another model's base; see\n"
+        "                         docs/engine.md)\n");
     cache_flags_usage(f);
 }
 
@@ -56,6 +61,7 @@ static int parse_one(kld_opts *o, int argc, char **argv, int *i) {
     const char **str = NULL;
     if (!strcmp(a, "--json")) { o->json = true; return 1; }
     if (!strcmp(a, "--kl-divergence")) { o->llama_compare = true; return 1; }
+    if (!strcmp(a, "--no-base-check")) { o->no_base_check = true; return 1; }
     const int r = cli_model_flag(CMD, &common, argc, argv, i);
     if (r) return r;
     if (!strcmp(a, "--base")) str = &o->base_in;
@@ -219,16 +225,42 @@ static void print_json(const kvq_kld_summary *s, const kvq_eval_row *r) {
     json_num("tg_tps", "%.2f", r->tg_tps, true);
 }
 
-static int compare(kld_job *j, const kvq_kld_ref *ref) {
+/* Running figures after each chunk on stderr, in the columns of
+ * llama.cpp's perplexity --kl-divergence (stdout stays the results). */
+typedef struct kld_progress {
     kvq_kld_acc acc;
-    kvq_kld_acc_init(&acc, ref);
+    size_t per_chunk;
+} kld_progress;
+
+/* The summary of the positions so far (the final one's definitions; its
+ * sort is small next to a chunk's evaluation); nothing before 2 tokens. */
+static void print_progress_row(const kvq_tokstats *st, size_t chunk) {
+    kvq_kld_summary s;
+    if (kvq_kld_summarize(st, &s, NULL) != KVQ_OK) return;
+    fprintf(stderr, "%5zu %12.4f ± %9.4f %12.5f ± %9.5f %12.5f ± %9.5f %9.3f %% %8.3f ± %6.3f %%\n", chunk, s.ppl_q,
+            s.ppl_q_se, s.ln_ratio, s.ln_ratio_se, s.mean_kld, s.mean_kld_se, 100.0 * s.rms_dp, 100.0 * s.same_top,
+            100.0 * s.same_top_se);
+}
+
+static kvq_status progress_token(void *ud, size_t index, const float *logits, int32_t next, kvq_error *err) {
+    kld_progress *p = ud;
+    kvq_status st = kvq_kld_acc_token(&p->acc, index, logits, next, err);
+    if (!st && (index + 1) % p->per_chunk == 0) print_progress_row(&p->acc.stats, (index + 1) / p->per_chunk);
+    return st;
+}
+
+static int compare(kld_job *j, const kvq_kld_ref *ref) {
+    kld_progress prog = { .per_chunk = (size_t)kvq_kld_scored_per_chunk(j->n_ctx) };
+    kvq_kld_acc_init(&prog.acc, ref);
     kvq_chunk_run run = { j->tokens, j->n_ctx, j->n_chunk, j->o->n_batch, j->bos };
     kvq_error err = { 0 };
     kvq_kld_summary sum;
-    kvq_status st = kvq_eval_chunks(j->ctx, &run, kvq_kld_acc_token, &acc, &j->eval_secs, &err);
+    fprintf(stderr, "chunk  PPL(Q)                   ln(PPL(Q)/PPL(base))     KL divergence            "
+            "Δp RMS      same top p\n");
+    kvq_status st = kvq_eval_chunks(j->ctx, &run, progress_token, &prog, &j->eval_secs, &err);
     if (!st) st = measure_tg(j, &err);
-    if (!st) st = kvq_kld_summarize(&acc.stats, &sum, &err);
-    kvq_kld_acc_free(&acc);
+    if (!st) st = kvq_kld_summarize(&prog.acc.stats, &sum, &err);
+    kvq_kld_acc_free(&prog.acc);
     if (st) return cli_error(CMD, "%s", err.msg);
     kvq_eval_row row;
     fill_row(j, ref, &sum, &row);
@@ -267,15 +299,18 @@ static int run_compare(kld_job *j, const char *path) {
     j->n_chunk = j->o->n_chunks && j->o->n_chunks < ref.n_chunk ? j->o->n_chunks : ref.n_chunk;
     int rc = check_base(j, &ref, path);
     if (!rc && !(j->tokens = malloc((size_t)j->n_ctx * j->n_chunk * sizeof *j->tokens))) rc = cli_error(CMD, "out of memory");
-    if (!rc) {
+    if (!rc) {   /* the cache flags are checked (by creating the context) before any evaluation */
         memcpy(j->tokens, ref.tokens, (size_t)j->n_ctx * j->n_chunk * sizeof *j->tokens);
         j->o->n_batch = kvq_eval_batch(j->o->n_batch, j->n_ctx);
         j->ctx = cli_create_ctx(CMD, j->m, &j->o->cache, j->n_ctx, j->o->n_batch, j->o->n_threads);
-        rc = j->ctx ? compare(j, &ref) : 1;
+        rc = j->ctx ? 0 : 1;
     }
-    if (!rc && ref.format == KVQ_BASE_LLAMA)   /* after the run: an error stays one line */
-        fprintf(stderr, "kvq kld: note: '%s' is a llama.cpp base: it carries no model hash, so only its vocabulary "
-                "size%s could be checked\n", path, j->o->text ? " and tokens" : " (give -f TEXT to check its tokens)");
+    if (!rc && ref.format == KVQ_BASE_LLAMA) {   /* no model hash: ask the model (base_check.h) */
+        base_check bc;
+        rc = base_check_run(CMD, j->m, &ref, j->bos, j->o->n_batch, j->o->n_threads, &bc);
+        if (!rc) rc = base_check_report(CMD, path, &bc, ref.n_vocab, j->o->text != NULL, j->o->no_base_check);
+    }
+    if (!rc) rc = compare(j, &ref);
     kvq_kld_ref_close(&ref);
     return rc;
 }
@@ -288,11 +323,19 @@ typedef struct save_acc {
     kvq_base_kvq_writer *exact;
     int n_vocab;
     double *nll;
+    size_t per_chunk;
 } save_acc;
 
+/* One position into the base; after each chunk the running PPL on
+ * stderr, as kvq perplexity prints it. */
 static kvq_status save_token(void *ud, size_t index, const float *logits, int32_t next, kvq_error *err) {
     save_acc *a = ud;
     a->nll[index] = kvq_nll(logits, a->n_vocab, next);
+    if ((index + 1) % a->per_chunk == 0) {
+        double ppl, se;
+        kvq_ppl_from_nll(a->nll, index + 1, &ppl, &se);
+        fprintf(stderr, "[%zu]%.4f,", (index + 1) / a->per_chunk, ppl);
+    }
     return a->exact ? kvq_base_kvq_writer_add(a->exact, logits, err) : kvq_kld_writer_add(a->llama, logits, err);
 }
 
@@ -322,12 +365,14 @@ static int run_save(kld_job *j, const char *path) {
     if (!j->ctx) return 1;
 
     const size_t n_scored = (size_t)j->n_chunk * (size_t)kvq_kld_scored_per_chunk(j->n_ctx);
-    save_acc acc = { NULL, NULL, kvq_model_get_info(j->m)->n_vocab, malloc(n_scored * sizeof(double)) };
+    save_acc acc = { NULL, NULL, kvq_model_get_info(j->m)->n_vocab, malloc(n_scored * sizeof(double)),
+                     (size_t)kvq_kld_scored_per_chunk(j->n_ctx) };
     if (!acc.nll) return cli_error(CMD, "out of memory");
     kvq_error err = { 0 };
     kvq_status st = open_writer(j, path, &acc, &err);
     kvq_chunk_run run = { j->tokens, j->n_ctx, j->n_chunk, batch, j->bos };
     if (!st) st = kvq_eval_chunks(j->ctx, &run, save_token, &acc, &j->eval_secs, &err);
+    fputc('\n', stderr);
     kvq_error cerr = { 0 };
     kvq_status cst = close_writer(&acc, &cerr);
     if (!st && cst) { st = cst; err = cerr; }

@@ -1,5 +1,5 @@
 /* cmd_perplexity.c - `kvq perplexity`: llama.cpp's perplexity protocol
- * (EVAL.md §1) over a text file, ending with llama.cpp's
+ * (docs/spec/eval.md §1) over a text file, ending with llama.cpp's
  * "Final estimate: PPL = X +/- Y" line. */
 #include "chunks.h"
 #include "cli.h"

@@ -1,7 +1,8 @@
 /* cmd_plan.c - `kvq plan`: per-layer K/V cache types within a byte budget
- * with the least predicted KLD (EVAL.md §5; method in src/planner.h and
+ * with the least predicted KLD (docs/spec/eval.md §5; method in src/eval/planner.h and
  * docs/planner.md).  Results on stdout (tables, or --json), progress on
  * stderr. */
+#include "base_check.h"
 #include "chunks.h"
 #include "cli.h"
 #include "engine_cli.h"
@@ -22,6 +23,7 @@ typedef struct plan_opts {
     const char *model, *text, *base, *budget_arg;
     int n_ctx, n_chunks, n_threads;
     bool json, compare_uniform;
+    bool no_base_check;       /* use a llama.cpp base that fails base_check */
     double budget;            /* percent or MiB */
     bool budget_is_mib;
     kvq_type types[KVQ_PLAN_MAX_TYPES];
@@ -49,6 +51,7 @@ static void usage(FILE *f) {
         "  -t, --threads N        threads (default: online cores)\n"
         "  --compare-uniform      also measure every candidate type used everywhere that fits\n"
         "  --json                 print one JSON object\n"
+        "  --no-base-check        use a llama.cpp base even when this model is far from it (kvq kld)\n"
         "  --attn-rot MODE, --attn-rot-k MODE, --attn-rot-v MODE, --attn-rot-random\n"
         "                         rotation switches, as for kvq kld (default auto: on)\n",
         DEFAULT_CTX, DEFAULT_CHUNKS);
@@ -121,6 +124,7 @@ static int parse_one(plan_opts *o, int argc, char **argv, int *i) {
     const char **str = NULL;
     if (!strcmp(a, "--json")) { o->json = true; return 1; }
     if (!strcmp(a, "--compare-uniform")) { o->compare_uniform = true; return 1; }
+    if (!strcmp(a, "--no-base-check")) { o->no_base_check = true; return 1; }
     const int r = cli_model_flag(CMD, &common, argc, argv, i);
     if (r) return r;
     if (!strcmp(a, "--base")) str = &o->base;
@@ -160,10 +164,13 @@ static int read_base(plan_opts *o, const kvq_model *m, kvq_kld_ref *r, int *n_ch
     else if (o->text)
         rc = check_text(o, m, r, *n_chunk);
     if (!rc) rc = cli_check_scored(CMD, r->n_ctx, *n_chunk);
+    if (!rc && r->format == KVQ_BASE_LLAMA) {   /* no model hash: ask the model (base_check.h) */
+        const kvq_model_info *in = kvq_model_get_info(m);
+        base_check bc;
+        rc = base_check_run(CMD, m, r, in->add_bos ? in->bos_id : -1, 0, o->n_threads, &bc);
+        if (!rc) rc = base_check_report(CMD, o->base, &bc, r->n_vocab, o->text != NULL, o->no_base_check);
+    }
     if (rc) { kvq_kld_ref_close(r); return 1; }
-    if (r->format == KVQ_BASE_LLAMA)
-        fprintf(stderr, "kvq plan: note: '%s' is a llama.cpp base: it carries no model hash, only its vocabulary size%s "
-                "could be checked\n", o->base, o->text ? " and tokens" : "");
     fprintf(stderr, "kvq plan: reference '%s': %d of %d chunks of %d tokens\n", o->base, *n_chunk, r->n_chunk, r->n_ctx);
     return 0;
 }
@@ -334,17 +341,32 @@ static kvq_status measure_uniform(const kvq_plan_setup *s, plan_result *r, kvq_e
     return st;
 }
 
+static int plan_with(plan_opts *o, kvq_plan_setup *sp, plan_result *r);
+
 static int plan_and_verify(plan_opts *o, const kvq_model *m, const kvq_kld_ref *base, int n_chunk, plan_result *r) {
     kvq_plan_setup s;
     kvq_plan_setup_init(&s, m, base);
     s.n_chunk = n_chunk;
     s.n_threads = o->n_threads;
     s.cache = o->cache.params;
+    kvq_calib *cal = NULL;   /* --calib: calibrated candidates (--types cal325,...); every cache copies it */
+    kvq_error cerr = { 0 };
+    if (o->cache.calib_path && kvq_calib_load(o->cache.calib_path, m, &cal, &cerr) != KVQ_OK)
+        return cli_error(CMD, "--calib: %s", cerr.msg);
+    s.cache.calib = cal;
+    r->n_ctx = base->n_ctx;
+    r->n_chunk = n_chunk;
+    const int rc = plan_with(o, &s, r);
+    kvq_calib_free(cal);
+    return rc;
+}
+
+/* The sensitivity runs, the choice and the verification run. */
+static int plan_with(plan_opts *o, kvq_plan_setup *sp, plan_result *r) {
+    kvq_plan_setup s = *sp;
     progress pr = { kvq_now_seconds() };
     s.progress = on_progress;
     s.progress_ud = &pr;
-    r->n_ctx = base->n_ctx;
-    r->n_chunk = n_chunk;
     kvq_error err = { 0 };
     fprintf(stderr, "kvq plan: %d sensitivity runs (%d layers x K,V x %d types) + exact + verification\n",
             2 * r->in->n_layer * o->n_types, r->in->n_layer, o->n_types);

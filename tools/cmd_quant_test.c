@@ -11,6 +11,7 @@
  * Gaussian source at that rate, D(R) = 2^(-2R), which no scalar quantiser
  * can beat.
  */
+#include "calib_build.h"
 #include "cli.h"
 #include "kvarn.h"
 #include "turbo.h"
@@ -118,18 +119,20 @@ static void fill_gaussian(float *x, size_t n, rng *r) {
  * as in real K caches, are scaled up; which ones is drawn from the seed. */
 static int outlier_count(int dim) { return dim / 32 > 1 ? dim / 32 : 1; }
 
-static void add_outlier_channels(float *x, int rows, int dim, rng *r) {
-    int chosen[MAX_DIM / 32];
-    const int count = outlier_count(dim);
-    for (int k = 0; k < count; k++) {
+static void pick_outlier_channels(int dim, rng *r, int *chosen) {
+    for (int k = 0; k < outlier_count(dim); k++) {
         bool fresh;
         do {
             chosen[k] = (int)(rng_u64(r) % (uint64_t)dim);
             fresh = true;
             for (int j = 0; j < k; j++) fresh = fresh && chosen[j] != chosen[k];
         } while (!fresh);
-        for (int row = 0; row < rows; row++) x[(size_t)row * dim + chosen[k]] *= OUTLIER_SCALE;
     }
+}
+
+static void scale_outlier_channels(float *x, int rows, int dim, const int *chosen) {
+    for (int k = 0; k < outlier_count(dim); k++)
+        for (int row = 0; row < rows; row++) x[(size_t)row * dim + chosen[k]] *= OUTLIER_SCALE;
 }
 
 /* ---- measurement ---- */
@@ -223,6 +226,32 @@ static qt_error turbo_round_trip(kvq_type t, const float *x, int rows, int dim, 
         kvq_turbo_unrotate(s->work, s->decoded, dim);
         add_row(&acc, row, s->decoded, dim);
     }
+    return acc_error(&acc);
+}
+
+/* Calibrated types: the code fitted (plain squared error) on TRAIN_ROWS
+ * other rows of the same distribution, then the rows round-tripped; the
+ * transform is the format's own, so both columns alike.  On isotropic
+ * Gaussian rows this is the sanity check of docs/calibration.md: there is
+ * nothing to exploit, and the code must be no worse than the
+ * uncalibrated ones at the same bits. */
+enum { TRAIN_ROWS_PER_VALUE = 64 };
+
+typedef struct qt_train { const float *rows; int n; } qt_train;
+
+static qt_error calib_round_trip(kvq_type t, const float *x, int rows, int dim, qt_train train, qt_scratch *s) {
+    kvq_calib_rows fit;
+    kvq_error err;
+    if (dim > KVQ_MAX_HEAD_DIM ||
+        kvq_calib_fit_rows(train.rows, train.n, dim, kvq_type_get(t)->calib_rate, &fit, &err) != KVQ_OK)
+        return (qt_error){ NAN, NAN };
+    qt_acc acc = { 0, 0, 0 };
+    for (int r = 0; r < rows; r++) {
+        const float *row = x + (size_t)r * dim;
+        kvq_calib_rows_round_trip(&fit, row, s->decoded, s->packed);
+        add_row(&acc, row, s->decoded, dim);
+    }
+    kvq_calib_rows_free(&fit);
     return acc_error(&acc);
 }
 
@@ -324,7 +353,11 @@ static size_t max_row_bytes(int dim) {
     return most;
 }
 
-static qt_pair measure(kvq_type t, const float *x, int rows, int dim, int block, qt_scratch *s) {
+static qt_pair measure(kvq_type t, const float *x, int rows, int dim, int block, qt_train train, qt_scratch *s) {
+    if (kvq_type_get(t)->calib_rate) {
+        const qt_error e = calib_round_trip(t, x, rows, dim, train, s);
+        return (qt_pair){ e, e };
+    }
     if (kvq_type_get(t)->layout == KVQ_LAYOUT_TILES) {   /* both columns: the format rotates */
         const qt_error e = tile_round_trip(t, x, rows, dim);
         return (qt_pair){ e, e };
@@ -350,6 +383,7 @@ int cmd_quant_test(int argc, char **argv) {
     qt_scratch s = { malloc(work * sizeof(float)), malloc((size_t)o.dim * sizeof(float)),
                      malloc(max_row_bytes(o.dim)) };
     qt_result *res = malloc(KVQ_TYPE_COUNT * sizeof *res);
+    float *train_g = NULL, *train_o = NULL;
     int status = 0;
     if (!gauss || !outl || !s.work || !s.decoded || !s.packed || !res) {
         status = cli_error(CMD, "out of memory for %d rows of %d values", o.rows, o.dim);
@@ -358,15 +392,36 @@ int cmd_quant_test(int argc, char **argv) {
     /* Both distributions share the Gaussian draw, so the only difference
      * between them is the outlier channels. */
     rng r = { o.seed };
+    int chosen[MAX_DIM / 32 + 1];
     fill_gaussian(gauss, n, &r);
     memcpy(outl, gauss, n * sizeof(float));
-    add_outlier_channels(outl, o.rows, o.dim, &r);
+    pick_outlier_channels(o.dim, &r, chosen);
+    scale_outlier_channels(outl, o.rows, o.dim, chosen);
+    /* training rows of the calibrated types: other draws, same channels */
+    const int n_train = o.dim <= KVQ_MAX_HEAD_DIM ? TRAIN_ROWS_PER_VALUE * o.dim : 0;
+    train_g = n_train ? malloc((size_t)n_train * o.dim * sizeof(float)) : NULL;
+    train_o = n_train ? malloc((size_t)n_train * o.dim * sizeof(float)) : NULL;
+    if (n_train && (!train_g || !train_o)) {
+        status = cli_error(CMD, "out of memory for %d training rows", n_train);
+        goto done;
+    }
+    if (n_train) {
+        rng rt = { o.seed ^ UINT64_C(0x747261696e) };   /* "train" */
+        fill_gaussian(train_g, (size_t)n_train * o.dim, &rt);
+        memcpy(train_o, train_g, (size_t)n_train * o.dim * sizeof(float));
+        scale_outlier_channels(train_o, n_train, o.dim, chosen);
+    }
 
     const int block = kvq_rot_block_for(o.dim, 8);
     int count = 0;
     for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
         const kvq_type_traits *tr = kvq_type_get((kvq_type)t);
         if (!tr || !tr->is_cache_type || (o.type >= 0 && t != o.type)) continue;
+        if (tr->calib_rate && !n_train) {
+            fprintf(stderr, "kvq %s: note: %s skipped: heads above %d values are not calibrated\n", CMD, tr->name,
+                    KVQ_MAX_HEAD_DIM);
+            continue;
+        }
         if (tr->layout == KVQ_LAYOUT_TILES && o.rows < KVQ_KVARN_TILE) {
             fprintf(stderr, "kvq %s: note: %s skipped: it needs --rows >= %d (one %d-token tile)\n", CMD, tr->name,
                     KVQ_KVARN_TILE, KVQ_KVARN_TILE);
@@ -376,8 +431,8 @@ int cmd_quant_test(int argc, char **argv) {
         q->type = (kvq_type)t;
         q->bpv = kvq_type_bpv(q->type);
         q->shannon = exp2(-2.0 * q->bpv);
-        if (!o.outliers_only) q->gauss = measure(q->type, gauss, o.rows, o.dim, block, &s);
-        q->outl = measure(q->type, outl, o.rows, o.dim, block, &s);
+        if (!o.outliers_only) q->gauss = measure(q->type, gauss, o.rows, o.dim, block, (qt_train){ train_g, n_train }, &s);
+        q->outl = measure(q->type, outl, o.rows, o.dim, block, (qt_train){ train_o, n_train }, &s);
     }
     if (o.json) print_json(&o, res, count, block);
     else {
@@ -385,6 +440,6 @@ int cmd_quant_test(int argc, char **argv) {
         for (int i = 0; i < count; i++) print_row(&o, &res[i], block);
     }
 done:
-    free(gauss); free(outl); free(s.work); free(s.decoded); free(s.packed); free(res);
+    free(gauss); free(outl); free(s.work); free(s.decoded); free(s.packed); free(res); free(train_g); free(train_o);
     return status;
 }

@@ -9,6 +9,7 @@
 #include "chunks.h"
 #include "sampler.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,11 +83,13 @@ static int parse_one(run_opts *o, int argc, char **argv, int *i) {
     return 1;
 }
 
-static void print_piece(const kvq_model *m, int32_t tok) {
+/* false when stdout cannot be written (generation then stops: nobody
+ * would see the rest). */
+static bool print_piece(const kvq_model *m, int32_t tok) {
     char buf[256];
     int n = kvq_token_to_piece(m, tok, buf, sizeof buf);
     if (n > 0) fwrite(buf, 1, (size_t)n, stdout);
-    fflush(stdout);
+    return fflush(stdout) == 0 && !ferror(stdout);
 }
 
 /* Evaluate the prompt from position `from` in batches; logits of its last
@@ -180,38 +183,47 @@ static int generate(const run_opts *o, const kvq_model *m, kvq_ctx *ctx, const i
         free(logits);
         return cli_error(CMD, "%s", logits ? err.msg : "out of memory");
     }
-    for (int i = in->add_bos && n_prompt > 0 && prompt[0] == in->bos_id ? 1 : 0; i < n_prompt; i++)
-        print_piece(m, prompt[i]);
+    bool out_ok = true;
+    for (int i = in->add_bos && n_prompt > 0 && prompt[0] == in->bos_id ? 1 : 0; out_ok && i < n_prompt; i++)
+        out_ok = print_piece(m, prompt[i]);
     double t0 = kvq_now_seconds();
     /* with a prompt cache: all but the last prompt token, saved, then the
      * last one (so an identical prompt reuses everything saved) */
     const int saved_part = o->prompt_cache ? n_prompt - 1 : 0;
-    kvq_status st = eval_prompt(ctx, prompt, reused, saved_part, max_batch, NULL, &err);
-    if (!st && o->prompt_cache && reused < saved_part) {
+    kvq_status st = out_ok ? eval_prompt(ctx, prompt, reused, saved_part, max_batch, NULL, &err) : KVQ_OK;
+    if (!st && out_ok && o->prompt_cache && reused < saved_part) {
         const kvq_state_tag tag = { kvq_model_hash(m), prompt, saved_part };
         st = kvq_cache_save(kvq_ctx_cache(ctx), o->prompt_cache, &tag, &err);
     }
-    if (!st) st = eval_prompt(ctx, prompt, KVQ_MAX(reused, saved_part), n_prompt, max_batch, logits, &err);
+    if (!st && out_ok) st = eval_prompt(ctx, prompt, KVQ_MAX(reused, saved_part), n_prompt, max_batch, logits, &err);
     double t_prompt = kvq_now_seconds() - t0, t_gen = 0.0;
     int pos = n_prompt, n_gen = 0;
-    while (!st && n_gen < o->n_predict && pos < o->n_ctx) {
+    bool full = false;          /* stopped because the context has no position left */
+    while (!st && out_ok && n_gen < o->n_predict) {
         int32_t tok = kvq_sample(smp, logits, in->n_vocab);
         if (tok == in->eos_id) break;
-        print_piece(m, tok);
+        out_ok = print_piece(m, tok);
         n_gen++;
         if (n_gen < o->n_predict && pos + 1 >= o->n_ctx && o->context_shift) {
             if ((pos = shift_context(o, in, ctx, pos, &err)) < 0) { st = KVQ_ERR_ARG; break; }
         }
-        if (n_gen == o->n_predict || pos + 1 >= o->n_ctx) break;   /* no need for more logits */
+        if (n_gen == o->n_predict) break;                          /* no need for more logits */
+        if (pos + 1 >= o->n_ctx) { full = true; break; }           /* tok took the last position */
         t0 = kvq_now_seconds();
         st = kvq_ctx_eval(ctx, &tok, 1, pos++, logits, true, &err);
         t_gen += kvq_now_seconds() - t0;
     }
-    fputs("\n\n", stdout);
-    fflush(stdout);
+    if (out_ok) {
+        fputs("\n\n", stdout);
+        out_ok = fflush(stdout) == 0 && !ferror(stdout);
+    }
     free(logits);
     kvq_sampler_free(smp);
+    if (!out_ok) return cli_error(CMD, "writing standard output: %s", strerror(errno));
     if (st) return cli_error(CMD, "evaluation failed: %s", err.msg);
+    if (full)   /* the output is complete up to here, but shorter than asked: say so */
+        fprintf(stderr, "kvq run: warning: the context is full (-c %d): stopped after %d of the %d tokens asked for "
+                "(-n); a larger -c generates more\n", o->n_ctx, n_gen, o->n_predict);
     fprintf(stderr, "kvq run: prompt %d tokens, %.1f tokens/s; generated %d tokens, %.1f tokens/s\n", n_prompt,
             t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen, t_gen > 0 && n_gen > 1 ? (n_gen - 1) / t_gen : 0.0);
     return 0;

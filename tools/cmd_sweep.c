@@ -1,4 +1,4 @@
-/* cmd_sweep.c - `kvq sweep` (EVAL.md §4): run the exact reference once,
+/* cmd_sweep.c - `kvq sweep` (docs/spec/eval.md §4): run the exact reference once,
  * then every cache configuration of the grid against it, and write the
  * table, CSV, JSON, recommendation ladder and plot into OUTDIR.
  *
@@ -10,6 +10,7 @@
  * reference is reused when it matches this model, text, context and chunk
  * count (otherwise the sweep stops rather than mix two experiments). */
 #include "base_kvq.h"
+#include "calib.h"
 #include "chunks.h"
 #include "cli.h"
 #include "engine_cli.h"
@@ -21,6 +22,7 @@
 #include "stats.h"
 #include "sweep_grid.h"
 #include "svg_png.h"
+#include "sweep_drift.h"
 
 #include <errno.h>
 #include <math.h>
@@ -35,7 +37,7 @@ static const char *CMD = "sweep";
 
 enum { TG_STEPS = 32, PATH_CAP = 4096 };
 
-/* The mixed pairs run by default (EVAL.md §4) when their types exist. */
+/* The mixed pairs run by default (docs/spec/eval.md §4) when their types exist. */
 static const char *const DEFAULT_PAIRS[] = { "q8_0/q4_0", "q8_0/turbo3", "kvarn4/kvarn3" };
 static const char *const DEFAULT_TAILS = "0,128";
 
@@ -44,6 +46,10 @@ typedef struct sweep_opts {
     int n_ctx, n_batch, n_chunks, n_threads, n_jobs;
     kvq_sweep_rot rot;
     kvq_type ref_type;
+    int drift_n;                  /* --drift N: generated tokens per prompt, 0 = none */
+    const char *drift_prompts;
+    kvq_ladder_rank rank;
+    const char *calib;            /* --calib FILE: the calibrated types join the grid */
 } sweep_opts;
 
 static void usage(FILE *f) {
@@ -67,7 +73,16 @@ static void usage(FILE *f) {
         "  --rot both|on|off     rotation of block-quantised pairs (default both)\n"
         "  --ref-type TYPE       exact cache of the reference (default f32)\n"
         "  -t, --threads N       threads in all (default: online cores)\n"
-        "  --jobs N              configurations run at the same time (threads shared; default 1)\n");
+        "  --jobs N              configurations run at the same time (threads shared; default 1)\n"
+        "  --drift N             also generate N tokens greedily per drift prompt with every\n"
+        "                        configuration: columns first divergence and drift KLD\n"
+        "                        (docs/drift.md; measured again on every run)\n"
+        "  --drift-prompts FILE  one prompt per line (default: %d windows of %d tokens of -f)\n"
+        "  --rank median_kld|drift_kld|first_div   what the ladder weighs against size\n"
+        "                        (default median_kld; the drift ones need --drift)\n"
+        "  --calib FILE          the model's calibration (kvq calibrate): the calibrated types\n"
+        "                        cal225 ... cal425 join the default types (docs/calibration.md)\n",
+        SWEEP_DRIFT_WINDOWS, SWEEP_DRIFT_WINDOW_TOKENS);
 }
 
 static int parse_args(sweep_opts *o, int argc, char **argv) {
@@ -86,15 +101,18 @@ static int parse_args(sweep_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--pairs")) str = &o->pairs;
         else if (!strcmp(a, "--tails")) str = &o->tails;
         else if (!strcmp(a, "--jobs")) num = &o->n_jobs;
-        else if (!strcmp(a, "--rot") || !strcmp(a, "--ref-type")) { /* handled below */ }
+        else if (!strcmp(a, "--drift")) num = &o->drift_n;
+        else if (!strcmp(a, "--drift-prompts")) str = &o->drift_prompts;
+        else if (!strcmp(a, "--calib")) str = &o->calib;
+        else if (!strcmp(a, "--rot") || !strcmp(a, "--ref-type") || !strcmp(a, "--rank")) { /* handled below */ }
         else {
             cli_error(CMD, "unknown option '%s' (see kvq sweep --help)", a);
             return -1;
         }
         if (!(v = cli_value(CMD, argc, argv, &i))) return -1;
         if (str) { *str = v; continue; }
-        if (num) {   /* --jobs */
-            if (!cli_flag_long(CMD, a, v, 1, 64, &l)) return -1;
+        if (num) {   /* --jobs, --drift */
+            if (!cli_flag_long(CMD, a, v, 1, num == &o->drift_n ? 1L << 24 : 64, &l)) return -1;
             *num = (int)l;
             continue;
         }
@@ -103,6 +121,11 @@ static int parse_args(sweep_opts *o, int argc, char **argv) {
             else if (!strcmp(v, "on")) o->rot = KVQ_SWEEP_ROT_ON;
             else if (!strcmp(v, "off")) o->rot = KVQ_SWEEP_ROT_OFF;
             else { cli_error(CMD, "--rot: '%s' is not one of both, on, off", v); return -1; }
+        } else if (!strcmp(a, "--rank")) {
+            if (!kvq_ladder_rank_parse(v, &o->rank)) {
+                cli_error(CMD, "--rank: '%s' is not one of median_kld, drift_kld, first_div", v);
+                return -1;
+            }
         } else if (!cli_parse_type(CMD, v, true, &o->ref_type)) {
             return -1;
         }
@@ -110,18 +133,25 @@ static int parse_args(sweep_opts *o, int argc, char **argv) {
     if (!o->model) { cli_error(CMD, "no model given (use -m MODEL.gguf)"); return -1; }
     if (!o->text) { cli_error(CMD, "no text given (use -f TEXT)"); return -1; }
     if (!o->outdir) { cli_error(CMD, "no output directory given (use -o OUTDIR)"); return -1; }
+    if (!o->drift_n && (o->drift_prompts || o->rank != KVQ_RANK_MEDIAN_KLD)) {
+        cli_error(CMD, "%s needs --drift N", o->drift_prompts ? "--drift-prompts" : "--rank drift_kld/first_div");
+        return -1;
+    }
     return 1;
 }
 
 /* ------------------------------------------------------------ the grid */
 
-/* Default same-type list: every cache type kvq has. */
-static kvq_status default_types(kvq_type **out, size_t *n, kvq_error *err) {
+/* Default same-type list: every cache type kvq has, the calibrated ones
+ * when there is a calibration (they need the model's). */
+static kvq_status default_types(bool calibrated, kvq_type **out, size_t *n, kvq_error *err) {
     *out = malloc(KVQ_TYPE_COUNT * sizeof **out);
     *n = 0;
     if (!*out) return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
-    for (int t = 0; t < KVQ_TYPE_COUNT; t++)
-        if (kvq_type_get((kvq_type)t)->is_cache_type) (*out)[(*n)++] = (kvq_type)t;
+    for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
+        const kvq_type_traits *tr = kvq_type_get((kvq_type)t);
+        if (tr->is_cache_type && (calibrated || !tr->calib_rate)) (*out)[(*n)++] = (kvq_type)t;
+    }
     return KVQ_OK;
 }
 
@@ -147,7 +177,7 @@ static int build_grid(const sweep_opts *o, int n_ctx, kvq_sweep_config **cfg, si
     int *tails = NULL;
     size_t n_types = 0, n_pairs = 0, n_tails = 0;
     kvq_status st = o->types ? kvq_sweep_parse_types(o->types, &types, &n_types, &err)
-                             : default_types(&types, &n_types, &err);
+                             : default_types(o->calib != NULL, &types, &n_types, &err);
     if (st == KVQ_OK)
         st = !o->pairs                ? default_pairs(&pairs, &n_pairs, &err)
              : !strcmp(o->pairs, "none") ? KVQ_OK
@@ -191,14 +221,22 @@ typedef struct sweep {
     size_t next;
     int n_to_run, n_started, n_finished;
     double t_start;
+    drift_prompts drift;          /* --drift: the prompts, checked in setup */
+    kvq_calib *calib;             /* --calib, loaded in setup; each cache copies it */
 } sweep;
 
 static void path_in(char *buf, const sweep *s, const char *rel) {
     snprintf(buf, PATH_CAP, "%s/%s", s->o->outdir, rel);
 }
 
+/* A calibrated configuration's result belongs to its calibration too:
+ * its file name carries the calibration's checksum. */
 static void run_path(char *buf, const sweep *s, const kvq_sweep_config *c) {
-    snprintf(buf, PATH_CAP, "%s/runs/%s.csv", s->o->outdir, c->slug);
+    const bool cal = kvq_type_get(c->type_k)->calib_rate || kvq_type_get(c->type_v)->calib_rate;
+    if (cal && s->calib)
+        snprintf(buf, PATH_CAP, "%s/runs/%s.cal%016llx.csv", s->o->outdir, c->slug,
+                 (unsigned long long)s->calib->checksum);
+    else snprintf(buf, PATH_CAP, "%s/runs/%s.csv", s->o->outdir, c->slug);
 }
 
 static int make_dir(const char *path) {
@@ -221,6 +259,7 @@ static void sweep_params(const sweep *s, const kvq_sweep_config *c, int n_ctx, c
     p->rot.mode = c->rot;
     cache_flags_resolve(CMD, cf, n_ctx);   /* tails were checked against the context with the grid */
     p->max_batch = s->n_batch;
+    p->calib = s->calib;
 }
 
 static kvq_ctx *make_ctx(const sweep *s, const kvq_sweep_config *c, kvq_error *err) {
@@ -476,7 +515,7 @@ static int write_outputs(sweep *s) {
     path_in(path, s, "ladder.md");
     FILE *f = fopen(path, "w");
     if (!f) return cli_error(CMD, "cannot create '%s': %s", path, strerror(errno));
-    kvq_status st = kvq_ladder_write_md(f, s->rows, s->n_cfg, &th, &err);
+    kvq_status st = kvq_ladder_write_md_by(f, s->rows, s->n_cfg, &th, s->o->rank, &err);
     if (fclose(f) != 0 && st == KVQ_OK) st = kvq_fail(&err, KVQ_ERR_IO, "cannot write '%s'", path);
     if (st != KVQ_OK) return cli_error(CMD, "%s", err.msg);
     path_in(svg, s, "plot.svg");
@@ -489,7 +528,7 @@ static int write_outputs(sweep *s) {
     /* print the full table, then the ladder: the answer most readers want */
     kvq_report_write_md(stdout, s->rows, s->n_cfg, &meta, NULL);
     printf("\n");
-    kvq_ladder_write_md(stdout, s->rows, s->n_cfg, &th, NULL);
+    kvq_ladder_write_md_by(stdout, s->rows, s->n_cfg, &th, s->o->rank, NULL);
     fprintf(stderr, "kvq sweep: wrote table.md, results.csv, results.json, ladder.md, plot.svg%s in %s\n",
             st == KVQ_OK ? ", plot.png" : "", s->o->outdir);
     return 0;
@@ -508,6 +547,30 @@ static int prepare_tokens(sweep *s) {
     return cli_check_scored(CMD, s->n_ctx, s->n_chunk);
 }
 
+/* --drift's prompts: the file's lines or windows of the text, each with
+ * room for N generated tokens within -c. */
+static int prepare_drift(sweep *s) {
+    const sweep_opts *o = s->o;
+    if (!o->drift_n) return 0;
+    if (o->drift_prompts)
+        return drift_prompts_read(CMD, o->drift_prompts, 0, &s->drift) ||
+               drift_prompts_tokenize(CMD, s->m, &s->drift, o->drift_prompts, o->drift_n, s->n_ctx);
+    return drift_prompts_windows(CMD, s->tokens, (size_t)s->n_ctx * s->n_chunk, s->bos, SWEEP_DRIFT_WINDOWS,
+                                 SWEEP_DRIFT_WINDOW_TOKENS, o->drift_n, s->n_ctx, &s->drift);
+}
+
+static void drift_params(const void *ud, const kvq_sweep_config *c, cache_flags *cf) {
+    const sweep *s = ud;
+    sweep_params(s, c, s->n_ctx, cf);
+}
+
+static int run_drift(sweep *s) {
+    if (!s->o->drift_n) return 0;
+    const sweep_drift_spec spec = { CMD, s->m, &s->drift, s->o->drift_n, s->n_ctx, s->o->n_threads, s->o->n_jobs,
+                                    s->cfg, s->n_cfg, drift_params, s };
+    return sweep_drift_run(&spec, s->rows);
+}
+
 /* Everything that can be refused is checked before OUTDIR is created. */
 static int setup(sweep *s) {
     kvq_error err = { 0 };
@@ -517,7 +580,9 @@ static int setup(sweep *s) {
     s->info = kvq_model_get_info(s->m);
     s->bos = s->info->add_bos ? s->info->bos_id : -1;
     if (kvq_model_file_hash(s->o->model, &s->model_hash, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);
-    if (prepare_tokens(s)) return 1;
+    if (s->o->calib && kvq_calib_load(s->o->calib, s->m, &s->calib, &err) != KVQ_OK)
+        return cli_error(CMD, "--calib: %s", err.msg);
+    if (prepare_tokens(s) || prepare_drift(s)) return 1;
     s->n_batch = kvq_eval_batch(s->o->n_batch, s->n_ctx);
     kvq_cache_params ref;   /* the largest cache of the grid: the exact reference */
     kvq_cache_params_default(&ref);
@@ -561,7 +626,9 @@ int cmd_sweep(int argc, char **argv) {
     if (!rc) rc = ensure_reference(&s);
     if (!rc) rc = plan_runs(&s);
     if (!rc) rc = run_pending(&s);
+    const int drift_rc = rc ? 0 : run_drift(&s);   /* a failed drift still leaves the KLD results written */
     if (!rc) rc = write_outputs(&s);
+    if (!rc) rc = drift_rc;
     int n_failed = 0;
     for (size_t i = 0; !rc && i < s.n_cfg; i++) n_failed += s.failed[i];
     if (n_failed) rc = cli_error(CMD, "%d configuration(s) failed; their rows are empty (rerun to retry them)", n_failed);
@@ -572,6 +639,8 @@ int cmd_sweep(int argc, char **argv) {
     free(s.failed);
     free(s.cfg);
     free(s.tokens);
+    drift_prompts_free(&s.drift);
+    kvq_calib_free(s.calib);
     kvq_model_free(s.m);
     return rc;
 }

@@ -1,6 +1,6 @@
 /* cmd_turbo_train.c - `kvq turbo-train`: train the trellis codebooks of
- * turbo2/3/4_tcq (generalised Lloyd, src/turbo_tcq_train.c) and print
- * them as the C source of src/turbo_tcq_tables.c.  The committed table
+ * turbo2/3/4_tcq (generalised Lloyd, src/format/turbo_tcq_train.c) and print
+ * them as the C source of src/format/turbo_tcq_tables.c.  The committed table
  * is exactly this command's output with the default options. */
 #include "cli.h"
 #include "turbo.h"
@@ -18,7 +18,7 @@ static const train_opts g_defaults = { 4096, 60, 1, NULL };
 static void usage(FILE *f) {
     fprintf(f,
         "usage: kvq " CMD " [options]\n\n"
-        "Train the turbo2/3/4_tcq trellis codebooks and print src/turbo_tcq_tables.c.\n\n"
+        "Train the turbo2/3/4_tcq trellis codebooks and print src/format/turbo_tcq_tables.c.\n\n"
         "  -n, --vectors N   training vectors of 128 Gaussian values (default %ld)\n"
         "  -i, --iters N     Lloyd rounds (default %ld)\n"
         "  -s, --seed N      data seed, splitmix64 (default %ld)\n"
@@ -67,8 +67,8 @@ int cmd_turbo_train(int argc, char **argv) {
     if (!f) return cli_error(CMD, "cannot write '%s'", o.out);
     fprintf(f, "/* turbo_tcq_tables.c - trellis codebooks of turbo2/3/4_tcq (unit variance,\n"
                " * indexed by state).  GENERATED, do not edit: reproduce with\n"
-               " *   make && build/kvq turbo-train -n %ld -i %ld -s %ld > src/turbo_tcq_tables.c\n"
-               " * Procedure (src/turbo_tcq_train.c): %ld vectors of 128 Gaussian values at\n"
+               " *   make && build/kvq turbo-train -n %ld -i %ld -s %ld > src/format/turbo_tcq_tables.c\n"
+               " * Procedure (src/format/turbo_tcq_train.c): %ld vectors of 128 Gaussian values at\n"
                " * norm sqrt(128) from splitmix64(seed %ld) + Box-Muller; random N(0,1)\n"
                " * start; %ld generalised Lloyd rounds (Viterbi-encode all, move each state\n"
                " * to the mean of its targets). */\n#include \"turbo_internal.h\"\n",

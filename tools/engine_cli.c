@@ -192,7 +192,16 @@ kvq_ctx *cli_create_ctx(const char *cmd, const kvq_model *m, cache_flags *cf, in
     if (cli_check_context(cmd, kvq_model_get_info(m), &cf->params, n_ctx)) return NULL;
     kvq_ctx *ctx = NULL;
     kvq_error err = { 0 };
-    if (kvq_ctx_create(m, &cf->params, n_threads, &ctx, &err) != KVQ_OK) {
+    kvq_calib *cal = NULL;   /* --calib: the cache copies what it needs */
+    if (cf->calib_path && kvq_calib_load(cf->calib_path, m, &cal, &err) != KVQ_OK) {
+        cli_error(cmd, "--calib: %s", err.msg);
+        return NULL;
+    }
+    cf->params.calib = cal;
+    const kvq_status st = kvq_ctx_create(m, &cf->params, n_threads, &ctx, &err);
+    cf->params.calib = NULL;
+    kvq_calib_free(cal);
+    if (st != KVQ_OK) {
         cli_error(cmd, "cannot create the context: %s", err.msg);
         return NULL;
     }

@@ -34,7 +34,7 @@ int32_t *cli_text_tokens(const char *cmd, const kvq_model *m, const char *path, 
 /* kv_bytes (kvq.h) of the cache of p (types, per-layer overrides, tail,
  * sink) for a model at n_ctx positions: K and V rows of every layer and
  * position, plus the exact rows it keeps at that length (tail, sink, KVarN's
- * first and incomplete tiles), as src/cache.c lays them out. */
+ * first and incomplete tiles), as src/cache/cache.c lays them out. */
 double cli_kv_bytes(const kvq_model_info *in, const kvq_cache_params *p, int n_ctx);
 /* Every figure of kvq_cache_bytes for p with the model's shape at n_ctx
  * (max_batch capped at n_ctx); false when no such cache can be made. */

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes src/unicode_class_table.h: the ranges of code points that are
+"""Writes src/model/unicode_class_table.h: the ranges of code points that are
 letters (\\p{L}), numbers (\\p{N}) or whitespace (\\s) for the BPE
 pre-tokenisers, taken from the Unicode data of Python's `regex` module.
 
@@ -7,7 +7,7 @@ Unassigned code points (\\p{Cn}) between two ranges of the same class are
 folded into them, which keeps the table small (about 530 ranges) and only
 changes the class of characters that do not exist yet.
 
-Usage: python3 tools/gen_unicode_class.py > src/unicode_class_table.h
+Usage: python3 tools/gen_unicode_class.py > src/model/unicode_class_table.h
 """
 import regex
 

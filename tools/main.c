@@ -1,6 +1,7 @@
 /* main.c - the kvq command-line tool: dispatch to one subcommand. */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,12 +18,14 @@ static const command g_commands[] = {
     { "perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's protocol)" },
     { "kld",        cmd_kld,        "KL divergence against a reference (llama.cpp base files)" },
     { "bench",      cmd_bench,      "prompt and generation tokens/s" },
+    { "drift",      cmd_drift,      "KLD per generated position and first divergence in greedy generation" },
     { "sweep",      cmd_sweep,      "KLD, size and speed of every cache configuration: table, ladder, plot" },
     { "tokenize",   cmd_tokenize,   "token ids of a text under a model's vocabulary (as llama-tokenize)" },
     { "turbo-bench", cmd_turbo_bench, "NMSE and speed of the TurboQuant types on Gaussian vectors" },
-    { "turbo-train", cmd_turbo_train, "train the turbo*_tcq trellis codebooks (prints src/turbo_tcq_tables.c)" },
+    { "turbo-train", cmd_turbo_train, "train the turbo*_tcq trellis codebooks (prints src/format/turbo_tcq_tables.c)" },
     { "plan",       cmd_plan,       "per-layer K/V types within a byte budget with the least predicted KLD" },
     { "synth",      cmd_synth,      "write a random-weight GGUF of a real model shape (for benchmarks)" },
+    { "calibrate",  cmd_calibrate,  "fit the calibrated cache types' transforms and bits on a model's own K/V" },
 };
 
 static void usage(FILE *f) {
@@ -32,7 +35,22 @@ static void usage(FILE *f) {
     fprintf(f, "\n'kvq COMMAND --help' describes each command's options.\n");
 }
 
-int main(int argc, char **argv) {
+/* Every command's results go to stdout: a write that failed (a full disk,
+ * /dev/full, a closed pipe's EIO) must fail the command, or a script
+ * reading the output gets a truncated table with exit status 0.  The
+ * error flag of stdout is sticky, so one check at exit sees any failed
+ * write; a command that already failed keeps its own single error line. */
+static int finish(int rc) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        if (rc == 0)
+            fprintf(stderr, "kvq: error: writing standard output: %s\n", errno ? strerror(errno) : "write error");
+        return rc ? rc : 1;
+    }
+    return rc;
+}
+
+static int dispatch(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 1; }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
@@ -44,3 +62,5 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kvq: error: unknown command '%s' (try 'kvq --help')\n", argv[1]);
     return 1;
 }
+
+int main(int argc, char **argv) { return finish(dispatch(argc, argv)); }

@@ -1,6 +1,6 @@
 /* svg_png.h - the sweep plot's PNG: an external converter run by the CLI.
  * Spawning programs is the tool's business, not the library's, so this
- * lives in tools/ (libkvq only writes the SVG, src/plot_svg.h). */
+ * lives in tools/ (libkvq only writes the SVG, src/eval/plot_svg.h). */
 #ifndef KVQ_SVG_PNG_H
 #define KVQ_SVG_PNG_H
 

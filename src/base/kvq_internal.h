@@ -1,0 +1,85 @@
+/* kvq_internal.h - helpers shared by the library's source files (not part
+ * of the public API). */
+#ifndef KVQ_INTERNAL_H
+#define KVQ_INTERNAL_H
+
+#include "kvq.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define KVQ_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KVQ_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define KVQ_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Largest K or V head size the cache holds (its row scratch and the
+ * rotation's largest block); the cache and the model loader refuse larger
+ * heads with this limit in the message. */
+#define KVQ_MAX_HEAD_DIM 512
+
+/* Record an error (if err is non-NULL) and return its code, so that a
+ * failing path reads: return kvq_fail(err, KVQ_ERR_FORMAT, "...", ...); */
+kvq_status kvq_fail(kvq_error *err, kvq_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- IEEE half / bfloat16, inline for use inside kernels ---- */
+static inline uint32_t kvq_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float kvq_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline float kvq_half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    if (exp == 0x1f) return kvq_bits_f32(sign | 0x7f800000u | (mant << 13)); /* inf/nan */
+    if (exp == 0) {                                   /* zero or subnormal: mant * 2^-24 */
+        float v = (float)mant * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    return kvq_bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+/* Round to nearest even, overflow to inf, NaN stays NaN (quiet). */
+static inline uint16_t kvq_float_to_half(float f) {
+    uint32_t x = kvq_f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u)                            /* inf or nan */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    if (ax < 0x38800000u) {                           /* below 2^-14: subnormal half */
+        /* Adding 0.5 aligns the value so that the FPU's own round-to-
+         * nearest-even rounds at 2^-24, the subnormal half's step. */
+        float r = kvq_bits_f32(ax) + 0.5f;
+        return (uint16_t)(sign | (kvq_f32_bits(r) - 0x3f000000u));
+    }
+    uint32_t odd = (ax >> 13) & 1u;                   /* ties to even */
+    ax += 0xc8000fffu + odd;                          /* rebias exponent (-112<<23), round */
+    return (uint16_t)(sign | (ax >> 13));
+}
+
+static inline float kvq_bfloat_to_float(uint16_t h) { return kvq_bits_f32((uint32_t)h << 16); }
+static inline uint16_t kvq_float_to_bfloat(float f) {
+    uint32_t x = kvq_f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet nan */
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+static inline uint16_t kvq_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline void kvq_wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline uint32_t kvq_rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline void kvq_wr32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> 8 * i); }
+static inline uint64_t kvq_rd64(const uint8_t *p) { return (uint64_t)kvq_rd32(p) | (uint64_t)kvq_rd32(p + 4) << 32; }
+static inline void kvq_wr64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> 8 * i); }
+
+/* ---- CPU features (src/base/cpu.c) ---- */
+typedef struct kvq_cpu { bool avx2, fma, f16c, avx512; } kvq_cpu;
+/* Detected once (thread-safe); forced scalar when KVQ_FORCE_SCALAR=1. */
+const kvq_cpu *kvq_cpu_features(void);
+
+/* kvq_quantize_row / kvq_dequantize_row on traits the caller looked up
+ * once (the cache's write and read paths), padding handled the same way. */
+void kvq_quantize_row_tr(const kvq_type_traits *tr, const float *x, void *dst, int64_t n);
+void kvq_dequantize_row_tr(const kvq_type_traits *tr, const void *src, float *y, int64_t n);
+
+#endif

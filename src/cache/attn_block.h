@@ -1,0 +1,175 @@
+/*
+ * attn_block.h - the chunked key loop of attention over the cache
+ * (attention.c, docs/spec/attention.md §4).
+ *
+ * A chunk of up to ATTN_BLOCK_KEYS keys of one KV head is processed for
+ * all G query heads of its GQA group at once:
+ *
+ *   1. scores S[G][keys] = scale * Q . K: rows of f32, f16 and bf16 are
+ *      read in place (converted in registers) by a register-blocked tile
+ *      kernel (heads x keys, one accumulator per score, reduced all at
+ *      once by a transposing add tree); rows of the 32-value block types
+ *      (q8_0 ... q2_1, iq4_nl) by the fused integer kernels
+ *      (attn_codes.inc): each block's codes decoded once into integers and
+ *      multiplied with the query rounded to int16 per block (below), the
+ *      integer sums exact, one float multiply-add per block;
+ *   2. the online softmax takes one max and one rescale per chunk and
+ *      head, with a vectorised exp (attn_block_exp, error bound below);
+ *   3. V rows are added, weighted, into all G accumulators in one pass:
+ *      f32/f16/bf16 in place, block types by their codes decoded once
+ *      per key and block with the block scale folded into each head's
+ *      weight (keys x heads -> head_dim, accumulators in registers).
+ *   Rows of other types (a caller's trait table, TurboQuant) are unpacked
+ *   into an f32 tile first with the type's dequantize.
+ *
+ * The query in integers (block-type K rows only): each 32-value block b of
+ * a rotated query row is rounded once per call to qi = round(q / s_b),
+ * s_b = max|q_b| / 32767 (attn_block_round_query), so that a score is
+ *   sum_b d_kb s_b (sum_i c_i qi_i - off sum_i qi_i) [+ m_kb s_b sum_i qi_i]
+ * with the integer sums exact (|sum| < 32 * 128 * 32767 < 2^31).  The
+ * error this adds to a score is at most sum_b (s_b / 2) sum_{i in b} |k_i|,
+ * i.e. a relative 1.5e-5 of the largest |q| of the block: about float
+ * rounding (docs/cache.md measures it); the per-key reference pass can
+ * score with the same rounded query (kvq_attend_loop.round_query), which
+ * is what tests compare against.
+ *
+ * Every output's summation order depends only on the shapes (head_dim,
+ * G, where the chunk starts), never on the thread count or on the tile's
+ * position, so results stay bitwise independent of threads.
+ *
+ * The per-key pass (the type's dot and axpy per key and head) stays in
+ * attention.c as the reference this path is tested against.
+ *
+ * exp: x = n ln2 + r, |r| <= ln2/2 (Cody-Waite split of ln2), e^r by its
+ * degree-7 Taylor polynomial (truncation < 7.5e-9 relative), times 2^n
+ * built in the exponent bits.  Error: at most 2 ulp of float (relative
+ * 2.4e-7; measured over [-87, 0]: 0.93 ulp with FMA, 1.19 ulp scalar;
+ * tests/test_attn_block.c checks 2 ulp), i.e.
+ * the order of expf's own rounding.  x < -87 gives 0 (e^-87 < 1.7e-38:
+ * the softmax's largest weight is 1, so this changes no sum), NaN stays
+ * NaN, -inf gives 0.
+ */
+#ifndef KVQ_ATTN_BLOCK_H
+#define KVQ_ATTN_BLOCK_H
+
+#include "kvq_internal.h"
+
+enum { ATTN_BLOCK_KEYS = 32 };     /* keys per chunk: K and V tiles of 128-wide heads = 32 KiB */
+enum { ATTN_FUSED_MAX_BLOCKS = 16 };  /* fused kernels: rows of at most 16 blocks (512 values) */
+
+/* The query rows of one GQA group for the fused integer kernels: G heads,
+ * head g at q + g*stride (floats), qi + g*stride (int16 codes), and its
+ * block b's scale and code sum at scale/sum[g*(stride/32) + b]. */
+typedef struct attn_query {
+    const float *q;
+    const int16_t *qi;
+    const float *scale;
+    const int32_t *sum;
+    int stride;
+} attn_query;
+
+/* Round one query row of len values (whole 32-blocks) to int16 per block,
+ * the one rounding every level uses: scale[b] = max|q_b| / 32767 (0 for a
+ * zero block, NaN for a block holding NaN or inf), qi = q / scale[b]
+ * rounded to nearest (ties away from 0), sum[b] = sum of qi over b. */
+void attn_block_round_query(const float *q, int64_t len, int16_t *qi, float *scale, int32_t *sum);
+/* The values the integer kernels score with: qhat[i] = scale[b] * qi[i]. */
+void attn_block_rounded_values(const float *q, int64_t len, float *qhat);
+/* Types whose rows the fused integer kernels score (the 32-value block
+ * types): their scores use the rounded query at every level. */
+bool attn_block_int_type(kvq_type t);
+
+/* Fused kernels for packed rows of one 32-value block type: scores and
+ * V sums straight from the blocks, each block decoded once and used by
+ * every head (no f32 tile).  Same contracts as the kernels below with
+ * packed rows of `len` values and the query as attn_query; accumulate
+ * skips NULL rows. */
+typedef struct attn_block_fused {
+    int block_bytes;                        /* bytes per block; 0: no fused kernel */
+    bool has_min;                           /* fp16 header d, m (else d alone)     */
+    void (*scores)(const uint8_t *const *k, int nk, const attn_query *q, int G, int64_t len, float scale,
+                   float *w, int ldw);
+    void (*accumulate)(const uint8_t *const *v, int nk, const float *w, int ldw, int G, float *acc,
+                       int acc_stride, int64_t len);
+} attn_block_fused;
+
+/* Rows the tile kernels read in place, converted in registers. */
+typedef enum attn_row_kind { ATTN_ROW_F32 = 0, ATTN_ROW_F16, ATTN_ROW_BF16, ATTN_ROW_KINDS } attn_row_kind;
+
+/* The kernels of one ISA level. */
+typedef struct attn_block_kernels {
+    const char *level;                      /* "scalar", "avx2", "avx512"        */
+    /* w[g*ldw + t] = scale * sum_d q[g*q_stride + d] * k[t][d], g < G, t < nk,
+     * d < len; every score's summation order depends only on len. */
+    void (*scores)(const float *const *k, int nk, const float *q, int G, int q_stride, int64_t len, float scale,
+                   float *w, int ldw);
+    /* acc[g*acc_stride + d] += sum_t w[g*ldw + t] * v[t][d] for g < G, t < nk,
+     * d < len; per output the keys are added in order t = 0..nk-1. */
+    void (*accumulate)(const float *const *v, int nk, const float *w, int ldw, int G, float *acc,
+                       int acc_stride, int64_t len);
+    /* max of x[0..n), NaN entries skipped; -inf when there is none. */
+    float (*max)(const float *x, int n);
+    /* x[i] = exp(x[i] - shift); returns sum x[i] (a fixed order for each n). */
+    float (*exp_sum)(float *x, int n, float shift);
+    /* [KVQ_TYPE_COUNT], indexed by type (entries with block_bytes 0 have
+     * none); NULL when the level has no fused kernels. */
+    const attn_block_fused *fused;
+    /* scores / accumulate over rows stored as f16 or bf16 (the pointers
+     * passed as const float * are rows of that storage); [ATTN_ROW_F32]
+     * is the two above.  NULL entries: the level unpacks such rows. */
+    void (*scores_as[ATTN_ROW_KINDS])(const float *const *k, int nk, const float *q, int G, int q_stride,
+                                      int64_t len, float scale, float *w, int ldw);
+    void (*accumulate_as[ATTN_ROW_KINDS])(const float *const *v, int nk, const float *w, int ldw, int G,
+                                          float *acc, int acc_stride, int64_t len);
+} attn_block_kernels;
+
+/* The widest level this CPU runs (scalar when KVQ_FORCE_SCALAR=1). */
+const attn_block_kernels *attn_block_best(void);
+/* One level by name ("scalar", "avx2", "avx512"; "scalar-tile",
+ * "avx2-tile", "avx512-tile": the same without fused or in-place
+ * converting kernels, every row but f32 unpacked into an f32 tile and
+ * scored with the float query, what ran before them; for measurements
+ * and tests); NULL when unknown or not runnable here. */
+const attn_block_kernels *attn_block_level(const char *level);
+/* Per-ISA instances (attn_block_avx2.c, attn_block_avx512.c): call only
+ * after kvq_cpu_features() allowed them. */
+const attn_block_kernels *attn_block_avx2(void);
+const attn_block_kernels *attn_block_avx2_tile(void);
+const attn_block_kernels *attn_block_avx512(void);
+const attn_block_kernels *attn_block_avx512_tile(void);
+
+/* Scalar exp with the same algorithm and bound as the vector ones. */
+float attn_block_exp(float x);
+
+/* Where a chunk's rows come from and where they are unpacked. */
+typedef struct attn_block_rows {
+    const kvq_type_traits *tr;   /* the rows' type: its dequantize unpacks them */
+    bool f32;                    /* f32 rows: read in place, nothing unpacked   */
+    int64_t len;                 /* values per row (whole blocks)                */
+    float *tile;                 /* ATTN_BLOCK_KEYS x len floats of scratch      */
+    const float *zero;           /* len zeros: the row of a key of weight 0      */
+} attn_block_rows;
+
+/* The level's fused kernels for these rows, or NULL: only rows of the
+ * library's own trait table (kvq_type_get) use them; rows of a caller's
+ * table keep that table's dequantize (what such a caller tests). */
+const attn_block_fused *attn_block_fused_for(const attn_block_kernels *kr, const attn_block_rows *src);
+
+/* The level's in-place kernel kind for these rows (f32, or f16/bf16 rows
+ * of the library's table at a level that converts them), or -1: unpack. */
+int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src);
+
+/* w[g*ldw + t] = scale * (K row t . q_g) for the chunk's nk K rows
+ * (fused from the packed rows where attn_block_fused_for has kernels,
+ * with the rounded query q->qi; else with the float query q->q). */
+void attn_block_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows,
+                       int nk, const attn_query *q, int G, float scale, float *w, int ldw);
+
+/* acc_g += sum_t w[g*ldw + t] * V row t for the chunk's nk V rows; a key
+ * whose weight is 0 for every head is not unpacked (nor added: a
+ * non-finite V row of weight 0 does not poison the sum, as in the per-key
+ * pass). */
+void attn_block_values(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows,
+                       int nk, const float *w, int ldw, int G, float *acc, int acc_stride);
+
+#endif

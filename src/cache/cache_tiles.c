@@ -1,0 +1,187 @@
+/*
+ * cache_tiles.c - the KVarN side of the cache (docs/kvarn.md), KVarN's tile
+ * hooks (src/format/tile_ops.h, kvq_kvarn_tile_ops at the end): shapes of
+ * tile sides, quantising a completed tile from its exact staging rows into
+ * one record per KV head and slice, reading a record's row back (tests),
+ * and attention straight from records (scores of a run of keys against
+ * the query heads of a GQA group; accumulation of weighted values).
+ *
+ * Record math (docs/spec/formats.md §3), with codes q, fp16 S, Z per row of A and O
+ * per column of A:
+ *   K (rows = channels c, cols = tokens t): k_t[c] = (q S_c + Z_c) O_t, so
+ *     q.k_t = O_t (sum_c (q_c S_c) code + sum_c q_c Z_c): the per-channel
+ *     products q_c S_c and sum q_c Z_c are formed once per run of keys;
+ *   V (rows = tokens t, cols = channels c): v_t[c] = (q S_t + Z_t) O_c, so
+ *     sum_t p_t v_t[c] = O_c (sum_t (p_t S_t) code + sum_t p_t Z_t): O is
+ *     applied once per run of keys.
+ * Codes of a run are unpacked once and shared by every query head.
+ */
+#include "attn_block.h"
+#include "cache.h"
+#include "cache_tiles_simd.h"
+
+enum { T = KVQ_KVARN_TILE, MAX_WIDTH = 128 };
+
+void kvq_tiles_codes_scalar(const uint8_t *tok, int width, int bits, float *out) {
+    uint8_t codes[MAX_WIDTH];
+    const kvq_kvarn_shape one = { width, bits, false };
+    kvq_kvarn_unpack(one, tok, 0, 1, codes);
+    for (int i = 0; i < width; i++) out[i] = (float)codes[i];
+}
+
+void kvq_tiles_halves_scalar(const uint8_t *src, int n, float *out) {
+    for (int i = 0; i < n; i++) out[i] = kvq_half_to_float(kvq_rd16(src + 2 * i));
+}
+
+/* Code and fp16 unpacking for this CPU (KVQ_FORCE_SCALAR obeyed). */
+typedef struct tile_unpack {
+    void (*codes)(const uint8_t *tok, int width, int bits, float *out);
+    void (*halves)(const uint8_t *src, int n, float *out);
+} tile_unpack;
+
+static tile_unpack unpack_for_cpu(void) {
+    const kvq_cpu *cpu = kvq_cpu_features();
+    if (cpu->avx2 && cpu->f16c) return (tile_unpack){ kvq_tiles_codes_avx2, kvq_tiles_halves_avx2 };
+    return (tile_unpack){ kvq_tiles_codes_scalar, kvq_tiles_halves_scalar };
+}
+
+static void kvq_tiles_shape(kvq_cache_side *sd, bool is_v) {
+    const int width = sd->head_dim <= 64 ? 64 : 128;
+    sd->tile.width = width;
+    sd->tile.bits = kvq_type_get_scalar(sd->type)->bits;
+    sd->tile.is_key = !is_v;
+    sd->store_dim = (sd->head_dim + width - 1) / width * width;
+    sd->n_slices = sd->store_dim / width;
+    sd->record_bytes = kvq_kvarn_record_bytes(sd->tile);
+}
+
+static size_t kvq_tiles_scratch_floats(const kvq_cache_side *sd) {
+    return (size_t)T * sd->tile.width + (size_t)sd->store_dim + kvq_kvarn_scratch_floats(sd->tile);
+}
+
+static const uint8_t *record_of(const kvq_cache_side *sd, int head, int tile, int slice) {
+    return sd->body + (size_t)head * sd->body_head_bytes +
+           ((size_t)(tile - sd->first_tile) * (size_t)sd->n_slices + (size_t)slice) * sd->record_bytes;
+}
+
+static kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *sd, int tile, kvq_error *err) {
+    const int w = sd->tile.width;
+    float *x = c->tile_scratch, *row = x + (size_t)T * w, *work = row + sd->store_dim;
+    for (int h = 0; h < c->p.n_head_kv; h++)
+        for (int s = 0; s < sd->n_slices; s++) {
+            for (int t = 0; t < T; t++) {      /* the exact rows, as the ring and stage hold them */
+                const uint8_t *src = kvq_cache_exact_row(c, sd, h, tile * T + t);
+                kvq_dequantize_row_tr(sd->tail_tr, src, row, sd->store_dim);
+                memcpy(x + (size_t)t * w, row + (size_t)s * w, (size_t)w * sizeof *x);
+            }
+            kvq_status st = kvq_kvarn_quantize(sd->tile, x, c->p.kvarn_iters ? c->p.kvarn_iters : KVQ_KVARN_ITERS, (uint8_t *)record_of(sd, h, tile, s), work);
+            if (st != KVQ_OK) return kvq_fail(err, st, "cache: quantising tile %d failed", tile);
+        }
+    return KVQ_OK;
+}
+
+static float h2f(const uint8_t *p, int i) { return kvq_half_to_float(kvq_rd16(p + 2 * i)); }
+
+static void kvq_tiles_read_row(const kvq_cache_side *sd, int head, int pos, float *out) {
+    const int w = sd->tile.width, tile = pos / T, t = pos % T;
+    uint8_t codes[MAX_WIDTH];
+    for (int s = 0; s < sd->n_slices; s++) {
+        const uint8_t *rec = record_of(sd, head, tile, s);
+        const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
+        kvq_kvarn_unpack(sd->tile, rec, t, 1, codes);
+        for (int ch = 0; ch < w; ch++) {
+            const int r = sd->tile.is_key ? ch : t, col = sd->tile.is_key ? t : ch;
+            out[s * w + ch] = ((float)codes[ch] * h2f(m.S, r) + h2f(m.Z, r)) * h2f(m.O, col);
+        }
+    }
+}
+
+/* Codes of a run of nk tokens as floats, cf[t*w + ch]: converted once
+ * and shared by every query head; the products with them go through the
+ * register-blocked kernels of the attention's chunked loop (attn_block.h:
+ * heads x keys at once, SIMD where the CPU has it). */
+static void run_codes(const tile_unpack *u, const kvq_cache_side *sd, const uint8_t *rec, int t0, int nk, float *cf) {
+    const int w = sd->tile.width;
+    const size_t tok_bytes = (size_t)w * sd->tile.bits / 8;
+    for (int t = 0; t < nk; t++) u->codes(rec + (size_t)(t0 + t) * tok_bytes, w, sd->tile.bits, cf + (size_t)t * w);
+}
+
+/* Heads handled per block call (their scaled queries / weights sit on the
+ * stack); larger GQA groups go in several calls. */
+enum { HEADS = 16 };
+
+/* Runs of keys are at most one attention chunk (ATTN_BLOCK_KEYS). */
+static void kvq_tiles_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
+                            int q_stride, float scale, float *wts, int w_stride) {
+    const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
+    const attn_block_kernels *blk = attn_block_best();
+    const tile_unpack u = unpack_for_cpu();
+    float cf[ATTN_BLOCK_KEYS * MAX_WIDTH], S[MAX_WIDTH], Z[MAX_WIDTH], O[ATTN_BLOCK_KEYS];
+    float qs[HEADS * MAX_WIDTH], qz[HEADS], dots[HEADS * ATTN_BLOCK_KEYS];
+    const float *rows[ATTN_BLOCK_KEYS];
+    for (int t = 0; t < nk; t++) rows[t] = cf + (size_t)t * w;
+    for (int j = 0; j < G; j++) memset(wts + (size_t)j * w_stride, 0, (size_t)nk * sizeof *wts);
+    for (int s = 0; s < sd->n_slices; s++) {
+        const uint8_t *rec = record_of(sd, kv_head, tile, s);
+        const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
+        u.halves(m.S, w, S);
+        u.halves(m.Z, w, Z);
+        u.halves(m.O + 2 * t0, nk, O);
+        run_codes(&u, sd, rec, t0, nk, cf);
+        for (int j0 = 0; j0 < G; j0 += HEADS) {
+            const int hg = KVQ_MIN(HEADS, G - j0);
+            for (int j = 0; j < hg; j++) {          /* q_c S_c and sum q_c Z_c per head */
+                const float *qj = q + (size_t)(j0 + j) * q_stride + (size_t)s * w;
+                float z = 0.0f;
+                for (int ch = 0; ch < w; ch++) { qs[j * w + ch] = qj[ch] * S[ch]; z += qj[ch] * Z[ch]; }
+                qz[j] = z;
+            }
+            blk->scores(rows, nk, qs, hg, w, w, 1.0f, dots, ATTN_BLOCK_KEYS);
+            for (int j = 0; j < hg; j++) {
+                float *wj = wts + (size_t)(j0 + j) * w_stride;
+                for (int t = 0; t < nk; t++) wj[t] += O[t] * (dots[j * ATTN_BLOCK_KEYS + t] + qz[j]);
+            }
+        }
+    }
+    for (int j = 0; j < G; j++)
+        for (int t = 0; t < nk; t++) wts[(size_t)j * w_stride + t] *= scale;
+}
+
+static void kvq_tiles_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *wts, int G,
+                                 int w_stride, float *acc, int acc_stride) {
+    const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
+    const attn_block_kernels *blk = attn_block_best();
+    const tile_unpack u = unpack_for_cpu();
+    float cf[ATTN_BLOCK_KEYS * MAX_WIDTH], S[ATTN_BLOCK_KEYS], Z[ATTN_BLOCK_KEYS], O[MAX_WIDTH];
+    float ps[HEADS * ATTN_BLOCK_KEYS], pz[HEADS], a[HEADS * MAX_WIDTH];
+    const float *rows[ATTN_BLOCK_KEYS];
+    for (int t = 0; t < nk; t++) rows[t] = cf + (size_t)t * w;
+    for (int s = 0; s < sd->n_slices; s++) {
+        const uint8_t *rec = record_of(sd, kv_head, tile, s);
+        const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
+        u.halves(m.S + 2 * t0, nk, S);
+        u.halves(m.Z + 2 * t0, nk, Z);
+        u.halves(m.O, w, O);
+        run_codes(&u, sd, rec, t0, nk, cf);
+        for (int j0 = 0; j0 < G; j0 += HEADS) {
+            const int hg = KVQ_MIN(HEADS, G - j0);
+            for (int j = 0; j < hg; j++) {          /* p_t S_t and sum p_t Z_t per head */
+                const float *pj = wts + (size_t)(j0 + j) * w_stride;
+                float z = 0.0f;
+                for (int t = 0; t < nk; t++) { ps[j * ATTN_BLOCK_KEYS + t] = pj[t] * S[t]; z += pj[t] * Z[t]; }
+                pz[j] = z;
+            }
+            memset(a, 0, (size_t)hg * w * sizeof *a);
+            blk->accumulate(rows, nk, ps, ATTN_BLOCK_KEYS, hg, a, w, w);
+            for (int j = 0; j < hg; j++) {
+                float *out = acc + (size_t)(j0 + j) * acc_stride + (size_t)s * w;
+                for (int ch = 0; ch < w; ch++) out[ch] += O[ch] * (a[j * w + ch] + pz[j]);
+            }
+        }
+    }
+}
+
+const struct kvq_tile_ops kvq_kvarn_tile_ops = {
+    kvq_tiles_shape, kvq_tiles_scratch_floats, kvq_tiles_quantize,
+    kvq_tiles_read_row, kvq_tiles_score, kvq_tiles_accumulate,
+};

@@ -1,0 +1,56 @@
+/* quant_block.h - scalar reference kernels of every cache type, declared
+ * for the trait table (src/format/types.c) and the SIMD files' fallbacks. */
+#ifndef KVQ_QUANT_BLOCK_H
+#define KVQ_QUANT_BLOCK_H
+
+#include "kvq_internal.h"
+
+#define KVQ_BLOCK 32   /* values per block of every q*_0 / q*_1 / iq4_nl type */
+
+/* One row of the trait table's kernels per name, e.g. kvq_q4_0_quantize. */
+#define KVQ_DECLARE_KERNELS(name)                                                 \
+    void  kvq_##name##_quantize(const float *x, void *dst, int64_t n);            \
+    void  kvq_##name##_dequantize(const void *src, float *y, int64_t n);          \
+    float kvq_##name##_dot(const void *row, const float *x, int64_t n);           \
+    void  kvq_##name##_axpy(float w, const void *row, float *y, int64_t n);
+
+KVQ_DECLARE_KERNELS(f32)
+KVQ_DECLARE_KERNELS(f16)
+KVQ_DECLARE_KERNELS(bf16)
+KVQ_DECLARE_KERNELS(q8_0)
+KVQ_DECLARE_KERNELS(q6_0)
+KVQ_DECLARE_KERNELS(q6_1)
+KVQ_DECLARE_KERNELS(q5_0)
+KVQ_DECLARE_KERNELS(q5_1)
+KVQ_DECLARE_KERNELS(q4_0)
+KVQ_DECLARE_KERNELS(q4_1)
+KVQ_DECLARE_KERNELS(iq4_nl)
+KVQ_DECLARE_KERNELS(q3_0)
+KVQ_DECLARE_KERNELS(q3_1)
+KVQ_DECLARE_KERNELS(q2_0)
+KVQ_DECLARE_KERNELS(q2_1)
+
+/* Non-finite input (docs/formats.md): a block that holds a NaN or +-inf is
+ * stored "poisoned" -- every fp16 field (d, m) is NaN and every code is 0 --
+ * so it decodes to NaN everywhere instead of to plausible finite values. */
+#define KVQ_HALF_NAN 0x7e00u
+static inline bool kvq_block_is_finite(const float *x) {
+    uint32_t worst = 0;
+    for (int j = 0; j < KVQ_BLOCK; j++) worst = KVQ_MAX(worst, kvq_f32_bits(x[j]) & 0x7fffffffu);
+    return worst < 0x7f800000u;
+}
+
+/* A float code value -> integer code in [lo, hi]; the conversion is done
+ * only on in-range values (C leaves out-of-range conversions undefined),
+ * NaN (0 * inf in a denormal block) becomes `nan_code`. */
+static inline int kvq_code_clamp(float v, int lo, int hi, int nan_code) {
+    if (v != v) return nan_code;
+    if (v <= (float)lo) return lo;
+    if (v >= (float)hi) return hi;
+    return (int)v;
+}
+
+/* The iq4_nl codebook (docs/spec/formats.md §2; ggml's kvalues_iq4nl). */
+extern const int8_t kvq_iq4nl_values[16];
+
+#endif

@@ -1,0 +1,143 @@
+/*
+ * turbo.h - TurboQuant vector formats (docs/spec/formats.md §4-5), a standalone
+ * module: turbo2/3/4 (rotation + per-coordinate Lloyd-Max quantiser, the
+ * MSE variant of arXiv:2504.19874) and turbo2/3/4_tcq (the same rotation
+ * and norm, coordinates coded jointly by a bit-shift trellis).
+ *
+ * A row is one head's vector of head_dim values.  It is cut into blocks:
+ * full 128-value slices, then a remainder r (if any) that takes a 64-block
+ * when r <= 64 and a 128-block otherwise; the missing values of the last
+ * block are zeros (counted in the size).  Heads of 64, 128, 256 therefore
+ * use exactly one 64-block, one 128-block, two 128-blocks.
+ *
+ * Every block, all six types (layout is kvq's own, sizes are the spec's):
+ *   bytes 0-1  fp16 norm' = ||x|| / ||c_hat||, where c_hat is the vector
+ *              of chosen reconstruction values at N(0, 1/d) scale, so that
+ *              the decoded block has exactly the input's norm (up to fp16)
+ *   bytes 2-   code bit stream, LSB first:
+ *              scalar: value i's b-bit index at bit i*b;
+ *              trellis: 6 initial-state bits, then value t's k-bit output
+ *              o_t at bit 6 + t*k; state s_t is the L = 6+k bit window of
+ *              the stream starting at bit t*k; zero padding to the size.
+ *   turbo2 34, turbo3 50, turbo4 66 bytes per 128 (18/26/34 per 64);
+ *   turbo2_tcq 36, turbo3_tcq 52, turbo4_tcq 68 per 128 (20/28/36 per 64).
+ *
+ * Rotation (per block of d values): y = S2 * H * S1 * u with H the
+ * normalised Sylvester Hadamard (kvq_fwht) and S1, S2 the +-1 diagonals
+ * kvq_random_signs(d, KVQ_TURBO_SEED_S1 / _S2).  Attention works in the
+ * rotated domain: rotate the query once (kvq_turbo_rotate_query), take
+ * kvq_turbo_dot_rot against every key row, accumulate value rows with
+ * kvq_turbo_axpy_rot into a rotated accumulator, rotate it back once
+ * (kvq_turbo_unrotate).  No per-key rotation.
+ *
+ * The kernels pick AVX2 at run time (kvq_cpu_features); the *_scalar
+ * entry points are the reference the tests compare against.
+ */
+#ifndef KVQ_TURBO_H
+#define KVQ_TURBO_H
+
+#include "kvq.h"
+
+typedef enum kvq_turbo_type {
+    KVQ_TURBO2 = 0,
+    KVQ_TURBO3,
+    KVQ_TURBO4,
+    KVQ_TURBO2_TCQ,
+    KVQ_TURBO3_TCQ,
+    KVQ_TURBO4_TCQ,
+    KVQ_TURBO_COUNT
+} kvq_turbo_type;
+
+#define KVQ_TURBO_BLOCK 128          /* the regular block width           */
+#define KVQ_TURBO_SMALL_BLOCK 64     /* heads of 64 and short remainders  */
+#define KVQ_TURBO_TCQ_CONTEXT 6      /* state bits carried between steps  */
+
+/* Seeds of the sign diagonals S1 (before H) and S2 (after H).  Fixed: the
+ * stored codes of every cache depend on them. ("turboS1\0", "turboS2\0") */
+#define KVQ_TURBO_SEED_S1 0x0031536F62727574ULL
+#define KVQ_TURBO_SEED_S2 0x0032536F62727574ULL
+
+const char *kvq_turbo_name(kvq_turbo_type t);
+/* KVQ_TURBO_COUNT when the name is unknown. */
+kvq_turbo_type kvq_turbo_from_name(const char *name);
+int  kvq_turbo_bits(kvq_turbo_type t);        /* b (scalar) or k (trellis) */
+bool kvq_turbo_is_tcq(kvq_turbo_type t);
+
+/* Padded length of a row's blocks (what q_rot / acc_rot hold): 64 for
+ * head_dim <= 64, otherwise head_dim rounded up as described above;
+ * 0 when head_dim < 1 or > 65536. */
+int kvq_turbo_rot_dim(int head_dim);
+/* Bytes of one block of d = 64 or 128 values (0 for other d). */
+size_t kvq_turbo_block_bytes(kvq_turbo_type t, int d);
+/* Bytes of one row of head_dim values; 0 when head_dim is unsupported. */
+size_t kvq_turbo_row_bytes(kvq_turbo_type t, int head_dim);
+/* Bits per value of a row, metadata and padding included. */
+double kvq_turbo_bpv(kvq_turbo_type t, int head_dim);
+
+/* Quantise / reconstruct one row.  Fails (KVQ_ERR_ARG) only for an unknown
+ * type or unsupported head_dim.  NaN/Inf inputs give a NaN/Inf norm. */
+kvq_status kvq_turbo_quantize(kvq_turbo_type t, const float *x, void *dst, int head_dim,
+                              kvq_error *err);
+kvq_status kvq_turbo_dequantize(kvq_turbo_type t, const void *src, float *y, int head_dim,
+                                kvq_error *err);
+
+/* Rotated-domain kernels.  q_rot / acc_rot hold kvq_turbo_rot_dim(head_dim)
+ * floats; the caller validated head_dim once (row_bytes != 0); an unknown
+ * type gives NaN (dot) or does nothing (axpy).
+ *   rotate_query: q_rot = R q (zero-padded q, per block)
+ *   dot_rot:      returns q . x_hat  (= q_rot . R x_hat)
+ *   axpy_rot:     acc_rot += w * R x_hat
+ *   unrotate:     out = first head_dim values of R^T acc_rot */
+void  kvq_turbo_rotate_query(const float *q, float *q_rot, int head_dim);
+float kvq_turbo_dot_rot(kvq_turbo_type t, const void *row, const float *q_rot, int head_dim);
+void  kvq_turbo_axpy_rot(kvq_turbo_type t, float w, const void *row, float *acc_rot, int head_dim);
+void  kvq_turbo_unrotate(const float *acc_rot, float *out, int head_dim);
+
+/* The same kernels without SIMD (test oracle, KVQ_FORCE_SCALAR path). */
+kvq_status kvq_turbo_quantize_scalar(kvq_turbo_type t, const float *x, void *dst, int head_dim,
+                                     kvq_error *err);
+float kvq_turbo_dot_rot_scalar(kvq_turbo_type t, const void *row, const float *q_rot, int head_dim);
+void  kvq_turbo_axpy_rot_scalar(kvq_turbo_type t, float w, const void *row, float *acc_rot,
+                                int head_dim);
+
+/* Inner-product gain of the format on isotropic data: E[q.x_hat] =
+ * gain * q.x.  The MSE-optimal codes shrink a vector towards zero
+ * (E[c_hat . u] = ||c_hat||^2 = 1 - D for a Lloyd codebook of distortion
+ * D); storing norm' = ||x||/||c_hat|| restores the length but not the
+ * direction, leaving gain = cos(u, c_hat) ~ sqrt(1 - D) = 1 - NMSE/2:
+ * 0.939 / 0.983 / 0.995 for turbo2/3/4.  Dividing scores by it removes the
+ * bias in expectation (it is a softmax temperature, not a per-key error). */
+double kvq_turbo_ip_gain(kvq_turbo_type t);
+
+/* ---- codebooks ---- */
+
+/* Lloyd-Max quantiser of N(0,1) with 2^bits levels (bits 1..8; turbo uses
+ * 1..4, the calibrated types up to 8), computed
+ * once (thread-safe): ascending centroids, and its mean squared error. */
+const float *kvq_turbo_lloyd_centroids(int bits);
+double kvq_turbo_lloyd_mse(int bits);
+/* The committed trellis codebook of k = 2..4 bits: 2^(6+k) unit-variance
+ * reconstruction values indexed by state. */
+const float *kvq_turbo_tcq_codebook(int k);
+
+/* Trellis encoding of d unit-variance targets x (d <= 128) with codebook
+ * c of 2^(6+k) values: writes the states s_0..s_{d-1} that minimise
+ * sum (x_t - c[s_t])^2 and returns that error.  `viterbi` uses the full
+ * search (AVX2 when available); `greedy` picks each step's best branch
+ * alone (the scalar choice a degenerate trellis would reduce to). */
+double kvq_turbo_tcq_viterbi(int k, const float *c, const float *x, int d, uint16_t *states);
+double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d, uint16_t *states);
+double kvq_turbo_tcq_greedy(int k, const float *c, const float *x, int d, uint16_t *states);
+
+/* Generalised Lloyd training of a trellis codebook (tools: kvq
+ * turbo-train): n_vectors training vectors of d = 128 Gaussian values
+ * scaled to norm sqrt(128) (the distribution of sqrt(d) * R u), drawn from
+ * splitmix64(seed) + Box-Muller; the codebook starts as 2^L further N(0,1)
+ * draws of the same stream, then `iters` rounds of {Viterbi-encode all
+ * vectors, set every state's value to the mean of the targets it coded}.
+ * mse[i] (optional, iters+1 entries) gets the per-value error before each
+ * round and after the last. */
+kvq_status kvq_turbo_tcq_train(int k, int n_vectors, int iters, uint64_t seed, float *codebook,
+                               double *mse, kvq_error *err);
+
+#endif

@@ -1,0 +1,86 @@
+/* turbo_internal.h - pieces of the TurboQuant module shared by its scalar
+ * and AVX2 files (not part of any public API). */
+#ifndef KVQ_TURBO_INTERNAL_H
+#define KVQ_TURBO_INTERNAL_H
+
+#include "kvq_internal.h"
+#include "turbo.h"
+
+#define TURBO_NORM_BYTES 2
+#define TURBO_MAX_STATES (1 << (KVQ_TURBO_TCQ_CONTEXT + 4))   /* k = 4: 1024 */
+
+/* Block kernels: `codes` is the bit stream after the norm, d = 64 or 128,
+ * `scale` = norm' / sqrt(d) (the factor that turns unit-variance codebook
+ * values into the block's rotated reconstruction). */
+typedef float (*turbo_dot_fn)(const uint8_t *codes, const float *codebook, int bits,
+                              const float *q_rot, int d);
+typedef void (*turbo_axpy_fn)(const uint8_t *codes, const float *codebook, int bits,
+                              float w_scale, float *acc_rot, int d);
+typedef double (*turbo_viterbi_fn)(int k, const float *c, const float *x, int d,
+                                   uint16_t *states);
+
+typedef struct turbo_kernels {
+    turbo_dot_fn  scalar_dot, tcq_dot;
+    turbo_axpy_fn scalar_axpy, tcq_axpy;
+    turbo_viterbi_fn viterbi;
+} turbo_kernels;
+
+/* The kernels in use (AVX2 where the CPU has it). */
+const turbo_kernels *turbo_active_kernels(void);
+
+/* AVX2 versions (src/format/turbo_avx2.c); call only when kvq_cpu_features()->avx2. */
+void turbo_install_avx2(turbo_kernels *k);
+
+/* Scalar reference kernels (src/format/turbo.c, src/format/turbo_tcq.c). */
+float turbo_scalar_dot_ref(const uint8_t *codes, const float *codebook, int bits,
+                           const float *q_rot, int d);
+void  turbo_scalar_axpy_ref(const uint8_t *codes, const float *codebook, int bits,
+                            float w_scale, float *acc_rot, int d);
+float turbo_tcq_dot_ref(const uint8_t *codes, const float *codebook, int k,
+                        const float *q_rot, int d);
+void  turbo_tcq_axpy_ref(const uint8_t *codes, const float *codebook, int k,
+                         float w_scale, float *acc_rot, int d);
+/* Encode d unit-variance rotated targets into the code stream; returns
+ * sum of squares of the chosen unit-variance reconstruction values. */
+double turbo_tcq_encode(int k, const float *x, int d, uint8_t *codes, turbo_viterbi_fn viterbi);
+
+/* Viterbi back-pointers -> states: back[t][column[ctx]] (column NULL:
+ * back[t][ctx]) is the low k bits of the best predecessor of any state
+ * with context ctx at step t. */
+void turbo_tcq_backtrack(int k, const uint8_t (*back)[1 << KVQ_TURBO_TCQ_CONTEXT],
+                         const uint8_t *column, int d, int last, uint16_t *states);
+
+/* The 2^bits - 1 cell boundaries of kvq_turbo_lloyd_centroids(bits):
+ * midpoints of neighbouring centroids, ascending. */
+const float *turbo_lloyd_midpoints(int bits);
+
+/* The committed codebooks (src/format/turbo_tcq_tables.c), index k - 2. */
+extern const float kvq_turbo_tcq_table2[1 << 8];
+extern const float kvq_turbo_tcq_table3[1 << 9];
+extern const float kvq_turbo_tcq_table4[1 << 10];
+/* their training error per unit-variance value (the distortion D) */
+extern const double kvq_turbo_tcq_mse2, kvq_turbo_tcq_mse3, kvq_turbo_tcq_mse4;
+
+/* ---- bit streams: groups of 8 values ----
+ * Group g of a scalar b-bit stream is the b bytes at g*b: value j of the
+ * group is bits j*b..j*b+b-1 of their little-endian word. */
+static inline uint32_t turbo_scalar_group(const uint8_t *codes, int bits, int g) {
+    const uint8_t *p = codes + g * bits;     /* bits = 2..4; written out so that
+                                                constant bits fold into one load */
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (bits >= 3 ? (uint32_t)p[2] << 16 : 0u) |
+           (bits >= 4 ? (uint32_t)p[3] << 24 : 0u);
+}
+
+/* Group g of a trellis stream (values 8g..8g+7): the state of value 8g+j
+ * is bits j*k .. j*k+5+k of the k+1 bytes starting at byte g*k. */
+static inline uint64_t turbo_tcq_group(const uint8_t *codes, int k, int g) {
+    const uint8_t *p = codes + g * k;        /* k = 2..4: k + 1 = 3..5 bytes */
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 |
+           (k >= 3 ? (uint64_t)p[3] << 24 : 0u) | (k >= 4 ? (uint64_t)p[4] << 32 : 0u);
+}
+
+/* splitmix64 + Box-Muller for training data (deterministic everywhere). */
+typedef struct turbo_rng { uint64_t s; int has_spare; double spare; } turbo_rng;
+double turbo_rng_gauss(turbo_rng *r);
+
+#endif

@@ -1,0 +1,146 @@
+/* turbo_tcq.c - the bit-shift trellis of turbo2/3/4_tcq (docs/spec/formats.md §5):
+ * Viterbi encoder, greedy encoder (the test's scalar baseline), decoder
+ * and the scalar rotated-domain kernels.
+ *
+ * With k bits per value and L = 6 + k state bits, s_t = (s_{t-1} >> k) |
+ * (o_t << 6).  Written as a bit stream (6 initial bits, then o_0, o_1, ...)
+ * the state s_t is simply the L-bit window at bit t*k, so decoding needs no
+ * sequential state: every value's codebook index is read directly.
+ *
+ * The predecessors of s are the 2^k states p with p >> k == s & 63, so the
+ * best path into s is  min_j cost[((s & 63) << k) | j] + (x_t - c[s])^2:
+ * the minimum depends only on the 6-bit context s & 63.  One step is
+ * therefore 2^L comparisons (64 minima over 2^k each) plus 2^L squared
+ * errors, O(2^L) and not O(2^L * 2^k). */
+#include "turbo_internal.h"
+
+#include <math.h>
+
+#define CTX_BITS KVQ_TURBO_TCQ_CONTEXT
+#define CTX_MASK ((1 << CTX_BITS) - 1)
+#define N_CTX (1 << CTX_BITS)
+
+const float *kvq_turbo_tcq_codebook(int k) {
+    switch (k) {
+    case 2: return kvq_turbo_tcq_table2;
+    case 3: return kvq_turbo_tcq_table3;
+    case 4: return kvq_turbo_tcq_table4;
+    default: return NULL;
+    }
+}
+
+static bool viterbi_args_ok(int k, const float *c, int d) {
+    return k >= 2 && k <= 4 && c && d >= 1 && d <= KVQ_TURBO_BLOCK;
+}
+
+/* Walk the back-pointers from the final state. */
+void turbo_tcq_backtrack(int k, const uint8_t (*back)[N_CTX], const uint8_t *column, int d, int last,
+                         uint16_t *states) {
+    int s = last;
+    states[d - 1] = (uint16_t)s;
+    for (int t = d - 1; t > 0; t--) {
+        int ctx = s & CTX_MASK;
+        s = (ctx << k) | back[t][column ? column[ctx] : ctx];
+        states[t - 1] = (uint16_t)s;
+    }
+}
+
+static int argmin_first(const float *v, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] < v[best]) best = i;
+    return best;
+}
+
+double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d, uint16_t *states) {
+    if (!viterbi_args_ok(k, c, d)) return NAN;
+    const int n_states = 1 << (CTX_BITS + k), branches = 1 << k;
+    float cost[TURBO_MAX_STATES], min_in[N_CTX];
+    uint8_t back[KVQ_TURBO_BLOCK][N_CTX];
+    /* t = 0: the 6 initial bits are free, so every state can start */
+    for (int s = 0; s < n_states; s++) {
+        float e = x[0] - c[s];
+        cost[s] = e * e;
+    }
+    for (int t = 1; t < d; t++) {
+        for (int ctx = 0; ctx < N_CTX; ctx++) {     /* best predecessor per context */
+            const float *pred = cost + (ctx << k);
+            int j = argmin_first(pred, branches);
+            min_in[ctx] = pred[j];
+            back[t][ctx] = (uint8_t)j;
+        }
+        for (int s = 0; s < n_states; s++) {
+            float e = x[t] - c[s];
+            cost[s] = min_in[s & CTX_MASK] + e * e;
+        }
+    }
+    int last = argmin_first(cost, n_states);
+    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])back, NULL, d, last, states);
+    return cost[last];
+}
+
+double kvq_turbo_tcq_viterbi(int k, const float *c, const float *x, int d, uint16_t *states) {
+    if (!viterbi_args_ok(k, c, d)) return NAN;
+    return turbo_active_kernels()->viterbi(k, c, x, d, states);
+}
+
+/* Each step takes the branch nearest to x_t from the current context; the
+ * first step may pick any state (its 6 context bits are free). */
+double kvq_turbo_tcq_greedy(int k, const float *c, const float *x, int d, uint16_t *states) {
+    if (!viterbi_args_ok(k, c, d)) return NAN;
+    double err = 0.0;
+    int ctx = -1;
+    for (int t = 0; t < d; t++) {
+        int best = -1;
+        float best_e = INFINITY;
+        for (int s = 0; s < (1 << (CTX_BITS + k)); s++) {
+            if (ctx >= 0 && (s & CTX_MASK) != ctx) continue;
+            float e = (x[t] - c[s]) * (x[t] - c[s]);
+            if (e < best_e) best_e = e, best = s;
+        }
+        states[t] = (uint16_t)best;
+        err += best_e;
+        ctx = best >> k;
+    }
+    return err;
+}
+
+/* ----------------------------------------------------------- bit stream */
+
+static void put_bits(uint8_t *codes, int pos, uint32_t value, int bits) {
+    for (int i = 0; i < bits; i++)
+        if (value >> i & 1u) codes[(pos + i) >> 3] |= (uint8_t)(1u << ((pos + i) & 7));
+}
+
+double turbo_tcq_encode(int k, const float *x, int d, uint8_t *codes, turbo_viterbi_fn viterbi) {
+    const float *c = kvq_turbo_tcq_codebook(k);
+    uint16_t states[KVQ_TURBO_BLOCK];
+    viterbi(k, c, x, d, states);
+    put_bits(codes, 0, states[0] & CTX_MASK, CTX_BITS);
+    double sumsq = 0.0;
+    for (int t = 0; t < d; t++) {
+        put_bits(codes, CTX_BITS + t * k, (uint32_t)states[t] >> CTX_BITS, k);
+        sumsq += (double)c[states[t]] * c[states[t]];
+    }
+    return sumsq;
+}
+
+float turbo_tcq_dot_ref(const uint8_t *codes, const float *codebook, int k,
+                        const float *q_rot, int d) {
+    uint64_t mask = (1u << (CTX_BITS + k)) - 1;
+    float sum = 0.0f;
+    for (int g = 0; g < d / 8; g++) {
+        uint64_t w = turbo_tcq_group(codes, k, g);
+        for (int j = 0; j < 8; j++) sum += codebook[(w >> (j * k)) & mask] * q_rot[8 * g + j];
+    }
+    return sum;
+}
+
+void turbo_tcq_axpy_ref(const uint8_t *codes, const float *codebook, int k,
+                        float w_scale, float *acc_rot, int d) {
+    uint64_t mask = (1u << (CTX_BITS + k)) - 1;
+    for (int g = 0; g < d / 8; g++) {
+        uint64_t w = turbo_tcq_group(codes, k, g);
+        for (int j = 0; j < 8; j++) acc_rot[8 * g + j] += w_scale * codebook[(w >> (j * k)) & mask];
+    }
+}

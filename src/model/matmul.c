@@ -1,0 +1,169 @@
+/*
+ * matmul.c - kvq_matmul (see matmul.h): output rows split into fixed
+ * chunks, one pool task per chunk.
+ *
+ * Decoding (one token) is memory-bound: each weight row is read once, so
+ * the type's fused dot kernel (unpack + multiply in registers) is best.
+ * Prefill (many tokens) is compute-bound: a group of weight rows is
+ * unpacked once into f32 scratch and a register-blocked tile kernel
+ * multiplies it against every token, reusing each loaded weight vector for
+ * several tokens and each token vector for several rows.
+ */
+#include "matmul.h"
+
+#include <stdlib.h>
+
+/* Rows per task.  Fixed (never derived from the thread count) so that the
+ * grouping of rows, and with it every output's summation order, is the
+ * same however many threads run. */
+enum { GEMV_TASK_ROWS = 32, GEMM_TASK_ROWS = 16, MAX_TILE = 8 };
+
+/* The scalar instance of gemm_tile.inc: 4 rows x 4 tokens of plain floats. */
+#define VF float
+#define VL 1
+#define vzero() 0.0f
+#define vload(p) (*(p))
+#define vfma(a, b, c) ((a) * (b) + (c))
+#define vhsum(v) (v)
+#define TILE_ROWS 4
+#define TILE_TOKS 4
+#define TILE_FN tile_scalar
+#include "gemm_tile.inc"
+
+kvq_gemm_tile kvq_gemm_tile_scalar(void) { return (kvq_gemm_tile){ tile_scalar, TILE_ROWS, TILE_TOKS }; }
+
+/* The widest tile kernel this CPU runs (read-only after the first call). */
+static kvq_gemm_tile best_tile(void) {
+    const kvq_cpu *cpu = kvq_cpu_features();
+#if defined(__x86_64__)
+    if (cpu->avx512) return kvq_gemm_tile_avx512();
+    if (cpu->avx2) return kvq_gemm_tile_avx2();
+#else
+    (void)cpu;
+#endif
+    return kvq_gemm_tile_scalar();
+}
+
+typedef struct matmul_job {
+    kvq_type wtype;
+    const kvq_type_traits *tr;   /* looked up once per product, not per row */
+    const uint8_t *W;
+    size_t row_bytes;
+    int64_t rows, cols, n_tok;
+    const float *X;
+    float *Y;
+    kvq_gemm_tile tile;
+    float *scratch;          /* per thread: tile.rows * cols floats (prefill) */
+} matmul_job;
+
+static void gemv_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const matmul_job *j = ctx;
+    const int64_t r0 = (int64_t)task * GEMV_TASK_ROWS;
+    const int64_t r1 = KVQ_MIN(j->rows, r0 + GEMV_TASK_ROWS);
+    /* rows are whole blocks (checked in kvq_matmul_scratch), so the type's
+     * dot runs on them directly, with no padding */
+    for (int64_t r = r0; r < r1; r++)
+        j->Y[r] = j->tr->dot(j->W + (size_t)r * j->row_bytes, j->X, j->cols);
+}
+
+/* Weight rows r0..r0+nr-1 as f32 row pointers: f32 weights are used in
+ * place, anything else is unpacked into this thread's scratch.  Slots past
+ * nr repeat the last row (a padded tile). */
+static void unpack_rows(const matmul_job *j, int thread, int64_t r0, int nr, const float **w) {
+    /* f32 weights need no scratch (j->scratch may be NULL: no NULL + 0) */
+    float *scratch =
+        j->wtype == KVQ_TYPE_F32 ? NULL : j->scratch + (size_t)thread * (size_t)j->tile.rows * (size_t)j->cols;
+    for (int r = 0; r < j->tile.rows; r++) {
+        if (r >= nr) { w[r] = w[nr - 1]; continue; }
+        const uint8_t *src = j->W + (size_t)(r0 + r) * j->row_bytes;
+        if (j->wtype == KVQ_TYPE_F32) {
+            w[r] = (const float *)src;
+        } else {
+            float *dst = scratch + (size_t)r * (size_t)j->cols;
+            j->tr->dequantize(src, dst, j->cols);
+            w[r] = dst;
+        }
+    }
+}
+
+static void gemm_task(void *ctx, int task, int thread) {
+    const matmul_job *j = ctx;
+    const kvq_gemm_tile tile = j->tile;
+    const int64_t r_end = KVQ_MIN(j->rows, (int64_t)(task + 1) * GEMM_TASK_ROWS);
+    const float *w[MAX_TILE], *x[MAX_TILE];
+    float out[MAX_TILE * MAX_TILE];
+    for (int64_t r0 = (int64_t)task * GEMM_TASK_ROWS; r0 < r_end; r0 += tile.rows) {
+        const int nr = (int)KVQ_MIN(tile.rows, r_end - r0);
+        unpack_rows(j, thread, r0, nr, w);
+        for (int64_t t0 = 0; t0 < j->n_tok; t0 += tile.toks) {
+            const int nt = (int)KVQ_MIN(tile.toks, j->n_tok - t0);
+            for (int t = 0; t < tile.toks; t++)
+                x[t] = j->X + (size_t)(t0 + KVQ_MIN(t, nt - 1)) * (size_t)j->cols;
+            tile.fn(w, x, j->cols, out);
+            for (int t = 0; t < nt; t++)
+                for (int r = 0; r < nr; r++)
+                    j->Y[(size_t)(t0 + t) * (size_t)j->rows + (size_t)(r0 + r)] = out[t * tile.rows + r];
+        }
+    }
+}
+
+static int n_tasks_for(int64_t rows, int task_rows) {
+    return (int)((rows + task_rows - 1) / task_rows);
+}
+
+/* Prefill without scratch memory (allocation failed): per-row dots, still
+ * one output per thread in a fixed order. */
+static void gemv_each_token(kvq_pool *pool, matmul_job *j) {
+    const float *X = j->X;
+    float *Y = j->Y;
+    for (int64_t t = 0; t < j->n_tok; t++) {
+        j->X = X + (size_t)t * (size_t)j->cols;
+        j->Y = Y + (size_t)t * (size_t)j->rows;
+        kvq_pool_run(pool, gemv_task, j, n_tasks_for(j->rows, GEMV_TASK_ROWS));
+    }
+}
+
+size_t kvq_matmul_scratch_floats(int n_threads, int64_t max_cols) {
+    return (size_t)KVQ_MAX(n_threads, 1) * MAX_TILE * (size_t)KVQ_MAX(max_cols, 0);
+}
+
+void kvq_matmul(kvq_pool *pool, kvq_type wtype, const void *W, int64_t rows, int64_t cols,
+                const float *X, int64_t n_tok, float *Y) {
+    kvq_matmul_split(pool, KVQ_MATMUL_MIN_PARALLEL_MACS, wtype, W, rows, cols, X, n_tok, Y);
+}
+
+void kvq_matmul_split(kvq_pool *pool, double min_parallel_macs, kvq_type wtype, const void *W, int64_t rows,
+                      int64_t cols, const float *X, int64_t n_tok, float *Y) {
+    /* no caller scratch: prefill allocates its own (tests, benchmarks) */
+    kvq_matmul_scratch(pool, min_parallel_macs, NULL, 0, wtype, W, rows, cols, X, n_tok, Y);
+}
+
+void kvq_matmul_scratch(kvq_pool *pool, double min_parallel_macs, float *scratch, size_t scratch_floats,
+                        kvq_type wtype, const void *W, int64_t rows, int64_t cols, const float *X,
+                        int64_t n_tok, float *Y) {
+    const kvq_type_traits *tr = kvq_type_get(wtype);
+    if (!tr || !tr->dot || !W || !X || !Y || rows < 1 || cols < 1 || n_tok < 1) return; /* tile types are no weights */
+    if (!tr->row_bytes && cols % tr->block_size) return;          /* weight rows are whole blocks */
+    if (rows > (int64_t)INT32_MAX * GEMV_TASK_ROWS / 2) return;   /* task index is an int */
+    /* Too small to share: the same tasks run on this thread alone (the
+     * task grouping, hence every output bit, does not change). */
+    if ((double)rows * (double)cols * (double)n_tok < min_parallel_macs) pool = NULL;
+    matmul_job j = {
+        .wtype = wtype, .tr = tr, .W = W, .row_bytes = kvq_row_bytes(wtype, cols),
+        .rows = rows, .cols = cols, .n_tok = n_tok, .X = X, .Y = Y,
+    };
+    if (n_tok == 1) {
+        kvq_pool_run(pool, gemv_task, &j, n_tasks_for(rows, GEMV_TASK_ROWS));
+        return;
+    }
+    j.tile = best_tile();
+    float *owned = NULL;
+    if (wtype != KVQ_TYPE_F32) {
+        const size_t need = (size_t)kvq_pool_threads(pool) * (size_t)j.tile.rows * (size_t)cols;
+        j.scratch = scratch && scratch_floats >= need ? scratch : (owned = malloc(need * sizeof(float)));
+        if (!j.scratch) { gemv_each_token(pool, &j); return; }
+    }
+    kvq_pool_run(pool, gemm_task, &j, n_tasks_for(rows, GEMM_TASK_ROWS));
+    free(owned);
+}
