@@ -113,6 +113,8 @@ struct kvq_cache {
  * when a side's type needs a calibration the parameters lack, the
  * calibration does not fit the cache's shape, or lacks the side's rate. */
 kvq_status kvq_cache_calib_bind(kvq_cache *c, kvq_error *err);
+/* Bytes those copies take (counted in kvq_cache_bytes.allocated). */
+size_t kvq_cache_calib_bytes(const kvq_cache *c);
 
 /* At least `floats` floats of working memory for one attention call, kept
  * by the cache and reused, so that decoding allocates only when a call

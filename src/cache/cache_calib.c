@@ -165,18 +165,35 @@ static kvq_status bind_head(kvq_calib_head *h, const kvq_calib_side *cs, bool is
     return kvq_calib_profile_make(bits, weight, cs->d, (int)row_bytes, !is_v, &h->prof, err);   /* K: unbiased */
 }
 
+/* Floats one KV head's copy takes: mean, T, T^-T or T^-1, importance,
+ * and its allocation's d bytes rounded up. */
+static size_t head_floats(size_t d) { return 2 * d * d + 2 * d + d / sizeof(float) + 1; }
+
+/* Calibrated heads of the cache and the floats of their copies (from the
+ * shapes and types alone: the planned figures need no calibration). */
+static void count_copies(const kvq_cache *c, size_t *n_heads, size_t *floats) {
+    const kvq_cache_params *p = &c->p;
+    *n_heads = *floats = 0;
+    for (int l = 0; l < p->n_layer; l++)
+        for (int s = 0; s < 2; s++) {
+            if (!is_calibrated(s ? c->types_v[l] : c->types_k[l])) continue;
+            *n_heads += (size_t)p->n_head_kv;
+            *floats += (size_t)p->n_head_kv * head_floats((size_t)(s ? p->head_dim_v : p->head_dim_k));
+        }
+}
+
+size_t kvq_cache_calib_bytes(const kvq_cache *c) {
+    size_t n_heads, floats;
+    count_copies(c, &n_heads, &floats);
+    return n_heads * sizeof(kvq_calib_head) + floats * sizeof(float);
+}
+
 kvq_status kvq_cache_calib_bind(kvq_cache *c, kvq_error *err) {
     const kvq_cache_params *p = &c->p;
     kvq_status st = check_calibration(c, err);
     if (st) return st;
-    size_t n_heads = 0, floats = 0;
-    for (int l = 0; l < p->n_layer; l++)
-        for (int s = 0; s < 2; s++) {
-            if (!is_calibrated(s ? c->types_v[l] : c->types_k[l])) continue;
-            const size_t d = (size_t)(s ? p->head_dim_v : p->head_dim_k);
-            n_heads += (size_t)p->n_head_kv;
-            floats += (size_t)p->n_head_kv * (2 * d * d + 2 * d + d / sizeof(float) + 1);   /* + the bits */
-        }
+    size_t n_heads, floats;
+    count_copies(c, &n_heads, &floats);
     if (!n_heads) return KVQ_OK;
     c->calib_heads = calloc(n_heads, sizeof *c->calib_heads);
     c->calib_mem = calloc(floats, sizeof *c->calib_mem);   /* zeroed: the padding after each head's bits is hashed */
@@ -196,7 +213,7 @@ kvq_status kvq_cache_calib_bind(kvq_cache *c, kvq_error *err) {
                 uint8_t *bits = (uint8_t *)(mem + 2 * d * d + 2 * d);
                 st = bind_head(h, kvq_calib_side_at(p->calib, l, g, s == 1), s == 1, ri, sd->row_bytes, mem, bits, err);
                 if (st) return st;
-                mem += 2 * d * d + 2 * d + d / sizeof(float) + 1;
+                mem += head_floats(d);
             }
         }
     /* what a saved state must have been written with (cache_state.c) */
