@@ -65,9 +65,10 @@ static void calib_read_row(const kvq_cache_side *sd, int head, int pos, float *o
     kvq_calib_decode(&sd->calib[head].prof, calib_row(sd, head, pos), out);
 }
 
-/* Each key's row decoded once, scored against every head of the group. */
-static void calib_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G, int q_stride,
-                        float scale, float *w, int w_stride) {
+/* Each key's row decoded once, scored against every head of the group:
+ * the scalar reference of kvq_calib_score_avx2. */
+void kvq_calib_score_scalar(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
+                            int q_stride, float scale, float *w, int w_stride) {
     const kvq_calib_profile *p = &sd->calib[kv_head].prof;
     float y[KVQ_MAX_HEAD_DIM];
     for (int t = 0; t < nk; t++) {
@@ -85,9 +86,10 @@ static void calib_score(const kvq_cache_side *sd, int kv_head, int key0, int nk,
 }
 
 /* acc_j += w_j,t y_t; a key no head weights is not decoded (nor a
- * non-finite row added where its weight is 0). */
-static void calib_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
-                             int w_stride, float *acc, int acc_stride) {
+ * non-finite row added where its weight is 0): the scalar reference of
+ * kvq_calib_accumulate_avx2. */
+void kvq_calib_accumulate_scalar(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
+                                 int w_stride, float *acc, int acc_stride) {
     const kvq_calib_profile *p = &sd->calib[kv_head].prof;
     float y[KVQ_MAX_HEAD_DIM];
     for (int t = 0; t < nk; t++) {
@@ -102,6 +104,20 @@ static void calib_accumulate(const kvq_cache_side *sd, int kv_head, int key0, in
             for (int i = 0; i < p->n_coded; i++) a[i] += wt * y[i];
         }
     }
+}
+
+/* The fused AVX2 reads where the CPU has them (KVQ_FORCE_SCALAR=1: the
+ * scalar ones), decided by kvq_cpu_features once. */
+static void calib_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G, int q_stride,
+                        float scale, float *w, int w_stride) {
+    if (kvq_cpu_features()->avx2) kvq_calib_score_avx2(sd, kv_head, key0, nk, q, G, q_stride, scale, w, w_stride);
+    else kvq_calib_score_scalar(sd, kv_head, key0, nk, q, G, q_stride, scale, w, w_stride);
+}
+
+static void calib_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
+                             int w_stride, float *acc, int acc_stride) {
+    if (kvq_cpu_features()->avx2) kvq_calib_accumulate_avx2(sd, kv_head, key0, nk, w, G, w_stride, acc, acc_stride);
+    else kvq_calib_accumulate_scalar(sd, kv_head, key0, nk, w, G, w_stride, acc, acc_stride);
 }
 
 const struct kvq_tile_ops kvq_calib_row_ops = {
