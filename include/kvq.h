@@ -355,7 +355,8 @@ KVQ_API kvq_status kvq_cache_attend(kvq_cache *c, int layer, int pos, int n, int
  * write stage, tile quantisation scratch); attention's scratch, grown on
  * demand, is not counted.  allocated is what creation allocates: total +
  * work, plus the capacity of KVarN's incomplete-tile rows where n_ctx is a
- * whole number of tiles (at lengths in between it holds up to 127 rows). */
+ * whole number of tiles (at lengths in between it holds up to 127 rows),
+ * plus the calibrated sides' copies of their transforms (docs/calibration.md). */
 /* ---------------------------------------------------- editing the cache */
 
 /* Drop positions n and after in every layer (rollback for a retry or

@@ -321,3 +321,56 @@ TEST(cache_calib_plan_mixes_calibrated_types) {
     const char *flags = strstr(out, "flags: ");
     CHECK(rc == 0 && flags && strstr(flags, "--calib") && strstr(flags, "cal"), "exit %d: %s", rc, out);
 }
+
+/* The fused AVX2 reads against the scalar ones on the same cache: every
+ * rate (runs of every kind, rows whose last coefficients fall in the
+ * byte-wise tail), GQA 1..5 (more heads than one register pass), head
+ * sizes 64 and 80. */
+TEST(cache_calib_avx2_reads_equal_scalar) {
+    if (!kvq_cpu_features()->avx2) SKIP("this CPU has no AVX2 (or KVQ_FORCE_SCALAR=1)");
+    const kvq_type types[] = { KVQ_TYPE_CAL225, KVQ_TYPE_CAL250, KVQ_TYPE_CAL300, KVQ_TYPE_CAL325, KVQ_TYPE_CAL350,
+                               KVQ_TYPE_CAL425 };
+    const int dims[2] = { 64, 80 };
+    double worst_s = 0, worst_a = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (int di = 0; di < 2; di++) {
+            const int hd = dims[di], n_tok = 37, G = 1 + (int)(ti % 5);
+            attn_data d;
+            CHECK(attn_data_make(&d, n_tok, 2 * G, 2, hd, hd, 300 + ti * 2 + (uint64_t)di), "alloc");
+            kvq_cache_params p;
+            attn_params(&p, 2, hd, hd, n_tok, types[ti], types[ti], KVQ_ROT_AUTO);
+            kvq_cache *c = NULL;
+            char msg[300] = "";
+            CHECK(make_cache(&p, &c, msg, sizeof msg) == KVQ_OK && attn_fill(c, &d, 16), "%s", msg);
+            enum { NK = 32 };
+            float q[5 * 80], ws[5 * NK], as[5 * 80], aa[5 * 80];
+            for (int i = 0; i < G * hd; i++) q[i] = d.q[i];
+            for (int i = 0; i < G * NK; i++) ws[i] = (float)(0.5 + 0.5 * sin(0.7 * i)) * (i % 7 == 3 ? 0.0f : 1.0f);
+            for (int h = 0; h < 2; h++)
+                for (int k0 = 0; k0 < n_tok; k0 += NK) {
+                    const int nk = KVQ_MIN(NK, n_tok - k0);
+                    float sa[5 * NK], ss[5 * NK];
+                    kvq_calib_score_scalar(&c->k[0], h, k0, nk, q, G, hd, 0.3f, ss, NK);
+                    kvq_calib_score_avx2(&c->k[0], h, k0, nk, q, G, hd, 0.3f, sa, NK);
+                    double mag = 0, e = 0;
+                    for (int j = 0; j < G; j++)
+                        for (int t = 0; t < nk; t++) {
+                            mag = fmax(mag, fabs(ss[j * NK + t]));
+                            e = fmax(e, fabs(sa[j * NK + t] - ss[j * NK + t]));
+                        }
+                    worst_s = fmax(worst_s, e / (mag + 1e-30));
+                    for (int i = 0; i < G * hd; i++) as[i] = aa[i] = 0.25f;
+                    kvq_calib_accumulate_scalar(&c->v[0], h, k0, nk, ws, G, NK, as, hd);
+                    kvq_calib_accumulate_avx2(&c->v[0], h, k0, nk, ws, G, NK, aa, hd);
+                    mag = 0, e = 0;
+                    for (int i = 0; i < G * hd; i++) {
+                        mag = fmax(mag, fabs(as[i]));
+                        e = fmax(e, fabs(aa[i] - as[i]));
+                    }
+                    worst_a = fmax(worst_a, e / (mag + 1e-30));
+                }
+            kvq_cache_free(c);
+            attn_data_free(&d);
+        }
+    CHECK(worst_s < 1e-5 && worst_a < 1e-5, "AVX2 vs scalar: scores %.3g, sums %.3g", worst_s, worst_a);
+}

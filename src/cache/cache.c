@@ -335,7 +335,7 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
     if (st != KVQ_OK) return st;
     b->total = b->k + b->v + b->tail + b->sink;
     b->work = stage + scratch * sizeof(float);
-    b->allocated = b->k + b->v + ring_alloc + b->sink + b->work;
+    b->allocated = b->k + b->v + ring_alloc + b->sink + b->work + kvq_cache_calib_bytes(c);   /* + calibrated heads' transforms */
     const size_t regions[KVQ_ARRAY_LEN(c->mem_bytes)] = { b->k, b->v, ring_alloc, b->sink, stage };
     memcpy(c->mem_bytes, regions, sizeof regions);
     c->tile_scratch_floats = scratch;

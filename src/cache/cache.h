@@ -113,6 +113,19 @@ struct kvq_cache {
  * when a side's type needs a calibration the parameters lack, the
  * calibration does not fit the cache's shape, or lacks the side's rate. */
 kvq_status kvq_cache_calib_bind(kvq_cache *c, kvq_error *err);
+/* Bytes those copies take (counted in kvq_cache_bytes.allocated). */
+size_t kvq_cache_calib_bytes(const kvq_cache *c);
+/* A calibrated body's reads (the score and accumulate hooks of
+ * src/format/tile_ops.h): scalar, and fused AVX2 (call only where
+ * kvq_cpu_features() has avx2); tests compare the two. */
+void kvq_calib_score_scalar(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
+                            int q_stride, float scale, float *w, int w_stride);
+void kvq_calib_accumulate_scalar(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
+                                 int w_stride, float *acc, int acc_stride);
+void kvq_calib_score_avx2(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
+                          int q_stride, float scale, float *w, int w_stride);
+void kvq_calib_accumulate_avx2(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
+                               int w_stride, float *acc, int acc_stride);
 
 /* At least `floats` floats of working memory for one attention call, kept
  * by the cache and reused, so that decoding allocates only when a call

@@ -65,9 +65,10 @@ static void calib_read_row(const kvq_cache_side *sd, int head, int pos, float *o
     kvq_calib_decode(&sd->calib[head].prof, calib_row(sd, head, pos), out);
 }
 
-/* Each key's row decoded once, scored against every head of the group. */
-static void calib_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G, int q_stride,
-                        float scale, float *w, int w_stride) {
+/* Each key's row decoded once, scored against every head of the group:
+ * the scalar reference of kvq_calib_score_avx2. */
+void kvq_calib_score_scalar(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
+                            int q_stride, float scale, float *w, int w_stride) {
     const kvq_calib_profile *p = &sd->calib[kv_head].prof;
     float y[KVQ_MAX_HEAD_DIM];
     for (int t = 0; t < nk; t++) {
@@ -85,9 +86,10 @@ static void calib_score(const kvq_cache_side *sd, int kv_head, int key0, int nk,
 }
 
 /* acc_j += w_j,t y_t; a key no head weights is not decoded (nor a
- * non-finite row added where its weight is 0). */
-static void calib_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
-                             int w_stride, float *acc, int acc_stride) {
+ * non-finite row added where its weight is 0): the scalar reference of
+ * kvq_calib_accumulate_avx2. */
+void kvq_calib_accumulate_scalar(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
+                                 int w_stride, float *acc, int acc_stride) {
     const kvq_calib_profile *p = &sd->calib[kv_head].prof;
     float y[KVQ_MAX_HEAD_DIM];
     for (int t = 0; t < nk; t++) {
@@ -102,6 +104,20 @@ static void calib_accumulate(const kvq_cache_side *sd, int kv_head, int key0, in
             for (int i = 0; i < p->n_coded; i++) a[i] += wt * y[i];
         }
     }
+}
+
+/* The fused AVX2 reads where the CPU has them (KVQ_FORCE_SCALAR=1: the
+ * scalar ones), decided by kvq_cpu_features once. */
+static void calib_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G, int q_stride,
+                        float scale, float *w, int w_stride) {
+    if (kvq_cpu_features()->avx2) kvq_calib_score_avx2(sd, kv_head, key0, nk, q, G, q_stride, scale, w, w_stride);
+    else kvq_calib_score_scalar(sd, kv_head, key0, nk, q, G, q_stride, scale, w, w_stride);
+}
+
+static void calib_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
+                             int w_stride, float *acc, int acc_stride) {
+    if (kvq_cpu_features()->avx2) kvq_calib_accumulate_avx2(sd, kv_head, key0, nk, w, G, w_stride, acc, acc_stride);
+    else kvq_calib_accumulate_scalar(sd, kv_head, key0, nk, w, G, w_stride, acc, acc_stride);
 }
 
 const struct kvq_tile_ops kvq_calib_row_ops = {
@@ -165,18 +181,35 @@ static kvq_status bind_head(kvq_calib_head *h, const kvq_calib_side *cs, bool is
     return kvq_calib_profile_make(bits, weight, cs->d, (int)row_bytes, !is_v, &h->prof, err);   /* K: unbiased */
 }
 
+/* Floats one KV head's copy takes: mean, T, T^-T or T^-1, importance,
+ * and its allocation's d bytes rounded up. */
+static size_t head_floats(size_t d) { return 2 * d * d + 2 * d + d / sizeof(float) + 1; }
+
+/* Calibrated heads of the cache and the floats of their copies (from the
+ * shapes and types alone: the planned figures need no calibration). */
+static void count_copies(const kvq_cache *c, size_t *n_heads, size_t *floats) {
+    const kvq_cache_params *p = &c->p;
+    *n_heads = *floats = 0;
+    for (int l = 0; l < p->n_layer; l++)
+        for (int s = 0; s < 2; s++) {
+            if (!is_calibrated(s ? c->types_v[l] : c->types_k[l])) continue;
+            *n_heads += (size_t)p->n_head_kv;
+            *floats += (size_t)p->n_head_kv * head_floats((size_t)(s ? p->head_dim_v : p->head_dim_k));
+        }
+}
+
+size_t kvq_cache_calib_bytes(const kvq_cache *c) {
+    size_t n_heads, floats;
+    count_copies(c, &n_heads, &floats);
+    return n_heads * sizeof(kvq_calib_head) + floats * sizeof(float);
+}
+
 kvq_status kvq_cache_calib_bind(kvq_cache *c, kvq_error *err) {
     const kvq_cache_params *p = &c->p;
     kvq_status st = check_calibration(c, err);
     if (st) return st;
-    size_t n_heads = 0, floats = 0;
-    for (int l = 0; l < p->n_layer; l++)
-        for (int s = 0; s < 2; s++) {
-            if (!is_calibrated(s ? c->types_v[l] : c->types_k[l])) continue;
-            const size_t d = (size_t)(s ? p->head_dim_v : p->head_dim_k);
-            n_heads += (size_t)p->n_head_kv;
-            floats += (size_t)p->n_head_kv * (2 * d * d + 2 * d + d / sizeof(float) + 1);   /* + the bits */
-        }
+    size_t n_heads, floats;
+    count_copies(c, &n_heads, &floats);
     if (!n_heads) return KVQ_OK;
     c->calib_heads = calloc(n_heads, sizeof *c->calib_heads);
     c->calib_mem = calloc(floats, sizeof *c->calib_mem);   /* zeroed: the padding after each head's bits is hashed */
@@ -196,7 +229,7 @@ kvq_status kvq_cache_calib_bind(kvq_cache *c, kvq_error *err) {
                 uint8_t *bits = (uint8_t *)(mem + 2 * d * d + 2 * d);
                 st = bind_head(h, kvq_calib_side_at(p->calib, l, g, s == 1), s == 1, ri, sd->row_bytes, mem, bits, err);
                 if (st) return st;
-                mem += 2 * d * d + 2 * d + d / sizeof(float) + 1;
+                mem += head_floats(d);
             }
         }
     /* what a saved state must have been written with (cache_state.c) */
