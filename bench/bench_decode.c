@@ -89,7 +89,7 @@ static double step(const decode_opts *o, decode_cfg *c, const float *q, float *o
 }
 
 static int parse(decode_opts *o, int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {   /* every flag takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *dst = !strcmp(a, "-c") ? &o->n_ctx : !strcmp(a, "--kv-heads") ? &o->kv_heads
                  : !strcmp(a, "--gqa") ? &o->gqa : !strcmp(a, "--head-dim") ? &o->head_dim
@@ -99,7 +99,6 @@ static int parse(decode_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--types")) o->types = v;
         else if (!strcmp(a, "--levels")) o->levels = v;
         else { fprintf(stderr, "decode: unknown flag %s\n", a); return 1; }
-        i++;
     }
     if (o->n_ctx < 1 || o->kv_heads < 1 || o->gqa < 1 || o->head_dim < 8 || o->threads < 1 || o->rounds < 1) {
         fprintf(stderr, "decode: bad sizes\n");

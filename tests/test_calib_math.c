@@ -208,6 +208,7 @@ TEST(calib_allocation_gives_no_bits_to_what_carries_nothing) {
     CHECK(kvq_calib_allocate(imp, D, 2 * D, b, &err) == KVQ_OK, "%s", err.msg);
     int used = 0;
     for (int i = 0; i < D; i++) used += b[i];
+    CHECK(used >= 16 && used <= 2 * D, "%d value bits for %d channels", used, D);
     CHECK(b[15] > 0 && b[16] == 0 && b[D - 1] == 0, "b[15]=%d b[16]=%d", b[15], b[16]);
     CHECK(kvq_calib_code_bits(b, D) <= 2 * D && kvq_calib_code_bits(b, D) > 2 * D - 8, "stream %d of %d bits",
           kvq_calib_code_bits(b, D), 2 * D);

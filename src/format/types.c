@@ -18,12 +18,12 @@
 
 #define ROW(T, NAME, BS, BYTES, GGML, CACHE, BLOCKQ, K)                        \
     [T] = { NAME, BS, BYTES, GGML, CACHE, BLOCKQ, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_NONE, 0, NULL, NULL, \
-            kvq_##K##_quantize, kvq_##K##_dequantize, kvq_##K##_dot, kvq_##K##_axpy }
+            kvq_##K##_quantize, kvq_##K##_dequantize, kvq_##K##_dot, kvq_##K##_axpy, 0 }
 
 /* Weight-only rows have no quantiser: kvq reads them, it never writes them. */
 #define WROW(T, NAME, BS, BYTES, GGML, K)                                      \
     [T] = { NAME, BS, BYTES, GGML, false, false, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_NONE, 0, NULL, NULL, \
-            NULL, kvq_##K##_dequantize, kvq_##K##_dot, kvq_##K##_axpy }
+            NULL, kvq_##K##_dequantize, kvq_##K##_dot, kvq_##K##_axpy, 0 }
 
 /* KVarN tile rows: the "block" is one 128x128 record (2048*b + 768 bytes,
  * docs/spec/formats.md §3), rotated per slice by the format; no row kernels: the
@@ -32,7 +32,7 @@
 #define TILE_ROW(T, NAME, BITS)                                                \
     [T] = { NAME, 128 * 128, 2048 * (BITS) + 768, -1, true, false,             \
             KVQ_LAYOUT_TILES, KVQ_FMT_ROT_SLICE, BITS, NULL, &kvq_kvarn_tile_ops,      \
-            NULL, NULL, NULL, NULL }
+            NULL, NULL, NULL, NULL, 0 }
 
 /* TurboQuant rows (src/format/turbo_traits.c): blocks of 128 values, their own
  * row layout (row_bytes hook), the format's rotation, scalar kernels here
@@ -40,7 +40,7 @@
 #define TURBO_ROW(T, NAME, BYTES128, K)                                        \
     [T] = { NAME, 128, BYTES128, -1, true, false, KVQ_LAYOUT_ROWS, KVQ_FMT_ROT_TURBO, 0, \
             kvq_##K##_row_bytes, NULL, kvq_##K##_quantize_scalar, kvq_##K##_dequantize, \
-            kvq_##K##_dot_scalar, kvq_##K##_axpy_scalar }
+            kvq_##K##_dot_scalar, kvq_##K##_axpy_scalar, 0 }
 
 /* Calibrated rows (src/cache_calib.c, docs/calibration.md): ceil(rate * n
  * / 800) bytes per row of n values; block 32 gives kvq_type_bpv the rate.
