@@ -175,6 +175,7 @@ $(FUZZ_BINS): build-fuzz/fuzz_%: fuzz/fuzz_%.c build-fuzz/libkvq.a
 # Longest input per target: FUZZ_MAX_LEN, or FUZZ_MAX_LEN_NAME where a
 # target's seeds are larger (a state file with a whole KVarN tile: 68 KB).
 FUZZ_MAX_LEN_state ?= 262144
+FUZZ_MAX_LEN_model ?= 262144
 fuzz_len = $(or $(FUZZ_MAX_LEN_$(1)),$(FUZZ_MAX_LEN))
 # Inputs per target in fuzz-smoke: FUZZ_RUNS, or FUZZ_RUNS_NAME for a slow
 # target (state: three caches restored twice per input, 0.6 ms each).

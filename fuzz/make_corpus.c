@@ -7,7 +7,11 @@
  *   base_llama/  llama.cpp KLD bases and base_kvq/ kvq exact bases of a
  *                few sizes (the library's own writers);
  *   tokenizer/   vocabulary + text inputs in fuzz_tokenizer.c's layout;
- *   state/       cache state files of fuzz_state.c's caches (state_caches.h).
+ *   state/       cache state files of fuzz_state.c's caches (state_caches.h);
+ *   model/       tiny complete llama models (tests/model_writer.h): f32,
+ *                f16 and q8_0 weights, tied and untied output, MHA and GQA;
+ *   calib/       small calibration files (the library's writer) of random
+ *                transforms with valid allocations at two rates.
  * Files found by the fuzzer (regress-*) are kept beside them by hand.
  *
  *   make fuzz-corpus     (builds this against build/libkvq.a and runs it
@@ -15,6 +19,7 @@
  */
 #include "model_writer.h"
 #include "base_kvq.h"
+#include "calib.h"
 #include "kld.h"
 #include "state_caches.h"
 
@@ -143,6 +148,77 @@ static int write_states(const char *root) {
     return fails;
 }
 
+static int write_models(const char *root) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/model", root);
+    mkdir(dir, 0755);
+    int fails = 0;
+    for (int v = 0; v < 3; v++) {
+        tm_spec s = tm_spec_default();
+        s.n_ctx_train = 16;
+        s.n_blocks = s.block_count = v == 2 ? 1 : 2;
+        s.type_embd = v == 0 ? GW_T_F32 : GW_T_F16;
+        s.type_attn_k = v == 1 ? GW_T_F16 : GW_T_Q8_0;
+        s.tied = v == 1;
+        s.n_head_kv = v == 2 ? 4 : 2;
+        tm_file f;
+        tm_write(&f, &s);
+        char name[32];
+        snprintf(name, sizeof name, "tiny_v%d.gguf", v);
+        fails += f.w.oom ? 1 : write_bytes(dir, name, f.w.p, f.w.n);
+        tm_free(&f);
+    }
+    return fails;
+}
+
+/* A calibration of n_layer x n_head KV heads of head dims dk/dv at rates
+ * 225 and 325: random transforms (any finite values are valid), means,
+ * and the allocation of decaying importances at each rate. */
+static int write_calib(const char *dir, const char *name, int n_layer, int n_head, int dk, int dv) {
+    static const int rates[2] = { 225, 325 };
+    kvq_calib *c;
+    kvq_error err;
+    if (kvq_calib_alloc(&c, n_layer, n_head, dk, dv, 2, rates, &err)) return 1;
+    uint64_t rng = 0x5eed;
+    int fails = 0;
+    for (int l = 0; l < n_layer; l++)
+        for (int h = 0; h < n_head; h++)
+            for (int s = 0; s < 2; s++) {
+                kvq_calib_side *sd = kvq_calib_side_at(c, l, h, s == 1);
+                double imp[KVQ_MAX_HEAD_DIM];
+                for (int i = 0; i < sd->d; i++) {
+                    sd->mean[i] = (float)tm_gauss(&rng) * 0.1f;
+                    imp[i] = exp(-0.2 * i);
+                    sd->weight[i] = (float)imp[i];
+                }
+                for (int i = 0; i < sd->d * sd->d; i++) {   /* near the identity: a usable transform */
+                    sd->fwd[i] = (i % (sd->d + 1) == 0) + 0.05f * (float)tm_gauss(&rng);
+                    sd->inv[i] = (i % (sd->d + 1) == 0) - 0.05f * (float)tm_gauss(&rng);
+                }
+                for (int r = 0; r < 2; r++)
+                    fails += kvq_calib_allocate(imp, sd->d, 8 * (kvq_calib_row_bytes(rates[r], sd->d) - 2),
+                                                sd->bits + r * sd->d, &err) != KVQ_OK;
+                kvq_calib_side_finish(sd, s == 1);
+            }
+    c->method_k = KVQ_CALIB_QUERY_MIX;
+    c->method_v = KVQ_CALIB_ATT2_WO;
+    c->n_tokens = 1000;
+    c->model_hash = 0x1234abcd;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    fails += kvq_calib_write(c, path, &err) != KVQ_OK;
+    kvq_calib_free(c);
+    return fails;
+}
+
+static int write_calibs(const char *root) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/calib", root);
+    mkdir(dir, 0755);
+    return write_calib(dir, "l1_h1_d8.cal", 1, 1, 8, 8) + write_calib(dir, "l2_h2_d16_v8.cal", 2, 2, 16, 8) +
+           write_calib(dir, "l1_h1_d32.cal", 1, 1, 32, 32);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
@@ -151,7 +227,8 @@ int main(int argc, char **argv) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/gguf", argv[1]);
     mkdir(dir, 0755);
-    int fails = write_bases(argv[1]) + write_tokenizer_seeds(argv[1]) + write_states(argv[1]);
+    int fails = write_bases(argv[1]) + write_tokenizer_seeds(argv[1]) + write_states(argv[1]) + write_models(argv[1]) +
+                write_calibs(argv[1]);
 
     gw_model m = gw_model_default();
     fails += write_seed(dir, "baseline_v3.gguf", &m);

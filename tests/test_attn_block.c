@@ -402,6 +402,15 @@ TEST(attn_block_rounded_query_error_within_bound) {
     q[3] = NAN;
     attn_block_round_query(q, LEN, qi, scale, sum);
     CHECK(isnan(scale[0]) && !isnan(scale[1]), "NaN block: scales %g %g", scale[0], scale[1]);
+    /* a block of tiny values (its 32767 / max overflows a float; found by
+     * fuzz_model): still rounded to within half a step, zeros to zero */
+    float tiny[32];
+    for (int i = 0; i < 32; i++) tiny[i] = i % 4 == 0 ? 0.0f : 1e-36f * (float)(i - 16);
+    attn_block_round_query(tiny, 32, qi, scale, sum);
+    for (int i = 0; i < 32; i++)
+        CHECK(fabs((double)tiny[i] - (double)scale[0] * qi[i]) <= 0.5001 * scale[0] && (tiny[i] != 0.0f || qi[i] == 0),
+              "tiny value %d: %g rounded to %d x %g", i, tiny[i], qi[i], scale[0]);
+    CHECK(qi[31] == 32767 && scale[0] > 0.0f, "tiny block: max to %d, scale %g", qi[31], scale[0]);
     q[3] = 1.0f;
     attn_block_round_query(q, LEN, qi, scale, sum);
 

@@ -162,6 +162,23 @@ TEST(calib_file_refuses_bad_files) {
             CHECK(false, "%s: status %d, message '%s' (wanted '%s')", cases[i].what, st, err.msg, cases[i].needle);
         }
     }
+    /* from memory: the same bytes load; a value past the checksum made
+     * non-finite (then resealed, as a tool rewriting it would) is refused
+     * by the content check behind the checksum */
+    kvq_calib *mem = NULL;
+    CHECK(kvq_calib_load_memory(buf, n, "mem", hash, &mem, &err) == KVQ_OK && mem && mem->n_layer == 2, "memory: %s",
+          err.msg);
+    kvq_calib_free(mem);
+    mem = NULL;
+    uint8_t *nan_file = malloc(n);
+    memcpy(nan_file, buf, n);
+    const uint32_t nan_bits = 0x7fc00000u;
+    memcpy(nan_file + 64 + 4 * 3 + 4 * 5, &nan_bits, 4);   /* rates, then layer 0 head 0 K's mean[5] */
+    kvq_calib_reseal(nan_file, n);
+    const kvq_status nan_st = kvq_calib_load_memory(nan_file, n, "mem", hash, &mem, &err);
+    free(nan_file);
+    CHECK(nan_st == KVQ_ERR_FORMAT && !mem && strstr(err.msg, "non-finite"), "NaN value: status %d '%s'", nan_st,
+          err.msg);
     /* a missing file, and a missing model file */
     kvq_calib *none = NULL;
     CHECK(kvq_calib_load(fx.path, NULL, &none, &err) == KVQ_ERR_ARG && !none, "NULL model accepted");

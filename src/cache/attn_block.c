@@ -130,9 +130,14 @@ void attn_block_round_query(const float *q, int64_t len, int16_t *qi, float *sca
         }
         int32_t s = 0;
         const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+        /* amax below ~1e-34 overflows inv (and 0 * inf is NaN): such a
+         * block is scaled in double instead */
+        const bool tiny = !isfinite(inv);
         for (int i = 0; i < 32; i++) {
             /* |x * inv| <= 32767 up to rounding: the clamp keeps it in int16 */
-            const float r = finite ? roundf(x[i] * inv) : 0.0f;
+            const float r = !finite ? 0.0f
+                          : tiny    ? roundf((float)((double)x[i] / amax * 32767.0))
+                                    : roundf(x[i] * inv);
             qi[b * 32 + i] = (int16_t)(r > 32767.0f ? 32767 : r < -32767.0f ? -32767 : (int)r);
             s += qi[b * 32 + i];
         }

@@ -187,6 +187,18 @@ kvq_status kvq_calib_load_for(const char *path, uint64_t model_hash, kvq_calib *
     return st;
 }
 
+kvq_status kvq_calib_load_memory(const void *data, size_t size, const char *name, uint64_t model_hash, kvq_calib **out,
+                                 kvq_error *err) {
+    if (!out) return kvq_fail(err, KVQ_ERR_ARG, "calibration: NULL output");
+    *out = NULL;
+    if (!data && size) return kvq_fail(err, KVQ_ERR_ARG, "calibration: NULL buffer");
+    return parse(size ? data : (const void *)"", size, name ? name : "(memory)", model_hash, out, err);
+}
+
+void kvq_calib_reseal(void *data, size_t size) {
+    if (size >= HEADER_BYTES) wr64((uint8_t *)data + CHECKSUM_AT, checksum(data, size));
+}
+
 kvq_status kvq_calib_load(const char *path, const kvq_model *m, kvq_calib **out, kvq_error *err) {
     if (out) *out = NULL;
     if (!m) return kvq_fail(err, KVQ_ERR_ARG, "calibration: NULL model");

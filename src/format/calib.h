@@ -146,6 +146,12 @@ kvq_status kvq_calib_write(const kvq_calib *c, const char *path, kvq_error *err)
 /* kvq_calib_load against a model hash (kvq_model_hash, or
  * kvq_model_file_hash of its file: the same). */
 kvq_status kvq_calib_load_for(const char *path, uint64_t model_hash, kvq_calib **out, kvq_error *err);
+/* The same from a file's bytes in memory (name: for messages). */
+kvq_status kvq_calib_load_memory(const void *data, size_t size, const char *name, uint64_t model_hash, kvq_calib **out,
+                                 kvq_error *err);
+/* Make a calibration file's checksum match its bytes (the fuzz target's
+ * second read; tests corrupting one value past the checksum). */
+void kvq_calib_reseal(void *data, size_t size);
 
 /* ------------------------------------------ in a cache (src/cache_calib.c) */
 

@@ -277,15 +277,13 @@ static kvq_status load_tokenizer(kvq_model *m, kvq_error *err) {
 
 /* ---------------------------------------------------------------- API */
 
-kvq_status kvq_model_load(const char *path, kvq_model **out, kvq_error *err) {
-    if (!out) return kvq_fail(err, KVQ_ERR_ARG, "kvq_model_load: out is NULL");
-    *out = NULL;
-    if (!path) return kvq_fail(err, KVQ_ERR_ARG, "kvq_model_load: path is NULL");
+/* The model in an opened GGUF file (owned by the model from here on). */
+static kvq_status model_from_file(gguf_file *file, kvq_model **out, kvq_error *err) {
     kvq_model *m = calloc(1, sizeof *m);
-    if (!m) return kvq_fail(err, KVQ_ERR_NOMEM, "model: out of memory");
-    kvq_status st = gguf_open(path, &m->file, err);
+    if (!m) { gguf_close(file); return kvq_fail(err, KVQ_ERR_NOMEM, "model: out of memory"); }
+    m->file = file;
     const arch_desc *a = NULL;
-    if (!st) st = find_arch(m->file, m->arch_name, sizeof m->arch_name, &a, err);
+    kvq_status st = find_arch(m->file, m->arch_name, sizeof m->arch_name, &a, err);
     if (!st) st = read_hparams(m->file, a, m, err);
     if (!st) st = load_tensors(m->file, a, m, err);
     if (!st) st = load_tokenizer(m, err);
@@ -293,6 +291,23 @@ kvq_status kvq_model_load(const char *path, kvq_model **out, kvq_error *err) {
     m->info.arch_name = m->arch_name;
     *out = m;
     return KVQ_OK;
+}
+
+kvq_status kvq_model_load(const char *path, kvq_model **out, kvq_error *err) {
+    if (!out) return kvq_fail(err, KVQ_ERR_ARG, "kvq_model_load: out is NULL");
+    *out = NULL;
+    if (!path) return kvq_fail(err, KVQ_ERR_ARG, "kvq_model_load: path is NULL");
+    gguf_file *file;
+    kvq_status st = gguf_open(path, &file, err);
+    return st ? st : model_from_file(file, out, err);
+}
+
+kvq_status kvq_model_load_memory(const void *data, size_t size, kvq_model **out, kvq_error *err) {
+    if (!out) return kvq_fail(err, KVQ_ERR_ARG, "kvq_model_load_memory: out is NULL");
+    *out = NULL;
+    gguf_file *file;
+    kvq_status st = gguf_open_memory(data, size, &file, err);
+    return st ? st : model_from_file(file, out, err);
 }
 
 void kvq_model_free(kvq_model *m) {

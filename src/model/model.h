@@ -41,6 +41,10 @@ struct kvq_model {
     char arch_name[16];
 };
 
+/* kvq_model_load of a GGUF file already in memory (the fuzz target's way
+ * in): data must outlive the model, which reads its weights in place. */
+kvq_status kvq_model_load_memory(const void *data, size_t size, kvq_model **out, kvq_error *err);
+
 /* Load-time checks (src/model/model_check.c), each one error naming the tensor
  * or key.  kvq_check_finite: every value of a rows x cols tensor of type
  * (as decoded: block scales included) is finite.  kvq_check_block_count:
