@@ -112,12 +112,15 @@ test: $(TESTS) $(KVQ) $(EXAMPLES) $(SHARED)
 	KVQ_BIN=$(abspath $(KVQ)) KVQ_EXAMPLES=$(abspath $(BUILD)/examples) KVQ_SHARED_LIB=$(abspath $(BUILD)/$(SONAME)) \
 	    $(TESTS) $(TEST_ARGS)
 
+# make sanitize CC=clang builds in build-san-clang: clang's UBSan also
+# flags NULL + 0, which gcc's does not (CI uses clang when it has it).
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SAN_BUILD ?= build-san$(if $(findstring clang,$(CC)),-clang,)
 sanitize:
-	$(MAKE) BUILD=build-san OPT=-O1 EXTRA_CFLAGS="$(SAN_FLAGS)" EXTRA_LDFLAGS="$(SAN_FLAGS)" \
-	    build-san/run_tests build-san/kvq build-san/examples/generate
+	$(MAKE) BUILD=$(SAN_BUILD) OPT=-O1 EXTRA_CFLAGS="$(SAN_FLAGS)" EXTRA_LDFLAGS="$(SAN_FLAGS)" \
+	    $(SAN_BUILD)/run_tests $(SAN_BUILD)/kvq $(SAN_BUILD)/examples/generate
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 KVQ_SANITIZE=1 \
-	    KVQ_BIN=$(abspath build-san/kvq) KVQ_EXAMPLES=$(abspath build-san/examples) build-san/run_tests $(TEST_ARGS)
+	    KVQ_BIN=$(abspath $(SAN_BUILD)/kvq) KVQ_EXAMPLES=$(abspath $(SAN_BUILD)/examples) $(SAN_BUILD)/run_tests $(TEST_ARGS)
 
 bench: $(BENCH) $(KVQ)
 	KVQ_BIN=$(abspath $(KVQ)) $(BENCH) $(BENCH_ARGS)
@@ -233,6 +236,6 @@ install: $(STATIC) $(SHARED) $(KVQ)
 	    kvq.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvq.pc
 
 clean:
-	rm -rf build build-san build-fuzz build-cov
+	rm -rf build build-san build-san-clang build-clang build-fuzz build-cov
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(FUZZ_BINS:=.d)
