@@ -1,7 +1,6 @@
 /* cache_flags.c - parse the cache flags once for every command. */
 #include "cache_flags.h"
 #include "cli.h"
-#include "cache.h"
 
 #include <string.h>
 
@@ -288,15 +287,16 @@ static void log_layer_types(const char *cmd, const char *side, kvq_type global, 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 void cache_flags_log(const char *cmd, const kvq_cache *c) {
+    const kvq_cache_params *p = kvq_cache_get_params(c);
     kvq_cache_bytes b;
     kvq_cache_memory(c, &b);
     fprintf(stderr, "kvq %s: KV cache %.3f MiB at %d positions (K %.3f, V %.3f, exact tail %.3f, sink %.3f); "
-            "working memory %.3f MiB\n", cmd, mib(b.total), c->p.n_ctx, mib(b.k), mib(b.v), mib(b.tail), mib(b.sink),
+            "working memory %.3f MiB\n", cmd, mib(b.total), p->n_ctx, mib(b.k), mib(b.v), mib(b.tail), mib(b.sink),
             mib(b.work));
     const kvq_rot_plan *r = kvq_cache_rotation(c);
     if (r) fprintf(stderr, "kvq %s: rotation: %s\n", cmd, r->reason);
-    log_layer_types(cmd, "K", c->p.type_k, c->types_k, c->p.n_layer);
-    log_layer_types(cmd, "V", c->p.type_v, c->types_v, c->p.n_layer);
+    log_layer_types(cmd, "K", p->type_k, p->layer_type_k, p->n_layer);
+    log_layer_types(cmd, "V", p->type_v, p->layer_type_v, p->n_layer);
 }
 
 void cache_flags_name(const cache_flags *cf, char *buf, size_t cap) {
