@@ -172,6 +172,10 @@ KVQ_API void kvq_ppl_from_nll(const double *nll, size_t n, double *ppl, double *
 
 /* ------------- a KLD reference of either format (src/eval/kld_ref.c) */
 
+/* A view of a base of either format, filled by kvq_kld_ref_open (which
+ * owns what it opened: kvq_kld_ref_close frees it) or by the _from_ calls
+ * (a view of the caller's base, nothing owned).  The fields are read-only
+ * for the caller; own_* are the view's private bookkeeping. */
 typedef struct kvq_kld_ref {
     kvq_base_format format;        /* KVQ_BASE_LLAMA or KVQ_BASE_KVQ        */
     const kvq_kld_base *llama;     /* the base, for KVQ_BASE_LLAMA          */
@@ -208,7 +212,7 @@ KVQ_API kvq_status kvq_kld_ref_compare(const kvq_kld_ref *r, size_t pos, const f
                                        kvq_error *err);
 
 /* Per-token statistics of a run against a reference: the kvq_scored_fn
- * (chunks.h) of every KLD run; ud is a kvq_kld_acc. */
+ * (above) of every KLD run; ud is a kvq_kld_acc. */
 typedef struct kvq_kld_acc {
     const kvq_kld_ref *ref;
     kvq_tokstats stats;
@@ -603,11 +607,11 @@ typedef struct kvq_plan_setup {
     void *progress_ud;
 } kvq_plan_setup;
 
-/* Defaults: f32 exact, batch kvq_eval_batch(0, n_ctx) (chunks.h), every chunk. */
+/* Defaults: f32 exact, batch kvq_eval_batch(0, n_ctx), every chunk. */
 KVQ_API void kvq_plan_setup_init(kvq_plan_setup *s, const kvq_model *m, const kvq_kld_ref *reference);
 
 /* The exact cache's logits over n_chunk chunks of n_ctx tokens, held in
- * memory in the base-file encoding (kld.h), so that every comparison
+ * memory in the base-file encoding (llama.cpp's 16-bit records), so that every comparison
  * reads the same thing as with a file made by llama.cpp. */
 KVQ_API kvq_status kvq_plan_reference(const kvq_model *m, const int32_t *tokens, int n_ctx, int n_chunk, int n_threads,
                                       kvq_kld_base **out, kvq_error *err);
@@ -657,7 +661,7 @@ typedef struct kvq_plan {
     double predicted_kld;         /* floor + sum of the picked sensitivities */
     size_t bytes_per_token;       /* all layers, both sides               */
     size_t budget_bytes_per_token;
-    bool exact;                   /* the knapsack's optimum (see knapsack.h) */
+    bool exact;                   /* the knapsack's optimum (src/eval/knapsack.h says when) */
 } kvq_plan;
 
 /* The plan with the least predicted KLD within the budget; KVQ_ERR_ARG

@@ -199,3 +199,38 @@ TEST(public_codec_round_trips) {
     CHECK(st_cal == KVQ_ERR_ARG && st_weight == KVQ_ERR_ARG, "calibrated without rows %d, weight type %d", st_cal,
           st_weight);
 }
+
+/* make check-layers refuses a tools/ file that includes a src/ header (or
+ * one by a path), and accepts public headers and the tools' own. */
+TEST(check_layers_refuses_internal_headers_in_tools) {
+    if (access("tools/check_layers.sh", R_OK) != 0) SKIP("tools/check_layers.sh not found (run from the repository)");
+    char dir[64], cmd[1024];
+    static char out[4096];
+    snprintf(dir, sizeof dir, "/tmp/kvq_layers_%d", (int)getpid());
+    snprintf(cmd, sizeof cmd,
+             "rm -rf %s && mkdir -p %s/src/base %s/src/model %s/include %s/tools && cd %s && "
+             "echo '#include \"kvq.h\"' > src/base/low.h && echo '#include \"low.h\"' > src/model/high.h && "
+             "touch include/kvq.h include/kvq_eval.h && echo '#include \"kvq_eval.h\"' > tools/own.h && "
+             "printf '#include \"own.h\"\\n#include \"kvq.h\"\\n' > tools/good.c",
+             dir, dir, dir, dir, dir, dir);
+    CHECK(test_run(cmd, out, sizeof out) == 0, "setup: %s", out);
+    char abs[512];
+    CHECK(getcwd(abs, sizeof abs) != NULL, "getcwd");
+    snprintf(cmd, sizeof cmd, "cd %s && sh %s/tools/check_layers.sh base model", dir, abs);
+    const int rc_good = test_run(cmd, out, sizeof out);
+    const bool good_said = strstr(out, "includes in tools/") != NULL;
+    snprintf(cmd, sizeof cmd, "cd %s && echo '#include \"high.h\"' > tools/bad.c && sh %s/tools/check_layers.sh base model",
+             dir, abs);
+    const int rc_bad = test_run(cmd, out, sizeof out);
+    const bool bad_said = strstr(out, "tools/bad.c includes high.h from src/model") != NULL;
+    snprintf(cmd, sizeof cmd,
+             "cd %s && echo '#include \"../src/base/low.h\"' > tools/bad.c && sh %s/tools/check_layers.sh base model",
+             dir, abs);
+    static char out_path[4096];
+    const int rc_path = test_run(cmd, out_path, sizeof out_path);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    test_run(cmd, NULL, 0);
+    CHECK(rc_good == 0 && good_said, "a clean tree refused (rc %d)", rc_good);
+    CHECK(rc_bad != 0 && bad_said, "a tools/ file including src/model/high.h passed (rc %d): %s", rc_bad, out);
+    CHECK(rc_path != 0 && strstr(out_path, "by a path"), "an include by path passed (rc %d): %s", rc_path, out_path);
+}
