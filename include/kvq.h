@@ -458,6 +458,33 @@ KVQ_API kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_byt
 KVQ_API size_t kvq_cache_row_bytes(kvq_type t, int n_head_kv, int head_dim);
 KVQ_API const kvq_rot_plan *kvq_cache_rotation(const kvq_cache *c);
 
+/* ------------------------------------------------------ per-layer types */
+
+/*
+ * Per-layer cache types as text, the syntax of kvq's
+ * --cache-type-k-layers / --cache-type-v-layers: "0-3:q8_0,4-27:q4_0",
+ * entries RANGE:TYPE separated by single commas, a range N or N-M
+ * (inclusive, N <= M, decimal digits only), later entries winning, layers
+ * not listed keeping the caller's type.  Parsing checks the syntax and
+ * the type names; layer numbers are checked against a model's n_layer
+ * when the spec is applied.
+ */
+#define KVQ_LAYER_SPEC_MAX 256        /* entries of one spec */
+typedef struct kvq_layer_range { int first, last; kvq_type type; } kvq_layer_range;
+typedef struct kvq_layer_spec {
+    int n;                            /* entries in r                          */
+    kvq_layer_range r[KVQ_LAYER_SPEC_MAX];
+} kvq_layer_spec;
+/* KVQ_ERR_ARG (with one line naming the entry) for bad syntax or too
+ * many entries; KVQ_ERR_UNSUPPORTED for a name that is no cache type
+ * (the caller may list kvq_type_name's cache types after the message). */
+KVQ_API kvq_status kvq_layer_spec_parse(const char *spec, kvq_layer_spec *out, kvq_error *err);
+/* Write the spec's types into types[0..n_layer-1] (filled by the caller
+ * with the default type first), in order.  KVQ_ERR_ARG, types untouched,
+ * when an entry names a layer >= n_layer.  The result is what
+ * kvq_cache_params.layer_type_k / layer_type_v point at. */
+KVQ_API kvq_status kvq_layer_spec_apply(const kvq_layer_spec *s, int n_layer, kvq_type *types, kvq_error *err);
+
 /* ------------------------------------------------------------------ model */
 
 typedef struct kvq_model kvq_model;

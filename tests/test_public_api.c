@@ -234,3 +234,30 @@ TEST(check_layers_refuses_internal_headers_in_tools) {
     CHECK(rc_bad != 0 && bad_said, "a tools/ file including src/model/high.h passed (rc %d): %s", rc_bad, out);
     CHECK(rc_path != 0 && strstr(out_path, "by a path"), "an include by path passed (rc %d): %s", rc_path, out_path);
 }
+
+/* Per-layer types: later entries win, unlisted layers keep the caller's
+ * type; an unknown name and bad syntax are told apart by their status; a
+ * layer past the model leaves the types as they were. */
+TEST(public_layer_spec_parse_and_apply) {
+    static kvq_layer_spec s;
+    kvq_error err = { 0 };
+    CHECK(kvq_layer_spec_parse("0-3:q8_0,2:q5_0,5:kvarn4", &s, &err) == KVQ_OK && s.n == 3, "%s", err.msg);
+    kvq_type types[6];
+    for (int l = 0; l < 6; l++) types[l] = KVQ_TYPE_Q4_0;
+    CHECK(kvq_layer_spec_apply(&s, 6, types, &err) == KVQ_OK, "%s", err.msg);
+    const kvq_type want[6] = { KVQ_TYPE_Q8_0, KVQ_TYPE_Q8_0, KVQ_TYPE_Q5_0, KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0,
+                               KVQ_TYPE_KVARN4 };
+    CHECK(!memcmp(types, want, sizeof want), "types %s %s %s %s %s %s", kvq_type_name(types[0]),
+          kvq_type_name(types[1]), kvq_type_name(types[2]), kvq_type_name(types[3]), kvq_type_name(types[4]),
+          kvq_type_name(types[5]));
+    kvq_type before[5];
+    for (int l = 0; l < 5; l++) before[l] = types[l] = KVQ_TYPE_F16;
+    CHECK(kvq_layer_spec_apply(&s, 5, types, &err) == KVQ_ERR_ARG && strstr(err.msg, "layer 5 does not exist") &&
+              !memcmp(types, before, sizeof before), "layer 5 of 5: '%s'", err.msg);
+    CHECK(kvq_layer_spec_parse("0:q4_K", &s, &err) == KVQ_ERR_UNSUPPORTED && strstr(err.msg, "'q4_K'"),
+          "weight type: '%s'", err.msg);
+    CHECK(kvq_layer_spec_parse("3-1:q4_0", &s, &err) == KVQ_ERR_ARG && strstr(err.msg, "bad layer range"),
+          "reversed range: '%s'", err.msg);
+    CHECK(kvq_layer_spec_parse("0:q4_0,", &s, &err) == KVQ_ERR_ARG && strstr(err.msg, "empty entry"), "'%s'",
+          err.msg);
+}
