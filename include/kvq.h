@@ -617,10 +617,11 @@ KVQ_API int kvq_tokenizer_encode(const kvq_tokenizer *t, const char *text, size_
  * NUL-terminated, and returns how many (<= cap), or -1 for an id outside
  * the vocabulary. */
 KVQ_API int kvq_tokenizer_piece(const kvq_tokenizer *t, int32_t id, char *buf, int cap);
-/* The text of n tokens, their pieces one after another, NUL-terminated in
- * buf (truncated to cap - 1 bytes; cap may be 0 with buf NULL).  Returns
- * the full length (as snprintf), or -1 when an id is outside the
- * vocabulary. */
+/* The text of n tokens: their pieces one after another (so a
+ * SentencePiece vocabulary's text starts with the space it prepends),
+ * NUL-terminated in buf (truncated to cap - 1 bytes; cap may be 0 with
+ * buf NULL).  Returns the full length (as snprintf), or -1 when an id is
+ * outside the vocabulary or memory runs out. */
 KVQ_API long kvq_tokenizer_decode(const kvq_tokenizer *t, const int32_t *ids, int n, char *buf, size_t cap);
 
 KVQ_API int32_t kvq_tokenizer_n_vocab(const kvq_tokenizer *t);
