@@ -63,9 +63,14 @@ isa_flags = $(if $(findstring _avx512,$1),$(AVX512_FLAGS),$(if $(findstring _avx
 # Library objects hide every symbol not marked KVQ_API (include/kvq.h).
 lib_flags = $(if $(filter src/%,$1),-fvisibility=hidden,)
 
+# tools/ (the kvq command) see the public headers alone: -Iinclude, no
+# src/ folder, so a tool that reaches for an internal header does not
+# compile (tools/check_layers.sh says so too).
+cppflags_for = $(if $(filter tools/%,$1),-Iinclude -D_GNU_SOURCE,$(CPPFLAGS_ALL))
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(call isa_flags,$<) $(call lib_flags,$<) -MMD -MP -c $< -o $@
+	$(CC) $(call cppflags_for,$<) $(CFLAGS_ALL) $(call isa_flags,$<) $(call lib_flags,$<) -MMD -MP -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@
@@ -88,7 +93,8 @@ $(BENCH): $(BENCH_OBJ) $(CLI_LIB_OBJ) $(STATIC)
 	$(CC) $(CFLAGS_ALL) -o $@ $(BENCH_OBJ) $(CLI_LIB_OBJ) $(STATIC) $(LDLIBS_ALL) $(EXTRA_LDFLAGS)
 
 # Every #include "x.h" of a src/ file names a header of its own layer or
-# one below (tools/check_layers.sh); CI runs it.
+# one below, or a public one (include/); every tools/ file includes only
+# public headers and the tools' own (tools/check_layers.sh); CI runs it.
 check-layers:
 	@sh tools/check_layers.sh $(LAYERS)
 
@@ -102,7 +108,7 @@ check-clang:
 	    $(BENCH_OBJ:$(BUILD)/%=build-clang/%) build-clang/examples/generate
 
 # Examples use the public header alone (-Iinclude, no src/).
-$(BUILD)/examples/%: examples/%.c include/kvq.h $(STATIC)
+$(BUILD)/examples/%: examples/%.c include/kvq.h include/kvq_eval.h $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) -Iinclude $(CFLAGS_ALL) -o $@ $< $(STATIC) $(LDLIBS_ALL) $(EXTRA_LDFLAGS)
 
@@ -227,7 +233,7 @@ coverage:
 
 install: $(STATIC) $(SHARED) $(KVQ)
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
-	install -m 644 include/kvq.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/kvq.h include/kvq_eval.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/$(SONAME) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvq.so

@@ -1,7 +1,8 @@
 /*
  * generate.c - the smallest program on kvq's public API: load a GGUF
  * model, give it a q4_0 KV cache (rotated, with a 32-token exact tail),
- * and continue a prompt greedily.
+ * and continue a prompt with kvq's sampler (greedy: temperature 0) until
+ * N tokens or the end of text.
  *
  *   cc -Iinclude examples/generate.c build/libkvq.a -lm -pthread -o generate
  *   ./generate models/austen-qwen3-h128-4k-q8_0.gguf "It was a truth" 40
@@ -11,13 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
 
 int main(int argc, char **argv) {
     if (argc != 4) {
@@ -32,6 +26,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const kvq_model_info *info = kvq_model_get_info(model);
+    const kvq_tokenizer *vocab = kvq_model_tokenizer(model);
 
     kvq_cache_params cache;                 /* the cache: q4_0 K and V, 32 exact recent tokens */
     kvq_cache_params_default(&cache);
@@ -42,6 +37,17 @@ int main(int argc, char **argv) {
     kvq_ctx *ctx = NULL;
     if (kvq_ctx_create(model, &cache, 2, &ctx, &err) != KVQ_OK) {
         fprintf(stderr, "generate: %s\n", err.msg);
+        kvq_model_free(model);
+        return 1;
+    }
+
+    kvq_sampler_params sp;                  /* greedy; a temperature > 0 samples */
+    kvq_sampler_params_default(&sp);
+    sp.temp = 0.0f;
+    kvq_sampler *sampler = NULL;
+    if (kvq_sampler_create(&sp, &sampler, &err) != KVQ_OK) {
+        fprintf(stderr, "generate: %s\n", err.msg);
+        kvq_ctx_free(ctx);
         kvq_model_free(model);
         return 1;
     }
@@ -57,8 +63,8 @@ int main(int argc, char **argv) {
     if (kvq_ctx_eval(ctx, tokens, n_prompt, 0, logits, true, &err) != KVQ_OK) goto fail;
     printf("%s", argv[2]);
     for (int pos = n_prompt; pos < n_prompt + n_gen && pos < n_ctx; pos++) {
-        int32_t next = argmax(logits, info->n_vocab);
-        if (next == info->eos_id) break;
+        int32_t next = kvq_sample(sampler, logits, info->n_vocab);
+        if (next < 0 || kvq_tokenizer_is_eos(vocab, next)) break;
         char piece[64];
         const int len = kvq_token_to_piece(model, next, piece, sizeof piece);
         fwrite(piece, 1, (size_t)(len > 0 ? len : 0), stdout);
@@ -74,6 +80,7 @@ fail:
     fprintf(stderr, "generate: %s\n", err.msg);
 done:
     free(logits);
+    kvq_sampler_free(sampler);
     kvq_ctx_free(ctx);
     kvq_model_free(model);
     return rc;

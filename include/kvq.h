@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +51,18 @@ typedef struct kvq_error {
     kvq_status code;
     char msg[256];
 } kvq_error;
+
+#if defined(__GNUC__)
+#define KVQ_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define KVQ_PRINTF(fmt, args)
+#endif
+
+/* Record an error: err (may be NULL) receives code and the formatted
+ * message (truncated to fit); returns code, so that a failing path reads
+ * `return kvq_fail(err, KVQ_ERR_ARG, "...", ...);`.  For callers' own
+ * callbacks (kvq_eval.h) that report through a kvq_error. */
+KVQ_API kvq_status kvq_fail(kvq_error *err, kvq_status code, const char *fmt, ...) KVQ_PRINTF(3, 4);
 
 /* ------------------------------------------------------------ value types */
 
@@ -266,6 +279,18 @@ typedef struct kvq_calib kvq_calib;
 typedef struct kvq_model kvq_model;
 KVQ_API kvq_status kvq_calib_load(const char *path, const kvq_model *m, kvq_calib **out, kvq_error *err);
 KVQ_API void kvq_calib_free(kvq_calib *c);
+/* What a calibration holds: its shape, rates (hundredths of a bit per
+ * value, ascending) and identity. */
+typedef struct kvq_calib_info {
+    int n_layer, n_head_kv, head_dim_k, head_dim_v;
+    int n_rates, rates[16];
+    double query_mix;             /* K's metric: the queries' share         */
+    uint64_t checksum;            /* the file's (0 when not read from one)  */
+    uint32_t n_tokens;            /* calibration positions per layer        */
+} kvq_calib_info;
+KVQ_API void kvq_calib_get_info(const kvq_calib *c, kvq_calib_info *out);
+/* Write c to path (created or replaced), versioned and checksummed. */
+KVQ_API kvq_status kvq_calib_write(const kvq_calib *c, const char *path, kvq_error *err);
 
 /* ------------------------------------------------------------------ cache */
 
@@ -289,6 +314,12 @@ KVQ_API void kvq_calib_free(kvq_calib *c);
  * does write, attend per layer); kvq_cache_attend refuses otherwise.
  */
 typedef struct kvq_cache kvq_cache;
+
+/* Largest K or V head size the cache holds (its row scratch and the
+ * rotation's largest block); the cache and the model loader refuse larger
+ * heads with this limit in the message. */
+#define KVQ_MAX_HEAD_DIM 512
+#define KVQ_KVARN_MAX_ITERS 1000   /* most KVarN iterations a cache accepts */
 
 typedef struct kvq_cache_params {
     int n_layer, n_head_kv;
@@ -314,7 +345,8 @@ typedef struct kvq_cache_params {
     kvq_rot_request rot;          /* head dims / types are filled in       */
     bool rot_random_signs;        /* randomised Hadamard (fixed seed)      */
     int kvarn_iters;              /* KVarN normalisation iterations T      */
-                                  /* (0 = the format's default, 16)        */
+                                  /* (0 = the format's default, 16; at     */
+                                  /* most KVQ_KVARN_MAX_ITERS)             */
     const kvq_calib *calib;       /* for calibrated types (cal225 ...): the */
                                   /* model's calibration; the cache copies */
                                   /* what it needs, so it may be freed     */
@@ -426,6 +458,33 @@ KVQ_API kvq_status kvq_cache_plan_bytes(const kvq_cache_params *p, kvq_cache_byt
 KVQ_API size_t kvq_cache_row_bytes(kvq_type t, int n_head_kv, int head_dim);
 KVQ_API const kvq_rot_plan *kvq_cache_rotation(const kvq_cache *c);
 
+/* ------------------------------------------------------ per-layer types */
+
+/*
+ * Per-layer cache types as text, the syntax of kvq's
+ * --cache-type-k-layers / --cache-type-v-layers: "0-3:q8_0,4-27:q4_0",
+ * entries RANGE:TYPE separated by single commas, a range N or N-M
+ * (inclusive, N <= M, decimal digits only), later entries winning, layers
+ * not listed keeping the caller's type.  Parsing checks the syntax and
+ * the type names; layer numbers are checked against a model's n_layer
+ * when the spec is applied.
+ */
+#define KVQ_LAYER_SPEC_MAX 256        /* entries of one spec */
+typedef struct kvq_layer_range { int first, last; kvq_type type; } kvq_layer_range;
+typedef struct kvq_layer_spec {
+    int n;                            /* entries in r                          */
+    kvq_layer_range r[KVQ_LAYER_SPEC_MAX];
+} kvq_layer_spec;
+/* KVQ_ERR_ARG (with one line naming the entry) for bad syntax or too
+ * many entries; KVQ_ERR_UNSUPPORTED for a name that is no cache type
+ * (the caller may list kvq_type_name's cache types after the message). */
+KVQ_API kvq_status kvq_layer_spec_parse(const char *spec, kvq_layer_spec *out, kvq_error *err);
+/* Write the spec's types into types[0..n_layer-1] (filled by the caller
+ * with the default type first), in order.  KVQ_ERR_ARG, types untouched,
+ * when an entry names a layer >= n_layer.  The result is what
+ * kvq_cache_params.layer_type_k / layer_type_v point at. */
+KVQ_API kvq_status kvq_layer_spec_apply(const kvq_layer_spec *s, int n_layer, kvq_type *types, kvq_error *err);
+
 /* ------------------------------------------------------------------ model */
 
 typedef struct kvq_model kvq_model;
@@ -462,6 +521,12 @@ KVQ_API kvq_status kvq_ctx_create(const kvq_model *m, const kvq_cache_params *ca
                           int n_threads, kvq_ctx **out, kvq_error *err);
 KVQ_API void kvq_ctx_free(kvq_ctx *ctx);
 KVQ_API kvq_cache *kvq_ctx_cache(kvq_ctx *ctx);
+/* The context's model, logits per row (n_vocab), threads and most tokens
+ * per kvq_ctx_eval (the cache's max_batch). */
+KVQ_API const kvq_model *kvq_ctx_model(const kvq_ctx *ctx);
+KVQ_API int kvq_ctx_n_vocab(const kvq_ctx *ctx);
+KVQ_API int kvq_ctx_threads(const kvq_ctx *ctx);
+KVQ_API int kvq_ctx_max_batch(const kvq_ctx *ctx);
 /* kvq_cache_shift with the model's RoPE. */
 KVQ_API kvq_status kvq_ctx_shift(kvq_ctx *ctx, int n_discard, int keep_first, kvq_error *err);
 /* A hash of the model file as loaded: its size, metadata, tensor directory
@@ -472,6 +537,184 @@ KVQ_API uint64_t kvq_model_hash(const kvq_model *m);
  * the last token only. */
 KVQ_API kvq_status kvq_ctx_eval(kvq_ctx *ctx, const int32_t *tokens, int n, int pos,
                         float *logits, bool last_only, kvq_error *err);
+
+/* ------------------------------------------------------- model queries */
+
+/* The model's RoPE frequency scale (1 / the linear scaling factor of
+ * rope.scaling.factor; 1 when the file has none). */
+KVQ_API float kvq_model_rope_freq_scale(const kvq_model *m);
+
+/* Weights as the model reads them. */
+typedef struct kvq_model_weights {
+    kvq_type embd_type;           /* token_embd                             */
+    kvq_type output_type;         /* the output projection                  */
+    bool output_tied;             /* the output projection is token_embd    */
+    double decode_bytes;          /* bytes of weights one decode step reads:
+                                     every matrix of every layer and the
+                                     output once, one embedding row, the
+                                     norm vectors and biases               */
+} kvq_model_weights;
+KVQ_API void kvq_model_get_weights(const kvq_model *m, kvq_model_weights *out);
+
+/* One tensor of the model's GGUF file.  name is NOT NUL-terminated
+ * (name_len bytes) and, like data, points into the model's mapping: valid
+ * until kvq_model_free. */
+typedef struct kvq_tensor_info {
+    const char *name;
+    int name_len;
+    kvq_type type;
+    int n_dims;
+    int64_t ne[4];                /* ne[0] = values per row (contiguous)    */
+    size_t nbytes;
+    const void *data;
+} kvq_tensor_info;
+/* Number of tensors in the file. */
+KVQ_API int64_t kvq_model_n_tensors(const kvq_model *m);
+/* Tensor i (0 <= i < kvq_model_n_tensors); KVQ_ERR_ARG outside. */
+KVQ_API kvq_status kvq_model_tensor(const kvq_model *m, int64_t i, kvq_tensor_info *out, kvq_error *err);
+
+/* Metadata (the GGUF key/value pairs), by key.  String values are copied
+ * into buf NUL-terminated and truncated to cap - 1 bytes; the return is
+ * the value's full length (as snprintf: call again with a larger buffer
+ * when it is >= cap), or -1 when the key is absent or not a string. */
+KVQ_API long kvq_model_meta_str(const kvq_model *m, const char *key, char *buf, size_t cap);
+/* An integer value of any width (false when absent, not an integer, or
+ * out of int64 range). */
+KVQ_API bool kvq_model_meta_int(const kvq_model *m, const char *key, int64_t *out);
+/* A float value, float32 or float64 (false when absent or of another
+ * type). */
+KVQ_API bool kvq_model_meta_float(const kvq_model *m, const char *key, float *out);
+/* The chat template (tokenizer.chat_template), as kvq_model_meta_str;
+ * -1 when the model has none.  kvq does not apply it: it is the text a
+ * caller's template engine needs. */
+KVQ_API long kvq_model_chat_template(const kvq_model *m, char *buf, size_t cap);
+
+/* -------------------------------------------------------------- tokenizer */
+
+/*
+ * The vocabulary and its tokenizer (SentencePiece- and byte-level-BPE
+ * vocabularies of GGUF files, with llama.cpp's results).  Immutable once
+ * made: calls on one tokenizer may run at the same time.  A model owns
+ * its tokenizer (kvq_model_tokenizer); kvq_tokenizer_open reads one from
+ * a GGUF file without its weights, and the caller frees that one.
+ */
+typedef struct kvq_tokenizer kvq_tokenizer;
+KVQ_API kvq_status kvq_tokenizer_open(const char *path, kvq_tokenizer **out, kvq_error *err);
+KVQ_API void kvq_tokenizer_free(kvq_tokenizer *t);
+/* The model's own tokenizer: valid until kvq_model_free, never freed by
+ * the caller. */
+KVQ_API const kvq_tokenizer *kvq_model_tokenizer(const kvq_model *m);
+
+/* Tokenize len bytes of text (any bytes: invalid UTF-8 becomes byte
+ * tokens).  add_special: add BOS and/or EOS where the vocabulary asks for
+ * them; parse_special: recognise control tokens' text (e.g. "<s>").
+ * Writes at most cap ids and returns how many there are (may exceed cap:
+ * call again with more room), or -1 when out of memory. */
+KVQ_API int kvq_tokenizer_encode(const kvq_tokenizer *t, const char *text, size_t len, bool add_special,
+                                 bool parse_special, int32_t *out, int cap);
+/* The bytes token id stands for (control tokens: none; "▁" as a space,
+ * byte tokens as their byte).  Writes at most cap bytes, not
+ * NUL-terminated, and returns how many (<= cap), or -1 for an id outside
+ * the vocabulary. */
+KVQ_API int kvq_tokenizer_piece(const kvq_tokenizer *t, int32_t id, char *buf, int cap);
+/* The text of n tokens: their pieces one after another (so a
+ * SentencePiece vocabulary's text starts with the space it prepends),
+ * NUL-terminated in buf (truncated to cap - 1 bytes; cap may be 0 with
+ * buf NULL).  Returns the full length (as snprintf), or -1 when an id is
+ * outside the vocabulary or memory runs out. */
+KVQ_API long kvq_tokenizer_decode(const kvq_tokenizer *t, const int32_t *ids, int n, char *buf, size_t cap);
+
+KVQ_API int32_t kvq_tokenizer_n_vocab(const kvq_tokenizer *t);
+KVQ_API int32_t kvq_tokenizer_bos(const kvq_tokenizer *t);  /* -1 when none */
+KVQ_API int32_t kvq_tokenizer_eos(const kvq_tokenizer *t);  /* -1 when none */
+KVQ_API bool kvq_tokenizer_add_bos(const kvq_tokenizer *t); /* the vocabulary's default */
+
+/* Token types as GGUF stores them (tokenizer.ggml.token_type). */
+typedef enum kvq_token_type {
+    KVQ_TOKEN_UNDEFINED = 0, KVQ_TOKEN_NORMAL = 1, KVQ_TOKEN_UNKNOWN = 2, KVQ_TOKEN_CONTROL = 3,
+    KVQ_TOKEN_USER_DEFINED = 4, KVQ_TOKEN_UNUSED = 5, KVQ_TOKEN_BYTE = 6
+} kvq_token_type;
+/* The type of token id; KVQ_TOKEN_UNDEFINED outside the vocabulary. */
+KVQ_API kvq_token_type kvq_tokenizer_token_type(const kvq_tokenizer *t, int32_t id);
+/* A special token: control, user-defined or unknown (the ones matched in
+ * raw text with parse_special); false outside the vocabulary. */
+KVQ_API bool kvq_tokenizer_is_special(const kvq_tokenizer *t, int32_t id);
+/* The end-of-text token (EOS), where a generation stops. */
+KVQ_API bool kvq_tokenizer_is_eos(const kvq_tokenizer *t, int32_t id);
+
+/* ---------------------------------------------------------------- sampler */
+
+/*
+ * Choosing the next token from a row of logits.  temp <= 0: greedy (the
+ * highest logit, lowest id on ties).  Otherwise, in llama.cpp's order:
+ * keep the top_k highest logits (top_k <= 0: all), then the smallest set
+ * of those whose probabilities (softmax at temperature 1) sum to at least
+ * top_p (top_p >= 1: all), then draw from the softmax of the survivors'
+ * logits / temp.  The random numbers come from the sampler's own
+ * splitmix64 generator: the same seed gives the same choices on every
+ * platform.  NaN logits count as -inf.
+ */
+typedef struct kvq_sampler_params {
+    float temp;        /* <= 0: greedy                        */
+    int top_k;         /* <= 0: no limit                      */
+    float top_p;       /* >= 1: no limit                      */
+    uint64_t seed;
+} kvq_sampler_params;
+
+/* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95; seed 0. */
+KVQ_API void kvq_sampler_params_default(kvq_sampler_params *p);
+/* A fresh seed in 0..2^32-1 (so that a run can be replayed with it): 8
+ * bytes of /dev/urandom, or the clock and process id when that cannot be
+ * read. */
+KVQ_API uint64_t kvq_sampler_random_seed(void);
+
+typedef struct kvq_sampler kvq_sampler;
+/* KVQ_ERR_ARG when temp or top_p is NaN, KVQ_ERR_NOMEM; the caller
+ * frees *out with kvq_sampler_free. */
+KVQ_API kvq_status kvq_sampler_create(const kvq_sampler_params *p, kvq_sampler **out, kvq_error *err);
+KVQ_API void kvq_sampler_free(kvq_sampler *s);
+/* Restart the random sequence from a seed. */
+KVQ_API void kvq_sampler_reseed(kvq_sampler *s, uint64_t seed);
+/* The chosen token id, or -1 for bad input (no logits, n_vocab < 1) or
+ * when out of memory.  Not thread-safe per sampler (it advances its
+ * generator and reuses scratch memory). */
+KVQ_API int kvq_sample(kvq_sampler *s, const float *logits, int n_vocab);
+
+/* ------------------------------------------------------- cache queries */
+
+/* The cache's parameters as created (a copy kept by the cache; its
+ * layer_type_k/v point into the cache and hold every layer's type). */
+KVQ_API const kvq_cache_params *kvq_cache_get_params(const kvq_cache *c);
+/* The body type of one layer's K (is_v false) or V side; KVQ_TYPE_COUNT
+ * for a layer outside 0..n_layer-1. */
+KVQ_API kvq_type kvq_cache_layer_type(const kvq_cache *c, int layer, bool is_v);
+/* The most exact first positions any layer and side keeps (the sink,
+ * rounded up to KVarN's first tile): kvq_cache_shift's keep_first must be
+ * at least this. */
+KVQ_API int kvq_cache_sink_rows(const kvq_cache *c);
+/* Bytes one query row at position qp reads from the cache, over every
+ * layer: for each side and KV head the row of every key 0..qp from the
+ * copy it is read from (exact sink and tail rows, body rows; a tile
+ * body's key costs its tile's records / 128).  For bandwidth bounds. */
+KVQ_API double kvq_cache_query_bytes_all(const kvq_cache *c, int qp);
+
+/* ------------------------------------------------------------ utilities */
+
+/* Texts (-f, -p @file, tokenize): 256 MiB is far above any evaluation
+ * text and low enough that tokenising it cannot exhaust memory. */
+#define KVQ_TEXT_CAP ((size_t)256 << 20)
+/* Read a whole file: only regular files (a directory, /dev/zero or a FIFO
+ * is refused by its type, before any allocation), never more than cap
+ * bytes (a clear error instead of a huge allocation).  On success *buf
+ * (malloc'ed, the caller frees) holds *len bytes plus a NUL; `what`
+ * ("text file") names the file in messages. */
+KVQ_API kvq_status kvq_read_file(const char *path, const char *what, size_t cap, char **buf, size_t *len,
+                                 kvq_error *err);
+/* The rest of an open stream (standard input), at most cap bytes, the
+ * same way; name is used in messages. */
+KVQ_API kvq_status kvq_read_stream(FILE *f, const char *name, size_t cap, char **buf, size_t *len, kvq_error *err);
+/* Seconds of a monotonic clock (differences are elapsed time). */
+KVQ_API double kvq_now_seconds(void);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 /* base_check.c - the exact-cache check of a llama.cpp base (base_check.h). */
 #include "base_check.h"
-#include "chunks.h"
+#include "kvq_eval.h"
 #include "cli.h"
 
 #include <stdio.h>

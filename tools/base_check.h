@@ -11,7 +11,7 @@
 #ifndef KVQ_BASE_CHECK_H
 #define KVQ_BASE_CHECK_H
 
-#include "kld_ref.h"
+#include "kvq_eval.h"
 
 /* Mean KLD on chunk 1 above which a base is refused as another model's:
  * 350x the largest same-model figure measured, half the closest sibling's. */

@@ -1,8 +1,6 @@
 /* bench_bound.c - the memory-bandwidth bound of a generation step
  * (bench_bound.h). */
 #include "bench_bound.h"
-#include "cache_reads.h"
-#include "model.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -71,23 +69,10 @@ double bench_read_bandwidth(int n_threads) {
     return best;
 }
 
-static double matrix_bytes(const kvq_weight *w) { return (double)w->row_bytes * (double)w->rows; }
-
 double bench_decode_weight_bytes(const kvq_model *m) {
-    const kvq_model_info *in = &m->info;
-    const double f = sizeof(float);
-    double sum = matrix_bytes(&m->output) + (double)m->tok_embd.row_bytes + f * in->n_embd;   /* + output norm */
-    const double q = (double)in->n_head * in->head_dim_k, kv = (double)in->n_head_kv * in->head_dim_k;
-    const double v = (double)in->n_head_kv * in->head_dim_v;
-    for (int il = 0; il < in->n_layer; il++) {
-        const kvq_layer *L = &m->layers[il];
-        const kvq_weight *w[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down };
-        for (int i = 0; i < 7; i++) sum += matrix_bytes(w[i]);
-        sum += 2 * f * in->n_embd;                                    /* attention and FFN norms */
-        if (L->q_norm) sum += f * 2 * in->head_dim_k;
-        if (L->bq) sum += f * (q + kv + v);
-    }
-    return sum;
+    kvq_model_weights w;
+    kvq_model_get_weights(m, &w);
+    return w.decode_bytes;
 }
 
 double bench_decode_cache_bytes(const kvq_cache *c, int first, int n_gen) {

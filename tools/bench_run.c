@@ -1,7 +1,7 @@
 /* bench_run.c - one timed run of `kvq bench` (see bench_run.h). */
 #include "bench_run.h"
 #include "bench_bound.h"
-#include "kvq_internal.h"
+#include "cli.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,7 +50,7 @@ static kvq_status fill_synthetic(kvq_ctx *ctx, const kvq_model_info *in, int dep
     for (size_t i = 0; i < (size_t)batch * (k_row + v_row); i++) k[i] = noise(&seed);
     kvq_status st = KVQ_OK;
     for (int start = 0; !st && start < depth; start += batch) {
-        const int n = KVQ_MIN(batch, depth - start);
+        const int n = CLI_MIN(batch, depth - start);
         for (int il = 0; !st && il < in->n_layer; il++) st = kvq_cache_write(kvq_ctx_cache(ctx), il, start, n, k, v, err);
     }
     free(k);
@@ -62,7 +62,7 @@ static kvq_status fill_model(kvq_ctx *ctx, const kvq_model_info *in, int depth, 
                              kvq_error *err) {
     kvq_status st = KVQ_OK;
     for (int start = 0; !st && start < depth; start += batch) {
-        const int n = KVQ_MIN(batch, depth - start);
+        const int n = CLI_MIN(batch, depth - start);
         fill_tokens(buf, start, n, in->n_vocab);
         st = kvq_ctx_eval(ctx, buf, n, start, NULL, false, err);
     }
@@ -100,7 +100,7 @@ static kvq_status session_open(session *s, const kvq_model *m, const kvq_cache_p
                         depth, o->n_prompt, o->n_gen, o->n_ctx);
     kvq_cache_params p = *cache;
     p.n_ctx = o->n_ctx;
-    p.max_batch = KVQ_MAX(o->n_prompt, o->fill_batch);
+    p.max_batch = CLI_MAX(o->n_prompt, o->fill_batch);
     kvq_status st = kvq_ctx_create(m, &p, o->n_threads, &s->ctx, err);
     if (st) return st;
     s->buf = malloc((size_t)p.max_batch * sizeof *s->buf);
@@ -114,7 +114,7 @@ static kvq_status session_open(session *s, const kvq_model *m, const kvq_cache_p
         st = kvq_ctx_eval(s->ctx, s->buf, o->n_prompt, 0, s->logits, true, err);
         kvq_cache_clear(kvq_ctx_cache(s->ctx));
     }
-    const int batch = KVQ_MIN(p.max_batch, KVQ_MAX(depth, 1));
+    const int batch = CLI_MIN(p.max_batch, CLI_MAX(depth, 1));
     if (!st) st = o->fill == BENCH_FILL_MODEL ? fill_model(s->ctx, s->in, depth, batch, s->buf, err)
                                               : fill_synthetic(s->ctx, s->in, depth, batch, err);
     s->pos = depth;

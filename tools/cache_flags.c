@@ -1,7 +1,6 @@
 /* cache_flags.c - parse the cache flags once for every command. */
 #include "cache_flags.h"
 #include "cli.h"
-#include "cache.h"
 
 #include <string.h>
 
@@ -32,34 +31,6 @@ static bool parse_count(const char *cmd, const char *flag, const char *s, int *o
 
 /* ------------------------------------------------- per-layer overrides */
 
-enum { MAX_LAYER_NUMBER = 1000000 };   /* syntax bound; the model's n_layer is checked later */
-
-/* A layer number: decimal digits only, no sign, no spaces. */
-static bool parse_layer_number(const char *s, size_t len, int *out) {
-    if (len == 0 || len > 7) return false;
-    long v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9') return false;
-        v = v * 10 + (s[i] - '0');
-    }
-    if (v > MAX_LAYER_NUMBER) return false;
-    *out = (int)v;
-    return true;
-}
-
-/* "N" or "N-M" with N <= M. */
-static bool parse_layer_range(const char *s, size_t len, layer_range *r) {
-    const char *dash = memchr(s, '-', len);
-    if (!dash) {
-        if (!parse_layer_number(s, len, &r->first)) return false;
-        r->last = r->first;
-        return true;
-    }
-    const size_t left = (size_t)(dash - s);
-    return parse_layer_number(s, left, &r->first) && parse_layer_number(dash + 1, len - left - 1, &r->last) &&
-           r->first <= r->last;
-}
-
 static void cache_type_list(char *buf, size_t cap) {
     buf[0] = 0;
     for (int k = 0; k < KVQ_TYPE_COUNT; k++) {
@@ -70,58 +41,20 @@ static void cache_type_list(char *buf, size_t cap) {
     }
 }
 
-/* One "RANGE:TYPE" entry of len bytes. */
-static bool parse_layer_entry(const char *s, size_t len, layer_range *r, char *msg, size_t cap) {
-    const char *colon = memchr(s, ':', len);
-    if (len == 0) {
-        snprintf(msg, cap, "empty entry (entries are RANGE:TYPE separated by single commas)");
-        return false;
-    }
-    if (!colon) {
-        snprintf(msg, cap, "'%.*s' is not RANGE:TYPE (e.g. 0-3:q8_0)", (int)len, s);
-        return false;
-    }
-    const size_t range_len = (size_t)(colon - s), type_len = len - range_len - 1;
-    if (!parse_layer_range(s, range_len, r)) {
-        snprintf(msg, cap, "bad layer range '%.*s' in '%.*s' (want N or N-M with N <= M)", (int)range_len, s,
-                 (int)len, s);
-        return false;
-    }
-    char name[32];
-    r->type = KVQ_TYPE_COUNT;
-    if (type_len < sizeof name) {
-        memcpy(name, colon + 1, type_len);
-        name[type_len] = 0;
-        r->type = kvq_type_from_name(name);
-    }
-    if (r->type == KVQ_TYPE_COUNT || !kvq_type_get(r->type)->is_cache_type) {
+/* kvq_layer_spec_parse, with the known cache types listed after an
+ * unknown one. */
+bool layer_spec_parse(const char *spec, layer_spec *out, char *msg, size_t cap) {
+    kvq_error err = { 0 };
+    const kvq_status st = kvq_layer_spec_parse(spec, out, &err);
+    if (st == KVQ_OK) return true;
+    if (st == KVQ_ERR_UNSUPPORTED) {
         char known[512];
         cache_type_list(known, sizeof known);
-        snprintf(msg, cap, "unknown cache type '%.*s' in '%.*s' (known: %s)", (int)type_len, colon + 1, (int)len, s,
-                 known);
-        return false;
+        snprintf(msg, cap, "%s (known: %s)", err.msg, known);
+    } else {
+        snprintf(msg, cap, "%s", err.msg);
     }
-    return true;
-}
-
-bool layer_spec_parse(const char *spec, layer_spec *out, char *msg, size_t cap) {
-    out->n = 0;
-    if (!spec || !*spec) {
-        snprintf(msg, cap, "empty layer list (want e.g. 0-3:q8_0,4-27:q4_0)");
-        return false;
-    }
-    for (const char *s = spec;;) {
-        const char *comma = strchr(s, ',');
-        const size_t len = comma ? (size_t)(comma - s) : strlen(s);
-        if (out->n == CACHE_FLAGS_MAX_RANGES) {
-            snprintf(msg, cap, "more than %d entries", CACHE_FLAGS_MAX_RANGES);
-            return false;
-        }
-        if (!parse_layer_entry(s, len, &out->r[out->n], msg, cap)) return false;
-        out->n++;
-        if (!comma) return true;
-        s = comma + 1;
-    }
+    return false;
 }
 
 static const char *const LAYER_FLAG[2] = { "--cache-type-k-layers", "--cache-type-v-layers" };
@@ -141,16 +74,10 @@ bool cache_flags_apply_layers(const char *cmd, cache_flags *cf, int n_layer) {
         }
         kvq_type *types = cf->layer_types[side];
         for (int l = 0; l < n_layer; l++) types[l] = global[side];
-        for (int e = 0; e < ls->n; e++) {   /* in order: later entries win */
-            const layer_range *r = &ls->r[e];
-            if (r->last >= n_layer) {
-                char range[32] = "";
-                if (r->first != r->last) snprintf(range, sizeof range, " (in range %d-%d)", r->first, r->last);
-                cli_error(cmd, "%s: layer %d%s does not exist: the model has %d layers (0-%d)", LAYER_FLAG[side],
-                          r->last, range, n_layer, n_layer - 1);
-                return false;
-            }
-            for (int l = r->first; l <= r->last; l++) types[l] = r->type;
+        kvq_error err = { 0 };
+        if (kvq_layer_spec_apply(ls, n_layer, types, &err) != KVQ_OK) {
+            cli_error(cmd, "%s: %s", LAYER_FLAG[side], err.msg);
+            return false;
         }
         *dst[side] = types;
     }
@@ -288,15 +215,16 @@ static void log_layer_types(const char *cmd, const char *side, kvq_type global, 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 void cache_flags_log(const char *cmd, const kvq_cache *c) {
+    const kvq_cache_params *p = kvq_cache_get_params(c);
     kvq_cache_bytes b;
     kvq_cache_memory(c, &b);
     fprintf(stderr, "kvq %s: KV cache %.3f MiB at %d positions (K %.3f, V %.3f, exact tail %.3f, sink %.3f); "
-            "working memory %.3f MiB\n", cmd, mib(b.total), c->p.n_ctx, mib(b.k), mib(b.v), mib(b.tail), mib(b.sink),
+            "working memory %.3f MiB\n", cmd, mib(b.total), p->n_ctx, mib(b.k), mib(b.v), mib(b.tail), mib(b.sink),
             mib(b.work));
     const kvq_rot_plan *r = kvq_cache_rotation(c);
     if (r) fprintf(stderr, "kvq %s: rotation: %s\n", cmd, r->reason);
-    log_layer_types(cmd, "K", c->p.type_k, c->types_k, c->p.n_layer);
-    log_layer_types(cmd, "V", c->p.type_v, c->types_v, c->p.n_layer);
+    log_layer_types(cmd, "K", p->type_k, p->layer_type_k, p->n_layer);
+    log_layer_types(cmd, "V", p->type_v, p->layer_type_v, p->n_layer);
 }
 
 void cache_flags_name(const cache_flags *cf, char *buf, size_t cap) {

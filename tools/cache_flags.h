@@ -11,17 +11,12 @@
  * "0-3:q8_0,4-27:q4_0", ranges inclusive, later entries win, layers not
  * listed keep -ctk/-ctv.  The syntax is checked while parsing; layer
  * numbers against the model once it is loaded (cache_flags_apply_layers). */
-enum { CACHE_FLAGS_MAX_RANGES = 256, CACHE_FLAGS_MAX_LAYERS = 1024 };
+enum { CACHE_FLAGS_MAX_RANGES = KVQ_LAYER_SPEC_MAX, CACHE_FLAGS_MAX_LAYERS = 1024 };
 
-typedef struct layer_range {
-    int first, last;           /* inclusive                           */
-    kvq_type type;
-} layer_range;
-
-typedef struct layer_spec {
-    int n;                     /* 0: no override on this side         */
-    layer_range r[CACHE_FLAGS_MAX_RANGES];
-} layer_spec;
+/* The library's parsed form (kvq.h, "per-layer types"); n 0: no override
+ * on this side. */
+typedef kvq_layer_range layer_range;
+typedef kvq_layer_spec layer_spec;
 
 typedef struct cache_flags {
     kvq_cache_params params;   /* types, tail, sink, rotation request */

@@ -1,8 +1,10 @@
 #!/bin/sh
 # check_layers.sh LAYER... - src/ is a stack of layers, given lowest first
 # (the Makefile's LAYERS); a file may include headers of its own layer and
-# of the layers below, never above.  Prints each offending include and
-# exits 1, or one summary line.
+# of the layers below, never above, and the public headers (include/).
+# tools/ (the kvq command) is built on the public API alone: a tools/ file
+# may include include/*.h and the tools' own headers, never a src/ one.
+# Prints each offending include and exits 1, or one summary line each.
 set -u
 i=0
 for layer in "$@"; do
@@ -16,7 +18,7 @@ for layer in "$@"; do
         [ -f "$f" ] || continue
         for h in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f"); do
             n=$((n + 1))
-            [ "$h" = kvq.h ] && continue
+            [ -f "include/$h" ] && continue
             found=""
             for other in "$@"; do
                 if [ -f "src/$other/$h" ]; then found=$other; break; fi
@@ -32,4 +34,21 @@ for layer in "$@"; do
     done
 done
 [ "$bad" = 0 ] && echo "check-layers: $n includes in src/, each from its own layer or below ($*)"
-exit "$bad"
+tbad=0 t=0
+for f in tools/*.c tools/*.h; do
+    [ -f "$f" ] || continue
+    for h in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f"); do
+        t=$((t + 1))
+        case "$h" in */*) echo "check-layers: $f includes \"$h\" by a path (only include/*.h and tools/*.h)"; tbad=1; continue ;; esac
+        [ -f "include/$h" ] && continue
+        for layer in "$@"; do
+            if [ -f "src/$layer/$h" ]; then
+                echo "check-layers: $f includes $h from src/$layer (tools use the public API: include/)"; tbad=1
+                continue 2
+            fi
+        done
+        [ -f "tools/$h" ] || { echo "check-layers: $f includes \"$h\", which is in neither include/ nor tools/"; tbad=1; }
+    done
+done
+[ "$tbad" = 0 ] && echo "check-layers: $t includes in tools/, each a public header or the tools' own"
+[ "$bad" = 0 ] && [ "$tbad" = 0 ]

@@ -8,6 +8,11 @@
 
 #include <stdbool.h>
 
+/* The tools' own small helpers (libkvq's are internal). */
+#define CLI_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define CLI_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define CLI_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
 /* One function per subcommand; argv[0] is the subcommand name. */
 int cmd_quant_test(int argc, char **argv);
 int cmd_info(int argc, char **argv);

@@ -16,7 +16,6 @@
 #include "bench_run.h"
 #include "cli.h"
 #include "engine_cli.h"
-#include "kvq_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,7 +100,7 @@ static bool parse_depths(bench_opts *o, const char *list) {
 static bool parse_rot(const char *s, rot_choice *out) {
     static const struct { const char *name; rot_choice v; } names[] = {
         { "auto", ROT_AUTO }, { "on", ROT_ON }, { "off", ROT_OFF }, { "both", ROT_BOTH } };
-    for (size_t i = 0; i < KVQ_ARRAY_LEN(names); i++)
+    for (size_t i = 0; i < CLI_ARRAY_LEN(names); i++)
         if (!strcmp(s, names[i].name)) { *out = names[i].v; return true; }
     cli_error(CMD, "--rot: '%s' is not one of auto, on, off, both", s);
     return false;
@@ -152,7 +151,7 @@ static int parse_one(bench_opts *o, int argc, char **argv, int *i) {
 static bool in_default_set(kvq_type t) {
     static const kvq_type skipped[] = { KVQ_TYPE_F32, KVQ_TYPE_BF16, KVQ_TYPE_Q6_0, KVQ_TYPE_Q6_1, KVQ_TYPE_Q5_1,
                                         KVQ_TYPE_Q4_1, KVQ_TYPE_Q3_1, KVQ_TYPE_Q2_1 };
-    for (size_t i = 0; i < KVQ_ARRAY_LEN(skipped); i++)
+    for (size_t i = 0; i < CLI_ARRAY_LEN(skipped); i++)
         if (t == skipped[i]) return false;
     return true;
 }
@@ -295,7 +294,7 @@ static row_bound bound_of(const bench_opts *o, const bench_config *c, double tg_
     row_bound b = { c->t[0].tg_weight_bytes + c->t[0].tg_cache_bytes, 0, 0, 0 };
     b.tps = bench_bound_tps(o->bandwidth_gbs, b.bytes);
     b.fraction = b.tps > 0 ? per_second(o->run.n_gen, tg_median_s) / b.tps : 0.0;
-    for (int r = 0; r < o->reps; r++) b.best_tps = KVQ_MAX(b.best_tps, per_second(o->run.n_gen, c->t[r].tg_s));
+    for (int r = 0; r < o->reps; r++) b.best_tps = CLI_MAX(b.best_tps, per_second(o->run.n_gen, c->t[r].tg_s));
     return b;
 }
 
@@ -430,7 +429,7 @@ int cmd_bench(int argc, char **argv) {
     if (o.types && o.kv_types_given) return cli_error(CMD, "give either --types or -ctk/-ctv, not both");
     if (!o.types && !o.kv_types_given) o.types = "default";
     int max_depth = 0;
-    for (int d = 0; d < o.n_depths; d++) max_depth = KVQ_MAX(max_depth, o.depths[d]);
+    for (int d = 0; d < o.n_depths; d++) max_depth = CLI_MAX(max_depth, o.depths[d]);
     o.run.n_ctx = max_depth + o.run.n_prompt + o.run.n_gen;
     if (!cache_flags_resolve(CMD, &o.cache, o.run.n_ctx)) return 1;
     static bench_config cfg[MAX_CONFIGS];

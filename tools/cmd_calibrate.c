@@ -3,11 +3,9 @@
  * (src/calib_stats.h), fit the transforms and bit allocations of the
  * calibrated cache types and write them to a calibration file
  * (docs/calibration.md). */
-#include "calib_build.h"
-#include "chunks.h"
 #include "cli.h"
 #include "engine_cli.h"
-#include "model.h"
+#include "kvq_eval.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,73 +63,54 @@ static int parse_args(calib_opts *o, int argc, char **argv) {
 }
 
 /* "[=====>     ] chunk 2/5 ..." on one stderr line. */
-static void progress(int done, int total, int n_ctx, double t0) {
+typedef struct progress_clock { int n_ctx; double t0; } progress_clock;
+
+static void progress(void *ud, int done, int total) {
     enum { WIDTH = 30 };
+    progress_clock *pc = ud;
+    if (done == 0) pc->t0 = kvq_now_seconds();
     const int fill = total ? done * WIDTH / total : WIDTH;
     char bar[WIDTH + 1];
     for (int i = 0; i < WIDTH; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
     bar[WIDTH] = 0;
-    fprintf(stderr, "\rkvq calibrate: [%s] chunk %d/%d, %d tokens, %.0f s", bar, done, total, done * n_ctx,
-            kvq_now_seconds() - t0);
+    fprintf(stderr, "\rkvq calibrate: [%s] chunk %d/%d, %d tokens, %.0f s", bar, done, total, done * pc->n_ctx,
+            kvq_now_seconds() - pc->t0);
     if (done == total) fputc('\n', stderr);
 }
 
-/* Evaluate every chunk (BOS first, as the KLD protocol) with the
- * observer attached; each chunk's received attention is folded in at its
- * end. */
-static kvq_status measure(kvq_ctx *ctx, kvq_calib_stats *s, const int32_t *toks, int n_chunk, int n_ctx, int n_batch,
-                          int bos, kvq_error *err) {
-    kvq_calib_observer ob = { s, ctx };
-    kvq_ctx_set_observer(ctx, kvq_calib_observe, &ob);
-    int32_t *chunk = malloc((size_t)n_ctx * sizeof *chunk);
-    kvq_status st = chunk ? KVQ_OK : kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
-    const double t0 = kvq_now_seconds();
-    progress(0, n_chunk, n_ctx, t0);
-    for (int c = 0; !st && c < n_chunk; c++) {
-        memcpy(chunk, toks + (size_t)c * n_ctx, (size_t)n_ctx * sizeof *chunk);
-        if (bos >= 0) chunk[0] = bos;
-        kvq_cache_clear(kvq_ctx_cache(ctx));
-        for (int start = 0; !st && start < n_ctx; start += n_batch)
-            st = kvq_ctx_eval(ctx, chunk + start, KVQ_MIN(n_batch, n_ctx - start), start, NULL, false, err);
-        if (!st) st = kvq_calib_stats_end_chunk(s, ctx, err);
-        if (!st) progress(c + 1, n_chunk, n_ctx, t0);
-    }
-    kvq_ctx_set_observer(ctx, NULL, NULL);
-    free(chunk);
-    return st;
-}
-
-static void print_summary(const kvq_calib *c, const double *pred_db) {
+static void print_summary(const kvq_calib *cal, const double *pred_db) {
+    kvq_calib_info c;
+    kvq_calib_get_info(cal, &c);
     printf("predicted gain over an isotropic code of the same bits (dB, own metric), mean over KV heads:\n");
     printf("  layer side  ");
-    for (int r = 0; r < c->n_rates; r++) printf("  %d.%02d", c->rates[r] / 100, c->rates[r] % 100);
+    for (int r = 0; r < c.n_rates; r++) printf("  %d.%02d", c.rates[r] / 100, c.rates[r] % 100);
     printf("\n");
-    for (int l = 0; l < c->n_layer; l++)
+    for (int l = 0; l < c.n_layer; l++)
         for (int s = 0; s < 2; s++) {
             printf("  %5d %-5s", l, s ? "V" : "K");
-            for (int r = 0; r < c->n_rates; r++) {
+            for (int r = 0; r < c.n_rates; r++) {
                 double sum = 0.0;
-                for (int g = 0; g < c->n_head_kv; g++) sum += pred_db[(((size_t)l * c->n_head_kv + g) * 2 + s) * c->n_rates + r];
-                printf(" %5.1f", sum / c->n_head_kv);
+                for (int g = 0; g < c.n_head_kv; g++) sum += pred_db[(((size_t)l * c.n_head_kv + g) * 2 + s) * c.n_rates + r];
+                printf(" %5.1f", sum / c.n_head_kv);
             }
             printf("\n");
         }
 }
 
-static int build_and_write(const calib_opts *o, const kvq_model *m, const kvq_calib_stats *s) {
+/* Measure, fit (kvq_calibrate), write and summarise. */
+static int calibrate_and_write(const calib_opts *o, kvq_ctx *ctx, const int32_t *toks, int n_chunk, int bos) {
+    progress_clock pc = { o->n_ctx, 0.0 };
+    const kvq_calib_run run = { toks, o->n_ctx, n_chunk, o->n_batch, bos, o->query_mix, progress, &pc };
     kvq_error err = { 0 };
-    const uint64_t hash = kvq_model_hash(m);
-    const kvq_model_info *in = kvq_model_get_info(m);
-    double *pred = malloc((size_t)in->n_layer * in->n_head_kv * 2 * KVQ_CALIB_N_RATES * sizeof *pred);
-    if (!pred) return cli_error(CMD, "out of memory");
     kvq_calib *c = NULL;
+    double *pred = NULL;
+    long long n_pos = 0;
     int rc = 0;
-    if (kvq_calib_build(s, m, hash, o->query_mix, KVQ_CALIB_N_RATES, kvq_calib_rates, &c, pred, &err) ||
-        kvq_calib_write(c, o->out, &err)) {
+    if (kvq_calibrate(ctx, &run, &c, &pred, &n_pos, &err) || kvq_calib_write(c, o->out, &err)) {
         rc = cli_error(CMD, "%s", err.msg);
     } else {
         print_summary(c, pred);
-        fprintf(stderr, "kvq calibrate: wrote '%s' (%lld positions per layer; query mix %.2f)\n", o->out, s->n_tokens,
+        fprintf(stderr, "kvq calibrate: wrote '%s' (%lld positions per layer; query mix %.2f)\n", o->out, n_pos,
                 o->query_mix);
     }
     kvq_calib_free(c);
@@ -147,12 +126,11 @@ int cmd_calibrate(int argc, char **argv) {
     kvq_model *m = cli_load_model(CMD, o.model);
     if (!m) return 1;
     const kvq_model_info *in = kvq_model_get_info(m);
-    if (!o.n_ctx) o.n_ctx = KVQ_MAX(4, KVQ_MIN(in->n_ctx_train > 0 ? in->n_ctx_train : 512, 4096));
+    if (!o.n_ctx) o.n_ctx = CLI_MAX(4, CLI_MIN(in->n_ctx_train > 0 ? in->n_ctx_train : 512, 4096));
     o.n_batch = kvq_eval_batch(o.n_batch, o.n_ctx);
     int n_tok = 0, rc = 1;
     int32_t *toks = cli_text_tokens(CMD, m, o.text, &n_tok);
     kvq_ctx *ctx = NULL;
-    kvq_calib_stats stats = { 0 };
     if (!toks) goto done;
     int n_chunk = n_tok / o.n_ctx - o.skip_chunks;
     if (o.n_chunks && o.n_chunks < n_chunk) n_chunk = o.n_chunks;
@@ -168,17 +146,9 @@ int cmd_calibrate(int argc, char **argv) {
     fprintf(stderr, "kvq calibrate: %d tokens, %d chunks of %d after skipping %d, batch %d\n", n_tok, n_chunk, o.n_ctx,
             o.skip_chunks, o.n_batch);
     ctx = cli_create_ctx(CMD, m, &cf, o.n_ctx, o.n_batch, o.n_threads);
-    kvq_error err = { 0 };
     if (!ctx) goto done;
-    if (kvq_calib_stats_init(&stats, in, o.n_ctx, &err) ||
-        measure(ctx, &stats, toks + (size_t)o.skip_chunks * o.n_ctx, n_chunk, o.n_ctx, o.n_batch,
-                in->add_bos ? in->bos_id : -1, &err)) {
-        cli_error(CMD, "%s", err.msg);
-        goto done;
-    }
-    rc = build_and_write(&o, m, &stats);
+    rc = calibrate_and_write(&o, ctx, toks + (size_t)o.skip_chunks * o.n_ctx, n_chunk, in->add_bos ? in->bos_id : -1);
 done:
-    kvq_calib_stats_free(&stats);
     kvq_ctx_free(ctx);
     free(toks);
     kvq_model_free(m);

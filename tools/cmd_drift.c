@@ -5,11 +5,9 @@
  * options, checks, the jobs (tools/drift_jobs.c) and the outputs. */
 #include "cli.h"
 #include "drift_jobs.h"
-#include "drift_report.h"
+#include "kvq_eval.h"
 #include "engine_cli.h"
-#include "plot_drift.h"
 #include "svg_png.h"
-#include "sweep_grid.h"
 
 #include <errno.h>
 #include <math.h>
@@ -74,9 +72,9 @@ static int parse_cache_flag(drift_opts *o, int argc, char **argv, int *i) {
                                          "--cache-type-v-layers" };
     static const char *const rot[] = { "--attn-rot", "--attn-rot-k", "--attn-rot-v" };
     const char *a = argv[*i];
-    o->types_given_ct |= is_any(a, types, KVQ_ARRAY_LEN(types));
+    o->types_given_ct |= is_any(a, types, CLI_ARRAY_LEN(types));
     o->tail_flag |= !strcmp(a, "--kv-tail-tokens");
-    o->rot_flag |= is_any(a, rot, KVQ_ARRAY_LEN(rot));
+    o->rot_flag |= is_any(a, rot, CLI_ARRAY_LEN(rot));
     return cache_flags_parse(CMD, &o->cache, argc, argv, i);
 }
 
@@ -159,7 +157,7 @@ static int grid_configs(const drift_opts *o, int n_ctx, drift_config **out, size
     kvq_type *types = NULL;
     kvq_sweep_pair *pairs = NULL, single = { o->cache.params.type_k, o->cache.params.type_v };
     /* without --tails: the tail of the cache flags (auto = 1024, as cache_flags_resolve) */
-    int *tails = NULL, no_tail = o->cache.tail_auto ? KVQ_MIN(1024, n_ctx) : o->cache.params.tail_tokens;
+    int *tails = NULL, no_tail = o->cache.tail_auto ? CLI_MIN(1024, n_ctx) : o->cache.params.tail_tokens;
     size_t n_types = 0, n_pairs = 0, n_tails = 1;
     kvq_status st = o->types ? kvq_sweep_parse_types(o->types, &types, &n_types, &err) : KVQ_OK;
     if (!st && o->pairs) st = kvq_sweep_parse_pairs(o->pairs, &pairs, &n_pairs, &err);

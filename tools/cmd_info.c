@@ -2,7 +2,6 @@
  * costs in every cache type, with the rotation each type would get. */
 #include "cli.h"
 #include "engine_cli.h"
-#include "model.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -11,12 +10,14 @@ static const char *CMD = "info";
 
 static void print_tensor_types(const kvq_model *m) {
     size_t count[KVQ_TYPE_COUNT] = { 0 }, bytes[KVQ_TYPE_COUNT] = { 0 };
-    for (uint64_t i = 0; i < m->file->n_tensors; i++) {
-        const gguf_tensor *t = &m->file->tensors[i];
-        count[t->type]++;
-        bytes[t->type] += t->nbytes;
+    const int64_t n = kvq_model_n_tensors(m);
+    for (int64_t i = 0; i < n; i++) {
+        kvq_tensor_info t;
+        if (kvq_model_tensor(m, i, &t, NULL) != KVQ_OK) continue;
+        count[t.type]++;
+        bytes[t.type] += t.nbytes;
     }
-    printf("tensors:      %llu (", (unsigned long long)m->file->n_tensors);
+    printf("tensors:      %llu (", (unsigned long long)n);
     const char *sep = "";
     for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
         if (!count[t]) continue;
@@ -24,8 +25,10 @@ static void print_tensor_types(const kvq_model *m) {
         sep = "; ";
     }
     printf(")\n");
-    printf("weights:      token_embd %s, output %s%s\n", kvq_type_name(m->tok_embd.type), kvq_type_name(m->output.type),
-           m->output.data == m->tok_embd.data ? " (tied to token_embd)" : "");
+    kvq_model_weights w;
+    kvq_model_get_weights(m, &w);
+    printf("weights:      token_embd %s, output %s%s\n", kvq_type_name(w.embd_type), kvq_type_name(w.output_type),
+           w.output_tied ? " (tied to token_embd)" : "");
 }
 
 /* One row per cache type: bytes per token (all layers, K + V), the cache
@@ -87,7 +90,7 @@ int cmd_info(int argc, char **argv) {
     const kvq_model_info *in = kvq_model_get_info(m);
     printf("model:        %s\n", path);
     printf("architecture: %s (RoPE %s, base %g, scale %g)\n", in->arch_name, in->rope_neox ? "NEOX" : "NORM",
-           (double)in->rope_base, (double)m->rope_freq_scale);
+           (double)in->rope_base, (double)kvq_model_rope_freq_scale(m));
     printf("shape:        n_embd %d, layers %d, heads %d, kv heads %d, head_dim k %d / v %d, ffn %d\n", in->n_embd,
            in->n_layer, in->n_head, in->n_head_kv, in->head_dim_k, in->head_dim_v, in->n_ff);
     printf("rms eps:      %g\n", (double)in->rms_eps);

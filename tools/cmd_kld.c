@@ -4,14 +4,9 @@
  * --kl-divergence-base FILE alone: llama.cpp's).  Protocol: docs/spec/eval.md §1;
  * statistics: §3; units of the JSON keys: docs/engine.md. */
 #include "base_check.h"
-#include "base_kvq.h"
-#include "chunks.h"
+#include "kvq_eval.h"
 #include "cli.h"
 #include "engine_cli.h"
-#include "eval_row.h"
-#include "kld_ref.h"
-#include "model.h"
-#include "stats.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -85,10 +80,10 @@ typedef struct kld_job {
 /* Decode speed: prefill half a chunk, then time single-token steps. */
 static kvq_status measure_tg(kld_job *j, kvq_error *err) {
     const int n_prompt = j->n_ctx / 2;
-    const int steps = KVQ_MIN(TG_TOKENS, j->n_ctx - n_prompt);
+    const int steps = CLI_MIN(TG_TOKENS, j->n_ctx - n_prompt);
     kvq_cache_clear(kvq_ctx_cache(j->ctx));
     for (int start = 0; start < n_prompt; start += kvq_ctx_max_batch(j->ctx)) {
-        int n = KVQ_MIN(kvq_ctx_max_batch(j->ctx), n_prompt - start);
+        int n = CLI_MIN(kvq_ctx_max_batch(j->ctx), n_prompt - start);
         kvq_status st = kvq_ctx_eval(j->ctx, j->tokens + start, n, start, NULL, false, err);
         if (st) return st;
     }

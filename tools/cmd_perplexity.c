@@ -1,12 +1,9 @@
 /* cmd_perplexity.c - `kvq perplexity`: llama.cpp's perplexity protocol
  * (docs/spec/eval.md §1) over a text file, ending with llama.cpp's
  * "Final estimate: PPL = X +/- Y" line. */
-#include "chunks.h"
+#include "kvq_eval.h"
 #include "cli.h"
 #include "engine_cli.h"
-#include "kld.h"
-#include "model.h"
-#include "stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,10 +3,9 @@
  * docs/planner.md).  Results on stdout (tables, or --json), progress on
  * stderr. */
 #include "base_check.h"
-#include "chunks.h"
+#include "kvq_eval.h"
 #include "cli.h"
 #include "engine_cli.h"
-#include "planner.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,7 +154,7 @@ static int check_text(const plan_opts *o, const kvq_model *m, const kvq_kld_ref 
 static int read_base(plan_opts *o, const kvq_model *m, kvq_kld_ref *r, int *n_chunk) {
     kvq_error err = { 0 };
     if (kvq_kld_ref_open(o->base, r, &err)) return cli_error(CMD, "%s", err.msg);
-    *n_chunk = KVQ_MIN(o->n_chunks, r->n_chunk);
+    *n_chunk = CLI_MIN(o->n_chunks, r->n_chunk);
     int rc = 0;
     if (kvq_kld_ref_check_model(r, o->model, kvq_model_get_info(m), &err))
         rc = cli_error(CMD, "base file '%s': %s", o->base, err.msg);
@@ -181,7 +180,7 @@ static int compute_base(plan_opts *o, const kvq_model *m, kvq_kld_ref *r, int *n
     int32_t *toks = cli_text_tokens(CMD, m, o->text, &n_tok);
     if (!toks) return 1;
     const int n_ctx = o->n_ctx ? o->n_ctx : DEFAULT_CTX;
-    *n_chunk = KVQ_MIN(o->n_chunks, n_tok / n_ctx);
+    *n_chunk = CLI_MIN(o->n_chunks, n_tok / n_ctx);
     kvq_kld_base *b = NULL;
     kvq_cache_params exact;   /* the planner's largest cache: f32 everywhere */
     kvq_cache_params_default(&exact);

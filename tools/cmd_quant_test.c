@@ -11,10 +11,8 @@
  * Gaussian source at that rate, D(R) = 2^(-2R), which no scalar quantiser
  * can beat.
  */
-#include "calib_build.h"
 #include "cli.h"
-#include "kvarn.h"
-#include "turbo.h"
+#include "kvq_eval.h"
 
 #include <limits.h>
 #include <math.h>
@@ -157,101 +155,41 @@ static qt_error acc_error(const qt_acc *a) {
     return (qt_error){ a->ref2 > 0 ? a->err2 / a->ref2 : 0.0, a->max_abs };
 }
 
-/* Scratch for one row: the rotated copy, its packed form, the decoded row. */
-typedef struct qt_scratch { float *work, *decoded; uint8_t *packed; } qt_scratch;
-
-/* Round-trip every row through type t (rotated with `block` when > 0). */
-static qt_error round_trip(kvq_type t, const float *x, int rows, int dim, int block, qt_scratch *s) {
-    qt_acc acc = { 0, 0, 0 };
-    for (int r = 0; r < rows; r++) {
-        const float *row = x + (size_t)r * dim;
-        memcpy(s->work, row, (size_t)dim * sizeof(float));
-        if (block) kvq_rotate_row(s->work, dim, block, NULL);
-        kvq_quantize_row(t, s->work, s->packed, dim);
-        kvq_dequantize_row(t, s->packed, s->decoded, dim);
-        if (block) kvq_rotate_row_inverse(s->decoded, dim, block, NULL);
-        add_row(&acc, row, s->decoded, dim);
-    }
-    return acc_error(&acc);
-}
-
-/* KVarN (tile types): the rows are tokens.  Every complete group of 128
- * rows is one tile per slice (64 wide for dim <= 64, else 128; the row
- * zero-padded to whole slices), rotated by the format's normalised
- * Hadamard over the slice, quantised as a K tile (one scale per channel,
- * the orientation of K caches), reconstructed and rotated back.  Rows
- * after the last whole tile are not measured: a cache keeps them exact.
- * The format always rotates, so there is no unrotated variant. */
-static qt_error tile_round_trip(kvq_type t, const float *x, int rows, int dim) {
-    const int width = dim <= 64 ? 64 : 128, n_slices = (dim + width - 1) / width;
-    const kvq_kvarn_shape shape = { width, kvq_type_get(t)->bits, true };
-    float *tile = malloc((size_t)KVQ_KVARN_TILE * width * sizeof *tile);
-    float *back = malloc((size_t)KVQ_KVARN_TILE * width * sizeof *back);
-    float *scratch = malloc(kvq_kvarn_scratch_floats(shape) * sizeof *scratch);
-    uint8_t *rec = malloc(kvq_kvarn_record_bytes(shape));
-    qt_acc acc = { 0, 0, 0 };
-    for (int g = 0; tile && back && scratch && rec && (g + 1) * KVQ_KVARN_TILE <= rows; g++)
-        for (int sl = 0; sl < n_slices; sl++) {
-            const int c0 = sl * width, nc = KVQ_MIN(width, dim - c0);
-            for (int r = 0; r < KVQ_KVARN_TILE; r++) {
-                float *dst = tile + (size_t)r * width;
-                memcpy(dst, x + (size_t)(g * KVQ_KVARN_TILE + r) * dim + c0, (size_t)nc * sizeof *dst);
-                memset(dst + nc, 0, (size_t)(width - nc) * sizeof *dst);
-                kvq_rotate_row(dst, width, width, NULL);
-            }
-            kvq_kvarn_quantize(shape, tile, KVQ_KVARN_ITERS, rec, scratch);
-            kvq_kvarn_dequantize(shape, rec, back);
-            for (int r = 0; r < KVQ_KVARN_TILE; r++) {
-                float *y = back + (size_t)r * width;
-                const float *row = x + (size_t)(g * KVQ_KVARN_TILE + r) * dim + c0;
-                kvq_rotate_row_inverse(y, width, width, NULL);
-                add_row(&acc, row, y, nc);
-            }
-        }
-    free(tile); free(back); free(scratch); free(rec);
-    return acc_error(&acc);
-}
-
-/* TurboQuant: as the cache stores it, R x (R = S2 H S1 per block, the row
- * padded to its blocks) quantised in the rotated domain, decoded and
- * rotated back; the format always rotates. */
-static qt_error turbo_round_trip(kvq_type t, const float *x, int rows, int dim, qt_scratch *s) {
-    const int d = kvq_turbo_rot_dim(dim);
-    qt_acc acc = { 0, 0, 0 };
-    for (int r = 0; r < rows; r++) {
-        const float *row = x + (size_t)r * dim;
-        kvq_turbo_rotate_query(row, s->work, dim);
-        kvq_quantize_row(t, s->work, s->packed, d);
-        kvq_dequantize_row(t, s->packed, s->work, d);
-        kvq_turbo_unrotate(s->work, s->decoded, dim);
-        add_row(&acc, row, s->decoded, dim);
-    }
-    return acc_error(&acc);
-}
-
-/* Calibrated types: the code fitted (plain squared error) on TRAIN_ROWS
- * other rows of the same distribution, then the rows round-tripped; the
- * transform is the format's own, so both columns alike.  On isotropic
- * Gaussian rows this is the sanity check of docs/calibration.md: there is
- * nothing to exploit, and the code must be no worse than the
- * uncalibrated ones at the same bits. */
+/* Round-trip every row through type t the way a cache stores one KV
+ * head's rows (kvq_codec, kvq_eval.h): row types alone, rotated with
+ * `block` when > 0; TurboQuant with its own rotation; the calibrated
+ * types with a code fitted (plain squared error) on `train`, other rows
+ * of the same distribution.  KVarN (tile types): the rows are tokens and
+ * every complete group of 128 is one tile per slice (64 wide for dim <=
+ * 64, else 128); rows after the last whole tile are not measured (a cache
+ * keeps them exact).  The formats with their own rotation have no
+ * unrotated variant.  NAN when the type cannot code these rows. */
 enum { TRAIN_ROWS_PER_VALUE = 64 };
 
 typedef struct qt_train { const float *rows; int n; } qt_train;
 
-static qt_error calib_round_trip(kvq_type t, const float *x, int rows, int dim, qt_train train, qt_scratch *s) {
-    kvq_calib_rows fit;
-    kvq_error err;
-    if (dim > KVQ_MAX_HEAD_DIM ||
-        kvq_calib_fit_rows(train.rows, train.n, dim, kvq_type_get(t)->calib_rate, &fit, &err) != KVQ_OK)
-        return (qt_error){ NAN, NAN };
+static qt_error round_trip(kvq_type t, const float *x, int rows, int dim, int block, qt_train train, float *decoded) {
+    const kvq_codec_opts co = { block, train.rows, train.n };
+    kvq_codec *c = NULL;
+    if (kvq_codec_create(t, dim, &co, &c, NULL) != KVQ_OK) return (qt_error){ NAN, NAN };
+    const int group = kvq_codec_group(c), width = dim <= 64 ? 64 : 128, n_slices = (dim + width - 1) / width;
     qt_acc acc = { 0, 0, 0 };
-    for (int r = 0; r < rows; r++) {
-        const float *row = x + (size_t)r * dim;
-        kvq_calib_rows_round_trip(&fit, row, s->decoded, s->packed);
-        add_row(&acc, row, s->decoded, dim);
+    for (int g = 0; (g + 1) * group <= rows; g++) {
+        const float *x0 = x + (size_t)g * group * dim;
+        if (kvq_codec_round_trip(c, x0, group, decoded, NULL) != KVQ_OK) {
+            kvq_codec_free(c);
+            return (qt_error){ NAN, NAN };
+        }
+        if (group == 1) {
+            add_row(&acc, x0, decoded, dim);
+            continue;
+        }
+        for (int sl = 0; sl < n_slices; sl++) {   /* slice by slice, as the tiles are coded */
+            const int c0 = sl * width, nc = CLI_MIN(width, dim - c0);
+            for (int r = 0; r < group; r++) add_row(&acc, x0 + (size_t)r * dim + c0, decoded + (size_t)r * dim + c0, nc);
+        }
     }
-    kvq_calib_rows_free(&fit);
+    kvq_codec_free(c);
     return acc_error(&acc);
 }
 
@@ -342,32 +280,17 @@ static void print_json(const qt_options *o, const qt_result *res, int n, int blo
 
 /* ---- the command ---- */
 
-/* The packed row buffer must hold the largest type's row, and with a
- * short, padded row that is not f32's (dim 1: 4 bytes, q8_0: 34). */
-static size_t max_row_bytes(int dim) {
-    size_t most = 0;
-    for (int t = 0; t < KVQ_TYPE_COUNT; t++) {
-        const size_t bytes = kvq_row_bytes((kvq_type)t, dim);
-        if (bytes > most) most = bytes;
-    }
-    return most;
-}
+/* Rows a tile type codes together (a KVarN tile is 128 tokens). */
+enum { TILE_ROWS = 128 };
 
-static qt_pair measure(kvq_type t, const float *x, int rows, int dim, int block, qt_train train, qt_scratch *s) {
-    if (kvq_type_get(t)->calib_rate) {
-        const qt_error e = calib_round_trip(t, x, rows, dim, train, s);
+static qt_pair measure(kvq_type t, const float *x, int rows, int dim, int block, qt_train train, float *decoded) {
+    const kvq_type_traits *tr = kvq_type_get(t);
+    if (tr->calib_rate || tr->layout == KVQ_LAYOUT_TILES || tr->format_rot == KVQ_FMT_ROT_TURBO) {
+        const qt_error e = round_trip(t, x, rows, dim, 0, train, decoded);   /* both columns: the format's own */
         return (qt_pair){ e, e };
     }
-    if (kvq_type_get(t)->layout == KVQ_LAYOUT_TILES) {   /* both columns: the format rotates */
-        const qt_error e = tile_round_trip(t, x, rows, dim);
-        return (qt_pair){ e, e };
-    }
-    if (kvq_type_get(t)->format_rot == KVQ_FMT_ROT_TURBO) {
-        const qt_error e = turbo_round_trip(t, x, rows, dim, s);
-        return (qt_pair){ e, e };
-    }
-    qt_pair p = { round_trip(t, x, rows, dim, 0, s), { 0, 0 } };
-    if (block) p.rotated = round_trip(t, x, rows, dim, block, s);
+    qt_pair p = { round_trip(t, x, rows, dim, 0, train, decoded), { 0, 0 } };
+    if (block) p.rotated = round_trip(t, x, rows, dim, block, train, decoded);
     return p;
 }
 
@@ -378,14 +301,12 @@ int cmd_quant_test(int argc, char **argv) {
 
     const size_t n = (size_t)o.rows * (size_t)o.dim;
     float *gauss = malloc(n * sizeof(float)), *outl = malloc(n * sizeof(float));
-    /* work holds a row padded to TurboQuant's blocks (>= dim) */
-    const size_t work = (size_t)KVQ_MAX(o.dim, kvq_turbo_rot_dim(o.dim));
-    qt_scratch s = { malloc(work * sizeof(float)), malloc((size_t)o.dim * sizeof(float)),
-                     malloc(max_row_bytes(o.dim)) };
+    /* decoded rows: one tile's worth (the most a codec returns at once) */
+    float *decoded = malloc((size_t)TILE_ROWS * o.dim * sizeof(float));
     qt_result *res = malloc(KVQ_TYPE_COUNT * sizeof *res);
     float *train_g = NULL, *train_o = NULL;
     int status = 0;
-    if (!gauss || !outl || !s.work || !s.decoded || !s.packed || !res) {
+    if (!gauss || !outl || !decoded || !res) {
         status = cli_error(CMD, "out of memory for %d rows of %d values", o.rows, o.dim);
         goto done;
     }
@@ -422,17 +343,17 @@ int cmd_quant_test(int argc, char **argv) {
                     KVQ_MAX_HEAD_DIM);
             continue;
         }
-        if (tr->layout == KVQ_LAYOUT_TILES && o.rows < KVQ_KVARN_TILE) {
+        if (tr->layout == KVQ_LAYOUT_TILES && o.rows < TILE_ROWS) {
             fprintf(stderr, "kvq %s: note: %s skipped: it needs --rows >= %d (one %d-token tile)\n", CMD, tr->name,
-                    KVQ_KVARN_TILE, KVQ_KVARN_TILE);
+                    TILE_ROWS, TILE_ROWS);
             continue;
         }
         qt_result *q = &res[count++];
         q->type = (kvq_type)t;
         q->bpv = kvq_type_bpv(q->type);
         q->shannon = exp2(-2.0 * q->bpv);
-        if (!o.outliers_only) q->gauss = measure(q->type, gauss, o.rows, o.dim, block, (qt_train){ train_g, n_train }, &s);
-        q->outl = measure(q->type, outl, o.rows, o.dim, block, (qt_train){ train_o, n_train }, &s);
+        if (!o.outliers_only) q->gauss = measure(q->type, gauss, o.rows, o.dim, block, (qt_train){ train_g, n_train }, decoded);
+        q->outl = measure(q->type, outl, o.rows, o.dim, block, (qt_train){ train_o, n_train }, decoded);
     }
     if (o.json) print_json(&o, res, count, block);
     else {
@@ -440,6 +361,6 @@ int cmd_quant_test(int argc, char **argv) {
         for (int i = 0; i < count; i++) print_row(&o, &res[i], block);
     }
 done:
-    free(gauss); free(outl); free(s.work); free(s.decoded); free(s.packed); free(res); free(train_g); free(train_o);
+    free(gauss); free(outl); free(decoded); free(res); free(train_g); free(train_o);
     return status;
 }

@@ -5,9 +5,6 @@
  * timings go to stderr. */
 #include "cli.h"
 #include "engine_cli.h"
-#include "cache.h"
-#include "chunks.h"
-#include "sampler.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -116,10 +113,8 @@ static void choose_seed(run_opts *o) {
 /* Positions a context shift keeps: --keep, BOS, and every layer's exact
  * sink rows (KVarN's first tile), which a shift may not cut. */
 static int shift_keep(const run_opts *o, const kvq_model_info *in, kvq_ctx *ctx) {
-    const kvq_cache *c = kvq_ctx_cache(ctx);
-    int keep = o->n_keep + (in->add_bos ? 1 : 0);
-    for (int l = 0; l < c->p.n_layer; l++) keep = KVQ_MAX(keep, KVQ_MAX(c->k[l].sink_rows, c->v[l].sink_rows));
-    return keep;
+    const int keep = o->n_keep + (in->add_bos ? 1 : 0);
+    return CLI_MAX(keep, kvq_cache_sink_rows(kvq_ctx_cache(ctx)));
 }
 
 /* Make room at the end of the context: drop half of the positions after
@@ -164,7 +159,7 @@ static kvq_status reuse_prompt_cache(const char *path, const kvq_model *m, kvq_c
     if (kvq_cache_truncate(c, common, NULL) != KVQ_OK) {   /* deeper than the rollback horizon */
         fprintf(stderr, "kvq run: prompt cache %s: the %d common tokens need a rollback of %d positions; the cache keeps "
                 "%d (--kv-rollback-tokens): starting afresh\n", path, common, n_saved - common,
-                c->p.rollback_tokens);
+                kvq_cache_get_params(c)->rollback_tokens);
         kvq_cache_clear(c);
         common = 0;
     }
@@ -195,7 +190,7 @@ static int generate(const run_opts *o, const kvq_model *m, kvq_ctx *ctx, const i
         const kvq_state_tag tag = { kvq_model_hash(m), prompt, saved_part };
         st = kvq_cache_save(kvq_ctx_cache(ctx), o->prompt_cache, &tag, &err);
     }
-    if (!st && out_ok) st = eval_prompt(ctx, prompt, KVQ_MAX(reused, saved_part), n_prompt, max_batch, logits, &err);
+    if (!st && out_ok) st = eval_prompt(ctx, prompt, CLI_MAX(reused, saved_part), n_prompt, max_batch, logits, &err);
     double t_prompt = kvq_now_seconds() - t0, t_gen = 0.0;
     int pos = n_prompt, n_gen = 0;
     bool full = false;          /* stopped because the context has no position left */

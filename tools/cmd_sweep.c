@@ -9,18 +9,9 @@
  * Resuming: a run whose runs/SLUG.csv exists is not repeated; the
  * reference is reused when it matches this model, text, context and chunk
  * count (otherwise the sweep stops rather than mix two experiments). */
-#include "base_kvq.h"
-#include "calib.h"
-#include "chunks.h"
+#include "kvq_eval.h"
 #include "cli.h"
 #include "engine_cli.h"
-#include "kld_ref.h"
-#include "ladder.h"
-#include "model.h"
-#include "plot_svg.h"
-#include "report.h"
-#include "stats.h"
-#include "sweep_grid.h"
 #include "svg_png.h"
 #include "sweep_drift.h"
 
@@ -157,10 +148,10 @@ static kvq_status default_types(bool calibrated, kvq_type **out, size_t *n, kvq_
 
 /* Default mixed pairs: those whose types this build has (noted if not). */
 static kvq_status default_pairs(kvq_sweep_pair **out, size_t *n, kvq_error *err) {
-    *out = malloc(KVQ_ARRAY_LEN(DEFAULT_PAIRS) * sizeof **out);
+    *out = malloc(CLI_ARRAY_LEN(DEFAULT_PAIRS) * sizeof **out);
     *n = 0;
     if (!*out) return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < KVQ_ARRAY_LEN(DEFAULT_PAIRS); i++) {
+    for (size_t i = 0; i < CLI_ARRAY_LEN(DEFAULT_PAIRS); i++) {
         kvq_sweep_pair *p = NULL;
         size_t np = 0;
         if (kvq_sweep_parse_pairs(DEFAULT_PAIRS[i], &p, &np, NULL) == KVQ_OK) (*out)[(*n)++] = p[0];
@@ -233,9 +224,10 @@ static void path_in(char *buf, const sweep *s, const char *rel) {
  * its file name carries the calibration's checksum. */
 static void run_path(char *buf, const sweep *s, const kvq_sweep_config *c) {
     const bool cal = kvq_type_get(c->type_k)->calib_rate || kvq_type_get(c->type_v)->calib_rate;
+    kvq_calib_info ci;
+    kvq_calib_get_info(s->calib, &ci);
     if (cal && s->calib)
-        snprintf(buf, PATH_CAP, "%s/runs/%s.cal%016llx.csv", s->o->outdir, c->slug,
-                 (unsigned long long)s->calib->checksum);
+        snprintf(buf, PATH_CAP, "%s/runs/%s.cal%016llx.csv", s->o->outdir, c->slug, (unsigned long long)ci.checksum);
     else snprintf(buf, PATH_CAP, "%s/runs/%s.csv", s->o->outdir, c->slug);
 }
 
@@ -310,9 +302,11 @@ static int ensure_reference(sweep *s) {
         } else if (st != KVQ_OK) {
             return cli_error(CMD, "%s", err.msg);
         } else {
+            kvq_base_info bi;
+            kvq_base_kvq_get_info(s->base, &bi);
             st = kvq_base_kvq_check_model(s->base, s->model_hash, &err);
-            if (st == KVQ_OK && s->base->n_chunk != s->n_chunk)
-                st = kvq_fail(&err, KVQ_ERR_ARG, "the KLD base holds %d chunks, this run uses %d", s->base->n_chunk,
+            if (st == KVQ_OK && bi.n_chunk != s->n_chunk)
+                st = kvq_fail(&err, KVQ_ERR_ARG, "the KLD base holds %d chunks, this run uses %d", bi.n_chunk,
                               s->n_chunk);
             if (st == KVQ_OK)
                 st = kvq_base_kvq_check_tokens(s->base, s->tokens, (size_t)s->n_ctx * s->n_chunk, s->n_ctx,
@@ -333,12 +327,12 @@ static int ensure_reference(sweep *s) {
 
 /* Generation speed: prefill half a chunk, then time single-token steps. */
 static kvq_status measure_tg(const sweep *s, kvq_ctx *ctx, double *tps, kvq_error *err) {
-    const int n_prompt = s->n_ctx / 2, steps = KVQ_MIN(TG_STEPS, s->n_ctx - n_prompt);
+    const int n_prompt = s->n_ctx / 2, steps = CLI_MIN(TG_STEPS, s->n_ctx - n_prompt);
     const int batch = kvq_ctx_max_batch(ctx);
     kvq_cache_clear(kvq_ctx_cache(ctx));
     kvq_status st = KVQ_OK;
     for (int pos = 0; st == KVQ_OK && pos < n_prompt; pos += batch)
-        st = kvq_ctx_eval(ctx, s->tokens + pos, KVQ_MIN(batch, n_prompt - pos), pos, NULL, false, err);
+        st = kvq_ctx_eval(ctx, s->tokens + pos, CLI_MIN(batch, n_prompt - pos), pos, NULL, false, err);
     float *logits = st == KVQ_OK ? malloc((size_t)s->info->n_vocab * sizeof *logits) : NULL;
     if (st == KVQ_OK && !logits) st = kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
     double t0 = kvq_now_seconds();
@@ -477,7 +471,7 @@ static void *job_main(void *arg) {
 
 static int run_pending(sweep *s) {
     s->t_start = kvq_now_seconds();
-    int jobs = KVQ_MAX(1, KVQ_MIN(s->o->n_jobs, s->n_to_run));
+    int jobs = CLI_MAX(1, CLI_MIN(s->o->n_jobs, s->n_to_run));
     pthread_t tid[64];
     int started = 0;
     for (int j = 1; j < jobs; j++) {
@@ -507,7 +501,7 @@ static int write_outputs(sweep *s) {
     static const struct { const char *name; kvq_report_kind kind; } files[] = {
         { "table.md", KVQ_REPORT_MD }, { "results.csv", KVQ_REPORT_CSV }, { "results.json", KVQ_REPORT_JSON },
     };
-    for (size_t k = 0; k < KVQ_ARRAY_LEN(files); k++) {
+    for (size_t k = 0; k < CLI_ARRAY_LEN(files); k++) {
         path_in(path, s, files[k].name);
         if (kvq_report_save(path, files[k].kind, s->rows, s->n_cfg, &meta, &err) != KVQ_OK)
             return cli_error(CMD, "%s", err.msg);
@@ -591,7 +585,7 @@ static int setup(sweep *s) {
     if (cli_check_context(CMD, s->info, &ref, s->n_ctx)) return 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = s->o->n_threads ? s->o->n_threads : (int)(cores > 0 ? cores : 1);
-    s->threads_per_job = KVQ_MAX(1, threads / KVQ_MAX(1, s->o->n_jobs));
+    s->threads_per_job = CLI_MAX(1, threads / CLI_MAX(1, s->o->n_jobs));
     if (build_grid(s->o, s->n_ctx, &s->cfg, &s->n_cfg)) return 1;
     char runs[PATH_CAP];
     path_in(runs, s, "runs");
@@ -612,7 +606,7 @@ static int plan_runs(sweep *s) {
     }
     fprintf(stderr, "kvq sweep: %zu configurations (%zu already done), %d chunks of %d tokens, %d thread(s) x %d job(s)\n",
             s->n_cfg, s->n_cfg - (size_t)s->n_to_run, s->n_chunk, s->n_ctx, s->threads_per_job,
-            KVQ_MAX(1, s->o->n_jobs));
+            CLI_MAX(1, s->o->n_jobs));
     return 0;
 }
 

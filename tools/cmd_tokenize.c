@@ -2,9 +2,6 @@
  * GGUF model's vocabulary, with llama-tokenize's flags and output, so the
  * two can be compared directly.  Reads only the vocabulary, not weights. */
 #include "cli.h"
-#include "file_read.h"
-#include "gguf.h"
-#include "tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,7 +111,7 @@ static void print_tokens(const kvq_tokenizer *tok, const int32_t *ids, int n, co
         char piece[256];
         for (int i = 0; i < n; i++) {
             int l = kvq_tokenizer_piece(tok, ids[i], piece, sizeof piece);
-            printf("%6d -> '%.*s'\n", ids[i], l < 0 ? 0 : KVQ_MIN(l, (int)sizeof piece), piece);
+            printf("%6d -> '%.*s'\n", ids[i], l < 0 ? 0 : CLI_MIN(l, (int)sizeof piece), piece);
         }
     }
     if (o->show_count) printf("Total number of tokens: %d\n", n);
@@ -122,14 +119,8 @@ static void print_tokens(const kvq_tokenizer *tok, const int32_t *ids, int n, co
 
 static int tokenize_run(const tokenize_opts *o, const char *text, size_t len) {
     kvq_error err;
-    gguf_file *gf = NULL;
     kvq_tokenizer *tok = NULL;
-    if (gguf_open(o->model, &gf, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);
-    if (kvq_tokenizer_load(gf, &tok, &err) != KVQ_OK) {
-        gguf_close(gf);
-        return cli_error(CMD, "%s: %s", o->model, err.msg);
-    }
-    gguf_close(gf);
+    if (kvq_tokenizer_open(o->model, &tok, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);
     int n = kvq_tokenizer_encode(tok, text, len, o->add_special, o->parse_special, NULL, 0);
     int32_t *ids = n >= 0 ? malloc(((size_t)n + 1) * sizeof *ids) : NULL;
     int rc = 0;

@@ -3,7 +3,7 @@
  * them as the C source of src/format/turbo_tcq_tables.c.  The committed table
  * is exactly this command's output with the default options. */
 #include "cli.h"
-#include "turbo.h"
+#include "kvq_eval.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,12 +1,9 @@
 /* drift_jobs.c - the reference and the configurations of a drift run,
  * shared out among jobs, with the progress bar (drift_jobs.h). */
 #include "drift_jobs.h"
-#include "chunks.h"
+#include "kvq_eval.h"
 #include "cli.h"
 #include "engine_cli.h"
-#include "file_read.h"
-#include "model.h"
-#include "report.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -78,7 +75,7 @@ static int check_fit(const char *cmd, drift_prompts *p, size_t i, const char *pa
         return cli_error(cmd, "%s has %d tokens: with %d generated it needs %lld positions, the context (-c) holds %d",
                          which, p->n_tokens[i], n_gen, (long long)need, limit);
     }
-    p->longest = KVQ_MAX(p->longest, p->n_tokens[i]);
+    p->longest = CLI_MAX(p->longest, p->n_tokens[i]);
     return 0;
 }
 
@@ -326,8 +323,8 @@ int drift_run_jobs(const drift_job_spec *s, kvq_drift_row *rows, int *threads) {
     drift_state d = { .s = s, .rows = rows, .tty = isatty(STDERR_FILENO) == 1, .last_decile = 0 };
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int total = s->n_threads > 0 ? s->n_threads : (int)(cores > 0 ? cores : 1);
-    const int jobs = KVQ_MAX(1, KVQ_MIN(s->n_jobs, MAX_JOBS));
-    d.threads = KVQ_MAX(1, total / jobs);
+    const int jobs = CLI_MAX(1, CLI_MIN(s->n_jobs, MAX_JOBS));
+    d.threads = CLI_MAX(1, total / jobs);
     d.batch = kvq_eval_batch(0, s->n_ctx);
     *threads = d.threads;
     /* the exact f32 cache is the largest of the run: one check for all */
@@ -351,7 +348,7 @@ int drift_run_jobs(const drift_job_spec *s, kvq_drift_row *rows, int *threads) {
     d.t0 = kvq_now_seconds();
     fprintf(stderr, "kvq %s: %zu prompt(s) x %d generated tokens, %zu configuration(s), contexts of %d positions, "
             "%d thread(s) x %d job(s)\n", s->cmd, s->n_prompts, s->n_gen, s->n_cfg, s->n_ctx, d.threads, jobs);
-    run_phase(&d, reference_job, (int)KVQ_MIN((size_t)jobs, s->n_prompts));
+    run_phase(&d, reference_job, (int)CLI_MIN((size_t)jobs, s->n_prompts));
     if (!d.ref_failed) {
         char line[160], eta[80];
         eta_text(&d, eta, sizeof eta);
@@ -360,7 +357,7 @@ int drift_run_jobs(const drift_job_spec *s, kvq_drift_row *rows, int *threads) {
         say(&d, line);
         note_eos(&d);
         pthread_mutex_unlock(&d.lock);
-        run_phase(&d, config_job, (int)KVQ_MIN((size_t)jobs, s->n_cfg));
+        run_phase(&d, config_job, (int)CLI_MIN((size_t)jobs, s->n_cfg));
     }
     if (d.bar_shown) fputs("\r\033[K", stderr);
     pthread_mutex_destroy(&d.lock);

@@ -8,7 +8,7 @@
 #define KVQ_DRIFT_JOBS_H
 
 #include "cache_flags.h"
-#include "drift_report.h"
+#include "kvq_eval.h"
 
 /* The prompts of a run, tokenised. */
 typedef struct drift_prompts {

@@ -1,10 +1,7 @@
 /* engine_cli.c - shared steps of the model commands (see engine_cli.h). */
 #include "engine_cli.h"
-#include "cache.h"
 #include "cli.h"
-#include "file_read.h"
-#include "kld.h"
-#include "kvq_internal.h"
+#include "kvq_eval.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,8 +89,8 @@ static double formula_bytes(const kvq_model_info *in, const kvq_cache_params *p,
     }
     const double exact_row = (double)kvq_cache_row_bytes(p->tail_type, in->n_head_kv, in->head_dim_k) +
                              (double)kvq_cache_row_bytes(p->tail_type, in->n_head_kv, in->head_dim_v);
-    const int ring = KVQ_MIN(KVQ_MAX(p->tail_tokens, 0), n_ctx);
-    const int sink = KVQ_MIN(KVQ_MAX(p->sink_tokens, 0), n_ctx);
+    const int ring = CLI_MIN(CLI_MAX(p->tail_tokens, 0), n_ctx);
+    const int sink = CLI_MIN(CLI_MAX(p->sink_tokens, 0), n_ctx);
     return (double)n_ctx * body + (double)in->n_layer * (double)(ring + sink) * exact_row;
 }
 
@@ -107,7 +104,7 @@ bool cli_cache_plan(const kvq_model_info *in, const kvq_cache_params *p, int n_c
     q.head_dim_k = in->head_dim_k;
     q.head_dim_v = in->head_dim_v;
     q.n_ctx = n_ctx;
-    q.max_batch = p->max_batch > 0 ? KVQ_MIN(p->max_batch, n_ctx) : n_ctx;
+    q.max_batch = p->max_batch > 0 ? CLI_MIN(p->max_batch, n_ctx) : n_ctx;
     return kvq_cache_plan_bytes(&q, b, NULL) == KVQ_OK;
 }
 
@@ -121,7 +118,7 @@ static double memory_limit(void) {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     double lim = pages > 0 && page > 0 ? (double)pages * (double)page : 1e300;
     struct rlimit rl;
-    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) lim = KVQ_MIN(lim, (double)rl.rlim_cur);
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) lim = CLI_MIN(lim, (double)rl.rlim_cur);
     return lim;
 }
 

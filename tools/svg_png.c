@@ -1,6 +1,6 @@
 /* svg_png.c - the sweep plot's PNG through rsvg-convert (svg_png.h). */
 #include "svg_png.h"
-#include "kvq_internal.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <spawn.h>

@@ -7,7 +7,7 @@
 #define KVQ_SWEEP_DRIFT_H
 
 #include "drift_jobs.h"
-#include "sweep_grid.h"
+#include "kvq_eval.h"
 
 /* Prompts cut from the sweep's text when no --drift-prompts is given. */
 enum { SWEEP_DRIFT_WINDOWS = 16, SWEEP_DRIFT_WINDOW_TOKENS = 32 };

@@ -5,10 +5,18 @@
  * by row, generated from a stream seeded per tensor (so a tensor's bytes
  * do not depend on the others'). */
 #include "synth_model.h"
-#include "kvq_internal.h"
-#include "quant_kquants.h"
+#include "cli.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* Little-endian fp16 (kvq's own rounding, kvq_fp32_to_fp16). */
+static void put_half(uint8_t *p, float f) {
+    const uint16_t h = kvq_fp32_to_fp16(f);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
 
 /* Published configurations (the models' config.json); the parameter counts
  * follow from them and are the published ones: Qwen3-0.6B "0.6B, 0.44B
@@ -165,11 +173,11 @@ enum { WEIGHT_STD_MILLI = 20 };   /* weights ~ N(0, 0.02^2), GPT-2's initialisat
  * values are d*sc*(q - 7.5): centred, spread ~ 0.02 for sc around 40. */
 static void random_q4_K(uint64_t *s, uint8_t *b) {
     const float d = 0.02f / 184.0f;
-    kvq_wr16(b, kvq_float_to_half(d));
-    kvq_wr16(b + 2, kvq_float_to_half(7.5f * d));
+    put_half(b, d);
+    put_half(b + 2, 7.5f * d);
     uint8_t sc[8];
     for (int j = 0; j < 8; j++) sc[j] = (uint8_t)(16 + splitmix(s) % 48);   /* 6-bit scales 16..63 */
-    uint8_t *p = b + 4;                                                       /* pack as kvq_kq_scale_min reads */
+    uint8_t *p = b + 4;                                                       /* pack as the q4_K reader unpacks */
     for (int j = 0; j < 4; j++) {
         p[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
         p[j + 4] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
@@ -188,7 +196,7 @@ static void random_q6_K(uint64_t *s, uint8_t *b) {
         memcpy(b + i, &r, 8);
     }
     for (int g = 0; g < 16; g++) b[192 + g] = (uint8_t)(8 + splitmix(s) % 56);
-    kvq_wr16(b + 208, kvq_float_to_half(0.02f / (36.0f * 18.5f)));
+    put_half(b + 208, 0.02f / (36.0f * 18.5f));
 }
 
 /* One row of tensor t into dst (kvq_row_bytes(t->type, t->ne0) bytes);
@@ -200,9 +208,10 @@ static void make_row(const synth_tensor *t, uint64_t *s, float *x, uint8_t *dst)
         return;
     }
     if (t->type == KVQ_TYPE_Q4_K || t->type == KVQ_TYPE_Q6_K) {
-        for (int64_t i = 0; i < t->ne0 / KVQ_QK_K; i++)
-            if (t->type == KVQ_TYPE_Q4_K) random_q4_K(s, dst + i * KVQ_Q4_K_BYTES);
-            else random_q6_K(s, dst + i * KVQ_Q6_K_BYTES);
+        const kvq_type_traits *tr = kvq_type_get(t->type);   /* 256-value super-blocks */
+        for (int64_t i = 0; i < t->ne0 / tr->block_size; i++)
+            if (t->type == KVQ_TYPE_Q4_K) random_q4_K(s, dst + i * tr->block_bytes);
+            else random_q6_K(s, dst + i * tr->block_bytes);
         return;
     }
     const float std = WEIGHT_STD_MILLI / 1000.0f;
@@ -234,7 +243,11 @@ static void put_le(writer *w, uint64_t v, int bytes) {
 }
 static void put_u32(writer *w, uint32_t v) { put_le(w, v, 4); }
 static void put_u64(writer *w, uint64_t v) { put_le(w, v, 8); }
-static void put_f32(writer *w, float f) { put_u32(w, kvq_f32_bits(f)); }
+static void put_f32(writer *w, float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    put_u32(w, u);
+}
 static void put_str(writer *w, const char *s) { put_u64(w, strlen(s)); put(w, s, strlen(s)); }
 static void put_pad(writer *w) {
     static const uint8_t zero[ALIGN];
@@ -345,7 +358,7 @@ kvq_status synth_write(const synth_shape *s, synth_wtype wt, uint64_t seed, cons
             free(t);
             return st;
         }
-        widest = KVQ_MAX(widest, t[i].ne0);
+        widest = CLI_MAX(widest, t[i].ne0);
     }
     float *x = t ? malloc((size_t)widest * sizeof(float)) : NULL;
     uint8_t *row = x ? malloc((size_t)widest * sizeof(float)) : NULL;

@@ -7,17 +7,7 @@
 
 #include "kvq_internal.h"
 
-/* Texts (-f, -p @file, tokenize): 256 MiB is far above any evaluation
- * text and low enough that tokenising it cannot exhaust memory. */
-#define KVQ_TEXT_CAP ((size_t)256 << 20)
-
-/* path: a regular file of at most cap bytes.  *buf (malloc'd, *len bytes
- * plus a NUL) on success; what ("text file", "kld base") names the file
- * in messages. */
-kvq_status kvq_read_file(const char *path, const char *what, size_t cap, char **buf, size_t *len, kvq_error *err);
-
-/* The rest of an open stream (standard input), at most cap bytes; name
- * is used in messages. */
-kvq_status kvq_read_stream(FILE *f, const char *name, size_t cap, char **buf, size_t *len, kvq_error *err);
+/* KVQ_TEXT_CAP, kvq_read_file and kvq_read_stream are public (kvq.h,
+ * "utilities"); src/base/file_read.c implements them. */
 
 #endif

@@ -13,15 +13,9 @@
 #define KVQ_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define KVQ_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Largest K or V head size the cache holds (its row scratch and the
- * rotation's largest block); the cache and the model loader refuse larger
- * heads with this limit in the message. */
-#define KVQ_MAX_HEAD_DIM 512
+/* KVQ_MAX_HEAD_DIM, the largest head the cache holds, is public (kvq.h). */
 
-/* Record an error (if err is non-NULL) and return its code, so that a
- * failing path reads: return kvq_fail(err, KVQ_ERR_FORMAT, "...", ...); */
-kvq_status kvq_fail(kvq_error *err, kvq_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* kvq_fail (record an error and return its code) is public: kvq.h. */
 
 /* ---- IEEE half / bfloat16, inline for use inside kernels ---- */
 static inline uint32_t kvq_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }

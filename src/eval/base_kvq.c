@@ -399,3 +399,14 @@ kvq_kld_token kvq_base_kvq_compare(const float *logits, int n_vocab, const float
     r.same_top = kvq_argmax(logits, n_vocab) == top_base;
     return r;
 }
+
+void kvq_base_kvq_get_info(const kvq_base_kvq *b, kvq_base_info *out) {
+    memset(out, 0, sizeof *out);
+    if (!b) return;
+    out->model_hash = b->model_hash;
+    out->token_hash = b->token_hash;
+    out->n_ctx = b->n_ctx;
+    out->n_vocab = b->n_vocab;
+    out->n_chunk = b->n_chunk;
+    out->n_pos = b->n_pos;
+}

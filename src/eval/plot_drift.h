@@ -15,22 +15,8 @@
 #define KVQ_PLOT_DRIFT_H
 
 #include "kvq_internal.h"
+#include "kvq_eval.h"
 
-typedef enum kvq_dash { KVQ_DASH_SOLID = 0, KVQ_DASH_DASHED, KVQ_DASH_DOTTED, KVQ_DASH_DASHDOT } kvq_dash;
-
-typedef struct kvq_drift_series {
-    const char *label;            /* legend text                           */
-    const char *colour_key;       /* lines with equal keys share a colour  */
-    kvq_dash dash;
-    const int *lo, *hi;           /* bins of generated positions (1-based) */
-    const double *y;              /* mean KLD of each bin, nats            */
-    size_t n;
-    double median_first_div;      /* marked when within 1..n_gen           */
-} kvq_drift_series;
-
-kvq_status kvq_plot_drift_write(FILE *f, const kvq_drift_series *s, size_t n, int n_gen, const char *title,
-                                kvq_error *err);
-kvq_status kvq_plot_drift_save(const char *path, const kvq_drift_series *s, size_t n, int n_gen, const char *title,
-                               kvq_error *err);
+/* The declarations are public: include/kvq_eval.h. */
 
 #endif

@@ -16,24 +16,8 @@
 
 #include "eval_row.h"
 #include "ladder.h"
+#include "kvq_eval.h"
 
-typedef struct kvq_plot_opts {
-    int width, height;          /* pixels (800 x 500)                      */
-    const char *title;          /* heading; NULL for the default           */
-    double kld_floor;           /* lowest decade drawn is at least this    */
-} kvq_plot_opts;
-
-void kvq_plot_opts_default(kvq_plot_opts *o);
-
-kvq_status kvq_plot_svg_write(FILE *f, const kvq_eval_row *rows, size_t n,
-                              const kvq_ladder_thresholds *th, const kvq_plot_opts *o,
-                              kvq_error *err);
-kvq_status kvq_plot_svg_save(const char *path, const kvq_eval_row *rows, size_t n,
-                             const kvq_ladder_thresholds *th, const kvq_plot_opts *o,
-                             kvq_error *err);
-
-/* Write s with XML's five special characters as entities; control
- * characters XML 1.0 cannot hold become '?'. */
-void kvq_xml_write_escaped(FILE *f, const char *s);
+/* The declarations are public: include/kvq_eval.h. */
 
 #endif

@@ -142,7 +142,7 @@ void kvq_calib_side_finish(kvq_calib_side *s, bool is_v);
 /* Index of rate in c->rates, or -1. */
 int kvq_calib_find_rate(const kvq_calib *c, int rate);
 
-kvq_status kvq_calib_write(const kvq_calib *c, const char *path, kvq_error *err);
+/* kvq_calib_write is public (kvq.h). */
 /* kvq_calib_load against a model hash (kvq_model_hash, or
  * kvq_model_file_hash of its file: the same). */
 kvq_status kvq_calib_load_for(const char *path, uint64_t model_hash, kvq_calib **out, kvq_error *err);

@@ -21,7 +21,7 @@
 
 #define KVQ_KVARN_TILE 128         /* tokens per tile                   */
 #define KVQ_KVARN_ITERS 16         /* default normalisation iterations  */
-#define KVQ_KVARN_MAX_ITERS 1000   /* most iterations a cache accepts   */
+/* KVQ_KVARN_MAX_ITERS, the most a cache accepts: kvq.h */
 
 typedef struct kvq_kvarn_shape {
     int width;       /* channels of the slice: 64 or 128              */

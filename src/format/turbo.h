@@ -37,6 +37,7 @@
 #define KVQ_TURBO_H
 
 #include "kvq.h"
+#include "kvq_eval.h"   /* the public calls of turbo-train and turbo-bench */
 
 typedef enum kvq_turbo_type {
     KVQ_TURBO2 = 0,
@@ -50,7 +51,7 @@ typedef enum kvq_turbo_type {
 
 #define KVQ_TURBO_BLOCK 128          /* the regular block width           */
 #define KVQ_TURBO_SMALL_BLOCK 64     /* heads of 64 and short remainders  */
-#define KVQ_TURBO_TCQ_CONTEXT 6      /* state bits carried between steps  */
+/* KVQ_TURBO_TCQ_CONTEXT, the state bits carried between steps: kvq_eval.h */
 
 /* Seeds of the sign diagonals S1 (before H) and S2 (after H).  Fixed: the
  * stored codes of every cache depend on them. ("turboS1\0", "turboS2\0") */

@@ -53,11 +53,8 @@ kvq_status kvq_check_finite(const char *name, kvq_type type, const void *data, i
                             kvq_error *err);
 kvq_status kvq_check_block_count(const gguf_file *f, const char *arch, int n_layer, kvq_error *err);
 
-/* Internal accessors of an evaluation context (src/model/forward.c). */
-const kvq_model *kvq_ctx_model(const kvq_ctx *c);
-int kvq_ctx_n_vocab(const kvq_ctx *c);
-int kvq_ctx_threads(const kvq_ctx *c);
-int kvq_ctx_max_batch(const kvq_ctx *c);
+/* Internal accessor of an evaluation context (src/model/forward.c); the
+ * model, vocabulary, threads and batch ones are public (kvq.h). */
 kvq_pool *kvq_ctx_pool(const kvq_ctx *c);
 
 /* Called by the forward pass in every layer of every batch, after the

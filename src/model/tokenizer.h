@@ -24,8 +24,6 @@
 
 #include "gguf.h"
 
-typedef struct kvq_tokenizer kvq_tokenizer;
-
 typedef enum kvq_tok_kind { KVQ_TOK_SPM = 0, KVQ_TOK_BPE } kvq_tok_kind;
 
 /* BPE pre-tokenisers (tokenizer.ggml.pre): "default"/"gpt2" (and absent)
@@ -70,31 +68,16 @@ kvq_status kvq_tokenizer_create(const kvq_tokenizer_desc *d, kvq_tokenizer **out
  * merges, pre, *_token_id, add_bos_token, add_eos_token, add_space_prefix). */
 kvq_status kvq_tokenizer_load(const gguf_file *f, kvq_tokenizer **out, kvq_error *err);
 
-void kvq_tokenizer_free(kvq_tokenizer *t);
+/* Freeing, encoding, pieces and the vocabulary's queries are public
+ * (kvq.h, "tokenizer"): kvq_tokenizer_free, kvq_tokenizer_encode
+ * (add_special: BOS and/or EOS as the vocabulary's add_bos/add_eos flags
+ * say, llama.cpp's add_special), kvq_tokenizer_piece (as llama.cpp's
+ * token_to_piece without special-token rendering: control tokens ->
+ * nothing; SPM: "▁" -> " ", <0xNN> -> that byte, the unknown token -> "▅"
+ * (U+2585); BPE: byte-level characters -> their bytes, user-defined and
+ * unknown tokens -> their text; a piece is never longer than the token's
+ * text or 3 bytes, whichever is more), n_vocab, bos, eos, add_bos. */
 
-/* Tokenize len bytes of text (any bytes: invalid UTF-8 ends up as byte
- * tokens).  add_special: add BOS and/or EOS where the vocabulary asks for
- * them (its add_bos/add_eos flags, llama.cpp's add_special).
- * parse_special: recognise control/unknown tokens' text (e.g. "<s>") in
- * the input.  Writes at most cap ids and returns how many there are (may
- * exceed cap: call again with more room), or -1 when out of memory. */
-int kvq_tokenizer_encode(const kvq_tokenizer *t, const char *text, size_t len, bool add_special,
-                         bool parse_special, int32_t *out, int cap);
-
-/* The bytes token id stands for, as llama.cpp's token_to_piece gives them
- * without special-token rendering: control tokens -> nothing; SPM: "▁" ->
- * " ", <0xNN> -> that byte, the unknown token -> "▅" (U+2585); BPE:
- * byte-level characters -> their bytes, user-defined and unknown tokens ->
- * their text.  Writes at most cap bytes (not NUL-terminated) and returns
- * how many it wrote (<= cap, as kvq_token_to_piece promises), or -1 for
- * an id outside the vocabulary.  A piece is never longer than the token's
- * text or 3 bytes, whichever is more. */
-int kvq_tokenizer_piece(const kvq_tokenizer *t, int32_t id, char *buf, int cap);
-
-int32_t kvq_tokenizer_n_vocab(const kvq_tokenizer *t);
-int32_t kvq_tokenizer_bos(const kvq_tokenizer *t);  /* -1 when none */
-int32_t kvq_tokenizer_eos(const kvq_tokenizer *t);  /* -1 when none */
-bool kvq_tokenizer_add_bos(const kvq_tokenizer *t); /* the vocabulary's default */
 kvq_tok_kind kvq_tokenizer_kind(const kvq_tokenizer *t);
 
 #endif
