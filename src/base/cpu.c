@@ -35,3 +35,13 @@ const kvq_cpu *kvq_cpu_features(void) {
     pthread_once(&g_cpu_once, detect);
     return &g_cpu;
 }
+
+kvq_isa kvq_isa_best(void) {
+    const kvq_cpu *cpu = kvq_cpu_features();
+    return cpu->avx512 ? KVQ_ISA_AVX512 : cpu->avx2 && cpu->fma && cpu->f16c ? KVQ_ISA_AVX2 : KVQ_ISA_SCALAR;
+}
+
+const char *kvq_isa_name(kvq_isa isa) {
+    static const char *const names[KVQ_ISA_COUNT] = { "scalar", "avx2", "avx512" };
+    return (unsigned)isa < KVQ_ISA_COUNT ? names[isa] : "?";
+}

@@ -21,6 +21,7 @@
 #define vzero_below(x, lo, y) _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y)
 #define vpow2(n) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
 #define BLOCK_LEVEL "avx2"
+#define BLOCK_ISA KVQ_ISA_AVX2
 #define BLOCK_KERNELS g_block_avx2
 #define BLOCK_TILE_KERNELS g_block_avx2_tile
 #define vload_h(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))

@@ -25,6 +25,7 @@
 #define vhsum(v) _mm512_reduce_add_ps(v)
 #define vhmax(v) _mm512_reduce_max_ps(v)
 #define BLOCK_LEVEL "avx512"
+#define BLOCK_ISA KVQ_ISA_AVX512
 #define BLOCK_KERNELS g_block_avx512
 #define BLOCK_TILE_KERNELS g_block_avx512_tile
 #define vload_h(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))

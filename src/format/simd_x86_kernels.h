@@ -79,24 +79,24 @@ static inline float scale_of(const uint8_t *p) { return _cvtsh_ss(kvq_rd16(p)); 
         }                                                                                \
     }
 
-KVQ_SIMD_BLOCK_KERNELS(q8_0, 34, false)
-KVQ_SIMD_BLOCK_KERNELS(q6_0, 26, false)
-KVQ_SIMD_BLOCK_KERNELS(q6_1, 28, true)
-KVQ_SIMD_BLOCK_KERNELS(q5_0, 22, false)
-KVQ_SIMD_BLOCK_KERNELS(q5_1, 24, true)
-KVQ_SIMD_BLOCK_KERNELS(q4_0, 18, false)
-KVQ_SIMD_BLOCK_KERNELS(q4_1, 20, true)
-KVQ_SIMD_BLOCK_KERNELS(iq4_nl, 18, false)
-KVQ_SIMD_BLOCK_KERNELS(q3_0, 14, false)
-KVQ_SIMD_BLOCK_KERNELS(q3_1, 16, true)
-KVQ_SIMD_BLOCK_KERNELS(q2_0, 10, false)
-KVQ_SIMD_BLOCK_KERNELS(q2_1, 12, true)
+KVQ_SIMD_BLOCK_KERNELS(q8_0, KVQ_BYTES_Q8_0, false)
+KVQ_SIMD_BLOCK_KERNELS(q6_0, KVQ_BYTES_Q6_0, false)
+KVQ_SIMD_BLOCK_KERNELS(q6_1, KVQ_BYTES_Q6_1, true)
+KVQ_SIMD_BLOCK_KERNELS(q5_0, KVQ_BYTES_Q5_0, false)
+KVQ_SIMD_BLOCK_KERNELS(q5_1, KVQ_BYTES_Q5_1, true)
+KVQ_SIMD_BLOCK_KERNELS(q4_0, KVQ_BYTES_Q4_0, false)
+KVQ_SIMD_BLOCK_KERNELS(q4_1, KVQ_BYTES_Q4_1, true)
+KVQ_SIMD_BLOCK_KERNELS(iq4_nl, KVQ_BYTES_IQ4_NL, false)
+KVQ_SIMD_BLOCK_KERNELS(q3_0, KVQ_BYTES_Q3_0, false)
+KVQ_SIMD_BLOCK_KERNELS(q3_1, KVQ_BYTES_Q3_1, true)
+KVQ_SIMD_BLOCK_KERNELS(q2_0, KVQ_BYTES_Q2_0, false)
+KVQ_SIMD_BLOCK_KERNELS(q2_1, KVQ_BYTES_Q2_1, true)
 
 /* q8_0 encoder: the scalar rule (d = max|x|/127, q = roundf(x/d)) on
  * vectors; bitwise identical to the reference. */
 static void simd_q8_0_quantize(const float *x, void *dst, int64_t n) {
     uint8_t *out = dst;
-    for (int64_t i = 0; i < n; i += KVQ_BLOCK, out += 34) {
+    for (int64_t i = 0; i < n; i += KVQ_BLOCK, out += KVQ_BYTES_Q8_0) {
         if (!kvq_block_is_finite(x + i)) {
             kvq_q8_0_quantize(x + i, out, KVQ_BLOCK);   /* the poisoned block */
             continue;
