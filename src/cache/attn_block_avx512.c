@@ -4,6 +4,7 @@
  * attn_codes_x86.h). */
 #include "attn_block.h"
 #include "attn_codes_x86.h"
+#include "simd512.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -22,15 +23,14 @@
 #define vmax_skip(x, m) _mm512_max_ps(x, m)
 #define vzero_below(x, lo, y) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), y)
 #define vpow2(n) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
-#define vhsum(v) _mm512_reduce_add_ps(v)
-#define vhmax(v) _mm512_reduce_max_ps(v)
+#define vhsum(v) kvq_v16_hsum(v)
+#define vhmax(v) kvq_v16_hmax(v)
 #define BLOCK_LEVEL "avx512"
 #define BLOCK_ISA KVQ_ISA_AVX512
 #define BLOCK_KERNELS g_block_avx512
 #define BLOCK_TILE_KERNELS g_block_avx512_tile
-#define vload_h(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
-#define vload_bf(p) \
-    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
+#define vload_h(p) kvq_v16_load_f16(p)
+#define vload_bf(p) kvq_v16_load_bf16(p)
 
 /* s[i] = sum of the lanes of acc[i] for 16 accumulators: each step adds
  * two halves of every accumulator (256-bit, 128-bit, 64-bit, 32-bit

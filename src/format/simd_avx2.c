@@ -2,6 +2,7 @@
  * called only after run-time detection).  This file defines the 8-float
  * vector primitives; the kernels themselves are simd_x86_kernels.h. */
 #include "simd.h"
+#include "simd256.h"
 
 #if defined(__x86_64__) && defined(__AVX2__)
 #include <immintrin.h>
@@ -17,14 +18,9 @@ static inline vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
 static inline vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 static inline vf vf_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 
-static inline float vf_hsum(vf v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+static inline float vf_hsum(vf v) { return kvq_v8_hsum(v); }
 
-static inline vf bytes8_to_float(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
+static inline vf bytes8_to_float(__m128i b) { return kvq_v8_s8_to_f32(b); }
 static inline void vf_codes_to_float(__m256i c, vf out[VF_PER_BLOCK]) {
     const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
     out[0] = bytes8_to_float(lo);
@@ -33,14 +29,11 @@ static inline void vf_codes_to_float(__m256i c, vf out[VF_PER_BLOCK]) {
     out[3] = bytes8_to_float(_mm_srli_si128(hi, 8));
 }
 
-static inline vf vf_load_f16(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline vf vf_load_f16(const uint8_t *p) { return kvq_v8_load_f16(p); }
 static inline void vf_store_f16(uint8_t *p, vf v) {
     _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
-static inline vf vf_load_bf16(const uint8_t *p) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
+static inline vf vf_load_bf16(const uint8_t *p) { return kvq_v8_load_bf16(p); }
 
 /* kvq_float_to_bfloat on 8 lanes: round to nearest even on the top 16
  * bits, NaN kept quiet (| 0x40). */

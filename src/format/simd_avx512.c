@@ -2,6 +2,7 @@
  * called only after run-time detection).  This file defines the 16-float
  * vector primitives; the kernels themselves are simd_x86_kernels.h. */
 #include "simd.h"
+#include "simd512.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
@@ -16,21 +17,18 @@ static inline void vf_store(float *p, vf v) { _mm512_storeu_ps(p, v); }
 static inline vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
 static inline vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 static inline vf vf_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-static inline float vf_hsum(vf v) { return _mm512_reduce_add_ps(v); }
+static inline float vf_hsum(vf v) { return kvq_v16_hsum(v); }
 
 static inline void vf_codes_to_float(__m256i c, vf out[VF_PER_BLOCK]) {
     out[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(c)));
     out[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(c, 1)));
 }
 
-static inline vf vf_load_f16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+static inline vf vf_load_f16(const uint8_t *p) { return kvq_v16_load_f16(p); }
 static inline void vf_store_f16(uint8_t *p, vf v) {
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
-static inline vf vf_load_bf16(const uint8_t *p) {
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-}
+static inline vf vf_load_bf16(const uint8_t *p) { return kvq_v16_load_bf16(p); }
 
 /* kvq_float_to_bfloat on 16 lanes: round to nearest even on the top 16
  * bits, NaN kept quiet (| 0x40). */

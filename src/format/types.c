@@ -132,29 +132,31 @@ static kvq_type_traits g_active[KVQ_TYPE_COUNT];
 static const char *g_level = "scalar";
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-bool kvq_simd_table(const char *level, kvq_type_traits table[KVQ_TYPE_COUNT]) {
-    const kvq_cpu *cpu = kvq_cpu_features();
-    const bool want512 = strcmp(level, "avx512") == 0, want2 = strcmp(level, "avx2") == 0;
-    if (!want512 && !want2 && strcmp(level, "scalar") != 0) return false;
-    if ((want512 && !cpu->avx512) || (want2 && !cpu->avx2)) return false;
+/* The row kernels of one level: the scalar rows with what the SIMD files
+ * implement installed over them (each install overwrites only its own). */
+static void fill_table(kvq_isa isa, kvq_type_traits table[KVQ_TYPE_COUNT]) {
     for (int t = 0; t < KVQ_TYPE_COUNT; t++) table[t] = g_rows[t].traits;
 #if defined(__x86_64__)
-    if (want2 || want512) kvq_simd_install_avx2(table);
-    if (want2 || want512) kvq_kquants_install_avx2(table);
-    if (want512) kvq_simd_install_avx512(table);
-    if (want512) kvq_kquants_install_avx512(table);
+    if (isa >= KVQ_ISA_AVX2) kvq_simd_install_avx2(table);
+    if (isa >= KVQ_ISA_AVX2) kvq_kquants_install_avx2(table);
+    if (isa >= KVQ_ISA_AVX512) kvq_simd_install_avx512(table);
+    if (isa >= KVQ_ISA_AVX512) kvq_kquants_install_avx512(table);
 #endif
-    if (want2 || want512) kvq_turbo_install_active(table);
-    return true;
+    if (isa >= KVQ_ISA_AVX2) kvq_turbo_install_active(table);
+}
+
+bool kvq_simd_table(const char *level, kvq_type_traits table[KVQ_TYPE_COUNT]) {
+    for (int isa = 0; isa <= (int)kvq_isa_best(); isa++)
+        if (strcmp(level, kvq_isa_name((kvq_isa)isa)) == 0) {
+            fill_table((kvq_isa)isa, table);
+            return true;
+        }
+    return false;
 }
 
 static void init_active(void) {
-    const kvq_cpu *cpu = kvq_cpu_features();
-    g_level = cpu->avx512 ? "avx512" : cpu->avx2 ? "avx2" : "scalar";
-    if (!kvq_simd_table(g_level, g_active)) {
-        for (int t = 0; t < KVQ_TYPE_COUNT; t++) g_active[t] = g_rows[t].traits;
-        g_level = "scalar";
-    }
+    g_level = kvq_isa_name(kvq_isa_best());
+    fill_table(kvq_isa_best(), g_active);
 }
 
 static bool valid(kvq_type t) { return (unsigned)t < KVQ_TYPE_COUNT && g_rows[t].traits.name; }

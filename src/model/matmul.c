@@ -34,12 +34,10 @@ kvq_gemm_tile kvq_gemm_tile_scalar(void) { return (kvq_gemm_tile){ tile_scalar, 
 
 /* The widest tile kernel this CPU runs (read-only after the first call). */
 static kvq_gemm_tile best_tile(void) {
-    const kvq_cpu *cpu = kvq_cpu_features();
 #if defined(__x86_64__)
-    if (cpu->avx512) return kvq_gemm_tile_avx512();
-    if (cpu->avx2) return kvq_gemm_tile_avx2();
-#else
-    (void)cpu;
+    const kvq_isa isa = kvq_isa_best();
+    if (isa == KVQ_ISA_AVX512) return kvq_gemm_tile_avx512();
+    if (isa == KVQ_ISA_AVX2) return kvq_gemm_tile_avx2();
 #endif
     return kvq_gemm_tile_scalar();
 }
