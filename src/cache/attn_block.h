@@ -135,7 +135,7 @@ const attn_block_kernels *attn_block_best(void);
  * and tests); NULL when unknown or not runnable here. */
 const attn_block_kernels *attn_block_level(const char *level);
 /* Per-ISA instances (attn_block_avx2.c, attn_block_avx512.c): call only
- * after kvq_cpu_features() allowed them. */
+ * after kvq_isa_best() allowed them. */
 const attn_block_kernels *attn_block_avx2(void);
 const attn_block_kernels *attn_block_avx2_tile(void);
 const attn_block_kernels *attn_block_avx512(void);

@@ -119,7 +119,7 @@ kvq_status kvq_cache_calib_bind(kvq_cache *c, kvq_error *err);
 size_t kvq_cache_calib_bytes(const kvq_cache *c);
 /* A calibrated body's reads (behind the score and accumulate hooks of
  * its row, row_hooks.h): scalar, and fused AVX2 (call only where
- * kvq_cpu_features() has avx2); tests compare the two. */
+ * kvq_isa_best() >= KVQ_ISA_AVX2); tests compare the two. */
 void kvq_calib_score_scalar(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
                             int q_stride, float scale, float *w, int w_stride);
 void kvq_calib_accumulate_scalar(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
