@@ -2,10 +2,12 @@
  * attn_block.c - the chunked key loop of attention (attn_block.h): the
  * scalar instance of the kernels (the same kernel source as the SIMD
  * levels, attn_block.inc and attn_codes.inc, so their logic runs on every
- * machine), the query's rounding to int8, the choice of ISA, and the two
- * steps the attention pass calls per chunk (scores of the K rows,
- * weighted sum of the V rows), which hand the rows to the level's fused
- * or in-place kernels or unpack them with the type's dequantize first.
+ * machine), the query's rounding to int8, the choice of ISA, and the row
+ * hooks (row_hooks.h) of the plain and block types: the two steps the
+ * attention pass calls per chunk (scores of the K rows, weighted sum of
+ * the V rows) through the level's fused kernels (the 32-value block
+ * types), in place (f32, f16, bf16), by decode (the default: unpacked
+ * with the type's dequantize first) or per key (the reference).
  */
 #include "attn_block.h"
 #include "format_row.h"
