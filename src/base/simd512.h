@@ -19,5 +19,11 @@ static inline __m512 kvq_v16_load_bf16(const void *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
 
+/* 16 floats at p, lanes >= n read as 0 and not touched (no fault past the end). */
+static inline __m512 kvq_v16_load_below(const float *p, int n) {
+    if (n >= 16) return _mm512_loadu_ps(p);
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << (n > 0 ? n : 0)) - 1u), p);
+}
+
 #endif
 #endif

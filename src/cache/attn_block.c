@@ -12,39 +12,22 @@
 #include "attn_block.h"
 #include "format_row.h"
 #include "row_hooks.h"
+#include "vec1.h"
 
 #include <math.h>
 
 /* ------------------------------------------------ the scalar instance */
 
-#define VF float
-#define VL 1
-#define vzero() 0.0f
-#define vset1(f) (f)
-#define vload(p) (*(p))
-#define vstore(p, v) (*(p) = (v))
-#define vadd(a, b) ((a) + (b))
-#define vsub(a, b) ((a) - (b))
-#define vmul(a, b) ((a) * (b))
-#define vfma(a, b, c) ((a) * (b) + (c))
-#define vmin_hi(hi, x) ((x) > (hi) ? (hi) : (x))
-#define vmax_skip(x, m) ((x) > (m) ? (x) : (m))
-#define vzero_below(x, lo, y) ((x) < (lo) ? 0.0f : (y))
-#define vhsum(v) (v)
-#define vhmax(v) (v)
 #define BLOCK_LEVEL "scalar"
 #define BLOCK_ISA KVQ_ISA_SCALAR
 #define vsum_lanes(acc, s) ((s)[0] = (acc)[0])
 #define BLOCK_KERNELS g_block_scalar
 #define BLOCK_TILE_KERNELS g_block_scalar_tile
-#define vload_h(p) kvq_half_to_float(*(p))
-#define vload_bf(p) kvq_bfloat_to_float(*(p))
 
 /* attn_codes.inc's primitives: a block's codes as an array of 32 int8,
  * one value per "vector". */
 typedef struct vb_scalar { int8_t v[32]; } vb_scalar;
 #define VB vb_scalar
-#define VPB 32
 static inline VB vb_load(const uint8_t *p) { VB r; memcpy(r.v, p, 32); return r; }
 static inline VB vb_nib(const uint8_t *p) {
     VB r;
@@ -107,16 +90,9 @@ static inline void vb_floats(VB c, float *x) {
 }
 #define vcvt_i32(p) ((float)*(p))
 #define vhalf(p) kvq_half_to_float(*(p))
-#define vload_w(p, n) ((n) > 0 ? *(p) : 0.0f)
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_scalar
 
-/* 2^n from the exponent bits; n outside [-126, 127] (or NaN, which only
- * reaches here with a NaN x) returns 1, whose product is masked or NaN. */
-static inline float vpow2(float n) {
-    if (!(n >= -126.0f && n <= 127.0f)) return 1.0f;
-    return kvq_bits_f32((uint32_t)((int32_t)n + 127) << 23);
-}
 
 #include "attn_block.inc"
 

@@ -2,33 +2,15 @@
  * AVX2 + FMA (8 lanes), and the fused packed-row kernels (attn_codes.inc). */
 #include "attn_block.h"
 #include "attn_codes_x86.h"
-#include "simd256.h"
+#include "vec8.h"
 
 #include <immintrin.h>
 #include <math.h>
 
-#define VF __m256
-#define VL 8
-#define vzero() _mm256_setzero_ps()
-#define vset1(f) _mm256_set1_ps(f)
-#define vload(p) _mm256_loadu_ps(p)
-#define vstore(p, v) _mm256_storeu_ps(p, v)
-#define vadd(a, b) _mm256_add_ps(a, b)
-#define vsub(a, b) _mm256_sub_ps(a, b)
-#define vmul(a, b) _mm256_mul_ps(a, b)
-#define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define vmin_hi(hi, x) _mm256_min_ps(hi, x)        /* second operand on NaN */
-#define vmax_skip(x, m) _mm256_max_ps(x, m)
-#define vzero_below(x, lo, y) _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y)
-#define vpow2(n) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
 #define BLOCK_LEVEL "avx2"
 #define BLOCK_ISA KVQ_ISA_AVX2
 #define BLOCK_KERNELS g_block_avx2
 #define BLOCK_TILE_KERNELS g_block_avx2_tile
-#define vload_h(p) kvq_v8_load_f16(p)
-#define vload_bf(p) kvq_v8_load_bf16(p)
-#define vhsum(v) kvq_v8_hsum(v)             /* pairwise halves: a fixed order */
-#define vhmax(v) kvq_v8_hmax(v)
 
 /* s[i] = sum of the lanes of acc[i] for 8 accumulators: each step adds
  * two halves of every accumulator (128-bit, 64-bit, 32-bit), packing two
@@ -48,7 +30,6 @@ static inline void vsum_lanes(const __m256 acc[8], float *s) {
 }
 
 /* attn_codes.inc's float side (the int8 code primitives: attn_codes_x86.h). */
-#define VPB 4
 static inline void vb_floats(__m256i c, __m256 x[4]) {
     const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
     x[0] = kvq_v8_s8_to_f32(lo);
@@ -62,7 +43,6 @@ static inline void vf_s8(const uint8_t *p, __m256 x[4]) {
 }
 #define vcvt_i32(p) _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define vhalf(p) vload_h(p)
-#define vload_w(p, n) kvq_v8_load_below(p, n)   /* lanes >= n masked off (not read) */
 #define FUSED_V_HEADS 2
 #define FUSED_TABLE g_fused_avx2
 
