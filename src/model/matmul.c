@@ -10,6 +10,7 @@
  * several tokens and each token vector for several rows.
  */
 #include "matmul.h"
+#include "vec1.h"
 
 #include <stdlib.h>
 
@@ -18,13 +19,8 @@
  * same however many threads run. */
 enum { GEMV_TASK_ROWS = 32, GEMM_TASK_ROWS = 16, MAX_TILE = 8 };
 
-/* The scalar instance of gemm_tile.inc: 4 rows x 4 tokens of plain floats. */
-#define VF float
-#define VL 1
-#define vzero() 0.0f
-#define vload(p) (*(p))
-#define vfma(a, b, c) ((a) * (b) + (c))
-#define vhsum(v) (v)
+/* The scalar instance of gemm_tile.inc: 4 rows x 4 tokens of plain floats
+ * (the primitive set of src/base/vec1.h). */
 #define TILE_ROWS 4
 #define TILE_TOKS 4
 #define TILE_FN tile_scalar

@@ -1,20 +1,13 @@
 /* matmul_avx2.c - the gemm tile kernel with AVX2 + FMA (8 lanes): 4 weight
  * rows x 3 tokens = 12 accumulators + 3 x + 1 w = the 16 ymm registers. */
 #include "matmul.h"
-#include "simd256.h"
+#include "vec8.h"
 
 #include <immintrin.h>
 
-#define VF __m256
-#define VL 8
-#define vzero() _mm256_setzero_ps()
-#define vload(p) _mm256_loadu_ps(p)
-#define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define TILE_ROWS 4
 #define TILE_TOKS 3
 #define TILE_FN tile_avx2
-
-#define vhsum(v) kvq_v8_hsum(v)
 
 #include "gemm_tile.inc"
 
