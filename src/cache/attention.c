@@ -154,9 +154,12 @@ static void softmax_update(const attn_job *jb, row_state *st, int j, int n_keys,
     }
 }
 
-/* The chunk's rows of one KV head (records: the side's body, unused). */
-static void source_rows(const attn_source *src, int kv_head, int c0, int nk, const uint8_t **rows) {
+/* The chunk's rows of one KV head, or NULL for a copy whose hooks read
+ * its side's records instead. */
+static const uint8_t *const *source_rows(const attn_source *src, int kv_head, int c0, int nk, const uint8_t **rows) {
+    if (!src->rows) return NULL;
     for (int t = 0; t < nk; t++) rows[t] = source_row(src, kv_head, c0 + t);
+    return rows;
 }
 
 /* Scores of keys c0..c0+nk-1 against the group's query heads:
@@ -166,8 +169,7 @@ static void source_rows(const attn_source *src, int kv_head, int c0, int nk, con
  * reference q_hat). */
 static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, int c0, int nk, const attn_query *aq,
                        const float *q_hat, int G, row_state *st) {
-    const uint8_t *rows[KEY_CHUNK];
-    source_rows(ks, kv_head, c0, nk, rows);
+    const uint8_t *buf[KEY_CHUNK], *const *rows = source_rows(ks, kv_head, c0, nk, buf);
     attn_block_rows k = ks->chunk;
     k.tile = st->k_tile;
     k.kv_head = kv_head;
@@ -181,8 +183,7 @@ static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, i
 /* acc_j += sum_t w[j][t] v_t for keys c0..c0+nk-1, by the copy's hooks. */
 static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_head, int c0, int nk, int G,
                               row_state *st) {
-    const uint8_t *rows[KEY_CHUNK];
-    source_rows(vs, kv_head, c0, nk, rows);
+    const uint8_t *buf[KEY_CHUNK], *const *rows = source_rows(vs, kv_head, c0, nk, buf);
     attn_block_rows v = vs->chunk;
     v.tile = st->v_tile;
     v.zero = st->zero;
@@ -441,6 +442,7 @@ static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq
     s.chunk.len = tr->row_bytes ? sd->store_dim : round_up(sd->store_dim, tr->block_size);
     s.chunk.sd = sd;
     s.rows = body ? sd->body : part == KVQ_PART_RING ? sd->ring : stage ? c->stage.rows[sd->side_index] : sd->sink;
+    if (s.hooks->read_row) s.rows = NULL;   /* records: the hooks read the side */
     s.stride = body ? sd->row_bytes : stage ? c->stage.row_bytes[sd->side_index] : sd->exact_row_bytes;
     s.head = (size_t)rows * s.stride;
     s.first = stage ? c->stage.pos : 0;

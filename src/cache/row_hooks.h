@@ -12,7 +12,7 @@
  * format's fused code runs at the same ISA level as the rest of the pass.
  * The chunk (attn_block_rows) gives row types their packed rows and
  * traits, record types (tiles, calibrated rows) their side, KV head and
- * first key.
+ * first key (and rows NULL).
  *
  * Record types also store through their row: shape (stored width, record
  * bytes), the scratch a tile quantisation needs, quantise a completed
