@@ -55,8 +55,8 @@ enum {
 typedef struct attn_source {
     const kvq_row_hooks *hooks;       /* score / accumulate a chunk of its keys */
     attn_block_rows chunk;            /* what they read: traits, type, width, side */
-    const uint8_t *rows;              /* row 0 of KV head 0                 */
-    size_t stride;                    /* bytes per row (records: 0)         */
+    const uint8_t *rows;              /* row 0 of KV head 0; NULL: records  */
+    size_t stride;                    /* bytes per row                      */
     size_t head;                      /* bytes per KV head                  */
     int ring;                         /* slot = pos % ring; 0: slot = pos - first */
     int first;                        /* position of row 0 (the stage's batch) */
@@ -454,7 +454,7 @@ static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq
 /* Values a rotated query (or accumulator) row holds: the side's stored
  * width, rounded up to whole blocks of every row type that reads it. */
 static int padded_width(const kvq_cache_side *sd, const kvq_type_traits *body, int exact_block) {
-    const int body_block = sd->layout == KVQ_LAYOUT_ROWS && !body->row_bytes ? body->block_size : 1;
+    const int body_block = !sd->records && !body->row_bytes ? body->block_size : 1;   /* records: whole slices */
     return (int)round_up(sd->store_dim, lcm(body_block, exact_block));
 }
 
