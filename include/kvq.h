@@ -124,7 +124,7 @@ typedef enum kvq_type {
  * (KVarN: a tile is quantised once, when its 128 tokens exist; the cache
  * keeps the first tile and the incomplete last one exact, docs/kvarn.md).
  * Tile types have no row kernels (quantize..axpy are NULL): the cache
- * reaches them through their `tile` hooks (src/format/tile_ops.h). */
+ * reaches them through the hooks of their row (src/format/format_row.h). */
 typedef enum kvq_layout { KVQ_LAYOUT_ROWS = 0, KVQ_LAYOUT_TILES } kvq_layout;
 
 /* A rotation that is part of a format (docs/spec/attention.md §1: applied whatever
@@ -148,7 +148,6 @@ typedef void  (*kvq_dequantize_fn)(const void *src, float *y, int64_t n);
 typedef float (*kvq_dot_fn)(const void *row, const float *x, int64_t n);
 typedef void  (*kvq_axpy_fn)(float w, const void *row, float *y, int64_t n);
 typedef size_t (*kvq_row_bytes_fn)(int64_t n);
-struct kvq_tile_ops;   /* hooks of a tile format (src/format/tile_ops.h) */
 
 typedef struct kvq_type_traits {
     const char *name;        /* "q4_0": the name used by -ctk/-ctv        */
@@ -165,15 +164,14 @@ typedef struct kvq_type_traits {
      * 64- or 128-block for the rest): bytes of a row of n values, and the
      * kernels below take any n >= 1 themselves. */
     kvq_row_bytes_fn row_bytes;
-    const struct kvq_tile_ops *tile; /* tile types: the format's hooks; else NULL */
     kvq_quantize_fn   quantize;    /* NULL for weight-only types           */
     kvq_dequantize_fn dequantize;
     kvq_dot_fn        dot;         /* sum_i row[i] * x[i]                  */
     kvq_axpy_fn       axpy;        /* y[i] += w * row[i]                   */
     /* Calibrated types: the rate in hundredths of a bit per value (325 for
      * cal325), else 0.  They have no row kernels (a row's layout is its KV
-     * head's allocation): the cache reaches them through `tile`'s hooks
-     * and needs kvq_cache_params.calib. */
+     * head's allocation): the cache reaches them through the hooks of
+     * their row (src/format/format_row.h) and needs kvq_cache_params.calib. */
     int calib_rate;
 } kvq_type_traits;
 

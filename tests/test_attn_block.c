@@ -117,7 +117,8 @@ TEST(attn_block_zero_weight_skips_nonfinite_row) {
     rows_f[1][7] = INFINITY;
     float w[G][ATTN_BLOCK_KEYS] = { { 0.5f, 0.0f, 0.5f }, { 0.25f, 0.5f, 0.25f } };
     const uint8_t *rows[3] = { (const uint8_t *)rows_f[0], (const uint8_t *)rows_f[1], (const uint8_t *)rows_f[2] };
-    const attn_block_rows src = { kvq_type_get(KVQ_TYPE_F32), true, LEN, tile, zero };
+    const attn_block_rows src = { .tr = kvq_type_get(KVQ_TYPE_F32), .type = KVQ_TYPE_F32, .f32 = true, .len = LEN,
+                                   .tile = tile, .zero = zero };
     attn_block_values(attn_block_best(), &src, rows, 3, &w[0][0], ATTN_BLOCK_KEYS, G, &acc[0][0], LEN);
     CHECK(acc[0][7] == 2.0f && acc[0][0] == 2.0f, "head 0 (weight 0 on the inf row): %g %g", acc[0][7], acc[0][0]);
     CHECK(isinf(acc[1][7]) && acc[1][0] == 0.25f + 1.0f + 0.75f, "head 1: %g %g", acc[1][7], acc[1][0]);
@@ -263,7 +264,7 @@ TEST(attn_block_fused_kernels_match_double) {
                 for (int i = 0; i < G * len; i++) q[i] = (float)test_rng_gauss(&r), acc0[i] = (float)test_rng_gauss(&r);
                 const uint8_t *rows[NK];
                 for (int t = 0; t < nk; t++) rows[t] = packed + (size_t)t * row_bytes;
-                const attn_block_rows src = { tr, false, len, tile, zero };
+                const attn_block_rows src = { .tr = tr, .type = (kvq_type)ty, .len = len, .tile = tile, .zero = zero };
                 CHECK(attn_block_fused_for(kr, &src) == &kr->fused[ty], "%s %s: fused path not taken", kr->level,
                       tr->name);
                 for (int g = 0; g < G; g++) {
@@ -327,7 +328,7 @@ TEST(attn_block_fused_zero_weight_skips_nonfinite_row) {
     kvq_wr16(rows_q[1] + 34, 0x7c00);                       /* block 1 of row 1: d = +inf */
     float w[G][ATTN_BLOCK_KEYS] = { { 0.5f, 0.0f, 0.5f }, { 0.25f, 0.5f, 0.25f } };
     const uint8_t *rows[3] = { rows_q[0], rows_q[1], rows_q[2] };
-    const attn_block_rows src = { tr, false, LEN, tile, zero };
+    const attn_block_rows src = { .tr = tr, .type = KVQ_TYPE_Q8_0, .len = LEN, .tile = tile, .zero = zero };
     int levels = 0;
     for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
         const attn_block_kernels *kr = attn_block_level(k_levels[li]);
@@ -425,7 +426,7 @@ TEST(attn_block_rounded_query_error_within_bound) {
         CHECK(packed_rows((kvq_type)ty, NK, LEN, &r, packed, row_bytes, vals), "quantise");
         const uint8_t *rows[NK];
         for (int k = 0; k < NK; k++) rows[k] = packed + (size_t)k * row_bytes;
-        const attn_block_rows src = { tr, false, LEN, tile, zero };
+        const attn_block_rows src = { .tr = tr, .type = (kvq_type)ty, .len = LEN, .tile = tile, .zero = zero };
         const attn_query aq = { q, qi, scale, sum, LEN }, fq = { q, NULL, NULL, NULL, LEN };
         attn_block_scores(kr, &src, rows, NK, &aq, 1, 1.0f, w, NK);
         attn_block_scores(kr, &src, rows, NK, &fq, 1, 1.0f, w_exact, NK);   /* float query: unpacked */

@@ -6,13 +6,15 @@
  * KVQ_FORCE_SCALAR=1 in the environment forces the reference path, which
  * is how benchmarks compare scalar with SIMD in one binary; KVQ_FORCE_AVX2=1
  * leaves AVX-512 out, so an AVX-512 machine can measure what an AVX2-only
- * one runs. */
+ * one runs.  The level every kernel table is indexed by (kvq_isa_best) is
+ * decided here, once. */
 #include "kvq_internal.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
 static kvq_cpu g_cpu;
+static kvq_isa g_isa = KVQ_ISA_SCALAR;
 static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
 
 static void detect(void) {
@@ -29,9 +31,20 @@ static void detect(void) {
     const char *avx2_only = getenv("KVQ_FORCE_AVX2");
     if (avx2_only && *avx2_only && *avx2_only != '0') g_cpu.avx512 = false;
 #endif
+    g_isa = g_cpu.avx512 ? KVQ_ISA_AVX512 : g_cpu.avx2 && g_cpu.fma && g_cpu.f16c ? KVQ_ISA_AVX2 : KVQ_ISA_SCALAR;
 }
 
 const kvq_cpu *kvq_cpu_features(void) {
     pthread_once(&g_cpu_once, detect);
     return &g_cpu;
+}
+
+kvq_isa kvq_isa_best(void) {
+    pthread_once(&g_cpu_once, detect);
+    return g_isa;
+}
+
+const char *kvq_isa_name(kvq_isa isa) {
+    static const char *const names[KVQ_ISA_COUNT] = { "scalar", "avx2", "avx512" };
+    return (unsigned)isa < KVQ_ISA_COUNT ? names[isa] : "?";
 }

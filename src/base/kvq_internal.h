@@ -71,6 +71,14 @@ typedef struct kvq_cpu { bool avx2, fma, f16c, avx512; } kvq_cpu;
 /* Detected once (thread-safe); forced scalar when KVQ_FORCE_SCALAR=1. */
 const kvq_cpu *kvq_cpu_features(void);
 
+/* The SIMD levels kernels are written for, widest last.  kvq_isa_best()
+ * is the level this process runs, decided once at first use from
+ * kvq_cpu_features (KVQ_FORCE_SCALAR=1: scalar; KVQ_FORCE_AVX2=1: at most
+ * avx2); every per-level kernel table is indexed by it. */
+typedef enum kvq_isa { KVQ_ISA_SCALAR = 0, KVQ_ISA_AVX2, KVQ_ISA_AVX512, KVQ_ISA_COUNT } kvq_isa;
+kvq_isa kvq_isa_best(void);
+const char *kvq_isa_name(kvq_isa isa);
+
 /* kvq_quantize_row / kvq_dequantize_row on traits the caller looked up
  * once (the cache's write and read paths), padding handled the same way. */
 void kvq_quantize_row_tr(const kvq_type_traits *tr, const float *x, void *dst, int64_t n);

@@ -5,10 +5,12 @@
  * is read from exactly one copy per side (kvq_cache_side_split): the sink
  * (first positions), the exact recent rows (the query's tail; for tile
  * sides also its incomplete tile), kept in the ring or, for the rows of
- * the batch just written, in the stage, or the body (quantised, read in packed
- * form: a row type's dot/axpy, or a tile type's records straight through
- * its tile hooks, src/format/tile_ops.h).  K and V may have different types and so different
- * splits; keys are cut at the boundaries of both.
+ * the batch just written, in the stage, or the body (quantised, read in
+ * packed form).  Every copy is read through the hooks of its type's row
+ * (row_hooks.h: score a chunk of keys, accumulate weighted values), so
+ * this file never asks which format it reads.  K and V may have
+ * different types and so different splits; keys are cut at the
+ * boundaries of both.
  * All query heads sharing the KV head (GQA) are scored per key, so K and V
  * rows are read once per group.  Scores go through one online softmax per
  * query head (running max and denominator in f32) in chunks of KEY_CHUNK
@@ -23,16 +25,17 @@
  * triples that are merged by log-sum-exp.  How the keys are cut depends on
  * the shapes only, so results are bitwise independent of the thread count.
  *
- * The key loop (score_keys / accumulate_values) runs the chunked kernels of
- * attn_block.h by default for row types: a chunk's K and V rows are
- * unpacked once into f32 tiles and every GQA head is scored and accumulated
- * from them; the per-key loop (the type's dot and axpy per key and head) is
- * the reference it is tested against (kvq_cache_attend_loop).  Tile bodies
- * (KVarN) always go through their format's hooks, which share one unpacking
- * of a run of keys between the heads in the same way.
+ * The key loop (score_keys / accumulate_values) hands each chunk to the
+ * copy's hooks at the pass's kernel level (attn_block.h): a chunk's keys
+ * are decoded once and every GQA head is scored and accumulated from
+ * them.  The per-key loop (the type's dot and axpy per key and head,
+ * attn_hooks_per_key) is the reference it is tested against
+ * (kvq_cache_attend_loop); record types (KVarN, calibrated) have no dot
+ * and run their own hooks in both.
  */
 #include "attn_block.h"
 #include "cache.h"
+#include "row_hooks.h"
 
 #include <limits.h>
 #include <math.h>
@@ -47,19 +50,17 @@ enum {
     SPLIT_TASKS = 16,      /* (KV head x row x key range) tasks wanted when rows are few */
 };
 
-/* One copy (body, ring or sink) of one side (K or V) of a layer: rows read
- * with a type's row kernels, or (tile bodies) records read by the tile
- * hooks of its format (src/format/tile_ops.h). */
+/* One copy (body, ring, sink or stage) of one side (K or V) of a layer,
+ * read through the hooks of its type's row (row_hooks.h). */
 typedef struct attn_source {
-    const kvq_cache_side *tiles;      /* non-NULL: records of this side     */
-    const kvq_type_traits *tr;        /* row kernels                        */
-    const uint8_t *rows;              /* row 0 of KV head 0                 */
+    const kvq_row_hooks *hooks;       /* score / accumulate a chunk of its keys */
+    attn_block_rows chunk;            /* what they read: traits, type, width, side */
+    const uint8_t *rows;              /* row 0 of KV head 0; NULL: records  */
     size_t stride;                    /* bytes per row                      */
     size_t head;                      /* bytes per KV head                  */
-    int64_t len;                      /* values per dot / axpy: whole blocks */
-    bool f32;                         /* f32 rows: the chunked pass reads them in place */
     int ring;                         /* slot = pos % ring; 0: slot = pos - first */
     int first;                        /* position of row 0 (the stage's batch) */
+    bool rounded;                     /* the body: scored with the rounded query where it exists */
 } attn_source;
 
 typedef struct attn_job {
@@ -68,7 +69,8 @@ typedef struct attn_job {
     const kvq_cache_side *side_k, *side_v;
     int stage_pos;                    /* the layer's batch in the stage, or INT_MAX */
     attn_source k[KVQ_PART_COUNT], v[KVQ_PART_COUNT]; /* indexed by kvq_cache_part */
-    bool cut_at_tiles;                /* a tile side: runs never cross a tile */
+    int run_k, run_v;                 /* a chunk never crosses a multiple of these
+                                         (the bodies' hooks' run_keys: a tile), 0: any */
     const float *q;                   /* rotated: [n][n_head][q_stride]     */
     /* the same rounded to int16 per block (attn_block_round_query) when K's
      * body rows are scored by integer kernels, else NULL: codes
@@ -85,6 +87,7 @@ typedef struct attn_job {
     float *partial;                   /* [n_splits][n][n_head][acc_stride+2] */
     float *out;                       /* [n][n_head][head_dim_v]            */
     const attn_block_kernels *blk;    /* the chunked pass; NULL: per key (reference) */
+    const attn_block_kernels *level;  /* the kernels the hooks run: blk, or the best */
 } attn_job;
 
 /* Online-softmax state of the query vectors of one row's `group` heads, or
@@ -151,69 +154,53 @@ static void softmax_update(const attn_job *jb, row_state *st, int j, int n_keys,
     }
 }
 
-/* Scores of keys c0..c0+nk-1 against the group's query heads q:
- * st->w[j*KEY_CHUNK + t].  Tile bodies: their format's hook.  Chunked:
- * the K rows unpacked once into a tile, every head scored from it
- * (attn_block.h); reference: dot per key and head. */
-static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, int c0, int nk, const attn_query *aq,
-                       const float *q_hat, int G, row_state *st) {
-    const float *q = aq->q;
-    if (ks->tiles) {
-        ks->tiles->tile_ops->score(ks->tiles, kv_head, c0, nk, q, G, jb->q_stride, jb->scale, st->w, KEY_CHUNK);
-        return;
-    }
-    const bool body = ks == &jb->k[KVQ_PART_BODY];
-    if (jb->blk) {
-        const uint8_t *rows[KEY_CHUNK];
-        for (int t = 0; t < nk; t++) rows[t] = source_row(ks, kv_head, c0 + t);
-        const attn_block_rows k = { ks->tr, ks->f32, ks->len, st->k_tile, NULL };
-        attn_query bq = *aq;
-        if (!body) bq.qi = NULL;          /* exact rows: the float query */
-        attn_block_scores(jb->blk, &k, rows, nk, &bq, G, jb->scale, st->w, KEY_CHUNK);
-        return;
-    }
-    if (body && q_hat) q = q_hat;          /* the reference of the integer kernels */
-    for (int t = 0; t < nk; t++) {
-        const uint8_t *krow = source_row(ks, kv_head, c0 + t);
-        for (int j = 0; j < G; j++)
-            st->w[j * KEY_CHUNK + t] = ks->tr->dot(krow, q + (size_t)j * jb->q_stride, ks->len) * jb->scale;
-    }
+/* The chunk's rows of one KV head, or NULL for a copy whose hooks read
+ * its side's records instead. */
+static const uint8_t *const *source_rows(const attn_source *src, int kv_head, int c0, int nk, const uint8_t **rows) {
+    if (!src->rows) return NULL;
+    for (int t = 0; t < nk; t++) rows[t] = source_row(src, kv_head, c0 + t);
+    return rows;
 }
 
-/* acc_j += sum_t w[j][t] v_t for keys c0..c0+nk-1.  Tile bodies: their
- * format's hook.  Chunked: V rows unpacked once, added into all heads'
- * accumulators in one pass; reference: axpy per key and head of nonzero
- * weight. */
+/* Scores of keys c0..c0+nk-1 against the group's query heads:
+ * st->w[j*KEY_CHUNK + t], by the copy's hooks.  Exact copies are scored
+ * with the float query; the body with the rounded one where the pass
+ * made it (the chunked pass's integer kernels, or their per-key
+ * reference q_hat). */
+static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, int c0, int nk, const attn_query *aq,
+                       const float *q_hat, int G, row_state *st) {
+    const uint8_t *buf[KEY_CHUNK], *const *rows = source_rows(ks, kv_head, c0, nk, buf);
+    attn_block_rows k = ks->chunk;
+    k.tile = st->k_tile;
+    k.kv_head = kv_head;
+    k.key0 = c0;
+    attn_query q = *aq;
+    if (!ks->rounded) q.qi = NULL;
+    else if (q_hat) q.q = q_hat;
+    ks->hooks->score(jb->level, &k, rows, nk, &q, G, jb->scale, st->w, KEY_CHUNK);
+}
+
+/* acc_j += sum_t w[j][t] v_t for keys c0..c0+nk-1, by the copy's hooks. */
 static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_head, int c0, int nk, int G,
                               row_state *st) {
-    if (vs->tiles) {
-        vs->tiles->tile_ops->accumulate(vs->tiles, kv_head, c0, nk, st->w, G, KEY_CHUNK, st->acc, jb->acc_stride);
-        return;
-    }
-    if (jb->blk) {
-        const uint8_t *rows[KEY_CHUNK];
-        for (int t = 0; t < nk; t++) rows[t] = source_row(vs, kv_head, c0 + t);
-        const attn_block_rows v = { vs->tr, vs->f32, vs->len, st->v_tile, st->zero };
-        attn_block_values(jb->blk, &v, rows, nk, st->w, KEY_CHUNK, G, st->acc, jb->acc_stride);
-        return;
-    }
-    for (int t = 0; t < nk; t++) {
-        const uint8_t *vrow = source_row(vs, kv_head, c0 + t);
-        for (int j = 0; j < G; j++) {
-            const float wt = st->w[j * KEY_CHUNK + t];
-            if (wt != 0.0f) vs->tr->axpy(wt, vrow, st->acc + (size_t)j * jb->acc_stride, vs->len);
-        }
-    }
+    const uint8_t *buf[KEY_CHUNK], *const *rows = source_rows(vs, kv_head, c0, nk, buf);
+    attn_block_rows v = vs->chunk;
+    v.tile = st->v_tile;
+    v.zero = st->zero;
+    v.kv_head = kv_head;
+    v.key0 = c0;
+    vs->hooks->accumulate(jb->level, &v, rows, nk, st->w, KEY_CHUNK, G, st->acc, jb->acc_stride);
 }
 
 /* Keys [p0, p1), K from one copy and V from one copy, against the nq
- * query vectors q (the GQA heads of one row, or of a group of rows).  With
- * a tile side, runs of keys stop at tile ends. */
+ * query vectors q (the GQA heads of one row, or of a group of rows).  Runs
+ * of keys stop where a body's hooks ask (run_keys: KVarN's tile ends). */
 static void attend_keys(const attn_job *jb, const attn_source *ks, const attn_source *vs, int kv_head, int p0,
                         int p1, const attn_query *q, const float *q_hat, int nq, row_state *st) {
     for (int c0 = p0; c0 < p1;) {
         int nk = KVQ_MIN(KEY_CHUNK, p1 - c0);
-        if (jb->cut_at_tiles) nk = KVQ_MIN(nk, KVQ_KVARN_TILE - c0 % KVQ_KVARN_TILE);
+        if (jb->run_k) nk = KVQ_MIN(nk, jb->run_k - c0 % jb->run_k);
+        if (jb->run_v) nk = KVQ_MIN(nk, jb->run_v - c0 % jb->run_v);
         score_keys(jb, ks, kv_head, c0, nk, q, q_hat, nq, st);
         for (int j = 0; j < nq; j++) softmax_update(jb, st, j, nk, jb->acc_stride);
         accumulate_values(jb, vs, kv_head, c0, nk, nq, st);
@@ -429,32 +416,45 @@ static const kvq_type_traits *traits_of(const kvq_type_traits *table, kvq_type t
     return table ? &table[t] : kvq_type_get(t);
 }
 
+/* The hooks that read a copy of type t: its row's own, or, for the rows
+ * of a caller's table and in the per-key reference pass, the generic ones
+ * built from that table's kernels (decode; dot and axpy per key) where
+ * the table has them. */
+static const kvq_row_hooks *hooks_for(const kvq_type_traits *tr, kvq_type t, const kvq_type_traits *table,
+                                      bool per_key) {
+    if (per_key && tr->dot && tr->axpy) return &attn_hooks_per_key;
+    if (table && tr->dequantize) return &attn_hooks_decode;
+    return kvq_row_hooks_of(t);
+}
+
 static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq_cache_part part,
-                               const kvq_type_traits *table) {
+                               const kvq_type_traits *table, bool per_key) {
     attn_source s;
     memset(&s, 0, sizeof s);
-    const bool body = part == KVQ_PART_BODY;
-    if (body && sd->tile_ops) {           /* tiles, calibrated rows: the format's hooks */
-        s.tiles = sd;
-        return s;
-    }
-    const bool stage = part == KVQ_PART_STAGE;
+    const bool body = part == KVQ_PART_BODY, stage = part == KVQ_PART_STAGE;
+    const kvq_type type = body ? sd->type : c->p.tail_type;
+    const kvq_type_traits *tr = traits_of(table, type);
     const int rows = body ? c->p.n_ctx : part == KVQ_PART_RING ? sd->ring_rows : stage ? c->stage.cap : sd->sink_rows;
-    s.tr = traits_of(table, body ? sd->type : c->p.tail_type);
+    s.hooks = hooks_for(tr, type, table, per_key);
+    s.chunk.tr = tr;
+    s.chunk.type = type;
+    s.chunk.f32 = type == KVQ_TYPE_F32;
+    s.chunk.len = tr->row_bytes ? sd->store_dim : round_up(sd->store_dim, tr->block_size);
+    s.chunk.sd = sd;
     s.rows = body ? sd->body : part == KVQ_PART_RING ? sd->ring : stage ? c->stage.rows[sd->side_index] : sd->sink;
+    if (s.hooks->read_row) s.rows = NULL;   /* records: the hooks read the side */
     s.stride = body ? sd->row_bytes : stage ? c->stage.row_bytes[sd->side_index] : sd->exact_row_bytes;
     s.head = (size_t)rows * s.stride;
     s.first = stage ? c->stage.pos : 0;
-    s.len = s.tr->row_bytes ? sd->store_dim : round_up(sd->store_dim, s.tr->block_size);
-    s.f32 = (body ? sd->type : c->p.tail_type) == KVQ_TYPE_F32;
     s.ring = part == KVQ_PART_RING ? sd->ring_rows : 0;
+    s.rounded = body;
     return s;
 }
 
 /* Values a rotated query (or accumulator) row holds: the side's stored
  * width, rounded up to whole blocks of every row type that reads it. */
 static int padded_width(const kvq_cache_side *sd, const kvq_type_traits *body, int exact_block) {
-    const int body_block = sd->layout == KVQ_LAYOUT_ROWS && !body->row_bytes ? body->block_size : 1;
+    const int body_block = !sd->records && !body->row_bytes ? body->block_size : 1;   /* records: whole slices */
     return (int)round_up(sd->store_dim, lcm(body_block, exact_block));
 }
 
@@ -564,18 +564,20 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     jb.side_k = k;
     jb.side_v = v;
     jb.stage_pos = kvq_cache_stage_pos(c, layer);
+    jb.blk = choose_pass(opts, loop);
+    jb.level = jb.blk ? jb.blk : attn_block_best();
     for (int part = 0; part < KVQ_PART_COUNT; part++) {
-        jb.k[part] = make_source(c, k, (kvq_cache_part)part, table);
-        jb.v[part] = make_source(c, v, (kvq_cache_part)part, table);
+        jb.k[part] = make_source(c, k, (kvq_cache_part)part, table, !jb.blk);
+        jb.v[part] = make_source(c, v, (kvq_cache_part)part, table, !jb.blk);
     }
-    jb.cut_at_tiles = k->layout == KVQ_LAYOUT_TILES || v->layout == KVQ_LAYOUT_TILES;
+    jb.run_k = jb.k[KVQ_PART_BODY].hooks->run_keys;
+    jb.run_v = jb.v[KVQ_PART_BODY].hooks->run_keys;
     const int exact_block = traits_of(table, c->p.tail_type)->block_size;
     jb.q_stride = padded_width(k, traits_of(table, k->type), exact_block);
     jb.acc_stride = padded_width(v, traits_of(table, v->type), exact_block);
     jb.head_dim_v = v->head_dim;
     jb.out = out;
     const int n_threads = kvq_pool_threads(pool);
-    jb.blk = choose_pass(opts, loop);
     /* prefill: rows in groups of about GROUP_VECTORS query vectors (a
      * function of the shapes only: the grouping, and with it every sum's
      * order, is the same for any thread count) */
@@ -585,7 +587,7 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     const size_t q_floats = (size_t)n * n_head * jb.q_stride;
     /* the rounded query: for the chunked pass's integer kernels, or as
      * floats for the per-key pass that reproduces them */
-    const bool int_k = attn_block_int_type(k->type) && jb.q_stride % 32 == 0 && k->layout == KVQ_LAYOUT_ROWS;
+    const bool int_k = attn_block_int_type(k->type) && jb.q_stride % 32 == 0;
     const bool want_qi = int_k && jb.blk, want_qhat = int_k && !jb.blk && loop && loop->round_query;
     const size_t qi_floats = want_qi ? q_floats / 2 + 2 * (q_floats / 32) : want_qhat ? q_floats : 0;
     const size_t nq = (size_t)jb.group_rows * jb.group;

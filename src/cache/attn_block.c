@@ -2,44 +2,32 @@
  * attn_block.c - the chunked key loop of attention (attn_block.h): the
  * scalar instance of the kernels (the same kernel source as the SIMD
  * levels, attn_block.inc and attn_codes.inc, so their logic runs on every
- * machine), the query's rounding to int8, the choice of ISA, and the two
- * steps the attention pass calls per chunk (scores of the K rows,
- * weighted sum of the V rows), which hand the rows to the level's fused
- * or in-place kernels or unpack them with the type's dequantize first.
+ * machine), the query's rounding to int8, the choice of ISA, and the row
+ * hooks (row_hooks.h) of the plain and block types: the two steps the
+ * attention pass calls per chunk (scores of the K rows, weighted sum of
+ * the V rows) through the level's fused kernels (the 32-value block
+ * types), in place (f32, f16, bf16), by decode (the default: unpacked
+ * with the type's dequantize first) or per key (the reference).
  */
 #include "attn_block.h"
+#include "format_row.h"
+#include "row_hooks.h"
+#include "vec1.h"
 
 #include <math.h>
 
 /* ------------------------------------------------ the scalar instance */
 
-#define VF float
-#define VL 1
-#define vzero() 0.0f
-#define vset1(f) (f)
-#define vload(p) (*(p))
-#define vstore(p, v) (*(p) = (v))
-#define vadd(a, b) ((a) + (b))
-#define vsub(a, b) ((a) - (b))
-#define vmul(a, b) ((a) * (b))
-#define vfma(a, b, c) ((a) * (b) + (c))
-#define vmin_hi(hi, x) ((x) > (hi) ? (hi) : (x))
-#define vmax_skip(x, m) ((x) > (m) ? (x) : (m))
-#define vzero_below(x, lo, y) ((x) < (lo) ? 0.0f : (y))
-#define vhsum(v) (v)
-#define vhmax(v) (v)
 #define BLOCK_LEVEL "scalar"
+#define BLOCK_ISA KVQ_ISA_SCALAR
 #define vsum_lanes(acc, s) ((s)[0] = (acc)[0])
 #define BLOCK_KERNELS g_block_scalar
 #define BLOCK_TILE_KERNELS g_block_scalar_tile
-#define vload_h(p) kvq_half_to_float(*(p))
-#define vload_bf(p) kvq_bfloat_to_float(*(p))
 
 /* attn_codes.inc's primitives: a block's codes as an array of 32 int8,
  * one value per "vector". */
 typedef struct vb_scalar { int8_t v[32]; } vb_scalar;
 #define VB vb_scalar
-#define VPB 32
 static inline VB vb_load(const uint8_t *p) { VB r; memcpy(r.v, p, 32); return r; }
 static inline VB vb_nib(const uint8_t *p) {
     VB r;
@@ -102,16 +90,9 @@ static inline void vb_floats(VB c, float *x) {
 }
 #define vcvt_i32(p) ((float)*(p))
 #define vhalf(p) kvq_half_to_float(*(p))
-#define vload_w(p, n) ((n) > 0 ? *(p) : 0.0f)
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_scalar
 
-/* 2^n from the exponent bits; n outside [-126, 127] (or NaN, which only
- * reaches here with a NaN x) returns 1, whose product is masked or NaN. */
-static inline float vpow2(float n) {
-    if (!(n >= -126.0f && n <= 127.0f)) return 1.0f;
-    return kvq_bits_f32((uint32_t)((int32_t)n + 127) << 23);
-}
 
 #include "attn_block.inc"
 
@@ -160,31 +141,28 @@ bool attn_block_int_type(kvq_type t) { return (unsigned)t < KVQ_TYPE_COUNT && g_
 
 /* ------------------------------------------------------- ISA choice */
 
-const attn_block_kernels *attn_block_level(const char *level) {
-    const kvq_cpu *cpu = kvq_cpu_features();
-    if (!level) return NULL;
-    if (strcmp(level, "scalar") == 0) return &g_block_scalar;
-    if (strcmp(level, "scalar-tile") == 0) return &g_block_scalar_tile;
+/* The levels by ISA: index kvq_isa; [1] tile variants. */
+static const attn_block_kernels *level_of(kvq_isa isa, bool tile) {
 #if defined(__x86_64__)
-    const bool avx2 = cpu->avx2 && cpu->fma && cpu->f16c;
-    if (strcmp(level, "avx2") == 0) return avx2 ? attn_block_avx2() : NULL;
-    if (strcmp(level, "avx2-tile") == 0) return avx2 ? attn_block_avx2_tile() : NULL;
-    if (strcmp(level, "avx512") == 0) return cpu->avx512 ? attn_block_avx512() : NULL;
-    if (strcmp(level, "avx512-tile") == 0) return cpu->avx512 ? attn_block_avx512_tile() : NULL;
-#else
-    (void)cpu;
+    if (isa == KVQ_ISA_AVX512) return tile ? attn_block_avx512_tile() : attn_block_avx512();
+    if (isa == KVQ_ISA_AVX2) return tile ? attn_block_avx2_tile() : attn_block_avx2();
 #endif
+    return tile ? &g_block_scalar_tile : &g_block_scalar;
+}
+
+const attn_block_kernels *attn_block_level(const char *level) {
+    if (!level) return NULL;
+    const kvq_isa best = kvq_isa_best();
+    for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) {
+        const char *name = kvq_isa_name((kvq_isa)isa);
+        const size_t n = strlen(name);
+        if (strncmp(level, name, n) != 0 || (level[n] && strcmp(level + n, "-tile") != 0)) continue;
+        return isa <= (int)best ? level_of((kvq_isa)isa, level[n] != 0) : NULL;
+    }
     return NULL;
 }
 
-const attn_block_kernels *attn_block_best(void) {
-    static const char *const levels[] = { "avx512", "avx2" };
-    for (size_t i = 0; i < KVQ_ARRAY_LEN(levels); i++) {
-        const attn_block_kernels *k = attn_block_level(levels[i]);
-        if (k) return k;
-    }
-    return &g_block_scalar;
-}
+const attn_block_kernels *attn_block_best(void) { return level_of(kvq_isa_best(), false); }
 
 /* ------------------------------------------------ the steps of a chunk */
 
@@ -197,27 +175,16 @@ static const float *unpack_row(const attn_block_rows *src, const uint8_t *row, i
     return dst;
 }
 
-/* The row's type when it is a row of the library's own trait table (whose
- * kernels the fused and converting paths reproduce), else -1. */
-static int own_type(const attn_block_rows *src) {
-    const kvq_type_traits *own = kvq_type_get(KVQ_TYPE_F32);     /* row 0 of the library's table */
-    for (int t = 0; t < KVQ_TYPE_COUNT; t++)
-        if (src->tr == own + t) return t;
-    return -1;
-}
-
 const attn_block_fused *attn_block_fused_for(const attn_block_kernels *kr, const attn_block_rows *src) {
-    if (src->f32 || !kr->fused || src->len > 32 * ATTN_FUSED_MAX_BLOCKS) return NULL;
-    const int t = own_type(src);
-    if (t < 0) return NULL;
-    const attn_block_fused *f = &kr->fused[t];
-    return f->block_bytes == src->tr->block_bytes && src->tr->block_size == 32 ? f : NULL;
+    if (src->f32 || !kr->fused || src->len > 32 * ATTN_FUSED_MAX_BLOCKS || (unsigned)src->type >= KVQ_TYPE_COUNT)
+        return NULL;
+    const attn_block_fused *f = &kr->fused[src->type];
+    return f->block_bytes ? f : NULL;
 }
 
 int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src) {
     if (src->f32) return ATTN_ROW_F32;
-    const int t = own_type(src);
-    const int kind = t == KVQ_TYPE_F16 ? ATTN_ROW_F16 : t == KVQ_TYPE_BF16 ? ATTN_ROW_BF16 : -1;
+    const int kind = src->type == KVQ_TYPE_F16 ? ATTN_ROW_F16 : src->type == KVQ_TYPE_BF16 ? ATTN_ROW_BF16 : -1;
     return kind > 0 && kr->scores_as[kind] && kr->accumulate_as[kind] ? kind : -1;
 }
 
@@ -234,24 +201,6 @@ static void prefetch_ahead(const uint8_t *const *rows, int nk) {
     if (step == 0 || step > 4096 || last - first != step * (uintptr_t)(nk - 1)) return;
     const uintptr_t from = first + step * (uintptr_t)nk * PREFETCH_CHUNKS, to = from + step * (uintptr_t)nk;
     for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a);
-}
-
-void attn_block_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows,
-                       int nk, const attn_query *q, int G, float scale, float *w, int ldw) {
-    prefetch_ahead(rows, nk);
-    const attn_block_fused *fz = q->qi ? attn_block_fused_for(kr, k) : NULL;
-    if (fz) {
-        fz->scores(rows, nk, q, G, k->len, scale, w, ldw);
-        return;
-    }
-    const int kind = attn_block_row_kind(kr, k);
-    if (kind >= 0) {
-        kr->scores_as[kind]((const float *const *)(const void *)rows, nk, q->q, G, q->stride, k->len, scale, w, ldw);
-        return;
-    }
-    const float *keys[ATTN_BLOCK_KEYS];
-    for (int t = 0; t < nk; t++) keys[t] = unpack_row(k, rows[t], t);
-    kr->scores(keys, nk, q->q, G, q->stride, k->len, scale, w, ldw);
 }
 
 static bool row_is_finite(const float *x, int64_t n) {
@@ -322,26 +271,20 @@ static bool set_aside(const attn_block_rows *v, const attn_block_fused *fz, int 
     return true;
 }
 
-void attn_block_values(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows,
-                       int nk, const float *w, int ldw, int G, float *acc, int acc_stride) {
+/* ---- decode: the default hooks of every row type (rows unpacked into
+ * an f32 tile by the traits' dequantize, f32 rows read in place) */
+
+static void decode_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows, int nk,
+                          const attn_query *q, int G, float scale, float *w, int ldw) {
     prefetch_ahead(rows, nk);
-    const attn_block_fused *fz = attn_block_fused_for(kr, v);
-    const int kind = fz ? -1 : attn_block_row_kind(kr, v);
-    if (fz || kind >= 0) {
-        const uint8_t *keep[ATTN_BLOCK_KEYS];
-        for (int t = 0; t < nk; t++)
-            keep[t] = set_aside(v, fz, kind, rows[t], w, ldw, G, t, acc, acc_stride) ? NULL : rows[t];
-        if (fz) {
-            fz->accumulate(keep, nk, w, ldw, G, acc, acc_stride, v->len);
-            return;
-        }
-        /* a row set aside reads the zero row instead (its bytes are zeros
-         * as f32, f16 and bf16 alike) */
-        const float *vals[ATTN_BLOCK_KEYS];
-        for (int t = 0; t < nk; t++) vals[t] = keep[t] ? (const float *)(const void *)keep[t] : v->zero;
-        kr->accumulate_as[kind](vals, nk, w, ldw, G, acc, acc_stride, v->len);
-        return;
-    }
+    const float *keys[ATTN_BLOCK_KEYS];
+    for (int t = 0; t < nk; t++) keys[t] = unpack_row(k, rows[t], t);
+    kr->scores(keys, nk, q->q, G, q->stride, k->len, scale, w, ldw);
+}
+
+static void decode_values(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows, int nk,
+                          const float *w, int ldw, int G, float *acc, int acc_stride) {
+    prefetch_ahead(rows, nk);
     const float *vals[ATTN_BLOCK_KEYS];
     for (int t = 0; t < nk; t++) {
         const int weighted = heads_weighting(w, ldw, G, t);
@@ -352,4 +295,107 @@ void attn_block_values(const attn_block_kernels *kr, const attn_block_rows *v, c
         vals[t] = v->zero;
     }
     kr->accumulate(vals, nk, w, ldw, G, acc, acc_stride, v->len);
+}
+
+const kvq_row_hooks attn_hooks_decode = { .name = "decode", .score = decode_scores, .accumulate = decode_values };
+
+/* The packed rows of V kept for the in-place / fused sums: a row set
+ * aside (set_aside) is NULL. */
+static void keep_rows(const attn_block_rows *v, const attn_block_fused *fz, int kind, const uint8_t *const *rows,
+                      int nk, const float *w, int ldw, int G, float *acc, int acc_stride, const uint8_t **keep) {
+    for (int t = 0; t < nk; t++)
+        keep[t] = set_aside(v, fz, kind, rows[t], w, ldw, G, t, acc, acc_stride) ? NULL : rows[t];
+}
+
+/* ---- f32, f16, bf16: read in place, converted in registers, where the
+ * level has the kernels */
+
+static void in_place_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows,
+                            int nk, const attn_query *q, int G, float scale, float *w, int ldw) {
+    const int kind = attn_block_row_kind(kr, k);
+    if (kind < 0) { decode_scores(kr, k, rows, nk, q, G, scale, w, ldw); return; }
+    prefetch_ahead(rows, nk);
+    kr->scores_as[kind]((const float *const *)(const void *)rows, nk, q->q, G, q->stride, k->len, scale, w, ldw);
+}
+
+static void in_place_values(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows,
+                            int nk, const float *w, int ldw, int G, float *acc, int acc_stride) {
+    const int kind = attn_block_row_kind(kr, v);
+    if (kind < 0) { decode_values(kr, v, rows, nk, w, ldw, G, acc, acc_stride); return; }
+    prefetch_ahead(rows, nk);
+    const uint8_t *keep[ATTN_BLOCK_KEYS];
+    keep_rows(v, NULL, kind, rows, nk, w, ldw, G, acc, acc_stride, keep);
+    /* a row set aside reads the zero row instead (its bytes are zeros
+     * as f32, f16 and bf16 alike) */
+    const float *vals[ATTN_BLOCK_KEYS];
+    for (int t = 0; t < nk; t++) vals[t] = keep[t] ? (const float *)(const void *)keep[t] : v->zero;
+    kr->accumulate_as[kind](vals, nk, w, ldw, G, acc, acc_stride, v->len);
+}
+
+static const kvq_row_hooks g_hooks_in_place = { .name = "in place", .score = in_place_scores,
+                                                .accumulate = in_place_values };
+
+/* ---- the 32-value block types: fused integer kernels (attn_codes.inc)
+ * where the level has them and the query is rounded, else decode */
+
+static void fused_row_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows, int nk,
+                         const attn_query *q, int G, float scale, float *w, int ldw) {
+    const attn_block_fused *fz = q->qi ? attn_block_fused_for(kr, k) : NULL;
+    if (!fz) { decode_scores(kr, k, rows, nk, q, G, scale, w, ldw); return; }
+    prefetch_ahead(rows, nk);
+    fz->scores(rows, nk, q, G, k->len, scale, w, ldw);
+}
+
+static void fused_row_values(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows, int nk,
+                         const float *w, int ldw, int G, float *acc, int acc_stride) {
+    const attn_block_fused *fz = attn_block_fused_for(kr, v);
+    if (!fz) { decode_values(kr, v, rows, nk, w, ldw, G, acc, acc_stride); return; }
+    prefetch_ahead(rows, nk);
+    const uint8_t *keep[ATTN_BLOCK_KEYS];
+    keep_rows(v, fz, -1, rows, nk, w, ldw, G, acc, acc_stride, keep);
+    fz->accumulate(keep, nk, w, ldw, G, acc, acc_stride, v->len);
+}
+
+static const kvq_row_hooks g_hooks_fused = { .name = "fused", .score = fused_row_scores, .accumulate = fused_row_values };
+
+/* ---- the per-key reference: the traits' dot and axpy per key and head */
+
+static void per_key_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows, int nk,
+                           const attn_query *q, int G, float scale, float *w, int ldw) {
+    (void)kr;
+    for (int t = 0; t < nk; t++)
+        for (int j = 0; j < G; j++)
+            w[(size_t)j * ldw + t] = k->tr->dot(rows[t], q->q + (size_t)j * q->stride, k->len) * scale;
+}
+
+static void per_key_values(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows, int nk,
+                           const float *w, int ldw, int G, float *acc, int acc_stride) {
+    (void)kr;
+    for (int t = 0; t < nk; t++)
+        for (int j = 0; j < G; j++) {
+            const float wt = w[(size_t)j * ldw + t];
+            if (wt != 0.0f) v->tr->axpy(wt, rows[t], acc + (size_t)j * acc_stride, v->len);
+        }
+}
+
+const kvq_row_hooks attn_hooks_per_key = { .name = "per key", .score = per_key_scores, .accumulate = per_key_values };
+
+void attn_block_register(void) {
+    kvq_format_set_hooks(KVQ_TYPE_F32, &g_hooks_in_place);
+    kvq_format_set_hooks(KVQ_TYPE_F16, &g_hooks_in_place);
+    kvq_format_set_hooks(KVQ_TYPE_BF16, &g_hooks_in_place);
+    for (int t = 0; t < KVQ_TYPE_COUNT; t++)      /* every type the fused kernels decode */
+        if (g_fused_scalar[t].block_bytes) kvq_format_set_hooks((kvq_type)t, &g_hooks_fused);
+}
+
+/* ------------------------------------------------ one chunk, by its row */
+
+void attn_block_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows,
+                       int nk, const attn_query *q, int G, float scale, float *w, int ldw) {
+    kvq_row_hooks_of(k->type)->score(kr, k, rows, nk, q, G, scale, w, ldw);
+}
+
+void attn_block_values(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows,
+                       int nk, const float *w, int ldw, int G, float *acc, int acc_stride) {
+    kvq_row_hooks_of(v->type)->accumulate(kr, v, rows, nk, w, ldw, G, acc, acc_stride);
 }

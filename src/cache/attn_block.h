@@ -20,7 +20,8 @@
  *      per key and block with the block scale folded into each head's
  *      weight (keys x heads -> head_dim, accumulators in registers).
  *   Rows of other types (a caller's trait table, TurboQuant) are unpacked
- *   into an f32 tile first with the type's dequantize.
+ *   into an f32 tile first with the type's dequantize (the default hooks,
+ *   row_hooks.h); each type's row says which of these reads it.
  *
  * The query in integers (block-type K rows only): each 32-value block b of
  * a rotated query row is rounded once per call to qi = round(q / s_b),
@@ -99,6 +100,8 @@ typedef enum attn_row_kind { ATTN_ROW_F32 = 0, ATTN_ROW_F16, ATTN_ROW_BF16, ATTN
 /* The kernels of one ISA level. */
 typedef struct attn_block_kernels {
     const char *level;                      /* "scalar", "avx2", "avx512"        */
+    kvq_isa isa;                            /* the level's ISA: the formats' hooks
+                                               run their kernels of this level   */
     /* w[g*ldw + t] = scale * sum_d q[g*q_stride + d] * k[t][d], g < G, t < nk,
      * d < len; every score's summation order depends only on len. */
     void (*scores)(const float *const *k, int nk, const float *q, int G, int q_stride, int64_t len, float scale,
@@ -132,7 +135,7 @@ const attn_block_kernels *attn_block_best(void);
  * and tests); NULL when unknown or not runnable here. */
 const attn_block_kernels *attn_block_level(const char *level);
 /* Per-ISA instances (attn_block_avx2.c, attn_block_avx512.c): call only
- * after kvq_cpu_features() allowed them. */
+ * after kvq_isa_best() allowed them. */
 const attn_block_kernels *attn_block_avx2(void);
 const attn_block_kernels *attn_block_avx2_tile(void);
 const attn_block_kernels *attn_block_avx512(void);
@@ -141,34 +144,39 @@ const attn_block_kernels *attn_block_avx512_tile(void);
 /* Scalar exp with the same algorithm and bound as the vector ones. */
 float attn_block_exp(float x);
 
-/* Where a chunk's rows come from and where they are unpacked. */
+/* One chunk of keys of one copy (body, ring, sink, stage) of a side, as
+ * the row hooks (row_hooks.h) read it. */
 typedef struct attn_block_rows {
-    const kvq_type_traits *tr;   /* the rows' type: its dequantize unpacks them */
+    const kvq_type_traits *tr;   /* the rows' traits: its dequantize unpacks them */
+    kvq_type type;               /* the rows' type (its fused kernels at a level)  */
     bool f32;                    /* f32 rows: read in place, nothing unpacked   */
     int64_t len;                 /* values per row (whole blocks)                */
     float *tile;                 /* ATTN_BLOCK_KEYS x len floats of scratch      */
     const float *zero;           /* len zeros: the row of a key of weight 0      */
+    /* record types (tiles, calibrated rows): where the chunk's keys are */
+    const struct kvq_cache_side *sd;
+    int kv_head, key0;
 } attn_block_rows;
 
-/* The level's fused kernels for these rows, or NULL: only rows of the
- * library's own trait table (kvq_type_get) use them; rows of a caller's
- * table keep that table's dequantize (what such a caller tests). */
+/* The level's fused kernels for these rows (a 32-value block type of at
+ * most ATTN_FUSED_MAX_BLOCKS blocks), or NULL. */
 const attn_block_fused *attn_block_fused_for(const attn_block_kernels *kr, const attn_block_rows *src);
 
 /* The level's in-place kernel kind for these rows (f32, or f16/bf16 rows
- * of the library's table at a level that converts them), or -1: unpack. */
+ * at a level that converts them), or -1: unpack. */
 int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src);
 
-/* w[g*ldw + t] = scale * (K row t . q_g) for the chunk's nk K rows
- * (fused from the packed rows where attn_block_fused_for has kernels,
- * with the rounded query q->qi; else with the float query q->q). */
+/* w[g*ldw + t] = scale * (K row t . q_g) for the chunk's nk K rows,
+ * through the hooks of the rows' type (row_hooks.h): fused from the
+ * packed rows where the level has kernels for them (with the rounded
+ * query q->qi), in place for f32/f16/bf16, else unpacked (float query). */
 void attn_block_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows,
                        int nk, const attn_query *q, int G, float scale, float *w, int ldw);
 
-/* acc_g += sum_t w[g*ldw + t] * V row t for the chunk's nk V rows; a key
- * whose weight is 0 for every head is not unpacked (nor added: a
- * non-finite V row of weight 0 does not poison the sum, as in the per-key
- * pass). */
+/* acc_g += sum_t w[g*ldw + t] * V row t for the chunk's nk V rows, through
+ * the hooks of the rows' type; a key whose weight is 0 for every head is
+ * not unpacked (nor added: a non-finite V row of weight 0 does not poison
+ * the sum, as in the per-key pass). */
 void attn_block_values(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows,
                        int nk, const float *w, int ldw, int G, float *acc, int acc_stride);
 

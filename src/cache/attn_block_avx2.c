@@ -2,44 +2,15 @@
  * AVX2 + FMA (8 lanes), and the fused packed-row kernels (attn_codes.inc). */
 #include "attn_block.h"
 #include "attn_codes_x86.h"
+#include "vec8.h"
 
 #include <immintrin.h>
 #include <math.h>
 
-#define VF __m256
-#define VL 8
-#define vzero() _mm256_setzero_ps()
-#define vset1(f) _mm256_set1_ps(f)
-#define vload(p) _mm256_loadu_ps(p)
-#define vstore(p, v) _mm256_storeu_ps(p, v)
-#define vadd(a, b) _mm256_add_ps(a, b)
-#define vsub(a, b) _mm256_sub_ps(a, b)
-#define vmul(a, b) _mm256_mul_ps(a, b)
-#define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define vmin_hi(hi, x) _mm256_min_ps(hi, x)        /* second operand on NaN */
-#define vmax_skip(x, m) _mm256_max_ps(x, m)
-#define vzero_below(x, lo, y) _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y)
-#define vpow2(n) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
 #define BLOCK_LEVEL "avx2"
+#define BLOCK_ISA KVQ_ISA_AVX2
 #define BLOCK_KERNELS g_block_avx2
 #define BLOCK_TILE_KERNELS g_block_avx2_tile
-#define vload_h(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
-#define vload_bf(p) \
-    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
-
-/* Pairwise halves: a fixed order. */
-static inline float vhsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-static inline float vhmax(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* s[i] = sum of the lanes of acc[i] for 8 accumulators: each step adds
  * two halves of every accumulator (128-bit, 64-bit, 32-bit), packing two
@@ -59,26 +30,19 @@ static inline void vsum_lanes(const __m256 acc[8], float *s) {
 }
 
 /* attn_codes.inc's float side (the int8 code primitives: attn_codes_x86.h). */
-#define VPB 4
 static inline void vb_floats(__m256i c, __m256 x[4]) {
     const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
-    x[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
-    x[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
-    x[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
-    x[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+    x[0] = kvq_v8_s8_to_f32(lo);
+    x[1] = kvq_v8_s8_to_f32(_mm_srli_si128(lo, 8));
+    x[2] = kvq_v8_s8_to_f32(hi);
+    x[3] = kvq_v8_s8_to_f32(_mm_srli_si128(hi, 8));
 }
 static inline void vf_s8(const uint8_t *p, __m256 x[4]) {
     for (int k = 0; k < 4; k++)
-        x[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8 * k))));
+        x[k] = kvq_v8_s8_to_f32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8 * k)));
 }
 #define vcvt_i32(p) _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define vhalf(p) vload_h(p)
-/* Lanes >= n masked off (not read: no fault past the end). */
-static inline __m256 vload_w(const float *p, int n) {
-    if (n >= 8) return _mm256_loadu_ps(p);
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    return _mm256_maskload_ps(p, mask);
-}
 #define FUSED_V_HEADS 2
 #define FUSED_TABLE g_fused_avx2
 

@@ -4,32 +4,15 @@
  * attn_codes_x86.h). */
 #include "attn_block.h"
 #include "attn_codes_x86.h"
+#include "vec16.h"
 
 #include <immintrin.h>
 #include <math.h>
 
-#define VF __m512
-#define VL 16
-#define vzero() _mm512_setzero_ps()
-#define vset1(f) _mm512_set1_ps(f)
-#define vload(p) _mm512_loadu_ps(p)
-#define vstore(p, v) _mm512_storeu_ps(p, v)
-#define vadd(a, b) _mm512_add_ps(a, b)
-#define vsub(a, b) _mm512_sub_ps(a, b)
-#define vmul(a, b) _mm512_mul_ps(a, b)
-#define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define vmin_hi(hi, x) _mm512_min_ps(hi, x)        /* second operand on NaN */
-#define vmax_skip(x, m) _mm512_max_ps(x, m)
-#define vzero_below(x, lo, y) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), y)
-#define vpow2(n) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
-#define vhsum(v) _mm512_reduce_add_ps(v)
-#define vhmax(v) _mm512_reduce_max_ps(v)
 #define BLOCK_LEVEL "avx512"
+#define BLOCK_ISA KVQ_ISA_AVX512
 #define BLOCK_KERNELS g_block_avx512
 #define BLOCK_TILE_KERNELS g_block_avx512_tile
-#define vload_h(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
-#define vload_bf(p) \
-    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
 
 /* s[i] = sum of the lanes of acc[i] for 16 accumulators: each step adds
  * two halves of every accumulator (256-bit, 128-bit, 64-bit, 32-bit
@@ -54,7 +37,6 @@ static inline void vsum_lanes(const __m512 acc[16], float *s) {
 }
 
 /* attn_codes.inc's float side. */
-#define VPB 2
 static inline void vb_floats(__m256i c, __m512 x[2]) {
     x[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(c)));
     x[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(c, 1)));
@@ -74,7 +56,6 @@ static inline void vf_book(const uint8_t *p, const int8_t *book_codes, __m512 x[
 }
 #define vcvt_i32(p) _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(p)))
 #define vhalf(p) vload_h(p)
-#define vload_w(p, n) ((n) >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << ((n) > 0 ? (n) : 0)) - 1u), p))
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_avx512
 

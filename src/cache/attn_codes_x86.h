@@ -1,9 +1,11 @@
 /* attn_codes_x86.h - attn_codes.inc's integer code primitives with AVX2
  * (a block's 32 codes in one 256-bit register), shared by the AVX2 and
  * AVX-512 instances (attn_block_avx2.c, attn_block_avx512.c, both built
- * with AVX2). */
+ * with AVX2); the code planes are the row kernels' (simd_x86_codes.h). */
 #ifndef KVQ_ATTN_CODES_X86_H
 #define KVQ_ATTN_CODES_X86_H
+
+#include "simd_x86_codes.h"
 
 #include <immintrin.h>
 #include <stdbool.h>
@@ -14,31 +16,13 @@
 
 static inline __m256i vb_load(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
 
-/* Low nibbles in the low half, high nibbles in the high half. */
-static inline __m256i vb_nib(const uint8_t *p) {
-    const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p), m = _mm_set1_epi8(15);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
-}
-
-/* The 8 bytes in every 64-bit lane, lane k shifted right by 2k bits:
- * byte j of lane k then holds bits 2k.. of byte j in its low bits. */
-static inline __m256i vb_crumb(const uint8_t *p) {
-    uint64_t u;
-    memcpy(&u, p, 8);
-    const __m256i x = _mm256_srlv_epi64(_mm256_set1_epi64x((long long)u), _mm256_setr_epi64x(0, 2, 4, 6));
-    return _mm256_and_si256(x, _mm256_set1_epi8(3));
-}
-
-/* Byte j gets source byte j/8, then its bit j%8 is tested. */
-static inline __m256i vb_bit(const uint8_t *p) {
-    uint32_t u;
-    memcpy(&u, p, 4);
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)u),
-                                               _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                                                2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(1));
-}
+/* The code planes are read by the block kernels' decoders (one set for
+ * every AVX2 file, src/format/simd_x86_codes.h): 4-bit plane (low nibbles
+ * in the low half, high in the high half), 2-bit plane (byte j of 64-bit
+ * lane k holds bits 2k.. of byte j), 1-bit plane (code j = bit j). */
+#define vb_nib(p) plane4(p)
+#define vb_crumb(p) plane2(p)
+#define vb_bit(p) plane1(p, 1)
 
 /* b's codes are below 2^(8-s): the 16-bit shift carries nothing across bytes. */
 #define vb_or_shl(a, b, s) _mm256_or_si256((a), _mm256_slli_epi16((b), (s)))

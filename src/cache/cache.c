@@ -3,7 +3,7 @@
  * writing (rotate, quantise once into the body, exact copies into the tail
  * ring and the sink; tile sides quantise a tile once, when it completes)
  * and the memory figures.  Attention over it lives in attention.c, tile
- * records through the tile hooks (src/format/tile_ops.h); the layout is described
+ * records through the hooks of their row (row_hooks.h); the layout is described
  * in cache.h.
  */
 #include "cache.h"
@@ -35,7 +35,7 @@ size_t kvq_cache_row_bytes(kvq_type t, int n_head_kv, int head_dim) {
     if (n_head_kv <= 0 || !tr || head_dim <= 0) return 0;
     if (tr->layout == KVQ_LAYOUT_ROWS) return (size_t)n_head_kv * kvq_row_bytes(t, head_dim);
     kvq_cache_side sd = { .type = t, .head_dim = head_dim };
-    tr->tile->shape(&sd, true);      /* records divide into whole bytes per token */
+    kvq_row_hooks_of(t)->shape(&sd, true);      /* records divide into whole bytes per token */
     return (size_t)n_head_kv * (size_t)sd.n_slices * sd.record_bytes / KVQ_KVARN_TILE;
 }
 
@@ -75,8 +75,8 @@ void kvq_cache_free(kvq_cache *c) {
 
 static bool is_cache_type(kvq_type t) {
     const kvq_type_traits *tr = kvq_type_get_scalar(t);
-    const bool hooks = tr && (tr->layout == KVQ_LAYOUT_TILES || tr->calib_rate);   /* read through `tile` */
-    return tr && tr->is_cache_type && (hooks ? tr->tile != NULL : tr->quantize != NULL);
+    const kvq_row_hooks *h = kvq_row_hooks_of(t);     /* records: stored and read through their row's hooks */
+    return tr && tr->is_cache_type && h && (h->read_row ? h->score != NULL : tr->quantize != NULL);
 }
 
 static bool is_exact_type(kvq_type t) {
@@ -230,8 +230,8 @@ static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
 static void shape_tile_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
     const kvq_cache_params *p = &c->p;
     const int T = KVQ_KVARN_TILE;
-    sd->tile_ops = kvq_type_get_scalar(sd->type)->tile;
-    sd->tile_ops->shape(sd, is_v);
+    sd->records = kvq_row_hooks_of(sd->type);
+    sd->records->shape(sd, is_v);
     sd->rot_kind = KVQ_FMT_ROT_SLICE;
     sd->rot_block = sd->tile.width;
     sd->rot_signs = NULL;
@@ -327,7 +327,7 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
             ring_alloc += ring;
             b->tail += kept;
             b->sink += sink;
-            if (sd->layout == KVQ_LAYOUT_TILES) scratch = KVQ_MAX(scratch, sd->tile_ops->scratch_floats(sd));
+            if (sd->layout == KVQ_LAYOUT_TILES) scratch = KVQ_MAX(scratch, sd->records->scratch_floats(sd));
         }
     }
     size_t stage;
@@ -559,7 +559,7 @@ static kvq_status write_tiles(const kvq_cache *c, const kvq_cache_side *sd, int 
     if (sd->layout != KVQ_LAYOUT_TILES || (pos + 1) % KVQ_KVARN_TILE) return KVQ_OK;
     const int tile = pos / KVQ_KVARN_TILE;
     if (tile < sd->first_tile) return KVQ_OK;
-    return sd->tile_ops->quantize(c, sd, tile, err);
+    return sd->records->quantize(c, sd, tile, err);
 }
 
 kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n, const float *k, const float *v,
@@ -615,11 +615,11 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
         return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in the tail ring", pos);
     if (part == KVQ_PART_SINK && pos >= sd->sink_rows)
         return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in the sink", pos);
-    if (part == KVQ_PART_BODY && sd->tile_ops) {   /* tiles, calibrated rows: the format's hook */
+    if (part == KVQ_PART_BODY && sd->records) {   /* tiles, calibrated rows: their row's hook */
         const int tile = pos / KVQ_KVARN_TILE;
         if (sd->layout == KVQ_LAYOUT_TILES && (tile < sd->first_tile || (tile + 1) * KVQ_KVARN_TILE > stored))
             return kvq_fail(err, KVQ_ERR_ARG, "cache read: position %d is not in a quantised tile", pos);
-        sd->tile_ops->read_row(sd, head, pos, out);
+        sd->records->read_row(sd, head, pos, out);
         return KVQ_OK;
     }
     const uint8_t *row = part == KVQ_PART_BODY ? body_row(c, sd, head, pos)

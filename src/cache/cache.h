@@ -1,7 +1,7 @@
 /*
  * cache.h - internals of the KV cache (src/cache/cache.c) shared with the
- * attention kernel (src/cache/attention.c), the tile formats (src/format/tile_ops.h)
- * and the tests.
+ * attention kernel (src/cache/attention.c), the hooks of the formats' rows
+ * (row_hooks.h) and the tests.
  *
  * Layout (all memory allocated once, at creation, from n_ctx), per layer
  * and side (K, V), each side with its own type, layout and exact regions:
@@ -37,7 +37,7 @@
 
 #include "kvq_internal.h"
 #include "kvarn.h"
-#include "tile_ops.h"
+#include "row_hooks.h"
 
 /* Where a stored row lives (which copy). */
 typedef enum kvq_cache_part { KVQ_PART_BODY = 0, KVQ_PART_RING, KVQ_PART_SINK, KVQ_PART_STAGE, KVQ_PART_COUNT } kvq_cache_part;
@@ -48,7 +48,9 @@ typedef struct kvq_cache_side {
     const kvq_type_traits *body_tr, *tail_tr; /* active kernels of type and tail_type,
                                looked up once at creation for the write/read paths */
     kvq_layout layout;      /* rows of blocks or 128-token tiles           */
-    const struct kvq_tile_ops *tile_ops; /* tiles: the format's hooks      */
+    const kvq_row_hooks *records; /* record types (tiles, calibrated rows):
+                               the hooks of the row that store and read
+                               the body; NULL for plain row types         */
     int head_dim;           /* values per head (the model's)               */
     int store_dim;          /* values per stored row (>= head_dim, padded) */
     kvq_format_rot rot_kind;/* NONE: the plan's Hadamard (rot_block, signs);
@@ -115,9 +117,9 @@ struct kvq_cache {
 kvq_status kvq_cache_calib_bind(kvq_cache *c, kvq_error *err);
 /* Bytes those copies take (counted in kvq_cache_bytes.allocated). */
 size_t kvq_cache_calib_bytes(const kvq_cache *c);
-/* A calibrated body's reads (the score and accumulate hooks of
- * src/format/tile_ops.h): scalar, and fused AVX2 (call only where
- * kvq_cpu_features() has avx2); tests compare the two. */
+/* A calibrated body's reads (behind the score and accumulate hooks of
+ * its row, row_hooks.h): scalar, and fused AVX2 (call only where
+ * kvq_isa_best() >= KVQ_ISA_AVX2); tests compare the two. */
 void kvq_calib_score_scalar(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
                             int q_stride, float scale, float *w, int w_stride);
 void kvq_calib_accumulate_scalar(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,

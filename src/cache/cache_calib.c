@@ -6,11 +6,13 @@
  * transformed domain as with the Hadamard rotation: each query is
  * multiplied by T^-T once (q'.y = q.(x - mean); the constant q.mean
  * cancels in the softmax), each output by T^-1 once, plus mean_v (the
- * weights sum to 1).  The body is read through the tile hooks (the hooks
- * get the side and the KV head, so they know the head's layout); rows are
+ * weights sum to 1).  The body is read through the row's hooks (they get
+ * the side and the KV head, so they know the head's layout); rows are
  * written one by one like any row type. */
 #include "cache.h"
 #include "calib.h"
+#include "format_row.h"
+#include "row_hooks.h"
 #include "hash64.h"
 
 #include <stdlib.h>
@@ -106,29 +108,41 @@ void kvq_calib_accumulate_scalar(const kvq_cache_side *sd, int kv_head, int key0
     }
 }
 
-/* The fused AVX2 reads where the CPU has them (KVQ_FORCE_SCALAR=1: the
- * scalar ones), decided by kvq_cpu_features once. */
-static void calib_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G, int q_stride,
-                        float scale, float *w, int w_stride) {
-    if (kvq_cpu_features()->avx2) kvq_calib_score_avx2(sd, kv_head, key0, nk, q, G, q_stride, scale, w, w_stride);
-    else kvq_calib_score_scalar(sd, kv_head, key0, nk, q, G, q_stride, scale, w, w_stride);
+static bool is_calibrated(kvq_type t) { return kvq_type_get_scalar(t)->calib_rate > 0; }
+
+/* The fused AVX2 reads at the levels that have AVX2 (the attention
+ * pass's level chooses; scalar: the reference hooks above). */
+static void calib_score(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *unused, int nk,
+                        const attn_query *q, int G, float scale, float *w, int w_stride) {
+    (void)unused;
+    if (kr->isa >= KVQ_ISA_AVX2) kvq_calib_score_avx2(k->sd, k->kv_head, k->key0, nk, q->q, G, q->stride, scale, w, w_stride);
+    else kvq_calib_score_scalar(k->sd, k->kv_head, k->key0, nk, q->q, G, q->stride, scale, w, w_stride);
 }
 
-static void calib_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
-                             int w_stride, float *acc, int acc_stride) {
-    if (kvq_cpu_features()->avx2) kvq_calib_accumulate_avx2(sd, kv_head, key0, nk, w, G, w_stride, acc, acc_stride);
-    else kvq_calib_accumulate_scalar(sd, kv_head, key0, nk, w, G, w_stride, acc, acc_stride);
+static void calib_accumulate(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *unused,
+                             int nk, const float *w, int w_stride, int G, float *acc, int acc_stride) {
+    (void)unused;
+    if (kr->isa >= KVQ_ISA_AVX2) kvq_calib_accumulate_avx2(v->sd, v->kv_head, v->key0, nk, w, G, w_stride, acc, acc_stride);
+    else kvq_calib_accumulate_scalar(v->sd, v->kv_head, v->key0, nk, w, G, w_stride, acc, acc_stride);
 }
 
-const struct kvq_tile_ops kvq_calib_row_ops = {
-    .read_row = calib_read_row,
+/* Calibrated bodies are rows (layout KVQ_LAYOUT_ROWS), written one by one,
+ * but each KV head's rows have that head's layout, which these hooks know
+ * through the side: read_row, score and accumulate only. */
+static const kvq_row_hooks g_calib_hooks = {
+    .name = "calibrated rows",
     .score = calib_score,
     .accumulate = calib_accumulate,
+    .read_row = calib_read_row,
 };
+
+void kvq_calib_register(void) {
+    for (int t = 0; t < KVQ_TYPE_COUNT; t++)
+        if (kvq_type_get_scalar((kvq_type)t) && is_calibrated((kvq_type)t)) kvq_format_set_hooks((kvq_type)t, &g_calib_hooks);
+}
 
 /* ------------------------------------------------------------------ binding */
 
-static bool is_calibrated(kvq_type t) { return kvq_type_get_scalar(t)->calib_rate > 0; }
 
 /* The calibration fits the cache: shape, and every rate its sides use. */
 static kvq_status check_calibration(const kvq_cache *c, kvq_error *err) {
@@ -224,7 +238,7 @@ kvq_status kvq_cache_calib_bind(kvq_cache *c, kvq_error *err) {
             const int ri = kvq_calib_find_rate(p->calib, kvq_type_get_scalar(sd->type)->calib_rate);
             const size_t d = (size_t)sd->head_dim;
             sd->calib = h;
-            sd->tile_ops = &kvq_calib_row_ops;
+            sd->records = kvq_row_hooks_of(sd->type);
             for (int g = 0; g < p->n_head_kv; g++, h++) {
                 uint8_t *bits = (uint8_t *)(mem + 2 * d * d + 2 * d);
                 st = bind_head(h, kvq_calib_side_at(p->calib, l, g, s == 1), s == 1, ri, sd->row_bytes, mem, bits, err);

@@ -13,18 +13,14 @@
 #include "calib.h"
 #include "turbo.h"
 
+#include "simd256.h"
+
 #include <immintrin.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 
 enum { HEADS_PER_PASS = 4 };
 
-static float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 static const uint8_t *row_of(const kvq_cache_side *sd, int head, int pos) {
     return sd->body + (size_t)head * sd->body_head_bytes + (size_t)pos * sd->row_bytes;
@@ -42,9 +38,8 @@ typedef struct run_reader {
 /* Lanes t < n of the block starting at coefficient i (all eight when
  * i + 8 <= n): loads and stores of the query and the accumulators never
  * touch a float past the run. */
-static inline __m256i lanes_below(int n_left) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n_left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
+#define lanes_below(n_left) kvq_v8_lanes_below(n_left)
+#define hsum(v) kvq_v8_hsum(v)
 
 static run_reader reader_of(const kvq_calib_group *gr, int code_bytes) {
     run_reader r;

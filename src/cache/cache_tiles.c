@@ -1,6 +1,6 @@
 /*
- * cache_tiles.c - the KVarN side of the cache (docs/kvarn.md), KVarN's tile
- * hooks (src/format/tile_ops.h, kvq_kvarn_tile_ops at the end): shapes of
+ * cache_tiles.c - the KVarN side of the cache (docs/kvarn.md), the hooks of
+ * KVarN's rows (row_hooks.h, installed by kvq_kvarn_register at the end): shapes of
  * tile sides, quantising a completed tile from its exact staging rows into
  * one record per KV head and slice, reading a record's row back (tests),
  * and attention straight from records (scores of a run of keys against
@@ -16,8 +16,9 @@
  *     applied once per run of keys.
  * Codes of a run are unpacked once and shared by every query head.
  */
-#include "attn_block.h"
 #include "cache.h"
+#include "format_row.h"
+#include "row_hooks.h"
 #include "cache_tiles_simd.h"
 
 enum { T = KVQ_KVARN_TILE, MAX_WIDTH = 128 };
@@ -33,17 +34,18 @@ void kvq_tiles_halves_scalar(const uint8_t *src, int n, float *out) {
     for (int i = 0; i < n; i++) out[i] = kvq_half_to_float(kvq_rd16(src + 2 * i));
 }
 
-/* Code and fp16 unpacking for this CPU (KVQ_FORCE_SCALAR obeyed). */
+/* Code and fp16 unpacking per ISA level (index kvq_isa): the attention
+ * pass's level chooses (AVX-512 runs the AVX2 helpers). */
 typedef struct tile_unpack {
     void (*codes)(const uint8_t *tok, int width, int bits, float *out);
     void (*halves)(const uint8_t *src, int n, float *out);
 } tile_unpack;
 
-static tile_unpack unpack_for_cpu(void) {
-    const kvq_cpu *cpu = kvq_cpu_features();
-    if (cpu->avx2 && cpu->f16c) return (tile_unpack){ kvq_tiles_codes_avx2, kvq_tiles_halves_avx2 };
-    return (tile_unpack){ kvq_tiles_codes_scalar, kvq_tiles_halves_scalar };
-}
+static const tile_unpack g_unpack[KVQ_ISA_COUNT] = {
+    [KVQ_ISA_SCALAR] = { kvq_tiles_codes_scalar, kvq_tiles_halves_scalar },
+    [KVQ_ISA_AVX2] = { kvq_tiles_codes_avx2, kvq_tiles_halves_avx2 },
+    [KVQ_ISA_AVX512] = { kvq_tiles_codes_avx2, kvq_tiles_halves_avx2 },
+};
 
 static void kvq_tiles_shape(kvq_cache_side *sd, bool is_v) {
     const int width = sd->head_dim <= 64 ? 64 : 128;
@@ -110,12 +112,16 @@ static void run_codes(const tile_unpack *u, const kvq_cache_side *sd, const uint
  * stack); larger GQA groups go in several calls. */
 enum { HEADS = 16 };
 
-/* Runs of keys are at most one attention chunk (ATTN_BLOCK_KEYS). */
-static void kvq_tiles_score(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *q, int G,
-                            int q_stride, float scale, float *wts, int w_stride) {
+/* Runs of keys are at most one attention chunk (ATTN_BLOCK_KEYS), within
+ * one tile; the products go through the level blk's kernels. */
+static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows *k, const uint8_t *const *unused,
+                            int nk, const attn_query *aq, int G, float scale, float *wts, int w_stride) {
+    (void)unused;
+    const kvq_cache_side *sd = k->sd;
+    const int kv_head = k->kv_head, key0 = k->key0, q_stride = aq->stride;
+    const float *q = aq->q;
     const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
-    const attn_block_kernels *blk = attn_block_best();
-    const tile_unpack u = unpack_for_cpu();
+    const tile_unpack u = g_unpack[blk->isa];
     float cf[ATTN_BLOCK_KEYS * MAX_WIDTH], S[MAX_WIDTH], Z[MAX_WIDTH], O[ATTN_BLOCK_KEYS];
     float qs[HEADS * MAX_WIDTH], qz[HEADS], dots[HEADS * ATTN_BLOCK_KEYS];
     const float *rows[ATTN_BLOCK_KEYS];
@@ -147,11 +153,13 @@ static void kvq_tiles_score(const kvq_cache_side *sd, int kv_head, int key0, int
         for (int t = 0; t < nk; t++) wts[(size_t)j * w_stride + t] *= scale;
 }
 
-static void kvq_tiles_accumulate(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *wts, int G,
-                                 int w_stride, float *acc, int acc_stride) {
+static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block_rows *v, const uint8_t *const *unused,
+                                 int nk, const float *wts, int w_stride, int G, float *acc, int acc_stride) {
+    (void)unused;
+    const kvq_cache_side *sd = v->sd;
+    const int kv_head = v->kv_head, key0 = v->key0;
     const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
-    const attn_block_kernels *blk = attn_block_best();
-    const tile_unpack u = unpack_for_cpu();
+    const tile_unpack u = g_unpack[blk->isa];
     float cf[ATTN_BLOCK_KEYS * MAX_WIDTH], S[ATTN_BLOCK_KEYS], Z[ATTN_BLOCK_KEYS], O[MAX_WIDTH];
     float ps[HEADS * ATTN_BLOCK_KEYS], pz[HEADS], a[HEADS * MAX_WIDTH];
     const float *rows[ATTN_BLOCK_KEYS];
@@ -181,7 +189,19 @@ static void kvq_tiles_accumulate(const kvq_cache_side *sd, int kv_head, int key0
     }
 }
 
-const struct kvq_tile_ops kvq_kvarn_tile_ops = {
-    kvq_tiles_shape, kvq_tiles_scratch_floats, kvq_tiles_quantize,
-    kvq_tiles_read_row, kvq_tiles_score, kvq_tiles_accumulate,
+static const kvq_row_hooks g_kvarn_hooks = {
+    .name = "kvarn records",
+    .score = kvq_tiles_score,
+    .accumulate = kvq_tiles_accumulate,
+    .run_keys = T,
+    .shape = kvq_tiles_shape,
+    .scratch_floats = kvq_tiles_scratch_floats,
+    .quantize = kvq_tiles_quantize,
+    .read_row = kvq_tiles_read_row,
 };
+
+void kvq_kvarn_register(void) {
+    static const kvq_type types[] = { KVQ_TYPE_KVARN2, KVQ_TYPE_KVARN3, KVQ_TYPE_KVARN4,
+                                      KVQ_TYPE_KVARN5, KVQ_TYPE_KVARN6, KVQ_TYPE_KVARN8 };
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(types); i++) kvq_format_set_hooks(types[i], &g_kvarn_hooks);
+}

@@ -16,7 +16,7 @@
 #include "cache_tiles_simd.h"
 
 #if defined(__AVX2__)
-#include <immintrin.h>
+#include "simd256.h"
 
 typedef struct group_code { __m256i shuffle, shift, mask; } group_code;
 
@@ -55,7 +55,7 @@ void kvq_tiles_codes_avx2(const uint8_t *tok, int width, int bits, float *out) {
 void kvq_tiles_halves_avx2(const uint8_t *src, int n, float *out) {
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i))));
+        _mm256_storeu_ps(out + i, kvq_v8_load_f16(src + 2 * i));
     for (; i < n; i++) out[i] = kvq_half_to_float(kvq_rd16(src + 2 * i));
 }
 

@@ -1,6 +1,6 @@
 /* cache_tiles_simd.h - SIMD helpers of the KVarN record kernels
- * (src/cache/cache_tiles_avx2.c); call only when kvq_cpu_features()->avx2 (and
- * f16c) is set.  The scalar equivalents live in cache_tiles.c. */
+ * (src/cache/cache_tiles_avx2.c); call only at kvq_isa_best() >= KVQ_ISA_AVX2
+ * (AVX2, FMA and F16C).  The scalar equivalents live in cache_tiles.c. */
 #ifndef KVQ_CACHE_TILES_SIMD_H
 #define KVQ_CACHE_TILES_SIMD_H
 

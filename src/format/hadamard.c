@@ -26,13 +26,15 @@ void kvq_fwht_scalar(float *x, int n) {
 
 typedef void (*fwht_fn)(float *x, int n);
 
-/* The AVX2 transform works on whole 8-float registers. */
-static fwht_fn fwht_for(int n) {
+/* The transform of each level (AVX-512 runs the AVX2 one); the AVX2
+ * transform works on whole 8-float registers. */
 #if defined(__x86_64__)
-    if (n >= 8 && kvq_cpu_features()->avx2) return kvq_fwht_avx2;
+static const fwht_fn g_fwht[KVQ_ISA_COUNT] = { kvq_fwht_scalar, kvq_fwht_avx2, kvq_fwht_avx2 };
+#else
+static const fwht_fn g_fwht[KVQ_ISA_COUNT] = { kvq_fwht_scalar, kvq_fwht_scalar, kvq_fwht_scalar };
 #endif
-    return kvq_fwht_scalar;
-}
+
+static fwht_fn fwht_for(int n) { return n >= 8 ? g_fwht[kvq_isa_best()] : kvq_fwht_scalar; }
 
 /* Sizes outside the documented contract are ignored rather than trusted:
  * the function has no error channel, and touching memory past n would be

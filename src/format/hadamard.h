@@ -18,7 +18,7 @@ static inline float kvq_fwht_norm(int n) { return (float)(1.0 / sqrt((double)n))
 
 /* Normalised in-place transforms; n a power of two in [1, KVQ_FWHT_MAX]
  * (checked by the caller).  The AVX2 one must only run when
- * kvq_cpu_features()->avx2 is set. */
+ * kvq_isa_best() >= KVQ_ISA_AVX2. */
 void kvq_fwht_scalar(float *x, int n);
 void kvq_fwht_avx2(float *x, int n);
 

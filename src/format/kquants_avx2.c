@@ -1,6 +1,7 @@
 /* kquants_avx2.c - K-quant kernels with AVX2 + FMA: the shared unpackers
  * of kquants_unpack.inc plus the 8-lane float side.  Activations stay f32. */
 #include "kquants_simd.h"
+#include "simd256.h"
 
 #include "kquants_unpack.inc"
 
@@ -13,11 +14,7 @@ static inline __m256 group_half(const kq_unpacked *u, int g, int h) {
 typedef struct kq_acc { __m256 a0, a1; } kq_acc;
 static inline kq_acc kq_acc_zero(void) { return (kq_acc){ _mm256_setzero_ps(), _mm256_setzero_ps() }; }
 static inline float kq_acc_sum(kq_acc a) {
-    const __m256 acc = _mm256_add_ps(a.a0, a.a1);
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
+    return kvq_v8_hsum(_mm256_add_ps(a.a0, a.a1));
 }
 
 static inline kq_acc codes_dot_acc(const kq_unpacked *u, const float *x, kq_acc a) {

@@ -231,7 +231,7 @@ KVQ_BLOCK_TYPE(q2_1, 2, true, false)
 
 void kvq_q8_0_quantize(const float *x, void *dst, int64_t n) {
     uint8_t *out = dst;
-    for (int64_t i = 0; i < n; i += KVQ_BLOCK, out += 34) {
+    for (int64_t i = 0; i < n; i += KVQ_BLOCK, out += KVQ_BYTES_Q8_0) {
         if (!kvq_block_is_finite(x + i)) {
             kvq_wr16(out, KVQ_HALF_NAN);
             memset(out + 2, 0, KVQ_BLOCK);
@@ -247,7 +247,7 @@ void kvq_q8_0_quantize(const float *x, void *dst, int64_t n) {
 
 void kvq_q8_0_dequantize(const void *src, float *y, int64_t n) {
     const uint8_t *in = src;
-    for (int64_t i = 0; i < n; i += KVQ_BLOCK, in += 34) {
+    for (int64_t i = 0; i < n; i += KVQ_BLOCK, in += KVQ_BYTES_Q8_0) {
         const float d = kvq_half_to_float(kvq_rd16(in));
         for (int j = 0; j < KVQ_BLOCK; j++) y[i + j] = d * (float)(int8_t)in[2 + j];
     }
@@ -256,7 +256,7 @@ void kvq_q8_0_dequantize(const void *src, float *y, int64_t n) {
 float kvq_q8_0_dot(const void *row, const float *x, int64_t n) {
     const uint8_t *in = row;
     float sum = 0.0f;
-    for (int64_t i = 0; i < n; i += KVQ_BLOCK, in += 34) {
+    for (int64_t i = 0; i < n; i += KVQ_BLOCK, in += KVQ_BYTES_Q8_0) {
         float s = 0.0f;
         for (int j = 0; j < KVQ_BLOCK; j++) s += (float)(int8_t)in[2 + j] * x[i + j];
         sum += kvq_half_to_float(kvq_rd16(in)) * s;
@@ -266,7 +266,7 @@ float kvq_q8_0_dot(const void *row, const float *x, int64_t n) {
 
 void kvq_q8_0_axpy(float w, const void *row, float *y, int64_t n) {
     const uint8_t *in = row;
-    for (int64_t i = 0; i < n; i += KVQ_BLOCK, in += 34) {
+    for (int64_t i = 0; i < n; i += KVQ_BLOCK, in += KVQ_BYTES_Q8_0) {
         const float wd = w * kvq_half_to_float(kvq_rd16(in));
         for (int j = 0; j < KVQ_BLOCK; j++) y[i + j] += wd * (float)(int8_t)in[2 + j];
     }

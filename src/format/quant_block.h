@@ -7,6 +7,21 @@
 
 #define KVQ_BLOCK 32   /* values per block of every q*_0 / q*_1 / iq4_nl type */
 
+/* A 32-value block's bytes, derived once from its description (fp16 d, an
+ * fp16 m for the q*_1 types, then `bits` bits per code): every table and
+ * kernel takes its block sizes from these, never from a literal.  The
+ * ggml-compatible sizes are checked in src/format/types.c. */
+#define KVQ_BLOCK_HEADER(HAS_MIN) ((HAS_MIN) ? 4 : 2)
+#define KVQ_BLOCK_BYTES(BITS, HAS_MIN) (KVQ_BLOCK_HEADER(HAS_MIN) + (BITS) * KVQ_BLOCK / 8)
+enum {
+    KVQ_BYTES_Q8_0 = KVQ_BLOCK_BYTES(8, 0),   KVQ_BYTES_Q6_0 = KVQ_BLOCK_BYTES(6, 0),
+    KVQ_BYTES_Q6_1 = KVQ_BLOCK_BYTES(6, 1),   KVQ_BYTES_Q5_0 = KVQ_BLOCK_BYTES(5, 0),
+    KVQ_BYTES_Q5_1 = KVQ_BLOCK_BYTES(5, 1),   KVQ_BYTES_Q4_0 = KVQ_BLOCK_BYTES(4, 0),
+    KVQ_BYTES_Q4_1 = KVQ_BLOCK_BYTES(4, 1),   KVQ_BYTES_IQ4_NL = KVQ_BLOCK_BYTES(4, 0),
+    KVQ_BYTES_Q3_0 = KVQ_BLOCK_BYTES(3, 0),   KVQ_BYTES_Q3_1 = KVQ_BLOCK_BYTES(3, 1),
+    KVQ_BYTES_Q2_0 = KVQ_BLOCK_BYTES(2, 0),   KVQ_BYTES_Q2_1 = KVQ_BLOCK_BYTES(2, 1),
+};
+
 /* One row of the trait table's kernels per name, e.g. kvq_q4_0_quantize. */
 #define KVQ_DECLARE_KERNELS(name)                                                 \
     void  kvq_##name##_quantize(const float *x, void *dst, int64_t n);            \

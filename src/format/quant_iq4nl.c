@@ -206,18 +206,18 @@ static void decode_block(const uint8_t *src, float *y) {
 
 void kvq_iq4_nl_quantize(const float *x, void *dst, int64_t n) {
     uint8_t *out = dst;
-    for (int64_t i = 0; i < n; i += KVQ_BLOCK, out += 18) encode_block(x + i, out);
+    for (int64_t i = 0; i < n; i += KVQ_BLOCK, out += KVQ_BYTES_IQ4_NL) encode_block(x + i, out);
 }
 
 void kvq_iq4_nl_dequantize(const void *src, float *y, int64_t n) {
     const uint8_t *in = src;
-    for (int64_t i = 0; i < n; i += KVQ_BLOCK, in += 18) decode_block(in, y + i);
+    for (int64_t i = 0; i < n; i += KVQ_BLOCK, in += KVQ_BYTES_IQ4_NL) decode_block(in, y + i);
 }
 
 float kvq_iq4_nl_dot(const void *row, const float *x, int64_t n) {
     const uint8_t *in = row;
     float sum = 0.0f;
-    for (int64_t i = 0; i < n; i += KVQ_BLOCK, in += 18) {
+    for (int64_t i = 0; i < n; i += KVQ_BLOCK, in += KVQ_BYTES_IQ4_NL) {
         float s = 0.0f;
         for (int j = 0; j < 16; j++)
             s += (float)kvq_iq4nl_values[in[2 + j] & 15] * x[i + j] +
@@ -230,7 +230,7 @@ float kvq_iq4_nl_dot(const void *row, const float *x, int64_t n) {
 void kvq_iq4_nl_axpy(float w, const void *row, float *y, int64_t n) {
     const uint8_t *in = row;
     float tmp[KVQ_BLOCK];
-    for (int64_t i = 0; i < n; i += KVQ_BLOCK, in += 18) {
+    for (int64_t i = 0; i < n; i += KVQ_BLOCK, in += KVQ_BYTES_IQ4_NL) {
         decode_block(in, tmp);
         for (int j = 0; j < KVQ_BLOCK; j++) y[i + j] += w * tmp[j];
     }

@@ -1,31 +1,15 @@
 /* simd_avx2.c - AVX2/FMA/F16C kernels (compiled with -mavx2 -mfma -mf16c,
- * called only after run-time detection).  This file defines the 8-float
- * vector primitives; the kernels themselves are simd_x86_kernels.h. */
+ * called only after run-time detection).  The 8-float primitive set is
+ * vec8.h; this file adds the format kernels' own (code bytes to floats,
+ * fp16/bf16 stores, q8 rounding); the kernels are simd_x86_kernels.h. */
 #include "simd.h"
+#include "vec8.h"
 
 #if defined(__x86_64__) && defined(__AVX2__)
 #include <immintrin.h>
 
-typedef __m256 vf;
-enum { VF_LANES = 8, VF_PER_BLOCK = 4 };
-
-static inline vf vf_zero(void) { return _mm256_setzero_ps(); }
-static inline vf vf_set1(float f) { return _mm256_set1_ps(f); }
-static inline vf vf_load(const float *p) { return _mm256_loadu_ps(p); }
-static inline void vf_store(float *p, vf v) { _mm256_storeu_ps(p, v); }
-static inline vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
-static inline vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
-static inline vf vf_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
-
-static inline float vf_hsum(vf v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline vf bytes8_to_float(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
-static inline void vf_codes_to_float(__m256i c, vf out[VF_PER_BLOCK]) {
+static inline VF bytes8_to_float(__m128i b) { return kvq_v8_s8_to_f32(b); }
+static inline void vcodes_float(__m256i c, VF out[VPB]) {
     const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
     out[0] = bytes8_to_float(lo);
     out[1] = bytes8_to_float(_mm_srli_si128(lo, 8));
@@ -33,18 +17,13 @@ static inline void vf_codes_to_float(__m256i c, vf out[VF_PER_BLOCK]) {
     out[3] = bytes8_to_float(_mm_srli_si128(hi, 8));
 }
 
-static inline vf vf_load_f16(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
-static inline void vf_store_f16(uint8_t *p, vf v) {
+static inline void vstore_h(uint8_t *p, VF v) {
     _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-}
-static inline vf vf_load_bf16(const uint8_t *p) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
 /* kvq_float_to_bfloat on 8 lanes: round to nearest even on the top 16
  * bits, NaN kept quiet (| 0x40). */
-static inline void vf_store_bf16(uint8_t *p, vf v) {
+static inline void vstore_bf(uint8_t *p, VF v) {
     const __m256i x = _mm256_castps_si256(v);
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
     const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
@@ -55,9 +34,9 @@ static inline void vf_store_bf16(uint8_t *p, vf v) {
     _mm_storeu_si128((__m128i *)p, packed);
 }
 
-static inline vf vf_abs(vf v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
-static inline float vf_abs_max(const vf v[VF_PER_BLOCK]) {
-    vf m = _mm256_max_ps(_mm256_max_ps(vf_abs(v[0]), vf_abs(v[1])), _mm256_max_ps(vf_abs(v[2]), vf_abs(v[3])));
+static inline VF vabs(VF v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
+static inline float vabs_max(const VF v[VPB]) {
+    VF m = _mm256_max_ps(_mm256_max_ps(vabs(v[0]), vabs(v[1])), _mm256_max_ps(vabs(v[2]), vabs(v[3])));
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
@@ -66,18 +45,18 @@ static inline float vf_abs_max(const vf v[VF_PER_BLOCK]) {
 
 /* roundf (halves away from zero), NaN -> 0, clamp to [-127, 127]: the
  * scalar kvq_code_clamp(roundf(t), -127, 127, 0). */
-static inline vf q8_round_code(vf t) {
-    vf r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const vf half_or_more = _mm256_cmp_ps(vf_abs(_mm256_sub_ps(t, r)), vf_set1(0.5f), _CMP_GE_OQ);
-    const vf away = _mm256_or_ps(_mm256_and_ps(t, vf_set1(-0.0f)), vf_set1(1.0f)); /* copysign(1, t) */
+static inline VF q8_round_code(VF t) {
+    VF r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const VF half_or_more = _mm256_cmp_ps(vabs(_mm256_sub_ps(t, r)), vset1(0.5f), _CMP_GE_OQ);
+    const VF away = _mm256_or_ps(_mm256_and_ps(t, vset1(-0.0f)), vset1(1.0f)); /* copysign(1, t) */
     r = _mm256_add_ps(r, _mm256_and_ps(half_or_more, away));
     r = _mm256_and_ps(r, _mm256_cmp_ps(t, t, _CMP_ORD_Q));
-    return _mm256_min_ps(_mm256_max_ps(r, vf_set1(-127.0f)), vf_set1(127.0f));
+    return _mm256_min_ps(_mm256_max_ps(r, vset1(-127.0f)), vset1(127.0f));
 }
 
-static inline void q8_codes_store(const vf v[VF_PER_BLOCK], float id, uint8_t *dst) {
-    __m256i q[VF_PER_BLOCK];
-    for (int k = 0; k < VF_PER_BLOCK; k++) q[k] = _mm256_cvtps_epi32(q8_round_code(vf_mul(v[k], vf_set1(id))));
+static inline void q8_codes_store(const VF v[VPB], float id, uint8_t *dst) {
+    __m256i q[VPB];
+    for (int k = 0; k < VPB; k++) q[k] = _mm256_cvtps_epi32(q8_round_code(vmul(v[k], vset1(id))));
     /* packs work per 128-bit lane: undo the interleave with one permute */
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));

@@ -2,8 +2,9 @@
  * simd_x86_codes.h - decoders from a block's packed codes to its 32 codes
  * as signed bytes in element order (one __m256i), for every 32-value block
  * layout of quant_block.c / quant_iq4nl.c.  Shared by the AVX2 and AVX-512
- * files (both compiled with AVX2 enabled); the float FMA loops that consume
- * these codes are in simd_x86_kernels.h.
+ * files (both compiled with AVX2 enabled): the row kernels'
+ * (simd_x86_kernels.h) and the attention's fused ones (their plane reads,
+ * src/cache/attn_codes_x86.h), so each plane is decoded by one function.
  *
  * A q*_0 code is returned with its offset removed (q - 2^(bits-1)), an
  * iq4_nl index as its codebook value, so that every block reads

@@ -1,14 +1,14 @@
 /*
  * simd_x86_kernels.h - the SIMD row kernels, written once for any vector
  * width.  Included by simd_avx2.c (8 floats per vector) and simd_avx512.c
- * (16), each of which first defines its vector primitives:
+ * (16), each of which first includes the primitive set of its width
+ * (src/base/vec8.h, vec16.h: VF, VL, VPB, vzero, vset1, vload, vstore,
+ * vadd, vmul, vfma, vhsum, vload_h, vload_bf) and defines the format's own:
  *
- *   vf, VF_LANES, VF_PER_BLOCK (= 32 / VF_LANES)
- *   vf_zero, vf_set1, vf_load, vf_store, vf_add, vf_mul, vf_fma, vf_hsum
- *   vf_codes_to_float(__m256i codes, vf out[VF_PER_BLOCK])   32 int8 -> floats
- *   vf_load_f16 / vf_store_f16 / vf_load_bf16 / vf_store_bf16 (VF_LANES values)
- *   q8_codes_store(const vf v[VF_PER_BLOCK], float id, uint8_t *dst)
- *   vf_abs_max(const vf v[VF_PER_BLOCK]) -> max |v| (inputs finite)
+ *   vcodes_float(__m256i codes, VF out[VPB])   32 int8 -> floats
+ *   vstore_h / vstore_bf (VL values)
+ *   q8_codes_store(const VF v[VPB], float id, uint8_t *dst)
+ *   vabs_max(const VF v[VPB]) -> max |v| (inputs finite)
  *
  * Block types: one decoder per layout (simd_x86_codes.h) feeds the same
  * three loops; plain types: one loader per storage type.  Everything here
@@ -28,82 +28,82 @@
  * the bitwise-compared dequantiser would show, so it keeps the scalar one). */
 static inline float scale_of(const uint8_t *p) { return _cvtsh_ss(kvq_rd16(p)); }
 
-#define KVQ_SIMD_BLOCK_KERNELS(name, BYTES, HAS_MIN)                                     \
-    static void simd_##name##_dequantize(const void *src, float *y, int64_t n) {         \
-        const uint8_t *b = src;                                                          \
-        for (int64_t i = 0; i < n; i += KVQ_BLOCK, b += (BYTES)) {                       \
-            vf c[VF_PER_BLOCK];                                                          \
-            vf_codes_to_float(codes_##name(b), c);                                       \
-            const vf d = vf_set1(kvq_half_to_float(kvq_rd16(b)));                        \
-            const vf m = vf_set1((HAS_MIN) ? kvq_half_to_float(kvq_rd16(b + 2)) : 0.0f); \
-            for (int k = 0; k < VF_PER_BLOCK; k++) {                                     \
-                vf v = vf_mul(d, c[k]);                                                  \
-                if (HAS_MIN) v = vf_add(v, m); /* never +0 onto -0 for q*_0 */           \
-                vf_store(y + i + k * VF_LANES, v);                                       \
-            }                                                                            \
-        }                                                                                \
-    }                                                                                    \
-    /* sum_j (d*c_j + m) x_j = d * sum_j c_j x_j + m * sum_j x_j */                     \
-    static float simd_##name##_dot(const void *row, const float *x, int64_t n) {         \
-        const uint8_t *b = row;                                                          \
-        vf acc = vf_zero(), acc_m = vf_zero();                                           \
-        for (int64_t i = 0; i < n; i += KVQ_BLOCK, b += (BYTES)) {                       \
-            vf c[VF_PER_BLOCK];                                                          \
-            vf_codes_to_float(codes_##name(b), c);                                       \
-            const float *xb = x + i;                                                     \
-            vf cx = vf_mul(c[0], vf_load(xb));                                           \
-            for (int k = 1; k < VF_PER_BLOCK; k++) cx = vf_fma(c[k], vf_load(xb + k * VF_LANES), cx); \
-            acc = vf_fma(vf_set1(scale_of(b)), cx, acc);                                 \
-            if (HAS_MIN) {                                                               \
-                vf sx = vf_load(xb);                                                     \
-                for (int k = 1; k < VF_PER_BLOCK; k++) sx = vf_add(sx, vf_load(xb + k * VF_LANES)); \
-                acc_m = vf_fma(vf_set1(scale_of(b + 2)), sx, acc_m);                     \
-            }                                                                            \
-        }                                                                                \
-        return (HAS_MIN) ? vf_hsum(vf_add(acc, acc_m)) : vf_hsum(acc);                   \
-    }                                                                                    \
-    /* y += w*(d*c + m) = (w*d)*c + (w*m) */                                             \
-    static void simd_##name##_axpy(float w, const void *row, float *y, int64_t n) {      \
-        const uint8_t *b = row;                                                          \
-        for (int64_t i = 0; i < n; i += KVQ_BLOCK, b += (BYTES)) {                       \
-            vf c[VF_PER_BLOCK];                                                          \
-            vf_codes_to_float(codes_##name(b), c);                                       \
-            const vf wd = vf_set1(w * scale_of(b));                                      \
-            const vf wm = vf_set1((HAS_MIN) ? w * scale_of(b + 2) : 0.0f);               \
-            for (int k = 0; k < VF_PER_BLOCK; k++) {                                     \
-                float *yk = y + i + k * VF_LANES;                                        \
-                vf acc = vf_load(yk);                                                    \
-                if (HAS_MIN) acc = vf_add(acc, wm);                                      \
-                vf_store(yk, vf_fma(wd, c[k], acc));                                     \
-            }                                                                            \
-        }                                                                                \
+#define KVQ_SIMD_BLOCK_KERNELS(name, BYTES, HAS_MIN)                                      \
+    static void simd_##name##_dequantize(const void *src, float *y, int64_t n) {          \
+        const uint8_t *b = src;                                                           \
+        for (int64_t i = 0; i < n; i += KVQ_BLOCK, b += (BYTES)) {                        \
+            VF c[VPB];                                                                    \
+            vcodes_float(codes_##name(b), c);                                             \
+            const VF d = vset1(kvq_half_to_float(kvq_rd16(b)));                           \
+            const VF m = vset1((HAS_MIN) ? kvq_half_to_float(kvq_rd16(b + 2)) : 0.0f);    \
+            for (int k = 0; k < VPB; k++) {                                               \
+                VF v = vmul(d, c[k]);                                                     \
+                if (HAS_MIN) v = vadd(v, m); /* never +0 onto -0 for q*_0 */              \
+                vstore(y + i + k * VL, v);                                                \
+            }                                                                             \
+        }                                                                                 \
+    }                                                                                     \
+    /* sum_j (d*c_j + m) x_j = d * sum_j c_j x_j + m * sum_j x_j */                       \
+    static float simd_##name##_dot(const void *row, const float *x, int64_t n) {          \
+        const uint8_t *b = row;                                                           \
+        VF acc = vzero(), acc_m = vzero();                                                \
+        for (int64_t i = 0; i < n; i += KVQ_BLOCK, b += (BYTES)) {                        \
+            VF c[VPB];                                                                    \
+            vcodes_float(codes_##name(b), c);                                             \
+            const float *xb = x + i;                                                      \
+            VF cx = vmul(c[0], vload(xb));                                                \
+            for (int k = 1; k < VPB; k++) cx = vfma(c[k], vload(xb + k * VL), cx);        \
+            acc = vfma(vset1(scale_of(b)), cx, acc);                                      \
+            if (HAS_MIN) {                                                                \
+                VF sx = vload(xb);                                                        \
+                for (int k = 1; k < VPB; k++) sx = vadd(sx, vload(xb + k * VL));          \
+                acc_m = vfma(vset1(scale_of(b + 2)), sx, acc_m);                          \
+            }                                                                             \
+        }                                                                                 \
+        return (HAS_MIN) ? vhsum(vadd(acc, acc_m)) : vhsum(acc);                          \
+    }                                                                                     \
+    /* y += w*(d*c + m) = (w*d)*c + (w*m) */                                              \
+    static void simd_##name##_axpy(float w, const void *row, float *y, int64_t n) {       \
+        const uint8_t *b = row;                                                           \
+        for (int64_t i = 0; i < n; i += KVQ_BLOCK, b += (BYTES)) {                        \
+            VF c[VPB];                                                                    \
+            vcodes_float(codes_##name(b), c);                                             \
+            const VF wd = vset1(w * scale_of(b));                                         \
+            const VF wm = vset1((HAS_MIN) ? w * scale_of(b + 2) : 0.0f);                  \
+            for (int k = 0; k < VPB; k++) {                                               \
+                float *yk = y + i + k * VL;                                               \
+                VF acc = vload(yk);                                                       \
+                if (HAS_MIN) acc = vadd(acc, wm);                                         \
+                vstore(yk, vfma(wd, c[k], acc));                                          \
+            }                                                                             \
+        }                                                                                 \
     }
 
-KVQ_SIMD_BLOCK_KERNELS(q8_0, 34, false)
-KVQ_SIMD_BLOCK_KERNELS(q6_0, 26, false)
-KVQ_SIMD_BLOCK_KERNELS(q6_1, 28, true)
-KVQ_SIMD_BLOCK_KERNELS(q5_0, 22, false)
-KVQ_SIMD_BLOCK_KERNELS(q5_1, 24, true)
-KVQ_SIMD_BLOCK_KERNELS(q4_0, 18, false)
-KVQ_SIMD_BLOCK_KERNELS(q4_1, 20, true)
-KVQ_SIMD_BLOCK_KERNELS(iq4_nl, 18, false)
-KVQ_SIMD_BLOCK_KERNELS(q3_0, 14, false)
-KVQ_SIMD_BLOCK_KERNELS(q3_1, 16, true)
-KVQ_SIMD_BLOCK_KERNELS(q2_0, 10, false)
-KVQ_SIMD_BLOCK_KERNELS(q2_1, 12, true)
+KVQ_SIMD_BLOCK_KERNELS(q8_0, KVQ_BYTES_Q8_0, false)
+KVQ_SIMD_BLOCK_KERNELS(q6_0, KVQ_BYTES_Q6_0, false)
+KVQ_SIMD_BLOCK_KERNELS(q6_1, KVQ_BYTES_Q6_1, true)
+KVQ_SIMD_BLOCK_KERNELS(q5_0, KVQ_BYTES_Q5_0, false)
+KVQ_SIMD_BLOCK_KERNELS(q5_1, KVQ_BYTES_Q5_1, true)
+KVQ_SIMD_BLOCK_KERNELS(q4_0, KVQ_BYTES_Q4_0, false)
+KVQ_SIMD_BLOCK_KERNELS(q4_1, KVQ_BYTES_Q4_1, true)
+KVQ_SIMD_BLOCK_KERNELS(iq4_nl, KVQ_BYTES_IQ4_NL, false)
+KVQ_SIMD_BLOCK_KERNELS(q3_0, KVQ_BYTES_Q3_0, false)
+KVQ_SIMD_BLOCK_KERNELS(q3_1, KVQ_BYTES_Q3_1, true)
+KVQ_SIMD_BLOCK_KERNELS(q2_0, KVQ_BYTES_Q2_0, false)
+KVQ_SIMD_BLOCK_KERNELS(q2_1, KVQ_BYTES_Q2_1, true)
 
 /* q8_0 encoder: the scalar rule (d = max|x|/127, q = roundf(x/d)) on
  * vectors; bitwise identical to the reference. */
 static void simd_q8_0_quantize(const float *x, void *dst, int64_t n) {
     uint8_t *out = dst;
-    for (int64_t i = 0; i < n; i += KVQ_BLOCK, out += 34) {
+    for (int64_t i = 0; i < n; i += KVQ_BLOCK, out += KVQ_BYTES_Q8_0) {
         if (!kvq_block_is_finite(x + i)) {
             kvq_q8_0_quantize(x + i, out, KVQ_BLOCK);   /* the poisoned block */
             continue;
         }
-        vf v[VF_PER_BLOCK];
-        for (int k = 0; k < VF_PER_BLOCK; k++) v[k] = vf_load(x + i + k * VF_LANES);
-        const float d = vf_abs_max(v) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        VF v[VPB];
+        for (int k = 0; k < VPB; k++) v[k] = vload(x + i + k * VL);
+        const float d = vabs_max(v) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         kvq_wr16(out, kvq_float_to_half(d));
         q8_codes_store(v, id, out + 2);
     }
@@ -113,47 +113,52 @@ static void simd_q8_0_quantize(const float *x, void *dst, int64_t n) {
 /* Whole vectors in the loop, the remainder (n need not be a multiple of
  * anything for block size 1) through the scalar kernel. */
 
-static inline vf vf_load_f32(const uint8_t *p) { return vf_load((const float *)(const void *)p); }
+/* One loader and one storer per storage type (token-pasted below). */
+static inline VF vload_as_f32(const uint8_t *p) { return vload((const float *)(const void *)p); }
+static inline VF vload_as_f16(const uint8_t *p) { return vload_h(p); }
+static inline VF vload_as_bf16(const uint8_t *p) { return vload_bf(p); }
+static inline void vstore_as_f16(uint8_t *p, VF v) { vstore_h(p, v); }
+static inline void vstore_as_bf16(uint8_t *p, VF v) { vstore_bf(p, v); }
 
-#define KVQ_SIMD_PLAIN_KERNELS(name, ELEM_BYTES)                                          \
-    static void simd_##name##_dequantize(const void *src, float *y, int64_t n) {          \
-        const uint8_t *r = src;                                                           \
-        int64_t i = 0;                                                                    \
-        for (; i + VF_LANES <= n; i += VF_LANES) vf_store(y + i, vf_load_##name(r + i * (ELEM_BYTES))); \
-        if (i < n) kvq_##name##_dequantize(r + i * (ELEM_BYTES), y + i, n - i);           \
-    }                                                                                     \
-    static float simd_##name##_dot(const void *row, const float *x, int64_t n) {          \
-        const uint8_t *r = row;                                                           \
-        vf acc0 = vf_zero(), acc1 = vf_zero();                                            \
-        int64_t i = 0;                                                                    \
-        for (; i + 2 * VF_LANES <= n; i += 2 * VF_LANES) {                                \
-            acc0 = vf_fma(vf_load_##name(r + i * (ELEM_BYTES)), vf_load(x + i), acc0);    \
-            acc1 = vf_fma(vf_load_##name(r + (i + VF_LANES) * (ELEM_BYTES)),              \
-                          vf_load(x + i + VF_LANES), acc1);                               \
-        }                                                                                 \
-        float s = vf_hsum(vf_add(acc0, acc1));                                            \
-        if (i < n) s += kvq_##name##_dot(r + i * (ELEM_BYTES), x + i, n - i);             \
-        return s;                                                                         \
-    }                                                                                     \
-    static void simd_##name##_axpy(float w, const void *row, float *y, int64_t n) {       \
-        const uint8_t *r = row;                                                           \
-        const vf wv = vf_set1(w);                                                         \
-        int64_t i = 0;                                                                    \
-        for (; i + VF_LANES <= n; i += VF_LANES)                                          \
-            vf_store(y + i, vf_fma(wv, vf_load_##name(r + i * (ELEM_BYTES)), vf_load(y + i))); \
-        if (i < n) kvq_##name##_axpy(w, r + i * (ELEM_BYTES), y + i, n - i);              \
+#define KVQ_SIMD_PLAIN_KERNELS(name, ELEM_BYTES)                                           \
+    static void simd_##name##_dequantize(const void *src, float *y, int64_t n) {           \
+        const uint8_t *r = src;                                                            \
+        int64_t i = 0;                                                                     \
+        for (; i + VL <= n; i += VL) vstore(y + i, vload_as_##name(r + i * (ELEM_BYTES))); \
+        if (i < n) kvq_##name##_dequantize(r + i * (ELEM_BYTES), y + i, n - i);            \
+    }                                                                                      \
+    static float simd_##name##_dot(const void *row, const float *x, int64_t n) {           \
+        const uint8_t *r = row;                                                            \
+        VF acc0 = vzero(), acc1 = vzero();                                                 \
+        int64_t i = 0;                                                                     \
+        for (; i + 2 * VL <= n; i += 2 * VL) {                                             \
+            acc0 = vfma(vload_as_##name(r + i * (ELEM_BYTES)), vload(x + i), acc0);        \
+            acc1 = vfma(vload_as_##name(r + (i + VL) * (ELEM_BYTES)),                      \
+                          vload(x + i + VL), acc1);                                        \
+        }                                                                                  \
+        float s = vhsum(vadd(acc0, acc1));                                                 \
+        if (i < n) s += kvq_##name##_dot(r + i * (ELEM_BYTES), x + i, n - i);              \
+        return s;                                                                          \
+    }                                                                                      \
+    static void simd_##name##_axpy(float w, const void *row, float *y, int64_t n) {        \
+        const uint8_t *r = row;                                                            \
+        const VF wv = vset1(w);                                                            \
+        int64_t i = 0;                                                                     \
+        for (; i + VL <= n; i += VL)                                                       \
+            vstore(y + i, vfma(wv, vload_as_##name(r + i * (ELEM_BYTES)), vload(y + i)));  \
+        if (i < n) kvq_##name##_axpy(w, r + i * (ELEM_BYTES), y + i, n - i);               \
     }
 
 KVQ_SIMD_PLAIN_KERNELS(f32, 4)
 KVQ_SIMD_PLAIN_KERNELS(f16, 2)
 KVQ_SIMD_PLAIN_KERNELS(bf16, 2)
 
-#define KVQ_SIMD_HALF_QUANTIZE(name)                                                   \
-    static void simd_##name##_quantize(const float *x, void *dst, int64_t n) {         \
-        uint8_t *out = dst;                                                            \
-        int64_t i = 0;                                                                 \
-        for (; i + VF_LANES <= n; i += VF_LANES) vf_store_##name(out + 2 * i, vf_load(x + i)); \
-        if (i < n) kvq_##name##_quantize(x + i, out + 2 * i, n - i);                  \
+#define KVQ_SIMD_HALF_QUANTIZE(name)                                                      \
+    static void simd_##name##_quantize(const float *x, void *dst, int64_t n) {            \
+        uint8_t *out = dst;                                                               \
+        int64_t i = 0;                                                                    \
+        for (; i + VL <= n; i += VL) vstore_as_##name(out + 2 * i, vload(x + i));         \
+        if (i < n) kvq_##name##_quantize(x + i, out + 2 * i, n - i);                      \
     }
 
 KVQ_SIMD_HALF_QUANTIZE(f16)
@@ -161,8 +166,8 @@ KVQ_SIMD_HALF_QUANTIZE(bf16)
 
 /* ------------------------------------------------------------ the table */
 
-#define KVQ_SIMD_SET_READERS(T, name)                                          \
-    (table[T].dequantize = simd_##name##_dequantize, table[T].dot = simd_##name##_dot, \
+#define KVQ_SIMD_SET_READERS(T, name)                                                     \
+    (table[T].dequantize = simd_##name##_dequantize, table[T].dot = simd_##name##_dot,    \
      table[T].axpy = simd_##name##_axpy)
 
 static void simd_install_kernels(kvq_type_traits table[KVQ_TYPE_COUNT]) {

@@ -30,7 +30,7 @@
  * kvq_turbo_axpy_rot into a rotated accumulator, rotate it back once
  * (kvq_turbo_unrotate).  No per-key rotation.
  *
- * The kernels pick AVX2 at run time (kvq_cpu_features); the *_scalar
+ * The kernels pick AVX2 at run time (kvq_isa_best); the *_scalar
  * entry points are the reference the tests compare against.
  */
 #ifndef KVQ_TURBO_H

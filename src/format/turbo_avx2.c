@@ -12,6 +12,7 @@
  *                 costs fold straight into the next step's minimum (see
  *                 the Viterbi section). */
 #include "turbo_internal.h"
+#include "simd256.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -19,12 +20,7 @@
 #define CTX_BITS KVQ_TURBO_TCQ_CONTEXT
 #define N_CTX (1 << CTX_BITS)
 
-static float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#define hsum(v) kvq_v8_hsum(v)
 
 /* The kernels below are written once for both code families and every
  * bit width; each public kernel calls them with compile-time constants, so

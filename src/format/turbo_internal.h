@@ -28,7 +28,7 @@ typedef struct turbo_kernels {
 /* The kernels in use (AVX2 where the CPU has it). */
 const turbo_kernels *turbo_active_kernels(void);
 
-/* AVX2 versions (src/format/turbo_avx2.c); call only when kvq_cpu_features()->avx2. */
+/* AVX2 versions (src/format/turbo_avx2.c); call only at kvq_isa_best() >= KVQ_ISA_AVX2. */
 void turbo_install_avx2(turbo_kernels *k);
 
 /* Scalar reference kernels (src/format/turbo.c, src/format/turbo_tcq.c). */

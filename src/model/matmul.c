@@ -10,6 +10,7 @@
  * several tokens and each token vector for several rows.
  */
 #include "matmul.h"
+#include "vec1.h"
 
 #include <stdlib.h>
 
@@ -18,13 +19,8 @@
  * same however many threads run. */
 enum { GEMV_TASK_ROWS = 32, GEMM_TASK_ROWS = 16, MAX_TILE = 8 };
 
-/* The scalar instance of gemm_tile.inc: 4 rows x 4 tokens of plain floats. */
-#define VF float
-#define VL 1
-#define vzero() 0.0f
-#define vload(p) (*(p))
-#define vfma(a, b, c) ((a) * (b) + (c))
-#define vhsum(v) (v)
+/* The scalar instance of gemm_tile.inc: 4 rows x 4 tokens of plain floats
+ * (the primitive set of src/base/vec1.h). */
 #define TILE_ROWS 4
 #define TILE_TOKS 4
 #define TILE_FN tile_scalar
@@ -34,12 +30,10 @@ kvq_gemm_tile kvq_gemm_tile_scalar(void) { return (kvq_gemm_tile){ tile_scalar, 
 
 /* The widest tile kernel this CPU runs (read-only after the first call). */
 static kvq_gemm_tile best_tile(void) {
-    const kvq_cpu *cpu = kvq_cpu_features();
 #if defined(__x86_64__)
-    if (cpu->avx512) return kvq_gemm_tile_avx512();
-    if (cpu->avx2) return kvq_gemm_tile_avx2();
-#else
-    (void)cpu;
+    const kvq_isa isa = kvq_isa_best();
+    if (isa == KVQ_ISA_AVX512) return kvq_gemm_tile_avx512();
+    if (isa == KVQ_ISA_AVX2) return kvq_gemm_tile_avx2();
 #endif
     return kvq_gemm_tile_scalar();
 }

@@ -1,15 +1,10 @@
 /* matmul_avx512.c - the gemm tile kernel with AVX-512 (16 lanes): 4 weight
  * rows x 6 tokens = 24 accumulators + 6 x + 1 w of the 32 zmm registers. */
 #include "matmul.h"
+#include "vec16.h"
 
 #include <immintrin.h>
 
-#define VF __m512
-#define VL 16
-#define vzero() _mm512_setzero_ps()
-#define vload(p) _mm512_loadu_ps(p)
-#define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define vhsum(v) _mm512_reduce_add_ps(v)
 #define TILE_ROWS 4
 #define TILE_TOKS 6
 #define TILE_FN tile_avx512

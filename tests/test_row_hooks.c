@@ -1,0 +1,108 @@
+/* test_row_hooks.c - the rows of the type table (src/format/format_row.h)
+ * and their hooks (src/cache/row_hooks.h): every cache type has its
+ * attention hooks, record types their record hooks, sizes agree between
+ * the rows and the kernels that read them, and attention through every
+ * kernel level this CPU runs matches the scalar level (the oracle) for
+ * every cache type, KVarN and calibrated rows included (their hooks run
+ * the level their caller chose). */
+#include "attn_ref.h"
+#include "format_row.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+TEST(row_hooks_every_cache_type_has_its_hooks) {
+    int n = 0;
+    for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
+        const kvq_format_row *row = kvq_format_row_get((kvq_type)ty);
+        CHECK(row && row->traits.name, "type %d has no row", ty);
+        const kvq_row_hooks *h = kvq_row_hooks_of((kvq_type)ty);
+        CHECK(row->hooks == h, "%s: the row's hooks are not the installed ones", row->traits.name);
+        if (!row->traits.is_cache_type) {
+            CHECK(!h, "%s is not a cache type but has hooks", row->traits.name);
+            continue;
+        }
+        CHECK(h && h->score && h->accumulate && h->name, "%s: no attention hooks", row->traits.name);
+        const bool records = row->traits.layout == KVQ_LAYOUT_TILES || row->traits.calib_rate;
+        CHECK(records == (h->read_row != NULL), "%s: record hooks %s", row->traits.name, h->read_row ? "on a row type" : "missing");
+        CHECK((row->traits.layout == KVQ_LAYOUT_TILES) == (h->shape && h->quantize && h->scratch_floats && h->run_keys),
+              "%s: tile hooks", row->traits.name);
+        CHECK(records || row->traits.dequantize, "%s: a row type without decode", row->traits.name);
+        n++;
+    }
+    CHECK(n >= 30, "only %d cache types", n);
+}
+
+/* The fused kernels' block sizes are the rows' (one description, derived
+ * once), at every level that has them. */
+TEST(row_hooks_fused_block_sizes_are_the_rows) {
+    static const char *const levels[] = { "scalar", "avx2", "avx512" };
+    int checked = 0;
+    for (size_t l = 0; l < KVQ_ARRAY_LEN(levels); l++) {
+        const attn_block_kernels *kr = attn_block_level(levels[l]);
+        if (!kr || !kr->fused) continue;
+        for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
+            if (!kr->fused[ty].block_bytes) continue;
+            const kvq_type_traits *tr = kvq_type_get_scalar((kvq_type)ty);
+            /* a block is 2 (d) or 4 (d, m) header bytes + 4 bytes per code bit:
+             * 4 header bytes exactly when the size is a multiple of 4 */
+            CHECK(tr->block_size == 32 && kr->fused[ty].block_bytes == tr->block_bytes &&
+                      kr->fused[ty].has_min == (tr->block_bytes % 4 == 0),
+                  "%s %s: fused block %d bytes (min %d), row %d", kr->level, tr->name, kr->fused[ty].block_bytes,
+                  kr->fused[ty].has_min, tr->block_bytes);
+            CHECK(kvq_row_hooks_of((kvq_type)ty) == kvq_row_hooks_of(KVQ_TYPE_Q4_0), "%s is not read by the fused hooks",
+                  tr->name);
+            checked++;
+        }
+    }
+    CHECK(checked >= 12, "only %d fused rows checked", checked);
+}
+
+/* One cache of type t (tail and sink, GQA 2) attended for its last batch
+ * of queries by the chunked pass at one level. */
+static bool attend_at(kvq_cache *c, const attn_data *d, int pos, const attn_block_kernels *kr, float *out) {
+    const kvq_attend_loop loop = { KVQ_PASS_CHUNKED, kr, false };
+    kvq_error err;
+    return kvq_cache_attend_loop(c, 0, pos, d->n_tok - pos, d->n_head, d->q + (size_t)pos * d->n_head * d->hd_k,
+                                 1.0f / sqrtf((float)d->hd_k), out, NULL, NULL, &loop, &err) == KVQ_OK;
+}
+
+TEST(row_hooks_every_level_matches_scalar_for_every_cache_type) {
+    enum { N_TOK = 300, POS = 280, HD = 128 };
+    static const char *const levels[] = { "avx2", "avx512" };
+    const attn_block_kernels *scalar = attn_block_level("scalar");
+    attn_data d;
+    CHECK(attn_data_make(&d, N_TOK, 4, 2, HD, HD, 99), "alloc");
+    const size_t n_out = (size_t)(N_TOK - POS) * d.n_head * HD;
+    float *ref = malloc(n_out * sizeof *ref), *out = malloc(n_out * sizeof *out);
+    CHECK(ref && out, "alloc");
+    int compared = 0;
+    for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
+        const kvq_type_traits *tr = kvq_type_get_scalar((kvq_type)ty);
+        if (!tr->is_cache_type) continue;
+        kvq_cache_params p;
+        attn_params(&p, 2, HD, HD, 512, (kvq_type)ty, (kvq_type)ty, KVQ_ROT_AUTO);
+        p.max_batch = 64;
+        p.tail_tokens = 16;
+        p.sink_tokens = 4;
+        kvq_cache *c = NULL;
+        kvq_error err;
+        CHECK(kvq_cache_create(&p, &c, &err) == KVQ_OK, "%s: %s", tr->name, err.msg);
+        CHECK(attn_fill_upto(c, &d, 64, POS), "%s: fill", tr->name);
+        CHECK(attend_at(c, &d, POS, scalar, ref), "%s: scalar attend", tr->name);
+        for (size_t l = 0; l < KVQ_ARRAY_LEN(levels); l++) {
+            const attn_block_kernels *kr = attn_block_level(levels[l]);
+            if (!kr) continue;
+            CHECK(attend_at(c, &d, POS, kr, out), "%s %s: attend", tr->name, kr->level);
+            const double e = attn_rel_err(out, ref, n_out);
+            CHECK(e < 1e-5, "%s at %s vs scalar: rel err %.3g", tr->name, kr->level, e);
+            compared++;
+        }
+        kvq_cache_free(c);
+    }
+    free(ref);
+    free(out);
+    attn_data_free(&d);
+    if (!compared) SKIP("no SIMD level on this CPU (or KVQ_FORCE_SCALAR=1)");
+}
