@@ -16,12 +16,14 @@ struct kvq_tile_ops {
     /* Fill a tile side's shape: stored width (head_dim padded to whole
      * slices), slices, record bytes, tile orientation. */
     void (*shape)(struct kvq_cache_side *sd, bool is_v);
-    /* Floats of the cache's tile_scratch one tile quantisation needs. */
+    /* Floats of scratch one tile quantisation needs. */
     size_t (*scratch_floats)(const struct kvq_cache_side *sd);
-    /* Quantise tile `tile` of every KV head from its exact rows (ring and
-     * stage, kvq_cache_exact_row) into
-     * its records (called once, when the tile's last token is written). */
-    kvq_status (*quantize)(const kvq_cache *c, const struct kvq_cache_side *sd, int tile, kvq_error *err);
+    /* Quantise tile `tile` of KV head `head` from its exact rows (ring and
+     * stage, kvq_cache_exact_row) into its records (called once, when the
+     * tile's last token is written; heads run on any thread at once, each
+     * with its own scratch, so it reads only that head's rows). */
+    kvq_status (*quantize)(const kvq_cache *c, const struct kvq_cache_side *sd, int head, int tile, float *scratch,
+                           kvq_error *err);
     /* Dequantised (rotated) row of position pos of a quantised tile. */
     void (*read_row)(const struct kvq_cache_side *sd, int head, int pos, float *out);
     /* Attention straight from the records, keys key0..key0+nk-1 of one tile
