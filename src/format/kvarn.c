@@ -96,6 +96,81 @@ done:
     return best;
 }
 
+/* ------------------------------------------ normalisation on lanes */
+
+#define VD double
+#define VW 1
+#define VD_LOADF(p) ((double)*(p))
+#define VD_LOAD(p) (*(p))
+#define VD_STORE(p, v) (*(p) = (v))
+#define VD_SET1(x) (x)
+#define VD_ADD(a, b) ((a) + (b))
+#define VD_SUB(a, b) ((a) - (b))
+#define VD_MUL(a, b) ((a) * (b))
+#define VD_DIV(a, b) ((a) / (b))
+#define VD_SQRT sqrt
+#define SIGMA_FN sigmas_scalar
+#include "kvarn_sigma.inc"
+
+void kvq_kvarn_sigmas_scalar(const float *M, int n, int lanes, const double *mul, const double *k, double *out) {
+    sigmas_scalar(M, n, lanes, mul, k, out);
+}
+
+kvq_kvarn_sigmas_fn kvq_kvarn_sigmas_best(void) {
+    const kvq_cpu *cpu = kvq_cpu_features();
+    return cpu->avx512 ? kvq_kvarn_sigmas_avx512 : cpu->avx2 ? kvq_kvarn_sigmas_avx2 : kvq_kvarn_sigmas_scalar;
+}
+
+/* The reference's imbalance from its sigmas, maxima and minima taken in
+ * the reference's order. */
+static double imbalance_of(const double *sc, int cols, const double *sr, int rows) {
+    double cmax = 0.0, cmin = INFINITY, rmax = 0.0, rmin = INFINITY;
+    for (int c = 0; c < cols; c++) { cmax = fmax(cmax, sc[c]); cmin = fmin(cmin, sc[c]); }
+    for (int r = 0; r < rows; r++) { rmax = fmax(rmax, sr[r]); rmin = fmin(rmin, sr[r]); }
+    return cmax / fmax(cmin, 1e-8) + rmax / fmax(rmin, 1e-8);
+}
+
+size_t kvq_kvarn_normalise_work_floats(int rows, int cols) {
+    return (size_t)rows * cols + 2 * (size_t)(4 * rows + 4 * cols);
+}
+
+/* The reference's iteration with its sweeps on lanes.  Column sigmas of A
+ * are one sweep over A, row sigmas one over its transpose.  The reference
+ * computes the column sigmas of iteration i+1's update with the same
+ * scales as iteration i's imbalance, so they are computed once here:
+ * three sweeps per iteration instead of four, same numbers. */
+double kvq_kvarn_normalise_lanes(const float *A, int rows, int cols, int iters, float *s_row, float *s_col,
+                                 float *work, kvq_kvarn_sigmas_fn sig) {
+    float *AT = work;
+    double *w = (double *)(AT + (size_t)rows * cols), *u = w + rows, *inv_r = u + cols, *inv_c = inv_r + rows;
+    double *best_w = inv_c + cols, *best_u = best_w + rows, *sc = best_u + cols, *sr = sc + cols;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) AT[(size_t)c * rows + r] = A[(size_t)r * cols + c];
+    for (int r = 0; r < rows; r++) { w[r] = best_w[r] = 0.0; inv_r[r] = 1.0; }
+    for (int c = 0; c < cols; c++) { u[c] = best_u[c] = 0.0; inv_c[c] = 1.0; }
+    sig(A, rows, cols, inv_r, inv_c, sc);
+    sig(AT, cols, rows, inv_c, inv_r, sr);
+    double best = imbalance_of(sc, cols, sr, rows);
+    for (int it = 1; it <= iters; it++) {
+        for (int c = 0; c < cols; c++) u[c] = update_log_scale(u[c], sc[c]);
+        for (int c = 0; c < cols; c++) inv_c[c] = exp(-u[c]);
+        sig(AT, cols, rows, inv_c, inv_r, sr);
+        for (int r = 0; r < rows; r++) w[r] = update_log_scale(w[r], sr[r]);
+        for (int r = 0; r < rows; r++) inv_r[r] = exp(-w[r]);
+        sig(A, rows, cols, inv_r, inv_c, sc);
+        sig(AT, cols, rows, inv_c, inv_r, sr);
+        const double imb = imbalance_of(sc, cols, sr, rows);
+        if (imb < best) {
+            best = imb;
+            memcpy(best_w, w, (size_t)rows * sizeof *w);
+            memcpy(best_u, u, (size_t)cols * sizeof *u);
+        }
+    }
+    for (int r = 0; r < rows; r++) s_row[r] = (float)exp(best_w[r]);
+    for (int c = 0; c < cols; c++) s_col[c] = (float)exp(best_u[c]);
+    return best;
+}
+
 double kvq_kvarn_imbalance(const float *A, int rows, int cols, const float *s_row, const float *s_col) {
     double *inv_r = malloc((size_t)rows * sizeof *inv_r), *inv_c = malloc((size_t)cols * sizeof *inv_c);
     double v = INFINITY;
@@ -150,28 +225,18 @@ kvq_kvarn_meta kvq_kvarn_meta_of(kvq_kvarn_shape s, const uint8_t *record) {
 /* --------------------------------------------------------- quantisation */
 
 size_t kvq_kvarn_scratch_floats(kvq_kvarn_shape s) {
-    return (size_t)KVQ_KVARN_TILE * s.width + (size_t)a_rows(s) + (size_t)a_cols(s);
+    const size_t tile = (size_t)KVQ_KVARN_TILE * s.width;
+    /* A, s_row, s_col, the normalisation's work, the codes (bytes) */
+    return tile + (size_t)a_rows(s) + (size_t)a_cols(s) + kvq_kvarn_normalise_work_floats(a_rows(s), a_cols(s)) +
+           tile / sizeof(float);
 }
 
-kvq_status kvq_kvarn_quantize(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch) {
-    if (!kvq_kvarn_bits_valid(s.bits) || s.width <= 0 || s.width % 8) return KVQ_ERR_ARG;
+/* Row r of A quantised b-bit round-to-nearest between its minimum and
+ * maximum after normalisation; codes in token-major order. */
+static void quantize_rows(kvq_kvarn_shape s, const float *A, const float *s_row, const float *s_col,
+                          uint8_t *record, uint8_t *tok_codes) {
     const int rows = a_rows(s), cols = a_cols(s), qmax = (1 << s.bits) - 1;
-    float *own = NULL;
-    if (!scratch) {
-        scratch = own = malloc(kvq_kvarn_scratch_floats(s) * sizeof(float));
-        if (!own) return KVQ_ERR_NOMEM;
-    }
-    float *A = scratch, *s_row = A + (size_t)rows * cols, *s_col = s_row + rows;
-    for (int t = 0; t < KVQ_KVARN_TILE; t++)     /* orient: K is channels x tokens */
-        for (int c = 0; c < s.width; c++) {
-            float v = x[(size_t)t * s.width + c];
-            if (s.is_key) A[(size_t)c * cols + t] = v; else A[(size_t)t * cols + c] = v;
-        }
-    kvq_kvarn_normalise(A, rows, cols, iters, s_row, s_col, NULL);
-
     uint8_t *S = record + payload_bytes(s), *Z = S + 2 * rows, *O = Z + 2 * rows;
-    uint8_t *tok_codes = (uint8_t *)malloc((size_t)KVQ_KVARN_TILE * s.width);
-    if (!tok_codes) { free(own); return KVQ_ERR_NOMEM; }
     for (int r = 0; r < rows; r++) {
         float lo = INFINITY, hi = -INFINITY;
         for (int c = 0; c < cols; c++) {
@@ -194,9 +259,45 @@ kvq_status kvq_kvarn_quantize(kvq_kvarn_shape s, const float *x, int iters, uint
     const size_t tok_bytes = (size_t)s.width * s.bits / 8;
     for (int t = 0; t < KVQ_KVARN_TILE; t++)
         pack_token(tok_codes + (size_t)t * s.width, s.width, s.bits, record + t * tok_bytes);
-    free(tok_codes);
+}
+
+/* sigmas NULL: the reference normalisation. */
+static kvq_status quantize_tile(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch,
+                                kvq_kvarn_sigmas_fn sigmas) {
+    if (!kvq_kvarn_bits_valid(s.bits) || s.width <= 0 || s.width % 8) return KVQ_ERR_ARG;
+    const int rows = a_rows(s), cols = a_cols(s);
+    float *own = NULL;
+    if (!scratch) {
+        scratch = own = malloc(kvq_kvarn_scratch_floats(s) * sizeof(float));
+        if (!own) return KVQ_ERR_NOMEM;
+    }
+    float *A = scratch, *s_row = A + (size_t)rows * cols, *s_col = s_row + rows, *work = s_col + cols;
+    uint8_t *tok_codes = (uint8_t *)(work + kvq_kvarn_normalise_work_floats(rows, cols));
+    for (int t = 0; t < KVQ_KVARN_TILE; t++)     /* orient: K is channels x tokens */
+        for (int c = 0; c < s.width; c++) {
+            float v = x[(size_t)t * s.width + c];
+            if (s.is_key) A[(size_t)c * cols + t] = v; else A[(size_t)t * cols + c] = v;
+        }
+    if (sigmas && rows % KVQ_KVARN_SIGMA_LANES == 0 && cols % KVQ_KVARN_SIGMA_LANES == 0)
+        kvq_kvarn_normalise_lanes(A, rows, cols, iters, s_row, s_col, work, sigmas);
+    else
+        kvq_kvarn_normalise(A, rows, cols, iters, s_row, s_col, NULL);
+    quantize_rows(s, A, s_row, s_col, record, tok_codes);
     free(own);
     return KVQ_OK;
+}
+
+kvq_status kvq_kvarn_quantize_ref(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch) {
+    return quantize_tile(s, x, iters, record, scratch, NULL);
+}
+
+kvq_status kvq_kvarn_quantize_with(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch,
+                                   kvq_kvarn_sigmas_fn sigmas) {
+    return quantize_tile(s, x, iters, record, scratch, sigmas);
+}
+
+kvq_status kvq_kvarn_quantize(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch) {
+    return quantize_tile(s, x, iters, record, scratch, kvq_kvarn_sigmas_best());
 }
 
 /* fp16 metadata of a record, decoded once. */
