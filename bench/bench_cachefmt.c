@@ -134,10 +134,10 @@ static void bench_decode(void) {
     kvq_pool_free(pool2);
 }
 
-typedef struct tile_job { kvq_kvarn_shape s; const float *x; uint8_t *rec; float *scratch; kvq_kvarn_sigmas_fn sig; } tile_job;
+typedef struct tile_job { kvq_kvarn_shape s; const float *x; uint8_t *rec; float *scratch; const kvq_kvarn_kernels *k; } tile_job;
 static void tile_once(void *ctx) {
     tile_job *j = ctx;
-    if (j->sig) kvq_kvarn_quantize_with(j->s, j->x, KVQ_KVARN_ITERS, j->rec, j->scratch, j->sig);
+    if (j->k) kvq_kvarn_quantize_with(j->s, j->x, KVQ_KVARN_ITERS, j->rec, j->scratch, j->k);
     else kvq_kvarn_quantize_ref(j->s, j->x, KVQ_KVARN_ITERS, j->rec, j->scratch);
     bench_consume(j->rec[0]);
 }
@@ -147,10 +147,10 @@ static void tile_once(void *ctx) {
 static void bench_tiles(void) {
     static float x[128 * 128];
     static uint8_t rec[2048 * 8 + 768];
-    const kvq_cpu *cpu = kvq_cpu_features();
-    const struct { const char *name; kvq_kvarn_sigmas_fn fn; bool ok; } lv[] = {
-        { "reference", NULL, true }, { "lanes scalar", kvq_kvarn_sigmas_scalar, true },
-        { "lanes avx2", kvq_kvarn_sigmas_avx2, cpu->avx2 }, { "lanes avx512", kvq_kvarn_sigmas_avx512, cpu->avx512 },
+    const struct { const char *name; const kvq_kvarn_kernels *fn; bool ok; } lv[] = {
+        { "reference", NULL, true }, { "lanes scalar", kvq_kvarn_kernels_level("scalar"), true },
+        { "lanes avx2", kvq_kvarn_kernels_level("avx2"), kvq_kvarn_kernels_level("avx2") != NULL },
+        { "lanes avx512", kvq_kvarn_kernels_level("avx512"), kvq_kvarn_kernels_level("avx512") != NULL },
     };
     uint64_t seed = 3;
     for (int i = 0; i < 128 * 128; i++) x[i] = gauss(&seed) * (i % 128 == 5 ? 8.0f : 1.0f);

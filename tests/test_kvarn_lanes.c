@@ -10,14 +10,12 @@
 
 enum { T = KVQ_KVARN_TILE };
 
-typedef struct level { const char *name; kvq_kvarn_sigmas_fn fn; } level;
-
-static int levels(level *out) {
-    const kvq_cpu *cpu = kvq_cpu_features();
+/* The kernel levels this CPU runs. */
+static int levels(const kvq_kvarn_kernels **out) {
+    const char *names[] = { "scalar", "avx2", "avx512" };
     int n = 0;
-    out[n++] = (level){ "scalar", kvq_kvarn_sigmas_scalar };
-    if (cpu->avx2) out[n++] = (level){ "avx2", kvq_kvarn_sigmas_avx2 };
-    if (cpu->avx512) out[n++] = (level){ "avx512", kvq_kvarn_sigmas_avx512 };
+    for (int i = 0; i < 3; i++)
+        if ((out[n] = kvq_kvarn_kernels_level(names[i]))) n++;
     return n;
 }
 
@@ -41,7 +39,7 @@ static void make_tile(float *x, int width, int kind, uint64_t seed) {
 TEST(kvarn_lane_normalisation_matches_reference) {
     static float A[T * 128], work[T * 128 * 2];
     float r_ref[128], c_ref[128], r_new[128], c_new[128];
-    level lv[3];
+    const kvq_kvarn_kernels *lv[3];
     const int nl = levels(lv);
     const int shapes[][2] = { { 128, 128 }, { 64, 128 }, { 128, 64 } };
     const int iters[] = { 0, 1, 16 };
@@ -53,13 +51,13 @@ TEST(kvarn_lane_normalisation_matches_reference) {
                 const double ref = kvq_kvarn_normalise(A, rows, cols, iters[ii], r_ref, c_ref, NULL);
                 for (int l = 0; l < nl; l++) {
                     CHECK(kvq_kvarn_normalise_work_floats(rows, cols) <= sizeof work / sizeof *work, "work size");
-                    const double got = kvq_kvarn_normalise_lanes(A, rows, cols, iters[ii], r_new, c_new, work, lv[l].fn);
+                    const double got = kvq_kvarn_normalise_lanes(A, rows, cols, iters[ii], r_new, c_new, work, lv[l]);
                     CHECK(memcmp(&got, &ref, sizeof got) == 0 || (isnan(got) && isnan(ref)),
-                          "%s %dx%d kind %d iters %d: imbalance %.17g vs reference %.17g", lv[l].name, rows, cols,
+                          "%s %dx%d kind %d iters %d: imbalance %.17g vs reference %.17g", lv[l]->name, rows, cols,
                           kind, iters[ii], got, ref);
                     CHECK(!memcmp(r_new, r_ref, (size_t)rows * sizeof *r_new) &&
                           !memcmp(c_new, c_ref, (size_t)cols * sizeof *c_new),
-                          "%s %dx%d kind %d iters %d: scales differ from the reference", lv[l].name, rows, cols,
+                          "%s %dx%d kind %d iters %d: scales differ from the reference", lv[l]->name, rows, cols,
                           kind, iters[ii]);
                 }
             }
@@ -68,7 +66,7 @@ TEST(kvarn_lane_normalisation_matches_reference) {
 TEST(kvarn_lane_records_match_reference) {
     static float x[T * 128];
     static uint8_t want[2048 * 8 + 768], got[2048 * 8 + 768];
-    level lv[3];
+    const kvq_kvarn_kernels *lv[3];
     const int nl = levels(lv);
     const int bits[] = { 2, 3, 4, 5, 6, 8 };
     for (int width = 64; width <= 128; width += 64)
@@ -81,9 +79,9 @@ TEST(kvarn_lane_records_match_reference) {
                 CHECK(kvq_kvarn_quantize_ref(s, x, KVQ_KVARN_ITERS, want, NULL) == KVQ_OK, "reference");
                 for (int l = 0; l < nl; l++) {
                     memset(got, 0xa5, bytes);
-                    CHECK(kvq_kvarn_quantize_with(s, x, KVQ_KVARN_ITERS, got, NULL, lv[l].fn) == KVQ_OK, "quantize");
+                    CHECK(kvq_kvarn_quantize_with(s, x, KVQ_KVARN_ITERS, got, NULL, lv[l]) == KVQ_OK, "quantize");
                     CHECK(!memcmp(got, want, bytes), "%s width %d %s %d bits (tile kind %d): record differs",
-                          lv[l].name, width, side ? "V" : "K", bits[bi], kind);
+                          lv[l]->name, width, side ? "V" : "K", bits[bi], kind);
                 }
                 memset(got, 0xa5, bytes);
                 CHECK(kvq_kvarn_quantize(s, x, KVQ_KVARN_ITERS, got, NULL) == KVQ_OK && !memcmp(got, want, bytes),

@@ -109,25 +109,58 @@ done:
 #define VD_MUL(a, b) ((a) * (b))
 #define VD_DIV(a, b) ((a) / (b))
 #define VD_SQRT sqrt
+#define VF float
+#define VFW 1
+#define VF_LOAD(p) (*(p))
+#define VF_STORE(p, v) (*(p) = (v))
+#define VF_SET1(x) (x)
+#define VF_ADD(a, b) ((a) + (b))
+#define VF_SUB(a, b) ((a) - (b))
+#define VF_MUL(a, b) ((a) * (b))
+#define VF_DIV(a, b) ((a) / (b))
+#define VF_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define VF_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define VF_FLOOR floorf
+#define VF_CODES(p, v, qmax) do { const int q_ = (int)(v); *(p) = q_ < 0 ? 0 : q_ > (qmax) ? (qmax) : q_; } while (0)
 #define SIGMA_FN sigmas_scalar
+#define ROWS_FN row_codes_scalar
 #include "kvarn_sigma.inc"
 
-void kvq_kvarn_sigmas_scalar(const float *M, int n, int lanes, const double *mul, const double *k, double *out) {
-    sigmas_scalar(M, n, lanes, mul, k, out);
-}
+static const kvq_kvarn_kernels g_scalar = { "scalar", sigmas_scalar, row_codes_scalar };
+static const kvq_kvarn_kernels g_avx2 = { "avx2", kvq_kvarn_sigmas_avx2, kvq_kvarn_row_codes_avx2 };
+static const kvq_kvarn_kernels g_avx512 = { "avx512", kvq_kvarn_sigmas_avx512, kvq_kvarn_row_codes_avx512 };
 
-kvq_kvarn_sigmas_fn kvq_kvarn_sigmas_best(void) {
+const kvq_kvarn_kernels *kvq_kvarn_kernels_level(const char *name) {
     const kvq_cpu *cpu = kvq_cpu_features();
-    return cpu->avx512 ? kvq_kvarn_sigmas_avx512 : cpu->avx2 ? kvq_kvarn_sigmas_avx2 : kvq_kvarn_sigmas_scalar;
+    if (!strcmp(name, "scalar")) return &g_scalar;
+    if (!strcmp(name, "avx2")) return cpu->avx2 ? &g_avx2 : NULL;
+    if (!strcmp(name, "avx512")) return cpu->avx512 ? &g_avx512 : NULL;
+    return NULL;
 }
 
-/* The reference's imbalance from its sigmas, maxima and minima taken in
- * the reference's order. */
+const kvq_kvarn_kernels *kvq_kvarn_kernels_best(void) {
+    const kvq_cpu *cpu = kvq_cpu_features();
+    return cpu->avx512 ? &g_avx512 : cpu->avx2 ? &g_avx2 : &g_scalar;
+}
+
+/* fmax / fmin written out: equal to them on these operands (never NaN
+ * in the first, never -0 anywhere: sigmas are sqrt of sums from +0, log
+ * scales start at +0), without a library call each. */
+static double max_of(double a, double b) { return b > a ? b : a; }
+static double min_of(double a, double b) { return b < a ? b : a; }
+
+/* The reference's imbalance from its sigmas. */
 static double imbalance_of(const double *sc, int cols, const double *sr, int rows) {
     double cmax = 0.0, cmin = INFINITY, rmax = 0.0, rmin = INFINITY;
-    for (int c = 0; c < cols; c++) { cmax = fmax(cmax, sc[c]); cmin = fmin(cmin, sc[c]); }
-    for (int r = 0; r < rows; r++) { rmax = fmax(rmax, sr[r]); rmin = fmin(rmin, sr[r]); }
-    return cmax / fmax(cmin, 1e-8) + rmax / fmax(rmin, 1e-8);
+    for (int c = 0; c < cols; c++) { cmax = max_of(cmax, sc[c]); cmin = min_of(cmin, sc[c]); }
+    for (int r = 0; r < rows; r++) { rmax = max_of(rmax, sr[r]); rmin = min_of(rmin, sr[r]); }
+    return cmax / max_of(cmin, 1e-8) + rmax / max_of(rmin, 1e-8);
+}
+
+/* update_log_scale with max_of / min_of. */
+static double next_log_scale(double logscale, double sigma) {
+    logscale += log(min_of(max_of(1e-3, sigma), 1e3));
+    return min_of(max_of(logscale, -0.3), 10.0);
 }
 
 size_t kvq_kvarn_normalise_work_floats(int rows, int cols) {
@@ -140,7 +173,8 @@ size_t kvq_kvarn_normalise_work_floats(int rows, int cols) {
  * scales as iteration i's imbalance, so they are computed once here:
  * three sweeps per iteration instead of four, same numbers. */
 double kvq_kvarn_normalise_lanes(const float *A, int rows, int cols, int iters, float *s_row, float *s_col,
-                                 float *work, kvq_kvarn_sigmas_fn sig) {
+                                 float *work, const kvq_kvarn_kernels *k) {
+    void (*sig)(const float *, int, int, const double *, const double *, double *) = k->sigmas;
     float *AT = work;
     double *w = (double *)(AT + (size_t)rows * cols), *u = w + rows, *inv_r = u + cols, *inv_c = inv_r + rows;
     double *best_w = inv_c + cols, *best_u = best_w + rows, *sc = best_u + cols, *sr = sc + cols;
@@ -152,10 +186,10 @@ double kvq_kvarn_normalise_lanes(const float *A, int rows, int cols, int iters, 
     sig(AT, cols, rows, inv_c, inv_r, sr);
     double best = imbalance_of(sc, cols, sr, rows);
     for (int it = 1; it <= iters; it++) {
-        for (int c = 0; c < cols; c++) u[c] = update_log_scale(u[c], sc[c]);
+        for (int c = 0; c < cols; c++) u[c] = next_log_scale(u[c], sc[c]);
         for (int c = 0; c < cols; c++) inv_c[c] = exp(-u[c]);
         sig(AT, cols, rows, inv_c, inv_r, sr);
-        for (int r = 0; r < rows; r++) w[r] = update_log_scale(w[r], sr[r]);
+        for (int r = 0; r < rows; r++) w[r] = next_log_scale(w[r], sr[r]);
         for (int r = 0; r < rows; r++) inv_r[r] = exp(-w[r]);
         sig(A, rows, cols, inv_r, inv_c, sc);
         sig(AT, cols, rows, inv_c, inv_r, sr);
@@ -231,26 +265,48 @@ size_t kvq_kvarn_scratch_floats(kvq_kvarn_shape s) {
            tile / sizeof(float);
 }
 
+/* Codes of one token packed a group of 8 at a time: group g is the
+ * little-endian word of bytes g*b..g*b+b-1 (the stream pack_token writes). */
+static void pack_token_groups(const uint8_t *codes, int width, int bits, uint8_t *out) {
+    if (bits == 8) { memcpy(out, codes, (size_t)width); return; }
+    for (int g = 0; g < width / 8; g++, codes += 8, out += bits) {
+        uint64_t word = 0;
+        for (int j = 0; j < 8; j++) word |= (uint64_t)codes[j] << (j * bits);
+        for (int k = 0; k < bits; k++) out[k] = (uint8_t)(word >> (8 * k));
+    }
+}
+
 /* Row r of A quantised b-bit round-to-nearest between its minimum and
- * maximum after normalisation; codes in token-major order. */
+ * maximum after normalisation; codes in token-major order.  k NULL: the
+ * reference, one value at a time; else its row_codes kernel (same bytes). */
 static void quantize_rows(kvq_kvarn_shape s, const float *A, const float *s_row, const float *s_col,
-                          uint8_t *record, uint8_t *tok_codes) {
+                          uint8_t *record, uint8_t *tok_codes, const kvq_kvarn_kernels *k) {
     const int rows = a_rows(s), cols = a_cols(s), qmax = (1 << s.bits) - 1;
     uint8_t *S = record + payload_bytes(s), *Z = S + 2 * rows, *O = Z + 2 * rows;
+    const bool lanes = k && cols % 16 == 0 && cols <= 128;
     for (int r = 0; r < rows; r++) {
-        float lo = INFINITY, hi = -INFINITY;
-        for (int c = 0; c < cols; c++) {
-            float b = A[(size_t)r * cols + c] / (s_row[r] * s_col[c]);
-            lo = fminf(lo, b);
-            hi = fmaxf(hi, b);
-        }
-        const float delta = fmaxf((hi - lo) / (float)qmax, 1e-10f);
-        for (int c = 0; c < cols; c++) {
-            float b = A[(size_t)r * cols + c] / (s_row[r] * s_col[c]);
-            int q = (int)floorf((b - lo) / delta + 0.5f);
-            q = q < 0 ? 0 : q > qmax ? qmax : q;
-            int t = s.is_key ? c : r, ch = s.is_key ? r : c;
-            tok_codes[(size_t)t * s.width + ch] = (uint8_t)q;
+        float lo = INFINITY, hi = -INFINITY, delta;
+        if (lanes) {
+            int32_t q[128];
+            delta = k->row_codes(A + (size_t)r * cols, cols, s_row[r], s_col, qmax, &lo, q);
+            if (s.is_key) for (int c = 0; c < cols; c++) tok_codes[(size_t)c * s.width + r] = (uint8_t)q[c];
+            else for (int c = 0; c < cols; c++) tok_codes[(size_t)r * s.width + c] = (uint8_t)q[c];
+        } else {
+            for (int c = 0; c < cols; c++) {
+                float b = A[(size_t)r * cols + c] / (s_row[r] * s_col[c]);
+                lo = b < lo ? b : lo;      /* NaN skipped */
+                hi = b > hi ? b : hi;
+            }
+            lo += 0.0f;                    /* a zero extreme is +0, whichever zero came first */
+            hi += 0.0f;
+            delta = fmaxf((hi - lo) / (float)qmax, 1e-10f);
+            for (int c = 0; c < cols; c++) {
+                float b = A[(size_t)r * cols + c] / (s_row[r] * s_col[c]);
+                int q = (int)floorf((b - lo) / delta + 0.5f);
+                q = q < 0 ? 0 : q > qmax ? qmax : q;
+                int t = s.is_key ? c : r, ch = s.is_key ? r : c;
+                tok_codes[(size_t)t * s.width + ch] = (uint8_t)q;
+            }
         }
         kvq_wr16(S + 2 * r, kvq_float_to_half(s_row[r] * delta));
         kvq_wr16(Z + 2 * r, kvq_float_to_half(s_row[r] * lo));
@@ -258,12 +314,12 @@ static void quantize_rows(kvq_kvarn_shape s, const float *A, const float *s_row,
     for (int c = 0; c < cols; c++) kvq_wr16(O + 2 * c, kvq_float_to_half(s_col[c]));
     const size_t tok_bytes = (size_t)s.width * s.bits / 8;
     for (int t = 0; t < KVQ_KVARN_TILE; t++)
-        pack_token(tok_codes + (size_t)t * s.width, s.width, s.bits, record + t * tok_bytes);
+        (k ? pack_token_groups : pack_token)(tok_codes + (size_t)t * s.width, s.width, s.bits, record + t * tok_bytes);
 }
 
-/* sigmas NULL: the reference normalisation. */
+/* k NULL: the reference normalisation and rounding. */
 static kvq_status quantize_tile(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch,
-                                kvq_kvarn_sigmas_fn sigmas) {
+                                const kvq_kvarn_kernels *k) {
     if (!kvq_kvarn_bits_valid(s.bits) || s.width <= 0 || s.width % 8) return KVQ_ERR_ARG;
     const int rows = a_rows(s), cols = a_cols(s);
     float *own = NULL;
@@ -278,11 +334,11 @@ static kvq_status quantize_tile(kvq_kvarn_shape s, const float *x, int iters, ui
             float v = x[(size_t)t * s.width + c];
             if (s.is_key) A[(size_t)c * cols + t] = v; else A[(size_t)t * cols + c] = v;
         }
-    if (sigmas && rows % KVQ_KVARN_SIGMA_LANES == 0 && cols % KVQ_KVARN_SIGMA_LANES == 0)
-        kvq_kvarn_normalise_lanes(A, rows, cols, iters, s_row, s_col, work, sigmas);
+    if (k && rows % KVQ_KVARN_LANES == 0 && cols % KVQ_KVARN_LANES == 0)
+        kvq_kvarn_normalise_lanes(A, rows, cols, iters, s_row, s_col, work, k);
     else
         kvq_kvarn_normalise(A, rows, cols, iters, s_row, s_col, NULL);
-    quantize_rows(s, A, s_row, s_col, record, tok_codes);
+    quantize_rows(s, A, s_row, s_col, record, tok_codes, k);
     free(own);
     return KVQ_OK;
 }
@@ -292,12 +348,12 @@ kvq_status kvq_kvarn_quantize_ref(kvq_kvarn_shape s, const float *x, int iters, 
 }
 
 kvq_status kvq_kvarn_quantize_with(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch,
-                                   kvq_kvarn_sigmas_fn sigmas) {
-    return quantize_tile(s, x, iters, record, scratch, sigmas);
+                                   const kvq_kvarn_kernels *k) {
+    return quantize_tile(s, x, iters, record, scratch, k);
 }
 
 kvq_status kvq_kvarn_quantize(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch) {
-    return quantize_tile(s, x, iters, record, scratch, kvq_kvarn_sigmas_best());
+    return quantize_tile(s, x, iters, record, scratch, kvq_kvarn_kernels_best());
 }
 
 /* fp16 metadata of a record, decoded once. */
