@@ -37,7 +37,7 @@ static void make_tile(float *x, int width, int kind, uint64_t seed) {
 }
 
 TEST(kvarn_lane_normalisation_matches_reference) {
-    static float A[T * 128], work[T * 128 * 2];
+    static float A[T * 128], AT[T * 128], work[T * 128 * 2];
     float r_ref[128], c_ref[128], r_new[128], c_new[128];
     const kvq_kvarn_kernels *lv[3];
     const int nl = levels(lv);
@@ -48,16 +48,19 @@ TEST(kvarn_lane_normalisation_matches_reference) {
             for (size_t ii = 0; ii < 3; ii++) {
                 const int rows = shapes[si][0], cols = shapes[si][1];
                 make_tile(A, cols, kind, 100 + si * 10 + (uint64_t)kind);
+                for (int r = 0; r < rows; r++)      /* the transpose given or made inside */
+                    for (int c = 0; c < cols; c++) AT[c * rows + r] = A[r * cols + c];
                 const double ref = kvq_kvarn_normalise(A, rows, cols, iters[ii], r_ref, c_ref, NULL);
-                for (int l = 0; l < nl; l++) {
+                for (int l = 0; l < 2 * nl; l++) {      /* every level, transpose made and given */
                     CHECK(kvq_kvarn_normalise_work_floats(rows, cols) <= sizeof work / sizeof *work, "work size");
-                    const double got = kvq_kvarn_normalise_lanes(A, rows, cols, iters[ii], r_new, c_new, work, lv[l]);
+                    const double got = kvq_kvarn_normalise_lanes(A, l % 2 ? AT : NULL, rows, cols, iters[ii], r_new,
+                                                                 c_new, work, lv[l / 2]);
                     CHECK(memcmp(&got, &ref, sizeof got) == 0 || (isnan(got) && isnan(ref)),
-                          "%s %dx%d kind %d iters %d: imbalance %.17g vs reference %.17g", lv[l]->name, rows, cols,
+                          "%s %dx%d kind %d iters %d: imbalance %.17g vs reference %.17g", lv[l / 2]->name, rows, cols,
                           kind, iters[ii], got, ref);
                     CHECK(!memcmp(r_new, r_ref, (size_t)rows * sizeof *r_new) &&
                           !memcmp(c_new, c_ref, (size_t)cols * sizeof *c_new),
-                          "%s %dx%d kind %d iters %d: scales differ from the reference", lv[l]->name, rows, cols,
+                          "%s %dx%d kind %d iters %d: scales differ from the reference", lv[l / 2]->name, rows, cols,
                           kind, iters[ii]);
                 }
             }

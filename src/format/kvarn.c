@@ -172,14 +172,16 @@ size_t kvq_kvarn_normalise_work_floats(int rows, int cols) {
  * computes the column sigmas of iteration i+1's update with the same
  * scales as iteration i's imbalance, so they are computed once here:
  * three sweeps per iteration instead of four, same numbers. */
-double kvq_kvarn_normalise_lanes(const float *A, int rows, int cols, int iters, float *s_row, float *s_col,
-                                 float *work, const kvq_kvarn_kernels *k) {
+double kvq_kvarn_normalise_lanes(const float *A, const float *AT, int rows, int cols, int iters, float *s_row,
+                                 float *s_col, float *work, const kvq_kvarn_kernels *k) {
     void (*sig)(const float *, int, int, const double *, const double *, double *) = k->sigmas;
-    float *AT = work;
-    double *w = (double *)(AT + (size_t)rows * cols), *u = w + rows, *inv_r = u + cols, *inv_c = inv_r + rows;
+    double *w = (double *)(work + (size_t)rows * cols), *u = w + rows, *inv_r = u + cols, *inv_c = inv_r + rows;
     double *best_w = inv_c + cols, *best_u = best_w + rows, *sc = best_u + cols, *sr = sc + cols;
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) AT[(size_t)c * rows + r] = A[(size_t)r * cols + c];
+    if (!AT) {
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) work[(size_t)c * rows + r] = A[(size_t)r * cols + c];
+        AT = work;
+    }
     for (int r = 0; r < rows; r++) { w[r] = best_w[r] = 0.0; inv_r[r] = 1.0; }
     for (int c = 0; c < cols; c++) { u[c] = best_u[c] = 0.0; inv_c[c] = 1.0; }
     sig(A, rows, cols, inv_r, inv_c, sc);
@@ -334,8 +336,9 @@ static kvq_status quantize_tile(kvq_kvarn_shape s, const float *x, int iters, ui
             float v = x[(size_t)t * s.width + c];
             if (s.is_key) A[(size_t)c * cols + t] = v; else A[(size_t)t * cols + c] = v;
         }
+    /* K's A is x transposed, so x is A's transpose: no second transpose */
     if (k && rows % KVQ_KVARN_LANES == 0 && cols % KVQ_KVARN_LANES == 0)
-        kvq_kvarn_normalise_lanes(A, rows, cols, iters, s_row, s_col, work, k);
+        kvq_kvarn_normalise_lanes(A, s.is_key ? x : NULL, rows, cols, iters, s_row, s_col, work, k);
     else
         kvq_kvarn_normalise(A, rows, cols, iters, s_row, s_col, NULL);
     quantize_rows(s, A, s_row, s_col, record, tok_codes, k);

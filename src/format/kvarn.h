@@ -68,11 +68,12 @@ float kvq_kvarn_row_codes_avx2(const float *a, int cols, float sr, const float *
 float kvq_kvarn_row_codes_avx512(const float *a, int cols, float sr, const float *s_col, int qmax, float *lo, int32_t *q);
 
 /* kvq_kvarn_normalise on lanes: the same scales and imbalance bit for bit
- * (no trace), for rows and cols multiples of KVQ_KVARN_LANES.
+ * (no trace), for rows and cols multiples of KVQ_KVARN_LANES.  AT: A's
+ * transpose (cols x rows) where the caller has it, or NULL (made in work).
  * work: kvq_kvarn_normalise_work_floats(rows, cols) floats, 8-byte aligned. */
 size_t kvq_kvarn_normalise_work_floats(int rows, int cols);
-double kvq_kvarn_normalise_lanes(const float *A, int rows, int cols, int iters, float *s_row, float *s_col,
-                                 float *work, const kvq_kvarn_kernels *k);
+double kvq_kvarn_normalise_lanes(const float *A, const float *AT, int rows, int cols, int iters, float *s_row,
+                                 float *s_col, float *work, const kvq_kvarn_kernels *k);
 
 /* Imbalance of A / (s_row s_col): max/min column sigma + max/min row sigma. */
 double kvq_kvarn_imbalance(const float *A, int rows, int cols, const float *s_row, const float *s_col);
