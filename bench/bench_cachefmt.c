@@ -134,26 +134,49 @@ static void bench_decode(void) {
     kvq_pool_free(pool2);
 }
 
-typedef struct tile_job { kvq_kvarn_shape s; const float *x; uint8_t *rec; float *scratch; } tile_job;
+typedef struct tile_job { kvq_kvarn_shape s; const float *x; uint8_t *rec; float *scratch; const kvq_kvarn_kernels *k; } tile_job;
 static void tile_once(void *ctx) {
     tile_job *j = ctx;
-    kvq_kvarn_quantize(j->s, j->x, KVQ_KVARN_ITERS, j->rec, j->scratch);
+    if (j->k) kvq_kvarn_quantize_with(j->s, j->x, KVQ_KVARN_ITERS, j->rec, j->scratch, j->k);
+    else kvq_kvarn_quantize_ref(j->s, j->x, KVQ_KVARN_ITERS, j->rec, j->scratch);
     bench_consume(j->rec[0]);
 }
 
+/* The reference (one value at a time) against the lane sweeps of each
+ * level this CPU runs: same bytes, different speed. */
 static void bench_tiles(void) {
-    static float x[128 * 128], scratch[128 * 128 + 256];
+    static float x[128 * 128];
     static uint8_t rec[2048 * 8 + 768];
+    const struct { const char *name; const kvq_kvarn_kernels *fn; bool ok; } lv[] = {
+        { "reference", NULL, true }, { "lanes scalar", kvq_kvarn_kernels_level("scalar"), true },
+        { "lanes avx2", kvq_kvarn_kernels_level("avx2"), kvq_kvarn_kernels_level("avx2") != NULL },
+        { "lanes avx512", kvq_kvarn_kernels_level("avx512"), kvq_kvarn_kernels_level("avx512") != NULL },
+    };
     uint64_t seed = 3;
     for (int i = 0; i < 128 * 128; i++) x[i] = gauss(&seed) * (i % 128 == 5 ? 8.0f : 1.0f);
-    printf("## KVarN tile quantisation (128 tokens x 128 channels, %d iterations)\n\n", KVQ_KVARN_ITERS);
-    printf("| bits | side | ms / tile | us / token / slice |\n|---|---|---|---|\n");
+    printf("## KVarN tile quantisation (128 tokens x 128 channels, %d iterations), ms / tile, 1 thread\n\n", KVQ_KVARN_ITERS);
+    printf("| bits | side |");
+    for (size_t l = 0; l < KVQ_ARRAY_LEN(lv); l++) if (lv[l].ok) printf(" %s |", lv[l].name);
+    printf(" best / reference |\n|---|---|");
+    for (size_t l = 0; l < KVQ_ARRAY_LEN(lv); l++) if (lv[l].ok) printf("---:|");
+    printf("---:|\n");
     const int bits[] = { 3, 4, 8 };
     for (int b = 0; b < 3; b++)
         for (int side = 0; side < 2; side++) {
-            tile_job j = { { 128, bits[b], side == 0 }, x, rec, scratch };
-            const double t = bench_time(tile_once, &j, 5, 0.2);
-            printf("| %d | %s | %.3f | %.2f |\n", bits[b], side ? "V" : "K", 1e3 * t, 1e6 * t / 128);
+            const kvq_kvarn_shape s = { 128, bits[b], side == 0 };
+            float *scratch = malloc(kvq_kvarn_scratch_floats(s) * sizeof *scratch);
+            if (!scratch) return;
+            double ref = 0.0, best = INFINITY;
+            printf("| %d | %s |", bits[b], side ? "V" : "K");
+            for (size_t l = 0; l < KVQ_ARRAY_LEN(lv); l++) {
+                if (!lv[l].ok) continue;
+                tile_job j = { s, x, rec, scratch, lv[l].fn };
+                const double t = bench_time(tile_once, &j, 5, 0.1);
+                if (!lv[l].fn) ref = t; else best = fmin(best, t);
+                printf(" %.3f |", 1e3 * t);
+            }
+            printf(" %.1fx |\n", ref / best);
+            free(scratch);
         }
     printf("\n");
 }

@@ -12,6 +12,7 @@
 #include "turbo_traits.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 void kvq_cache_params_default(kvq_cache_params *p) {
@@ -351,6 +352,7 @@ static kvq_status allocate_layout(kvq_cache *c, kvq_error *err) {
     }
     if (c->tile_scratch_floats && !(c->tile_scratch = malloc(c->tile_scratch_floats * sizeof(float))))
         return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory for tile quantisation");
+    c->tile_scratch_threads = 1;
     c->stage.rows[0] = c->mem[4];
     c->stage.rows[1] = c->mem[4] ? c->mem[4] + (size_t)c->p.n_head_kv * c->stage.cap * c->stage.row_bytes[0] : NULL;
     uint8_t *body_k = c->mem[0], *body_v = c->mem[1], *ring = c->mem[2], *sink = c->mem[3];
@@ -554,16 +556,57 @@ void kvq_cache_commit_stage(kvq_cache *c) {
     sg->layer = -1;
 }
 
-/* After position pos is written: quantise the tile it completes, once. */
-static kvq_status write_tiles(const kvq_cache *c, const kvq_cache_side *sd, int pos, kvq_error *err) {
-    if (sd->layout != KVQ_LAYOUT_TILES || (pos + 1) % KVQ_KVARN_TILE) return KVQ_OK;
-    const int tile = pos / KVQ_KVARN_TILE;
-    if (tile < sd->first_tile) return KVQ_OK;
-    return sd->records->quantize(c, sd, tile, err);
+/* One write call split by (KV head, side): a task stores its head's rows
+ * of the batch, then quantises the tiles they complete (each tile once,
+ * from that head's exact rows only), so tasks share nothing they write
+ * and any thread count stores the same bytes. */
+typedef struct write_job {
+    const kvq_cache *c;
+    int layer, pos, n;
+    const float *k, *v;
+    _Atomic int fail_pos;     /* first tile end that failed (INT_MAX: none) */
+    _Atomic int fail_status;
+} write_job;
+
+static void write_task(void *ctx, int task, int thread) {
+    write_job *j = ctx;
+    const kvq_cache *c = j->c;
+    const int h = task / 2, n_kv = c->p.n_head_kv;
+    const kvq_cache_side *sd = task % 2 ? &c->v[j->layer] : &c->k[j->layer];
+    const float *x = task % 2 ? j->v : j->k;
+    const int dim = task % 2 ? c->p.head_dim_v : c->p.head_dim_k;
+    for (int t = 0; t < j->n; t++) write_row(c, sd, h, j->pos + t, x + ((size_t)t * n_kv + h) * (size_t)dim);
+    if (sd->layout != KVQ_LAYOUT_TILES) return;
+    float *scratch = c->tile_scratch + (size_t)thread * c->tile_scratch_floats;
+    for (int p = j->pos; p < j->pos + j->n; p++) {      /* p ends a tile: quantise it, once */
+        const int tile = p / KVQ_KVARN_TILE;
+        if ((p + 1) % KVQ_KVARN_TILE || tile < sd->first_tile) continue;
+        const kvq_status st = sd->records->quantize(c, sd, h, tile, scratch, NULL);
+        if (st == KVQ_OK) continue;
+        int seen = atomic_load(&j->fail_pos);
+        while (p < seen && !atomic_compare_exchange_weak(&j->fail_pos, &seen, p)) {}
+        atomic_store(&j->fail_status, (int)st);
+        return;
+    }
+}
+
+/* Room for one tile quantisation per thread of the pool. */
+static kvq_status reserve_tile_scratch(kvq_cache *c, int threads, kvq_error *err) {
+    if (!c->tile_scratch_floats || threads <= c->tile_scratch_threads) return KVQ_OK;
+    float *grown = realloc(c->tile_scratch, (size_t)threads * c->tile_scratch_floats * sizeof(float));
+    if (!grown) return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory for tile quantisation on %d threads", threads);
+    c->tile_scratch = grown;
+    c->tile_scratch_threads = threads;
+    return KVQ_OK;
 }
 
 kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n, const float *k, const float *v,
                            kvq_error *err) {
+    return kvq_cache_write_pool(c, layer, pos, n, k, v, NULL, err);
+}
+
+kvq_status kvq_cache_write_pool(kvq_cache *c, int layer, int pos, int n, const float *k, const float *v,
+                                kvq_pool *pool, kvq_error *err) {
     if (!c || !k || !v) return kvq_fail(err, KVQ_ERR_ARG, "cache write: NULL argument");
     const kvq_cache_params *p = &c->p;
     if (layer < 0 || layer >= p->n_layer)
@@ -577,23 +620,22 @@ kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n, const float 
     if ((int64_t)pos + n > p->n_ctx)
         return kvq_fail(err, KVQ_ERR_ARG, "cache write: positions %d..%d exceed n_ctx %d", pos,
                         pos + n - 1, p->n_ctx);
+    kvq_status st = reserve_tile_scratch(c, kvq_pool_threads(pool), err);
+    if (st != KVQ_OK) return st;
     kvq_cache_commit_stage(c);
     c->stage = (kvq_cache_stage){ .layer = layer, .pos = pos, .n = n, .cap = c->stage.cap,
                                   .rows = { c->stage.rows[0], c->stage.rows[1] },
                                   .row_bytes = { c->stage.row_bytes[0], c->stage.row_bytes[1] } };
-    const kvq_cache_side *sk = &c->k[layer], *sv = &c->v[layer];
-    for (int t = 0; t < n; t++) {
-        for (int h = 0; h < p->n_head_kv; h++) {
-            const size_t row = (size_t)t * (size_t)p->n_head_kv + (size_t)h;
-            write_row(c, sk, h, pos + t, k + row * (size_t)p->head_dim_k);
-            write_row(c, sv, h, pos + t, v + row * (size_t)p->head_dim_v);
-        }
-        kvq_status st;
-        if ((st = write_tiles(c, sk, pos + t, err)) != KVQ_OK || (st = write_tiles(c, sv, pos + t, err)) != KVQ_OK) {
-            c->n_stored[layer] = pos + t;     /* what is complete stays usable */
-            c->stage.n = t;
-            return st;
-        }
+    write_job job = { .c = c, .layer = layer, .pos = pos, .n = n, .k = k, .v = v };
+    atomic_init(&job.fail_pos, INT_MAX);
+    atomic_init(&job.fail_status, KVQ_OK);
+    kvq_pool_run(pool, write_task, &job, 2 * p->n_head_kv);
+    const int fail_pos = atomic_load(&job.fail_pos);
+    if (fail_pos != INT_MAX) {
+        c->n_stored[layer] = fail_pos;     /* what is complete stays usable */
+        c->stage.n = fail_pos - pos;
+        return kvq_fail(err, (kvq_status)atomic_load(&job.fail_status), "cache: quantising tile %d failed",
+                        fail_pos / KVQ_KVARN_TILE);
     }
     c->n_stored[layer] = pos + n;
     return KVQ_OK;

@@ -100,8 +100,9 @@ struct kvq_cache {
     uint8_t *mem[5];        /* K bodies, V bodies, rings, sinks, stage     */
     size_t mem_bytes[5];    /* their sizes                                 */
     kvq_cache_stage stage;
-    float *tile_scratch;    /* tile quantisation (NULL without tile sides) */
-    size_t tile_scratch_floats;
+    float *tile_scratch;    /* tile quantisation, tile_scratch_floats per  */
+    size_t tile_scratch_floats; /* thread of the widest write so far (NULL */
+    int tile_scratch_threads;   /* without tile sides)                     */
     float *attend_scratch;  /* attention's working memory (kvq_cache_attend_scratch) */
     size_t attend_scratch_floats;
     kvq_cache_bytes bytes;
@@ -128,6 +129,12 @@ void kvq_calib_score_avx2(const kvq_cache_side *sd, int kv_head, int key0, int n
                           int q_stride, float scale, float *w, int w_stride);
 void kvq_calib_accumulate_avx2(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
                                int w_stride, float *acc, int acc_stride);
+
+/* kvq_cache_write with its work split over the pool's threads (NULL:
+ * inline) by KV head and side; the stored bytes are the same for any
+ * thread count. */
+kvq_status kvq_cache_write_pool(kvq_cache *c, int layer, int pos, int n, const float *k, const float *v,
+                                kvq_pool *pool, kvq_error *err);
 
 /* At least `floats` floats of working memory for one attention call, kept
  * by the cache and reused, so that decoding allocates only when a call

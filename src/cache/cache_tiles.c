@@ -66,19 +66,20 @@ static const uint8_t *record_of(const kvq_cache_side *sd, int head, int tile, in
            ((size_t)(tile - sd->first_tile) * (size_t)sd->n_slices + (size_t)slice) * sd->record_bytes;
 }
 
-static kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *sd, int tile, kvq_error *err) {
+static kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *sd, int h, int tile, float *scratch,
+                                     kvq_error *err) {
     const int w = sd->tile.width;
-    float *x = c->tile_scratch, *row = x + (size_t)T * w, *work = row + sd->store_dim;
-    for (int h = 0; h < c->p.n_head_kv; h++)
-        for (int s = 0; s < sd->n_slices; s++) {
-            for (int t = 0; t < T; t++) {      /* the exact rows, as the ring and stage hold them */
-                const uint8_t *src = kvq_cache_exact_row(c, sd, h, tile * T + t);
-                kvq_dequantize_row_tr(sd->tail_tr, src, row, sd->store_dim);
-                memcpy(x + (size_t)t * w, row + (size_t)s * w, (size_t)w * sizeof *x);
-            }
-            kvq_status st = kvq_kvarn_quantize(sd->tile, x, c->p.kvarn_iters ? c->p.kvarn_iters : KVQ_KVARN_ITERS, (uint8_t *)record_of(sd, h, tile, s), work);
-            if (st != KVQ_OK) return kvq_fail(err, st, "cache: quantising tile %d failed", tile);
+    float *x = scratch, *row = x + (size_t)T * w, *work = row + sd->store_dim;
+    for (int s = 0; s < sd->n_slices; s++) {
+        for (int t = 0; t < T; t++) {      /* the exact rows, as the ring and stage hold them */
+            const uint8_t *src = kvq_cache_exact_row(c, sd, h, tile * T + t);
+            kvq_dequantize_row_tr(sd->tail_tr, src, row, sd->store_dim);
+            memcpy(x + (size_t)t * w, row + (size_t)s * w, (size_t)w * sizeof *x);
         }
+        kvq_status st = kvq_kvarn_quantize(sd->tile, x, c->p.kvarn_iters ? c->p.kvarn_iters : KVQ_KVARN_ITERS,
+                                           (uint8_t *)record_of(sd, h, tile, s), work);
+        if (st != KVQ_OK) return kvq_fail(err, st, "cache: quantising tile %d of head %d failed", tile, h);
+    }
     return KVQ_OK;
 }
 

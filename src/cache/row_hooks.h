@@ -42,7 +42,11 @@ typedef struct kvq_row_hooks {
     int run_keys;                     /* chunks of keys never cross a multiple of this (a tile) */
     void (*shape)(struct kvq_cache_side *sd, bool is_v);
     size_t (*scratch_floats)(const struct kvq_cache_side *sd);
-    kvq_status (*quantize)(const kvq_cache *c, const struct kvq_cache_side *sd, int tile, kvq_error *err);
+    /* tile `tile` of KV head `head` from its exact rows, once, when its
+     * last token is written; heads run on any thread at once, each with
+     * its own scratch (scratch_floats), so it reads only that head's rows */
+    kvq_status (*quantize)(const kvq_cache *c, const struct kvq_cache_side *sd, int head, int tile, float *scratch,
+                           kvq_error *err);
     void (*read_row)(const struct kvq_cache_side *sd, int head, int pos, float *out);
 } kvq_row_hooks;
 

@@ -96,6 +96,116 @@ done:
     return best;
 }
 
+/* ------------------------------------------ normalisation on lanes */
+
+#define VD double
+#define VW 1
+#define VD_LOADF(p) ((double)*(p))
+#define VD_LOAD(p) (*(p))
+#define VD_STORE(p, v) (*(p) = (v))
+#define VD_SET1(x) (x)
+#define VD_ADD(a, b) ((a) + (b))
+#define VD_SUB(a, b) ((a) - (b))
+#define VD_MUL(a, b) ((a) * (b))
+#define VD_DIV(a, b) ((a) / (b))
+#define VD_SQRT sqrt
+#define VF float
+#define VFW 1
+#define VF_LOAD(p) (*(p))
+#define VF_STORE(p, v) (*(p) = (v))
+#define VF_SET1(x) (x)
+#define VF_ADD(a, b) ((a) + (b))
+#define VF_SUB(a, b) ((a) - (b))
+#define VF_MUL(a, b) ((a) * (b))
+#define VF_DIV(a, b) ((a) / (b))
+#define VF_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define VF_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define VF_FLOOR floorf
+#define VF_CODES(p, v, qmax) do { const int q_ = (int)(v); *(p) = q_ < 0 ? 0 : q_ > (qmax) ? (qmax) : q_; } while (0)
+#define SIGMA_FN sigmas_scalar
+#define ROWS_FN row_codes_scalar
+#include "kvarn_sigma.inc"
+
+static const kvq_kvarn_kernels g_scalar = { "scalar", sigmas_scalar, row_codes_scalar };
+static const kvq_kvarn_kernels g_avx2 = { "avx2", kvq_kvarn_sigmas_avx2, kvq_kvarn_row_codes_avx2 };
+static const kvq_kvarn_kernels g_avx512 = { "avx512", kvq_kvarn_sigmas_avx512, kvq_kvarn_row_codes_avx512 };
+
+static const kvq_kvarn_kernels *const g_levels[KVQ_ISA_COUNT] = { &g_scalar, &g_avx2, &g_avx512 };
+
+/* By name, for tests and benchmarks: NULL for a level this CPU lacks. */
+const kvq_kvarn_kernels *kvq_kvarn_kernels_level(const char *name) {
+    for (int i = 0; i < KVQ_ISA_COUNT; i++)
+        if (!strcmp(name, g_levels[i]->name)) return i <= (int)kvq_isa_best() ? g_levels[i] : NULL;
+    return NULL;
+}
+
+/* The level every kernel table uses (kvq_isa_best: decided once). */
+const kvq_kvarn_kernels *kvq_kvarn_kernels_best(void) { return g_levels[kvq_isa_best()]; }
+
+/* fmax / fmin written out: equal to them on these operands (never NaN
+ * in the first, never -0 anywhere: sigmas are sqrt of sums from +0, log
+ * scales start at +0), without a library call each. */
+static double max_of(double a, double b) { return b > a ? b : a; }
+static double min_of(double a, double b) { return b < a ? b : a; }
+
+/* The reference's imbalance from its sigmas. */
+static double imbalance_of(const double *sc, int cols, const double *sr, int rows) {
+    double cmax = 0.0, cmin = INFINITY, rmax = 0.0, rmin = INFINITY;
+    for (int c = 0; c < cols; c++) { cmax = max_of(cmax, sc[c]); cmin = min_of(cmin, sc[c]); }
+    for (int r = 0; r < rows; r++) { rmax = max_of(rmax, sr[r]); rmin = min_of(rmin, sr[r]); }
+    return cmax / max_of(cmin, 1e-8) + rmax / max_of(rmin, 1e-8);
+}
+
+/* update_log_scale with max_of / min_of. */
+static double next_log_scale(double logscale, double sigma) {
+    logscale += log(min_of(max_of(1e-3, sigma), 1e3));
+    return min_of(max_of(logscale, -0.3), 10.0);
+}
+
+size_t kvq_kvarn_normalise_work_floats(int rows, int cols) {
+    return (size_t)rows * cols + 2 * (size_t)(4 * rows + 4 * cols);
+}
+
+/* The reference's iteration with its sweeps on lanes.  Column sigmas of A
+ * are one sweep over A, row sigmas one over its transpose.  The reference
+ * computes the column sigmas of iteration i+1's update with the same
+ * scales as iteration i's imbalance, so they are computed once here:
+ * three sweeps per iteration instead of four, same numbers. */
+double kvq_kvarn_normalise_lanes(const float *A, const float *AT, int rows, int cols, int iters, float *s_row,
+                                 float *s_col, float *work, const kvq_kvarn_kernels *k) {
+    void (*sig)(const float *, int, int, const double *, const double *, double *) = k->sigmas;
+    double *w = (double *)(work + (size_t)rows * cols), *u = w + rows, *inv_r = u + cols, *inv_c = inv_r + rows;
+    double *best_w = inv_c + cols, *best_u = best_w + rows, *sc = best_u + cols, *sr = sc + cols;
+    if (!AT) {
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) work[(size_t)c * rows + r] = A[(size_t)r * cols + c];
+        AT = work;
+    }
+    for (int r = 0; r < rows; r++) { w[r] = best_w[r] = 0.0; inv_r[r] = 1.0; }
+    for (int c = 0; c < cols; c++) { u[c] = best_u[c] = 0.0; inv_c[c] = 1.0; }
+    sig(A, rows, cols, inv_r, inv_c, sc);
+    sig(AT, cols, rows, inv_c, inv_r, sr);
+    double best = imbalance_of(sc, cols, sr, rows);
+    for (int it = 1; it <= iters; it++) {
+        for (int c = 0; c < cols; c++) u[c] = next_log_scale(u[c], sc[c]);
+        for (int c = 0; c < cols; c++) inv_c[c] = exp(-u[c]);
+        sig(AT, cols, rows, inv_c, inv_r, sr);
+        for (int r = 0; r < rows; r++) w[r] = next_log_scale(w[r], sr[r]);
+        for (int r = 0; r < rows; r++) inv_r[r] = exp(-w[r]);
+        sig(A, rows, cols, inv_r, inv_c, sc);
+        sig(AT, cols, rows, inv_c, inv_r, sr);
+        const double imb = imbalance_of(sc, cols, sr, rows);
+        if (imb < best) {
+            best = imb;
+            memcpy(best_w, w, (size_t)rows * sizeof *w);
+            memcpy(best_u, u, (size_t)cols * sizeof *u);
+        }
+    }
+    for (int r = 0; r < rows; r++) s_row[r] = (float)exp(best_w[r]);
+    for (int c = 0; c < cols; c++) s_col[c] = (float)exp(best_u[c]);
+    return best;
+}
+
 double kvq_kvarn_imbalance(const float *A, int rows, int cols, const float *s_row, const float *s_col) {
     double *inv_r = malloc((size_t)rows * sizeof *inv_r), *inv_c = malloc((size_t)cols * sizeof *inv_c);
     double v = INFINITY;
@@ -150,42 +260,54 @@ kvq_kvarn_meta kvq_kvarn_meta_of(kvq_kvarn_shape s, const uint8_t *record) {
 /* --------------------------------------------------------- quantisation */
 
 size_t kvq_kvarn_scratch_floats(kvq_kvarn_shape s) {
-    return (size_t)KVQ_KVARN_TILE * s.width + (size_t)a_rows(s) + (size_t)a_cols(s);
+    const size_t tile = (size_t)KVQ_KVARN_TILE * s.width;
+    /* A, s_row, s_col, the normalisation's work, the codes (bytes) */
+    return tile + (size_t)a_rows(s) + (size_t)a_cols(s) + kvq_kvarn_normalise_work_floats(a_rows(s), a_cols(s)) +
+           tile / sizeof(float);
 }
 
-kvq_status kvq_kvarn_quantize(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch) {
-    if (!kvq_kvarn_bits_valid(s.bits) || s.width <= 0 || s.width % 8) return KVQ_ERR_ARG;
-    const int rows = a_rows(s), cols = a_cols(s), qmax = (1 << s.bits) - 1;
-    float *own = NULL;
-    if (!scratch) {
-        scratch = own = malloc(kvq_kvarn_scratch_floats(s) * sizeof(float));
-        if (!own) return KVQ_ERR_NOMEM;
+/* Codes of one token packed a group of 8 at a time: group g is the
+ * little-endian word of bytes g*b..g*b+b-1 (the stream pack_token writes). */
+static void pack_token_groups(const uint8_t *codes, int width, int bits, uint8_t *out) {
+    if (bits == 8) { memcpy(out, codes, (size_t)width); return; }
+    for (int g = 0; g < width / 8; g++, codes += 8, out += bits) {
+        uint64_t word = 0;
+        for (int j = 0; j < 8; j++) word |= (uint64_t)codes[j] << (j * bits);
+        for (int k = 0; k < bits; k++) out[k] = (uint8_t)(word >> (8 * k));
     }
-    float *A = scratch, *s_row = A + (size_t)rows * cols, *s_col = s_row + rows;
-    for (int t = 0; t < KVQ_KVARN_TILE; t++)     /* orient: K is channels x tokens */
-        for (int c = 0; c < s.width; c++) {
-            float v = x[(size_t)t * s.width + c];
-            if (s.is_key) A[(size_t)c * cols + t] = v; else A[(size_t)t * cols + c] = v;
-        }
-    kvq_kvarn_normalise(A, rows, cols, iters, s_row, s_col, NULL);
+}
 
+/* Row r of A quantised b-bit round-to-nearest between its minimum and
+ * maximum after normalisation; codes in token-major order.  k NULL: the
+ * reference, one value at a time; else its row_codes kernel (same bytes). */
+static void quantize_rows(kvq_kvarn_shape s, const float *A, const float *s_row, const float *s_col,
+                          uint8_t *record, uint8_t *tok_codes, const kvq_kvarn_kernels *k) {
+    const int rows = a_rows(s), cols = a_cols(s), qmax = (1 << s.bits) - 1;
     uint8_t *S = record + payload_bytes(s), *Z = S + 2 * rows, *O = Z + 2 * rows;
-    uint8_t *tok_codes = (uint8_t *)malloc((size_t)KVQ_KVARN_TILE * s.width);
-    if (!tok_codes) { free(own); return KVQ_ERR_NOMEM; }
+    const bool lanes = k && cols % 16 == 0 && cols <= 128;
     for (int r = 0; r < rows; r++) {
-        float lo = INFINITY, hi = -INFINITY;
-        for (int c = 0; c < cols; c++) {
-            float b = A[(size_t)r * cols + c] / (s_row[r] * s_col[c]);
-            lo = fminf(lo, b);
-            hi = fmaxf(hi, b);
-        }
-        const float delta = fmaxf((hi - lo) / (float)qmax, 1e-10f);
-        for (int c = 0; c < cols; c++) {
-            float b = A[(size_t)r * cols + c] / (s_row[r] * s_col[c]);
-            int q = (int)floorf((b - lo) / delta + 0.5f);
-            q = q < 0 ? 0 : q > qmax ? qmax : q;
-            int t = s.is_key ? c : r, ch = s.is_key ? r : c;
-            tok_codes[(size_t)t * s.width + ch] = (uint8_t)q;
+        float lo = INFINITY, hi = -INFINITY, delta;
+        if (lanes) {
+            int32_t q[128];
+            delta = k->row_codes(A + (size_t)r * cols, cols, s_row[r], s_col, qmax, &lo, q);
+            if (s.is_key) for (int c = 0; c < cols; c++) tok_codes[(size_t)c * s.width + r] = (uint8_t)q[c];
+            else for (int c = 0; c < cols; c++) tok_codes[(size_t)r * s.width + c] = (uint8_t)q[c];
+        } else {
+            for (int c = 0; c < cols; c++) {
+                float b = A[(size_t)r * cols + c] / (s_row[r] * s_col[c]);
+                lo = b < lo ? b : lo;      /* NaN skipped */
+                hi = b > hi ? b : hi;
+            }
+            lo += 0.0f;                    /* a zero extreme is +0, whichever zero came first */
+            hi += 0.0f;
+            delta = fmaxf((hi - lo) / (float)qmax, 1e-10f);
+            for (int c = 0; c < cols; c++) {
+                float b = A[(size_t)r * cols + c] / (s_row[r] * s_col[c]);
+                int q = (int)floorf((b - lo) / delta + 0.5f);
+                q = q < 0 ? 0 : q > qmax ? qmax : q;
+                int t = s.is_key ? c : r, ch = s.is_key ? r : c;
+                tok_codes[(size_t)t * s.width + ch] = (uint8_t)q;
+            }
         }
         kvq_wr16(S + 2 * r, kvq_float_to_half(s_row[r] * delta));
         kvq_wr16(Z + 2 * r, kvq_float_to_half(s_row[r] * lo));
@@ -193,10 +315,47 @@ kvq_status kvq_kvarn_quantize(kvq_kvarn_shape s, const float *x, int iters, uint
     for (int c = 0; c < cols; c++) kvq_wr16(O + 2 * c, kvq_float_to_half(s_col[c]));
     const size_t tok_bytes = (size_t)s.width * s.bits / 8;
     for (int t = 0; t < KVQ_KVARN_TILE; t++)
-        pack_token(tok_codes + (size_t)t * s.width, s.width, s.bits, record + t * tok_bytes);
-    free(tok_codes);
+        (k ? pack_token_groups : pack_token)(tok_codes + (size_t)t * s.width, s.width, s.bits, record + t * tok_bytes);
+}
+
+/* k NULL: the reference normalisation and rounding. */
+static kvq_status quantize_tile(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch,
+                                const kvq_kvarn_kernels *k) {
+    if (!kvq_kvarn_bits_valid(s.bits) || s.width <= 0 || s.width % 8) return KVQ_ERR_ARG;
+    const int rows = a_rows(s), cols = a_cols(s);
+    float *own = NULL;
+    if (!scratch) {
+        scratch = own = malloc(kvq_kvarn_scratch_floats(s) * sizeof(float));
+        if (!own) return KVQ_ERR_NOMEM;
+    }
+    float *A = scratch, *s_row = A + (size_t)rows * cols, *s_col = s_row + rows, *work = s_col + cols;
+    uint8_t *tok_codes = (uint8_t *)(work + kvq_kvarn_normalise_work_floats(rows, cols));
+    for (int t = 0; t < KVQ_KVARN_TILE; t++)     /* orient: K is channels x tokens */
+        for (int c = 0; c < s.width; c++) {
+            float v = x[(size_t)t * s.width + c];
+            if (s.is_key) A[(size_t)c * cols + t] = v; else A[(size_t)t * cols + c] = v;
+        }
+    /* K's A is x transposed, so x is A's transpose: no second transpose */
+    if (k && rows % KVQ_KVARN_LANES == 0 && cols % KVQ_KVARN_LANES == 0)
+        kvq_kvarn_normalise_lanes(A, s.is_key ? x : NULL, rows, cols, iters, s_row, s_col, work, k);
+    else
+        kvq_kvarn_normalise(A, rows, cols, iters, s_row, s_col, NULL);
+    quantize_rows(s, A, s_row, s_col, record, tok_codes, k);
     free(own);
     return KVQ_OK;
+}
+
+kvq_status kvq_kvarn_quantize_ref(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch) {
+    return quantize_tile(s, x, iters, record, scratch, NULL);
+}
+
+kvq_status kvq_kvarn_quantize_with(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch,
+                                   const kvq_kvarn_kernels *k) {
+    return quantize_tile(s, x, iters, record, scratch, k);
+}
+
+kvq_status kvq_kvarn_quantize(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch) {
+    return quantize_tile(s, x, iters, record, scratch, kvq_kvarn_kernels_best());
 }
 
 /* fp16 metadata of a record, decoded once. */

@@ -43,14 +43,52 @@ bool kvq_kvarn_bits_valid(int bits);
 double kvq_kvarn_normalise(const float *A, int rows, int cols, int iters,
                            float *s_row, float *s_col, double *trace);
 
+/* Lane kernels of the quantiser (src/format/kvarn_sigma.inc, built at
+ * the scalar, AVX2 and AVX-512 widths; tests compare each with the
+ * reference):
+ *   sigmas: for each lane j < lanes the sample sigma of
+ *           M[i*lanes + j] * mul[i] * k[j] over i < n (lanes a multiple of
+ *           KVQ_KVARN_LANES);
+ *   row_codes: one row of A (cols <= 128, a multiple of 16) normalised by
+ *           sr * s_col[c] and rounded to codes q[c] in 0..qmax between its
+ *           minimum (*lo) and maximum; returns the step delta. */
+#define KVQ_KVARN_LANES 32
+typedef struct kvq_kvarn_kernels {
+    const char *name;
+    void (*sigmas)(const float *M, int n, int lanes, const double *mul, const double *k, double *out);
+    float (*row_codes)(const float *a, int cols, float sr, const float *s_col, int qmax, float *lo, int32_t *q);
+} kvq_kvarn_kernels;
+/* "scalar", "avx2", "avx512": NULL when the CPU lacks it (or the name is
+ * unknown); _best: the widest this CPU runs (KVQ_FORCE_* obeyed). */
+const kvq_kvarn_kernels *kvq_kvarn_kernels_level(const char *name);
+const kvq_kvarn_kernels *kvq_kvarn_kernels_best(void);
+void kvq_kvarn_sigmas_avx2(const float *M, int n, int lanes, const double *mul, const double *k, double *out);
+void kvq_kvarn_sigmas_avx512(const float *M, int n, int lanes, const double *mul, const double *k, double *out);
+float kvq_kvarn_row_codes_avx2(const float *a, int cols, float sr, const float *s_col, int qmax, float *lo, int32_t *q);
+float kvq_kvarn_row_codes_avx512(const float *a, int cols, float sr, const float *s_col, int qmax, float *lo, int32_t *q);
+
+/* kvq_kvarn_normalise on lanes: the same scales and imbalance bit for bit
+ * (no trace), for rows and cols multiples of KVQ_KVARN_LANES.  AT: A's
+ * transpose (cols x rows) where the caller has it, or NULL (made in work).
+ * work: kvq_kvarn_normalise_work_floats(rows, cols) floats, 8-byte aligned. */
+size_t kvq_kvarn_normalise_work_floats(int rows, int cols);
+double kvq_kvarn_normalise_lanes(const float *A, const float *AT, int rows, int cols, int iters, float *s_row,
+                                 float *s_col, float *work, const kvq_kvarn_kernels *k);
+
 /* Imbalance of A / (s_row s_col): max/min column sigma + max/min row sigma. */
 double kvq_kvarn_imbalance(const float *A, int rows, int cols, const float *s_row, const float *s_col);
 
 /* Quantise a tile of 128 token rows x width (row-major, x[t*width + c])
  * into `record` (kvq_kvarn_record_bytes).  Deterministic.  scratch must
- * hold kvq_kvarn_scratch_floats(s) floats (NULL: allocated internally). */
+ * hold kvq_kvarn_scratch_floats(s) floats, 8-byte aligned (NULL:
+ * allocated internally).  _ref is the scalar reference (kvq_kvarn_normalise,
+ * one value at a time); kvq_kvarn_quantize writes the same bytes with the
+ * best kernels this CPU runs, _with with the ones given. */
 size_t kvq_kvarn_scratch_floats(kvq_kvarn_shape s);
 kvq_status kvq_kvarn_quantize(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch);
+kvq_status kvq_kvarn_quantize_ref(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch);
+kvq_status kvq_kvarn_quantize_with(kvq_kvarn_shape s, const float *x, int iters, uint8_t *record, float *scratch,
+                                   const kvq_kvarn_kernels *k);
 /* Reconstruct the tile: y[t*width + c]. */
 void kvq_kvarn_dequantize(kvq_kvarn_shape s, const uint8_t *record, float *y);
 

@@ -202,6 +202,7 @@ static pthread_once_t g_kernels_once = PTHREAD_ONCE_INIT;
 static void choose_kernels(void) {
     g_active_kernels = g_scalar_kernels;
     if (kvq_isa_best() >= KVQ_ISA_AVX2) turbo_install_avx2(&g_active_kernels);
+    if (kvq_isa_best() >= KVQ_ISA_AVX512) g_active_kernels.viterbi = turbo_viterbi_avx512;
 }
 
 const turbo_kernels *turbo_active_kernels(void) {

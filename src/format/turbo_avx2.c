@@ -5,12 +5,8 @@
  *                 the <= 16-entry codebook sits in two registers (permute).
  *   trellis codes: 8 state windows come from one (k+1)-byte word; the
  *                 2^L-entry codebook is read with a gather.
- *   Viterbi:      the same recursion as kvq_turbo_tcq_viterbi_scalar with
- *                 the same float operations (so the same path, bit for
- *                 bit), on states stored in a column-permuted order in
- *                 which arrival costs are broadcasts and each step's
- *                 costs fold straight into the next step's minimum (see
- *                 the Viterbi section). */
+ *   Viterbi:      turbo_viterbi.inc at 8 lanes (the same path as
+ *                 kvq_turbo_tcq_viterbi_scalar, bit for bit). */
 #include "turbo_internal.h"
 #include "simd256.h"
 
@@ -124,58 +120,29 @@ static void tcq_axpy_avx2(const uint8_t *codes, const float *c, int k, float w, 
 
 /* ------------------------------------------------------------- Viterbi */
 
-/*
- * Layout.  Write a state as s = (a << k) | j: a = its top 6 bits (the
- * context its successors see), j = its low k bits.  With K = 2^k and
- * R = 64 / K, context a = q*R + m (m = a mod R) is stored in row j at
- * column sigma(a) = m*K + q.  Then
- *   - the cost of state (row j, column sigma(a)) at step t is
- *     best_in[(m << k) | j] + (x_t - c)^2: its context s & 63 = (m << k) | j
- *     depends only on (j, m), so every run of K columns with the same m
- *     needs one broadcast arrival cost;
- *   - the best arrival into context a at step t+1 is the minimum over the
- *     K rows at column sigma(a): element-wise over rows, ties to the
- *     smallest j as in the scalar code.
- * So one step computes the costs of a column chunk row by row and folds
- * them straight into the running minimum: the 2^L costs never go to
- * memory, except at the last step, where the final state is chosen by
- * state number.  Back-pointers are kept by column; the path is the scalar
- * code's path bit for bit (same float operations, same tie rules).
- */
-typedef struct viterbi_work {
-    float cpos[TURBO_MAX_STATES];      /* codebook by position j*64 + sigma(a) */
-    float min_in[N_CTX];               /* best arrival cost, by column    */
-    float need[16][16];                /* need[j][m] = arrival into context (m << k) | j */
-    uint8_t back[KVQ_TURBO_BLOCK][N_CTX];   /* by column                  */
-    uint8_t column[N_CTX];             /* sigma(a)                        */
-} viterbi_work;
+#define VF __m256
+#define VI __m256i
+#define VL 8
+#define V_SET1 _mm256_set1_ps
+#define V_LOADU _mm256_loadu_ps
+#define V_STOREU _mm256_storeu_ps
+#define V_ADD _mm256_add_ps
+#define V_SUB _mm256_sub_ps
+#define V_MUL _mm256_mul_ps
+#define V_ISET1 _mm256_set1_epi32
+#define V_IZERO _mm256_setzero_si256()
+#define V_NEED(need, m, k) need_avx2((need), (m), (k))
+#define V_KEEP_SMALLER(best, arg, cur, jv) keep_smaller(&(best), &(arg), (cur), (jv))
+#define V_STORE_MIN(min_in, back, best, arg) store_min((min_in), (back), (best), (arg))
+#define V_GATHER(dst, base, idx) \
+    _mm256_storeu_ps((dst), _mm256_i32gather_ps((base), _mm256_loadu_si256((const __m256i *)(const void *)(idx)), 4))
+#define VITERBI_FN turbo_viterbi_avx2
 
-static void viterbi_layout(viterbi_work *w, int k, const float *c) {
-    int K = 1 << k, R = N_CTX >> k;
-    for (int a = 0; a < N_CTX; a++) w->column[a] = (uint8_t)((a % R) * K + a / R);
-    for (int s = 0; s < (N_CTX << k); s++) w->cpos[(s & (K - 1)) * N_CTX + w->column[s >> k]] = c[s];
-}
-
-/* Arrival costs of this step, by (j, m); all zero at t = 0 (free start). */
-static void viterbi_gather_need(viterbi_work *w, int k, bool first) {
-    for (int j = 0; j < (1 << k); j++)
-        for (int m = 0; m < (N_CTX >> k); m++)
-            w->need[j][m] = first ? 0.0f : w->min_in[w->column[(m << k) | j]];
-}
-
-/* Costs of the 8 states at row j, columns col..col+7. */
-ALWAYS_INLINE __m256 state_costs(const viterbi_work *w, int k, int j, int col, __m256 x) {
-    int m = col >> k;
-    const float *need = w->need[j];
-    __m256 in;
-    if (k >= 3) {                                    /* one run covers 8 columns */
-        in = _mm256_set1_ps(need[m]);
-    } else {                                         /* two runs of 4: need[m] x4, need[m+1] x4 */
-        __m128 pair = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)(need + m)));
-        in = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(pair), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-    }
-    __m256 e = _mm256_sub_ps(x, _mm256_loadu_ps(w->cpos + j * N_CTX + col));
-    return _mm256_add_ps(in, _mm256_mul_ps(e, e));
+/* k >= 3: one run of 8 columns shares need[m]; k = 2: two runs of 4. */
+ALWAYS_INLINE __m256 need_avx2(const float *need, int m, int k) {
+    if (k >= 3) return _mm256_set1_ps(need[m]);
+    __m128 pair = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)(need + m)));
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(pair), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
 }
 
 ALWAYS_INLINE void keep_smaller(__m256 *best, __m256i *arg, __m256 cur, __m256i j) {
@@ -184,79 +151,19 @@ ALWAYS_INLINE void keep_smaller(__m256 *best, __m256i *arg, __m256 cur, __m256i 
     *arg = _mm256_blendv_epi8(*arg, j, _mm256_castps_si256(lt));
 }
 
-ALWAYS_INLINE void store_min(viterbi_work *w, uint8_t *back, int col, __m256 best, __m256i arg) {
-    _mm256_storeu_ps(w->min_in + col, best);
+ALWAYS_INLINE void store_min(float *min_in, uint8_t *back, __m256 best, __m256i arg) {
+    _mm256_storeu_ps(min_in, best);
     /* 8 x int32 (values < 16) -> 8 bytes */
     __m128i a16 = _mm_packs_epi32(_mm256_castsi256_si128(arg), _mm256_extracti128_si256(arg, 1));
-    _mm_storel_epi64((__m128i *)(back + col), _mm_packus_epi16(a16, a16));
+    _mm_storel_epi64((__m128i *)back, _mm_packus_epi16(a16, a16));
 }
 
-/* One step: costs at x_t folded into the best arrival of step t+1.  32
- * columns at a time, rows inside: four independent compare/blend chains. */
-ALWAYS_INLINE void viterbi_step_fixed(viterbi_work *w, const int k, float xt, uint8_t *back_next) {
-    __m256 x = _mm256_set1_ps(xt);
-    for (int col = 0; col < N_CTX; col += 32) {
-        __m256 b0 = state_costs(w, k, 0, col, x), b1 = state_costs(w, k, 0, col + 8, x);
-        __m256 b2 = state_costs(w, k, 0, col + 16, x), b3 = state_costs(w, k, 0, col + 24, x);
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-        for (int j = 1; j < (1 << k); j++) {
-            __m256i jv = _mm256_set1_epi32(j);
-            keep_smaller(&b0, &a0, state_costs(w, k, j, col, x), jv);
-            keep_smaller(&b1, &a1, state_costs(w, k, j, col + 8, x), jv);
-            keep_smaller(&b2, &a2, state_costs(w, k, j, col + 16, x), jv);
-            keep_smaller(&b3, &a3, state_costs(w, k, j, col + 24, x), jv);
-        }
-        store_min(w, back_next, col, b0, a0);
-        store_min(w, back_next, col + 8, b1, a1);
-        store_min(w, back_next, col + 16, b2, a2);
-        store_min(w, back_next, col + 24, b3, a3);
-    }
-}
-
-static void viterbi_step(viterbi_work *w, int k, float xt, uint8_t *back_next) {
-    switch (k) {
-    case 2: viterbi_step_fixed(w, 2, xt, back_next); break;
-    case 3: viterbi_step_fixed(w, 3, xt, back_next); break;
-    default: viterbi_step_fixed(w, 4, xt, back_next); break;
-    }
-}
-
-/* Last step: every state's cost; the smallest wins, lowest state number
- * on ties (the scalar rule).  Returns the state, its cost in *err. */
-static int viterbi_last(viterbi_work *w, int k, float xt, double *err) {
-    float cost[TURBO_MAX_STATES] = { 0 };   /* (initialised: the compiler cannot see k <= 4) */
-    __m256 x = _mm256_set1_ps(xt);
-    for (int j = 0; j < (1 << k); j++)
-        for (int col = 0; col < N_CTX; col += 8)
-            _mm256_storeu_ps(cost + j * N_CTX + col, state_costs(w, k, j, col, x));
-    const int jmask = (1 << k) - 1;
-#define POS(s) (((s) & jmask) * N_CTX + w->column[(s) >> k])
-    int last = 0;
-    for (int s = 1; s < (N_CTX << k); s++)
-        if (cost[POS(s)] < cost[POS(last)]) last = s;
-    *err = cost[POS(last)];
-#undef POS
-    return last;
-}
-
-static double viterbi_avx2(int k, const float *c, const float *x, int d, uint16_t *states) {
-    viterbi_work w;
-    viterbi_layout(&w, k, c);
-    for (int t = 0; t + 1 < d; t++) {
-        viterbi_gather_need(&w, k, t == 0);
-        viterbi_step(&w, k, x[t], w.back[t + 1]);
-    }
-    viterbi_gather_need(&w, k, d == 1);
-    double err;
-    int last = viterbi_last(&w, k, x[d - 1], &err);
-    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])w.back, w.column, d, last, states);
-    return err;
-}
+#include "turbo_viterbi.inc"
 
 void turbo_install_avx2(turbo_kernels *k) {
     k->scalar_dot = scalar_dot_avx2;
     k->scalar_axpy = scalar_axpy_avx2;
     k->tcq_dot = tcq_dot_avx2;
     k->tcq_axpy = tcq_axpy_avx2;
-    k->viterbi = viterbi_avx2;
+    k->viterbi = turbo_viterbi_avx2;
 }

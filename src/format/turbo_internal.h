@@ -30,6 +30,11 @@ const turbo_kernels *turbo_active_kernels(void);
 
 /* AVX2 versions (src/format/turbo_avx2.c); call only at kvq_isa_best() >= KVQ_ISA_AVX2. */
 void turbo_install_avx2(turbo_kernels *k);
+/* The Viterbi of turbo_viterbi.inc at 8 lanes (AVX2) and 16 (AVX-512,
+ * src/format/turbo_viterbi_avx512.c): call only where the CPU has them;
+ * the same states and cost as kvq_turbo_tcq_viterbi_scalar. */
+double turbo_viterbi_avx2(int k, const float *c, const float *x, int d, uint16_t *states);
+double turbo_viterbi_avx512(int k, const float *c, const float *x, int d, uint16_t *states);
 
 /* Scalar reference kernels (src/format/turbo.c, src/format/turbo_tcq.c). */
 float turbo_scalar_dot_ref(const uint8_t *codes, const float *codebook, int bits,

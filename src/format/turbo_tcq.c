@@ -112,16 +112,30 @@ static void put_bits(uint8_t *codes, int pos, uint32_t value, int bits) {
         if (value >> i & 1u) codes[(pos + i) >> 3] |= (uint8_t)(1u << ((pos + i) & 7));
 }
 
+/* The stream put_bits writes (6 context bits, then k bits per value,
+ * OR-ed in little-endian order), a byte at a time through a bit buffer. */
+static void put_stream(uint8_t *codes, const uint16_t *states, int d, int k) {
+    uint64_t acc = states[0] & CTX_MASK;
+    int nbits = CTX_BITS, pos = 0;
+    for (int t = 0; t < d; t++) {
+        acc |= (uint64_t)(states[t] >> CTX_BITS) << nbits;
+        for (nbits += k; nbits >= 8; nbits -= 8, acc >>= 8) codes[pos++] |= (uint8_t)acc;
+    }
+    if (nbits) codes[pos] |= (uint8_t)acc;
+}
+
 double turbo_tcq_encode(int k, const float *x, int d, uint8_t *codes, turbo_viterbi_fn viterbi) {
     const float *c = kvq_turbo_tcq_codebook(k);
     uint16_t states[KVQ_TURBO_BLOCK];
     viterbi(k, c, x, d, states);
-    put_bits(codes, 0, states[0] & CTX_MASK, CTX_BITS);
-    double sumsq = 0.0;
-    for (int t = 0; t < d; t++) {
-        put_bits(codes, CTX_BITS + t * k, (uint32_t)states[t] >> CTX_BITS, k);
-        sumsq += (double)c[states[t]] * c[states[t]];
+    if (viterbi == kvq_turbo_tcq_viterbi_scalar) {      /* the reference: bit by bit */
+        put_bits(codes, 0, states[0] & CTX_MASK, CTX_BITS);
+        for (int t = 0; t < d; t++) put_bits(codes, CTX_BITS + t * k, (uint32_t)states[t] >> CTX_BITS, k);
+    } else {
+        put_stream(codes, states, d, k);
     }
+    double sumsq = 0.0;
+    for (int t = 0; t < d; t++) sumsq += (double)c[states[t]] * c[states[t]];
     return sumsq;
 }
 

@@ -14,6 +14,7 @@
  * Activations are f32 throughout: kvq does not round them to q8 the way
  * llama.cpp does for quantised weights (see docs/engine.md).
  */
+#include "cache.h"
 #include "matmul.h"
 #include "model.h"
 
@@ -151,7 +152,7 @@ static kvq_status attention_block(kvq_ctx *c, int il, int pos, int n, kvq_error 
     rope_apply(c->q, n, in->n_head, dk, in->rope_neox, c->rope_cos, c->rope_sin);
     rope_apply(c->k, n, in->n_head_kv, dk, in->rope_neox, c->rope_cos, c->rope_sin);
 
-    kvq_status st = kvq_cache_write(c->cache, il, pos, n, c->k, c->v, err);
+    kvq_status st = kvq_cache_write_pool(c->cache, il, pos, n, c->k, c->v, c->pool, err);
     if (!st && c->observe) st = c->observe(c->observe_ud, il, pos, n, c->q, c->k, c->v, err);
     if (st) return st;
     /* each of the n queries of every head reads up to pos + n keys and values */
