@@ -136,7 +136,7 @@ typedef struct csv_reader {
 static bool csv_put(csv_reader *c, size_t *len, char ch) {
     if (*len + 1 >= c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 256;
-        char *nb = realloc(c->buf, cap);
+        char *nb = kvq_realloc(c->buf, cap);
         if (!nb) return false;
         c->buf = nb;
         c->cap = cap;
@@ -254,7 +254,7 @@ kvq_status kvq_report_read_csv(FILE *f, kvq_eval_row **rows_out, size_t *n_out, 
         }
         if (n == cap) {
             size_t nc = cap ? 2 * cap : 16;
-            kvq_eval_row *nr = realloc(rows, nc * sizeof *nr);
+            kvq_eval_row *nr = kvq_realloc(rows, nc * sizeof *nr);
             if (!nr) { st = kvq_fail(err, KVQ_ERR_NOMEM, "out of memory reading CSV"); goto done; }
             rows = nr;
             cap = nc;

@@ -1,0 +1,407 @@
+/* test_oom.c - every allocation of the library can fail cleanly, tested
+ * the way SQLite tests its out-of-memory paths: a job runs with
+ * allocation n failing (src/base/alloc.h), n = 1, 2, 3, ..., until a run
+ * makes fewer than n allocations and so runs with no failure at all.
+ * Each failing run must end in KVQ_ERR_NOMEM with a message (not success,
+ * not another error, not a crash), having freed what it took (make
+ * sanitize: LeakSanitizer is asked after every job); the run with no
+ * failure must give the result an ordinary run gives.  Each loop runs
+ * twice: failing only allocation n (the code after a failure goes on
+ * with memory again, so a failure that is ignored is seen) and failing
+ * every allocation from n on (so cleanup code that allocates is seen).
+ *
+ * The jobs: model load (a tiny llama written here; a shared model too
+ * when present), tokenising, cache creation + write + attention for a
+ * block, a KVarN, a TurboQuant and a calibrated type, a decode step
+ * (context, prompt, one token), a sweep cell (reference base written,
+ * opened, one configuration's KLD), a calibration file and a cache state
+ * file read back, and a thread pool.  One thread everywhere, so "the nth
+ * allocation" is the same call in every run. */
+#include "attn_ref.h"
+#include "base_kvq.h"
+#include "calib.h"
+#include "chunks.h"
+#include "kld_ref.h"
+#include "model_writer.h"
+#include "test.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define OOM_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define OOM_LSAN 1
+#endif
+#endif
+#ifdef OOM_LSAN
+int __lsan_do_recoverable_leak_check(void);   /* <sanitizer/lsan_interface.h> */
+#endif
+
+typedef kvq_status (*oom_job)(void *ud, kvq_error *err);
+
+typedef struct oom_count {
+    long points;   /* allocations that were made to fail, one run each */
+} oom_count;
+
+enum { OOM_MAX_RUNS = 20000 };
+
+/* Runs job with allocation n failing (persist: n and every later one),
+ * n = 1, 2, ..., until a run has nothing fail; false with msg on the
+ * first run that breaks the rules above. */
+static bool oom_loop(oom_job job, void *ud, int persist, oom_count *c, char *msg, size_t cap) {
+    for (long n = 1; n <= OOM_MAX_RUNS; n++) {
+        kvq_error err = { KVQ_OK, "" };
+        kvq_alloc_fail_at(n, persist);
+        const kvq_status st = job(ud, &err);
+        const long failed = kvq_alloc_failed();
+        kvq_alloc_fail_at(0, 0);
+        if (!failed) {
+            c->points += n - 1;
+            if (st == KVQ_OK) return true;
+            snprintf(msg, cap, "with no allocation failing the job failed: status %d, %s", (int)st, err.msg);
+            return false;
+        }
+        if (st != KVQ_ERR_NOMEM || !err.msg[0]) {
+            snprintf(msg, cap, "allocation %ld failing%s: status %d (want %d, KVQ_ERR_NOMEM), message '%s'", n,
+                     persist ? " (and every later one)" : "", (int)st, (int)KVQ_ERR_NOMEM, err.msg);
+            return false;
+        }
+    }
+    snprintf(msg, cap, "more than %d allocations: the job never finished", OOM_MAX_RUNS);
+    return false;
+}
+
+/* Both loops; false with msg when either breaks a rule or leaks. */
+static bool oom_check(oom_job job, void *ud, oom_count *c, char *msg, size_t cap) {
+    if (!oom_loop(job, ud, 0, c, msg, cap) || !oom_loop(job, ud, 1, c, msg, cap)) return false;
+#ifdef OOM_LSAN
+    if (__lsan_do_recoverable_leak_check()) {
+        snprintf(msg, cap, "LeakSanitizer found leaks (report above)");
+        return false;
+    }
+#endif
+    return true;
+}
+
+#define OOM_CHECK(job, ud, c, min_points)                                                                      \
+    do {                                                                                                        \
+        char msg_[512] = "";                                                                                    \
+        const long before_ = (c)->points;                                                                       \
+        bool ok_ = oom_check(job, ud, c, msg_, sizeof msg_);                                                    \
+        CHECK(ok_, "%s: %s", #job, msg_);                                                                       \
+        CHECK((c)->points - before_ >= (min_points), "%s: only %ld failure points (want >= %d)", #job,          \
+              (c)->points - before_, (min_points));                                                             \
+    } while (0)
+
+static void tmp_path(char *buf, size_t n, const char *what) {
+    snprintf(buf, n, "/tmp/kvq_test_oom_%s_%d", what, (int)getpid());
+}
+
+/* ---------------------------------------------------------- model load */
+
+/* head_dim 32 (one KV head), so every cache family fits it. */
+static tm_spec oom_spec(void) {
+    tm_spec s = tm_spec_default();
+    s.n_embd = 64;
+    s.n_head = 2;
+    s.n_head_kv = 1;
+    s.n_ff = 64;
+    return s;
+}
+
+typedef struct load_job { const char *path; int n_vocab; } load_job;
+
+static kvq_status job_load(void *ud, kvq_error *err) {
+    load_job *j = ud;
+    kvq_model *m = NULL;
+    kvq_status st = kvq_model_load(j->path, &m, err);
+    if (st == KVQ_OK) j->n_vocab = kvq_model_get_info(m)->n_vocab;
+    kvq_model_free(m);
+    return st;
+}
+
+TEST(oom_model_load) {
+    char path[128];
+    tmp_path(path, sizeof path, "model.gguf");
+    tm_spec s = oom_spec();
+    CHECK(tm_save_spec(&s, path), "cannot write %s", path);
+    load_job j = { path, 0 };
+    oom_count c = { 0 };
+    OOM_CHECK(job_load, &j, &c, 20);
+    remove(path);
+    CHECK(j.n_vocab == tm_n_vocab(), "n_vocab %d, want %d", j.n_vocab, tm_n_vocab());
+}
+
+/* A shared model with a BPE vocabulary (byte-level merges) when present. */
+TEST(oom_model_load_shared) {
+    char buf[1024];
+    const char *path = test_shared_path(buf, sizeof buf, "models/toy-h64.gguf");
+    if (!path) SKIP("../shared/models/toy-h64.gguf not found");
+    load_job j = { path, 0 };
+    oom_count c = { 0 };
+    OOM_CHECK(job_load, &j, &c, 20);
+    CHECK(j.n_vocab > 256, "n_vocab %d", j.n_vocab);
+}
+
+/* ------------------------------------------------------------ tokenise */
+
+typedef struct tok_job { const kvq_model *m; int n; int32_t ids[64]; } tok_job;
+
+/* kvq_tokenize answers -1 on any error (kvq.h has no status for it). */
+static kvq_status job_tokenize(void *ud, kvq_error *err) {
+    tok_job *j = ud;
+    static const char text[] = "the cat sat on the mat, then a big red dog ran to the sun.";
+    j->n = kvq_tokenize(j->m, text, sizeof text - 1, true, false, j->ids, 64);
+    if (j->n < 0) return kvq_fail(err, KVQ_ERR_NOMEM, "tokenize failed");
+    return j->n <= 64 ? KVQ_OK : kvq_fail(err, KVQ_ERR_ARG, "%d tokens", j->n);
+}
+
+static kvq_model *load_tiny(char *path, size_t cap) {
+    tmp_path(path, cap, "tiny.gguf");
+    tm_spec s = oom_spec();
+    kvq_model *m = NULL;
+    kvq_error err;
+    if (tm_save_spec(&s, path) && kvq_model_load(path, &m, &err) != KVQ_OK) m = NULL;
+    return m;
+}
+
+TEST(oom_tokenize) {
+    char path[128];
+    kvq_model *m = load_tiny(path, sizeof path);
+    CHECK(m, "cannot load the tiny model");
+    tok_job ref = { m, 0, { 0 } }, j = ref;
+    kvq_error err;
+    kvq_status st = job_tokenize(&ref, &err);
+    oom_count c = { 0 };
+    char msg[512] = "";
+    bool ok = st == KVQ_OK && oom_check(job_tokenize, &j, &c, msg, sizeof msg);
+    kvq_model_free(m);
+    remove(path);
+    CHECK(st == KVQ_OK, "tokenize: %d", ref.n);
+    CHECK(ok, "%s", msg);
+    CHECK(c.points >= 2, "only %ld failure points", c.points);
+    CHECK(j.n == ref.n && !memcmp(j.ids, ref.ids, (size_t)ref.n * sizeof *ref.ids), "tokens differ");
+}
+
+/* --------------------------------------------------------------- cache */
+
+enum { CACHE_TOK = 136, CACHE_HD = 32 };   /* one whole KVarN tile and 8 positions more */
+
+typedef struct cache_job {
+    kvq_type tk, tv;
+    const attn_data *d;
+    float out[CACHE_TOK * 2 * CACHE_HD];
+} cache_job;
+
+static kvq_status job_cache(void *ud, kvq_error *err) {
+    cache_job *j = ud;
+    kvq_cache_params p;
+    attn_params(&p, j->d->n_head_kv, CACHE_HD, CACHE_HD, CACHE_TOK, j->tk, j->tv, KVQ_ROT_AUTO);
+    p.kvarn_quantize_first_tile = true;
+    p.tail_tokens = 8;
+    kvq_cache *c = NULL;
+    kvq_status st = kvq_cache_create(&p, &c, err);
+    if (st == KVQ_OK) st = kvq_cache_write(c, 0, 0, CACHE_TOK, j->d->k, j->d->v, err);
+    if (st == KVQ_OK)
+        st = kvq_cache_attend(c, 0, 0, CACHE_TOK, j->d->n_head, j->d->q, 1.0f / sqrtf((float)CACHE_HD), j->out, NULL,
+                              err);
+    kvq_cache_free(c);
+    return st;
+}
+
+TEST(oom_cache_families) {
+    const kvq_type types[][2] = { { KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0 },
+                                  { KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3 },
+                                  { KVQ_TYPE_TURBO4_TCQ, KVQ_TYPE_TURBO3_TCQ },
+                                  { KVQ_TYPE_CAL300, KVQ_TYPE_CAL250 } };
+    attn_data d;
+    CHECK(attn_data_make(&d, CACHE_TOK, 2, 1, CACHE_HD, CACHE_HD, 7), "no test data");
+    CHECK(attn_test_calib(1, 1, CACHE_HD, CACHE_HD), "no test calibration");   /* made once, before the loops */
+    static cache_job ref, j;
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(types); i++) {
+        ref.tk = j.tk = types[i][0];
+        ref.tv = j.tv = types[i][1];
+        ref.d = j.d = &d;
+        kvq_error err = { KVQ_OK, "" };
+        kvq_status st = job_cache(&ref, &err);
+        oom_count c = { 0 };
+        char msg[512] = "";
+        bool ok = st == KVQ_OK && oom_check(job_cache, &j, &c, msg, sizeof msg);
+        if (!ok || c.points < 8 || memcmp(ref.out, j.out, sizeof ref.out)) attn_data_free(&d);
+        CHECK(st == KVQ_OK, "%s/%s: %s", kvq_type_name(types[i][0]), kvq_type_name(types[i][1]), err.msg);
+        CHECK(ok, "%s/%s: %s", kvq_type_name(types[i][0]), kvq_type_name(types[i][1]), msg);
+        CHECK(c.points >= 8, "%s: only %ld failure points", kvq_type_name(types[i][0]), c.points);
+        CHECK(!memcmp(ref.out, j.out, sizeof ref.out), "%s: attention differs after the loop",
+              kvq_type_name(types[i][0]));
+    }
+    attn_data_free(&d);
+}
+
+/* -------------------------------------------------------- decode step */
+
+enum { DEC_CTX = 32, DEC_PROMPT = 5 };
+
+typedef struct decode_job {
+    const kvq_model *m;
+    kvq_type tk, tv;
+    int n_vocab;
+    float *logits;
+} decode_job;
+
+static const int32_t dec_tokens[DEC_PROMPT + 1] = { 1, 300, 301, 302, 303, 304 };
+
+static kvq_status job_decode(void *ud, kvq_error *err) {
+    decode_job *j = ud;
+    kvq_cache_params p;
+    kvq_cache_params_default(&p);
+    memset(&p.rot, 0, sizeof p.rot);
+    p.n_ctx = DEC_CTX;
+    p.max_batch = 8;
+    p.type_k = j->tk;
+    p.type_v = j->tv;
+    kvq_ctx *ctx = NULL;
+    kvq_status st = kvq_ctx_create(j->m, &p, 1, &ctx, err);
+    if (st == KVQ_OK) st = kvq_ctx_eval(ctx, dec_tokens, DEC_PROMPT, 0, NULL, false, err);
+    if (st == KVQ_OK) st = kvq_ctx_eval(ctx, dec_tokens + DEC_PROMPT, 1, DEC_PROMPT, j->logits, true, err);
+    kvq_ctx_free(ctx);
+    return st;
+}
+
+TEST(oom_decode_step) {
+    char path[128];
+    kvq_model *m = load_tiny(path, sizeof path);
+    CHECK(m, "cannot load the tiny model");
+    const int nv = kvq_model_get_info(m)->n_vocab;
+    float *a = calloc((size_t)nv, sizeof *a), *b = calloc((size_t)nv, sizeof *b);
+    const kvq_type types[][2] = { { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0 }, { KVQ_TYPE_KVARN4, KVQ_TYPE_TURBO3_TCQ } };
+    char msg[600] = "";
+    long points = 0;
+    for (size_t i = 0; a && b && !msg[0] && i < KVQ_ARRAY_LEN(types); i++) {
+        decode_job ref = { m, types[i][0], types[i][1], nv, a }, j = ref;
+        j.logits = b;
+        kvq_error err = { KVQ_OK, "" };
+        oom_count c = { 0 };
+        char why[512] = "";
+        if (job_decode(&ref, &err) != KVQ_OK) snprintf(msg, sizeof msg, "decode: %s", err.msg);
+        else if (!oom_check(job_decode, &j, &c, why, sizeof why)) snprintf(msg, sizeof msg, "%s", why);
+        else if (memcmp(a, b, (size_t)nv * sizeof *a)) snprintf(msg, sizeof msg, "logits differ after the loop");
+        else if (c.points < 20) snprintf(msg, sizeof msg, "only %ld failure points", c.points);
+        if (msg[0]) snprintf(why, sizeof why, "%s", msg), snprintf(msg, sizeof msg, "%s/%s: %s",
+                                                                   kvq_type_name(types[i][0]),
+                                                                   kvq_type_name(types[i][1]), why);
+        points += c.points;
+    }
+    bool alloc_ok = a && b;
+    free(a);
+    free(b);
+    kvq_model_free(m);
+    remove(path);
+    CHECK(alloc_ok, "out of memory");
+    CHECK(!msg[0], "%s", msg);
+}
+
+/* ---------------------------------------------------------- sweep cell */
+
+enum { CELL_CTX = 32, CELL_CHUNKS = 2 };
+
+typedef struct cell_job {
+    const kvq_model *m;
+    const char *base_path;
+    int32_t tokens[CELL_CTX * CELL_CHUNKS];
+    double mean_kld, ppl;
+} cell_job;
+
+static kvq_status make_cell_ctx(const kvq_model *m, kvq_type t, kvq_ctx **ctx, kvq_error *err) {
+    kvq_cache_params p;
+    kvq_cache_params_default(&p);
+    memset(&p.rot, 0, sizeof p.rot);
+    p.n_ctx = CELL_CTX;
+    p.max_batch = 16;
+    p.type_k = p.type_v = t;
+    return kvq_ctx_create(m, &p, 1, ctx, err);
+}
+
+static kvq_status save_row(void *ud, size_t index, const float *logits, int32_t next, kvq_error *err) {
+    (void)index;
+    (void)next;
+    return kvq_base_kvq_writer_add(ud, logits, err);
+}
+
+/* The reference: the exact cache's logits written as a kvq base file. */
+static kvq_status job_reference(void *ud, kvq_error *err) {
+    cell_job *j = ud;
+    kvq_ctx *ctx = NULL;
+    kvq_base_kvq_writer *w = NULL;
+    kvq_chunk_run run = { j->tokens, CELL_CTX, CELL_CHUNKS, 16, 1 };
+    kvq_status st = make_cell_ctx(j->m, KVQ_TYPE_F32, &ctx, err);
+    if (st == KVQ_OK)
+        st = kvq_base_kvq_writer_open(j->base_path, kvq_model_hash(j->m), CELL_CTX,
+                                      kvq_model_get_info(j->m)->n_vocab, CELL_CHUNKS, j->tokens, &w, err);
+    if (st == KVQ_OK) st = kvq_eval_chunks(ctx, &run, save_row, w, NULL, err);
+    kvq_error cerr = { KVQ_OK, "" };
+    kvq_status cst = w ? kvq_base_kvq_writer_close(w, &cerr) : KVQ_OK;
+    if (st == KVQ_OK && cst != KVQ_OK) {
+        st = cst;
+        *err = cerr;
+    }
+    kvq_ctx_free(ctx);
+    return st;
+}
+
+/* One configuration of a sweep: the reference opened, q4_0 evaluated
+ * against it, the statistics summarised. */
+static kvq_status job_cell(void *ud, kvq_error *err) {
+    cell_job *j = ud;
+    kvq_kld_ref ref;
+    kvq_status st = kvq_kld_ref_open(j->base_path, &ref, err);
+    if (st != KVQ_OK) return st;
+    kvq_ctx *ctx = NULL;
+    kvq_kld_acc acc;
+    kvq_kld_acc_init(&acc, &ref);
+    kvq_chunk_run run = { j->tokens, CELL_CTX, CELL_CHUNKS, 16, 1 };
+    kvq_kld_summary sum;
+    st = make_cell_ctx(j->m, KVQ_TYPE_Q4_0, &ctx, err);
+    if (st == KVQ_OK) st = kvq_eval_chunks(ctx, &run, kvq_kld_acc_token, &acc, NULL, err);
+    if (st == KVQ_OK) st = kvq_kld_summarize(&acc.stats, &sum, err);
+    if (st == KVQ_OK) {
+        j->mean_kld = sum.mean_kld;
+        j->ppl = sum.ppl_q;
+    }
+    kvq_kld_acc_free(&acc);
+    kvq_ctx_free(ctx);
+    kvq_kld_ref_close(&ref);
+    return st;
+}
+
+TEST(oom_sweep_cell) {
+    char path[128], base[128];
+    kvq_model *m = load_tiny(path, sizeof path);
+    CHECK(m, "cannot load the tiny model");
+    tmp_path(base, sizeof base, "base.kvqb");
+    static cell_job ref, j;
+    ref.m = m;
+    ref.base_path = base;
+    test_rng r = { 5, 0, 0 };
+    for (int i = 0; i < CELL_CTX * CELL_CHUNKS; i++) ref.tokens[i] = 259 + (int32_t)(test_rng_u64(&r) % 40);
+    kvq_error err = { KVQ_OK, "" };
+    kvq_status st = job_reference(&ref, &err);
+    if (st == KVQ_OK) st = job_cell(&ref, &err);
+    j = ref;
+    j.mean_kld = j.ppl = -1.0;
+    oom_count c = { 0 };
+    char msg[512] = "";
+    bool ok = st == KVQ_OK && oom_check(job_cell, &j, &c, msg, sizeof msg);
+    oom_count cw = { 0 };
+    ok = ok && oom_check(job_reference, &j, &cw, msg, sizeof msg);   /* and written again, failing */
+    bool same = j.mean_kld == ref.mean_kld && j.ppl == ref.ppl;
+    kvq_model_free(m);
+    remove(path);
+    remove(base);
+    CHECK(st == KVQ_OK, "reference/cell: %s", err.msg);
+    CHECK(ok, "%s", msg);
+    CHECK(ref.mean_kld > 0 && isfinite(ref.ppl), "mean KLD %g, PPL %g", ref.mean_kld, ref.ppl);
+    CHECK(same, "the cell after the loop: KLD %g PPL %g, want %g %g", j.mean_kld, j.ppl, ref.mean_kld, ref.ppl);
+    CHECK(c.points >= 20 && cw.points >= 20, "only %ld / %ld failure points", c.points, cw.points);
+}
