@@ -51,20 +51,19 @@ static kvq_status query_metric(const kvq_moments *q, double beta, int d, double 
 /* Mean-square error of an isotropic code of the same stream bits
  * (a random rotation, every coefficient the same bits) per unit of
  * E|x|^2 tr(G)/d: the reference the predicted gain is measured against. */
-static double isotropic_distortion(int d, int code_bits, kvq_error *err) {
+static kvq_status isotropic_distortion(int d, int code_bits, double *D, kvq_error *err) {
     double *ones = kvq_malloc((size_t)d * sizeof *ones);
     uint8_t *bits = kvq_malloc((size_t)d);
-    double D = NAN;
-    if (ones && bits) {
+    kvq_status st = ones && bits ? KVQ_OK : kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory");
+    if (st == KVQ_OK) {
         for (int i = 0; i < d; i++) ones[i] = 1.0;
-        if (kvq_calib_allocate(ones, d, code_bits, bits, err) == KVQ_OK) {
-            D = 0.0;
-            for (int i = 0; i < d; i++) D += kvq_calib_distortion(bits[i]) / d;
-        }
+        st = kvq_calib_allocate(ones, d, code_bits, bits, err);
     }
+    *D = 0.0;
+    for (int i = 0; st == KVQ_OK && i < d; i++) *D += kvq_calib_distortion(bits[i]) / d;
     free(ones);
     free(bits);
-    return D;
+    return st;
 }
 
 typedef struct side_fit {
@@ -127,7 +126,9 @@ static kvq_status build_side(const kvq_calib_stats *s, const kvq_model *m, kvq_c
         if ((st = kvq_calib_allocate(f->imp, d, code_bits, bits, err))) return st;
         double cal = 0.0;
         for (int i = 0; i < d; i++) cal += f->imp[i] * kvq_calib_distortion(bits[i]);
-        const double base = isotropic_distortion(d, code_bits, err) * iso;
+        double base;
+        if ((st = isotropic_distortion(d, code_bits, &base, err))) return st;
+        base *= iso;
         if (pred_db) pred_db[r] = 10.0 * log10(base / cal);
     }
     return KVQ_OK;
@@ -145,7 +146,7 @@ kvq_status kvq_calib_build(const kvq_calib_stats *s, const kvq_model *m, uint64_
     c->method_v = KVQ_CALIB_ATT2_WO;
     c->query_mix = query_mix;
     c->n_tokens = (uint32_t)KVQ_MIN(s->n_tokens, (long long)UINT32_MAX);
-    side_fit fk, fv;
+    side_fit fk = { 0 }, fv = { 0 };   /* both freed below, whichever allocation failed first */
     if (fit_alloc(&fk, s->head_dim_k) || fit_alloc(&fv, s->head_dim_v))
         st = kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory");
     for (int l = 0; !st && l < s->n_layer; l++)
