@@ -10,22 +10,31 @@
  * with memory again, so a failure that is ignored is seen) and failing
  * every allocation from n on (so cleanup code that allocates is seen).
  *
- * The jobs: model load (a tiny llama written here; a shared model too
+ * The jobs: model load (a tiny llama written here; a shared BPE model too
  * when present), tokenising, cache creation + write + attention for a
  * block, a KVarN, a TurboQuant and a calibrated type, a decode step
  * (context, prompt, one token), a sweep cell (reference base written,
- * opened, one configuration's KLD), a calibration file and a cache state
- * file read back, and a thread pool.  One thread everywhere, so "the nth
- * allocation" is the same call in every run. */
+ * opened, one configuration's KLD) and the sweep's grid, cache truncate,
+ * shift, save and restore, the calibration pipeline, the planner, the
+ * reports, ladder and plot, a llama.cpp-format base, the sampler and a
+ * thread pool.  One thread everywhere (the pool is made on the calling
+ * thread), so "the nth allocation" is the same call in every run. */
 #include "attn_ref.h"
 #include "base_kvq.h"
 #include "calib.h"
 #include "chunks.h"
+#include "kld.h"
 #include "kld_ref.h"
 #include "calib_stats.h"
 #include "calib_build.h"
+#include "ladder.h"
 #include "model.h"
 #include "model_writer.h"
+#include "planner.h"
+#include "plot_svg.h"
+#include "report.h"
+#include "sampler.h"
+#include "sweep_grid.h"
 #include "test.h"
 
 #include <string.h>
@@ -79,7 +88,6 @@ static bool oom_loop(oom_job job, void *ud, int persist, oom_count *c, char *msg
 /* Both loops; false with msg when either breaks a rule or leaks. */
 static bool oom_check(oom_job job, void *ud, oom_count *c, char *msg, size_t cap) {
     if (!oom_loop(job, ud, 0, c, msg, cap) || !oom_loop(job, ud, 1, c, msg, cap)) return false;
-    if (getenv("OOM_DEBUG")) fprintf(stderr, "DEBUG points %ld\n", c->points);
 #ifdef OOM_LSAN
     if (__lsan_do_recoverable_leak_check()) {
         snprintf(msg, cap, "LeakSanitizer found leaks (report above)");
@@ -533,4 +541,269 @@ TEST(oom_calibrate) {
           (unsigned long long)j.checksum, (unsigned long long)ref.checksum);
     remove(out);
     kvq_model_free(m);
+}
+
+/* ------------------------------------------------------------- planner */
+
+typedef struct plan_job {
+    const kvq_model *m;
+    int32_t tokens[CELL_CTX];
+    kvq_type k0, v0;
+    double predicted;
+} plan_job;
+
+/* kvq plan on one chunk: the in-memory reference, the sensitivity table
+ * of one candidate type, the knapsack's choice at 40% of bf16. */
+static kvq_status job_plan(void *ud, kvq_error *err) {
+    plan_job *j = ud;
+    kvq_kld_base *base = NULL;
+    kvq_status st = kvq_plan_reference(j->m, j->tokens, CELL_CTX, 1, 1, &base, err);
+    if (st != KVQ_OK) return st;
+    kvq_kld_ref ref;
+    kvq_kld_ref_from_llama(&ref, base);
+    kvq_plan_setup s;
+    kvq_plan_setup_init(&s, j->m, &ref);
+    s.n_threads = 1;
+    memset(&s.cache.rot, 0, sizeof s.cache.rot);
+    const kvq_type types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0 };
+    kvq_plan_table t = { 0 };
+    kvq_plan p = { 0 };
+    st = kvq_plan_sensitivities(&s, types, 2, &t, err);
+    const kvq_model_info *in = kvq_model_get_info(j->m);
+    if (st == KVQ_OK) st = kvq_plan_choose(&t, kvq_plan_budget_pct(in, 40.0), &p, err);
+    if (st == KVQ_OK) {
+        j->k0 = p.types_k[0];
+        j->v0 = p.types_v[0];
+        j->predicted = p.predicted_kld;
+    }
+    kvq_plan_free(&p);
+    kvq_plan_table_free(&t);
+    kvq_kld_base_free(base);
+    return st;
+}
+
+TEST(oom_plan) {
+    char path[128];
+    static kvq_model *m;
+    m = load_tiny_shape(path, sizeof path, 1, 64);
+    remove(path);
+    CHECK(m, "cannot load the tiny model");
+    static plan_job ref, j;
+    ref.m = m;
+    test_rng r = { 13, 0, 0 };
+    for (int i = 0; i < CELL_CTX; i++) ref.tokens[i] = 259 + (int32_t)(test_rng_u64(&r) % 40);
+    kvq_error err = { KVQ_OK, "" };
+    CHECK(job_plan(&ref, &err) == KVQ_OK, "plan: %s", err.msg);
+    j = ref;
+    j.predicted = -1;
+    oom_count c = { 0 };
+    OOM_CHECK(job_plan, &j, &c, 40);
+    CHECK(j.predicted == ref.predicted && j.k0 == ref.k0 && j.v0 == ref.v0, "the plan differs after the loop");
+    kvq_model_free(m);
+}
+
+/* ------------------------------------------------- reports, ladder, plot */
+
+typedef struct report_job {
+    const char *dir;
+    kvq_eval_row rows[4];
+    size_t n_read;
+    double kld_read[4];
+} report_job;
+
+static kvq_status job_report(void *ud, kvq_error *err) {
+    report_job *j = ud;
+    char path[256];
+    const kvq_report_meta meta = { "tiny.gguf", "text.txt", CELL_CTX, 1 };
+    const kvq_ladder_thresholds th = kvq_ladder_default_thresholds();
+    kvq_plot_opts o;
+    kvq_plot_opts_default(&o);
+    static const kvq_report_kind kinds[] = { KVQ_REPORT_MD, KVQ_REPORT_JSON, KVQ_REPORT_CSV };
+    kvq_status st = KVQ_OK;
+    for (size_t k = 0; st == KVQ_OK && k < KVQ_ARRAY_LEN(kinds); k++) {
+        snprintf(path, sizeof path, "%s.%zu", j->dir, k);
+        st = kvq_report_save(path, kinds[k], j->rows, 4, &meta, err);
+    }
+    snprintf(path, sizeof path, "%s.svg", j->dir);
+    if (st == KVQ_OK) st = kvq_plot_svg_save(path, j->rows, 4, &th, &o, err);
+    FILE *f = st == KVQ_OK ? fopen("/dev/null", "w") : NULL;
+    if (f) {
+        st = kvq_ladder_write_md(f, j->rows, 4, &th, err);
+        fclose(f);
+    }
+    snprintf(path, sizeof path, "%s.2", j->dir);
+    f = st == KVQ_OK ? fopen(path, "r") : NULL;
+    kvq_eval_row *back = NULL;
+    if (f) {
+        st = kvq_report_read_csv(f, &back, &j->n_read, err);
+        fclose(f);
+    }
+    for (size_t i = 0; st == KVQ_OK && i < j->n_read && i < 4; i++) j->kld_read[i] = back[i].mean_kld;
+    free(back);
+    return st;
+}
+
+TEST(oom_reports) {
+    static report_job ref, j;
+    char dir[128];
+    tmp_path(dir, sizeof dir, "report");
+    ref.dir = dir;
+    static const char *const types[] = { "f16", "q8_0", "q4_0", "kvarn3" };
+    for (int i = 0; i < 4; i++) {
+        kvq_eval_row *r = &ref.rows[i];
+        kvq_eval_row_init(r);
+        snprintf(r->label, sizeof r->label, "%s/%s", types[i], types[i]);
+        snprintf(r->cache_k, sizeof r->cache_k, "%s", types[i]);
+        snprintf(r->cache_v, sizeof r->cache_v, "%s", types[i]);
+        r->is_reference = i == 0;
+        r->n_tokens = 15;
+        r->kv_bytes = 1000.0 / (i + 1);
+        r->kv_bytes_bf16 = 1000.0;
+        r->size_pct = 100.0 / (i + 1);
+        r->mib = 0.5 / (i + 1);
+        r->mean_kld = r->median_kld = r->p99_9_kld = r->max_kld = 0.001 * i * i;
+        r->same_top_p = 100.0 - i;
+        r->ppl_q = 10.0 + i;
+    }
+    kvq_eval_rows_precision(ref.rows, 4);
+    kvq_error err = { KVQ_OK, "" };
+    CHECK(job_report(&ref, &err) == KVQ_OK, "reports: %s", err.msg);
+    CHECK(ref.n_read == 4, "%zu rows read back", ref.n_read);
+    j = ref;
+    memset(j.kld_read, 0, sizeof j.kld_read);
+    oom_count c = { 0 };
+    OOM_CHECK(job_report, &j, &c, 6);
+    CHECK(j.n_read == 4 && !memcmp(j.kld_read, ref.kld_read, sizeof ref.kld_read), "rows read back differ");
+    const char *ext[] = { ".0", ".1", ".2", ".svg" };
+    for (int i = 0; i < 4; i++) {
+        char p[160];
+        snprintf(p, sizeof p, "%s%s", dir, ext[i]);
+        remove(p);
+    }
+}
+
+/* ------------------------------------------------------------- sampler */
+
+typedef struct sample_job { int picks[8]; } sample_job;
+
+/* kvq_sample answers -1 when out of memory (sampler.h). */
+static kvq_status job_sample(void *ud, kvq_error *err) {
+    sample_job *j = ud;
+    float logits[300];
+    for (int i = 0; i < 300; i++) logits[i] = (float)((i * 37) % 101) / 10.0f;
+    kvq_sampler_params p;
+    kvq_sampler_params_default(&p);
+    p.seed = 5;
+    kvq_sampler *s = NULL;
+    kvq_status st = kvq_sampler_create(&p, &s, err);
+    for (int k = 0; st == KVQ_OK && k < 8; k++)
+        if ((j->picks[k] = kvq_sample(s, logits, 100 + 25 * k)) < 0) st = kvq_fail(err, KVQ_ERR_NOMEM, "sample: -1");
+    kvq_sampler_free(s);
+    return st;
+}
+
+TEST(oom_sampler) {
+    sample_job ref, j;
+    kvq_error err = { KVQ_OK, "" };
+    CHECK(job_sample(&ref, &err) == KVQ_OK, "sample: %s", err.msg);
+    oom_count c = { 0 };
+    OOM_CHECK(job_sample, &j, &c, 4);
+    CHECK(!memcmp(ref.picks, j.picks, sizeof ref.picks), "picks differ after the loop");
+}
+
+/* ------------------------------------------- sweep grid, llama base, pool */
+
+typedef struct grid_job { size_t n_cfg; char last[KVQ_EVAL_LABEL_MAX]; } grid_job;
+
+/* kvq sweep's lists parsed and its grid built. */
+static kvq_status job_grid(void *ud, kvq_error *err) {
+    grid_job *j = ud;
+    kvq_type *types = NULL;
+    kvq_sweep_pair *pairs = NULL;
+    int *tails = NULL;
+    kvq_sweep_config *cfg = NULL;
+    size_t nt = 0, np = 0, ntl = 0;
+    kvq_status st = kvq_sweep_parse_types("q8_0,q4_0,kvarn3,turbo3_tcq", &types, &nt, err);
+    if (st == KVQ_OK) st = kvq_sweep_parse_pairs("q8_0/q4_0,f16/kvarn2", &pairs, &np, err);
+    if (st == KVQ_OK) st = kvq_sweep_parse_tails("0,128", &tails, &ntl, err);
+    if (st == KVQ_OK) {
+        const kvq_sweep_spec spec = { KVQ_TYPE_F32, types, nt, pairs, np, tails, ntl, KVQ_SWEEP_ROT_BOTH, 512, NULL, 0 };
+        st = kvq_sweep_grid(&spec, &cfg, &j->n_cfg, err);
+    }
+    if (st == KVQ_OK) snprintf(j->last, sizeof j->last, "%s", cfg[j->n_cfg - 1].label);
+    free(types);
+    free(pairs);
+    free(tails);
+    free(cfg);
+    return st;
+}
+
+TEST(oom_sweep_grid) {
+    grid_job ref = { 0, "" }, j = { 0, "" };
+    kvq_error err = { KVQ_OK, "" };
+    CHECK(job_grid(&ref, &err) == KVQ_OK && ref.n_cfg > 10, "grid: %s (%zu configurations)", err.msg, ref.n_cfg);
+    oom_count c = { 0 };
+    OOM_CHECK(job_grid, &j, &c, 8);
+    CHECK(j.n_cfg == ref.n_cfg && !strcmp(j.last, ref.last), "the grid differs after the loop");
+}
+
+typedef struct llama_base_job { const char *path; int n_vocab; size_t n_pos; uint16_t first; } llama_base_job;
+
+/* A llama.cpp-format KLD base written and read back (kld.h). */
+static kvq_status job_llama_base(void *ud, kvq_error *err) {
+    llama_base_job *j = ud;
+    int32_t toks[CELL_CTX];
+    float logits[320];
+    for (int i = 0; i < CELL_CTX; i++) toks[i] = i;
+    for (int i = 0; i < j->n_vocab; i++) logits[i] = (float)(i % 17) * 0.25f;
+    kvq_kld_writer *w = NULL;
+    kvq_status st = kvq_kld_writer_open(j->path, CELL_CTX, j->n_vocab, 1, toks, &w, err);
+    for (int p = 0; st == KVQ_OK && p < kvq_kld_scored_per_chunk(CELL_CTX); p++) st = kvq_kld_writer_add(w, logits, err);
+    kvq_error cerr = { KVQ_OK, "" };
+    kvq_status cst = w ? kvq_kld_writer_close(w, &cerr) : KVQ_OK;
+    if (st == KVQ_OK && cst != KVQ_OK) {
+        st = cst;
+        *err = cerr;
+    }
+    kvq_kld_base *b = NULL;
+    if (st == KVQ_OK) st = kvq_kld_base_read(j->path, &b, err);
+    if (st == KVQ_OK) {
+        j->n_pos = b->n_pos;
+        j->first = kvq_kld_base_record(b, 0)[0];
+    }
+    kvq_kld_base_free(b);
+    return st;
+}
+
+TEST(oom_llama_base) {
+    char path[128];
+    tmp_path(path, sizeof path, "base.kld");
+    llama_base_job ref = { path, 300, 0, 0 }, j = ref;
+    kvq_error err = { KVQ_OK, "" };
+    CHECK(job_llama_base(&ref, &err) == KVQ_OK, "base: %s", err.msg);
+    j.n_pos = 0;
+    oom_count c = { 0 };
+    OOM_CHECK(job_llama_base, &j, &c, 4);
+    CHECK(j.n_pos == ref.n_pos && j.first == ref.first && ref.n_pos > 0, "the base differs after the loop");
+    remove(path);
+}
+
+/* The pool is made on the calling thread, so its allocations are counted
+ * in order even though its workers then run. */
+static int g_pool_sum;
+static void pool_task(void *ctx, int i, int thread) { (void)ctx; (void)thread; __atomic_fetch_add(&g_pool_sum, i + 1, __ATOMIC_RELAXED); }
+
+static kvq_status job_pool(void *ud, kvq_error *err) {
+    (void)ud;
+    kvq_pool *p = kvq_pool_create(3);
+    if (!p) return kvq_fail(err, KVQ_ERR_NOMEM, "kvq_pool_create: NULL");
+    g_pool_sum = 0;
+    kvq_pool_run(p, pool_task, NULL, 10);
+    kvq_pool_free(p);
+    return g_pool_sum == 55 ? KVQ_OK : kvq_fail(err, KVQ_ERR_ARG, "tasks summed to %d", g_pool_sum);
+}
+
+TEST(oom_pool) {
+    oom_count c = { 0 };
+    OOM_CHECK(job_pool, NULL, &c, 2);
 }
