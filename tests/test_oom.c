@@ -23,6 +23,7 @@
 #include "base_kvq.h"
 #include "calib.h"
 #include "chunks.h"
+#include "drift.h"
 #include "kld.h"
 #include "kld_ref.h"
 #include "calib_stats.h"
@@ -198,6 +199,24 @@ TEST(oom_tokenize) {
     kvq_model_free(m);
 }
 
+/* The byte-level BPE tokenizer (and its pre-tokenizer) of a shared qwen3
+ * model, when present. */
+TEST(oom_tokenize_bpe_shared) {
+    char buf[1024];
+    const char *path = test_shared_path(buf, sizeof buf, "models/austen-qwen3-h128-q8_0.gguf");
+    if (!path) SKIP("../shared/models/austen-qwen3-h128-q8_0.gguf not found");
+    kvq_model *m = NULL;
+    kvq_error err = { KVQ_OK, "" };
+    CHECK(kvq_model_load(path, &m, &err) == KVQ_OK, "%s", err.msg);
+    static tok_job ref, j;
+    ref.m = j.m = m;
+    CHECK(job_tokenize(&ref, &err) == KVQ_OK, "tokenize: %d", ref.n);
+    oom_count c = { 0 };
+    OOM_CHECK(job_tokenize, &j, &c, 8);
+    CHECK(j.n == ref.n && !memcmp(j.ids, ref.ids, (size_t)ref.n * sizeof *ref.ids), "tokens differ");
+    kvq_model_free(m);
+}
+
 /* --------------------------------------------------------------- cache */
 
 enum { CACHE_TOK = 136, CACHE_HD = 32 };   /* one whole KVarN tile and 8 positions more */
@@ -254,7 +273,7 @@ enum { DEC_CTX = 32, DEC_PROMPT = 5 };
 typedef struct decode_job {
     const kvq_model *m;
     kvq_type tk, tv;
-    int n_vocab;
+    int n_threads, n_vocab;
     float *logits;
 } decode_job;
 
@@ -270,7 +289,7 @@ static kvq_status job_decode(void *ud, kvq_error *err) {
     p.type_k = j->tk;
     p.type_v = j->tv;
     kvq_ctx *ctx = NULL;
-    kvq_status st = kvq_ctx_create(j->m, &p, 1, &ctx, err);
+    kvq_status st = kvq_ctx_create(j->m, &p, j->n_threads, &ctx, err);
     if (st == KVQ_OK) st = kvq_ctx_eval(ctx, dec_tokens, DEC_PROMPT, 0, NULL, false, err);
     if (st == KVQ_OK) st = kvq_ctx_eval(ctx, dec_tokens + DEC_PROMPT, 1, DEC_PROMPT, j->logits, true, err);
     kvq_ctx_free(ctx);
@@ -286,10 +305,14 @@ TEST(oom_decode_step) {
     const int nv = kvq_model_get_info(m)->n_vocab;
     static float a[1024], b[1024];
     CHECK(nv <= 1024, "n_vocab %d", nv);
-    const kvq_type types[][2] = { { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0 }, { KVQ_TYPE_KVARN4, KVQ_TYPE_TURBO3_TCQ } };
-    for (size_t i = 0; i < KVQ_ARRAY_LEN(types); i++) {
-        const char *tk = kvq_type_name(types[i][0]), *tv = kvq_type_name(types[i][1]);
-        decode_job ref = { m, types[i][0], types[i][1], nv, a }, j = ref;
+    /* and once with a pool of two: its workers allocate nothing, so the
+     * order of allocations stays the calling thread's */
+    const struct { kvq_type k, v; int threads; } cfg[] = { { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0, 1 },
+                                                           { KVQ_TYPE_KVARN4, KVQ_TYPE_TURBO3_TCQ, 1 },
+                                                           { KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0, 2 } };
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(cfg); i++) {
+        const char *tk = kvq_type_name(cfg[i].k), *tv = kvq_type_name(cfg[i].v);
+        decode_job ref = { m, cfg[i].k, cfg[i].v, cfg[i].threads, nv, a }, j = ref;
         j.logits = b;
         kvq_error err = { KVQ_OK, "" };
         CHECK(job_decode(&ref, &err) == KVQ_OK, "%s/%s: %s", tk, tv, err.msg);
@@ -806,4 +829,62 @@ static kvq_status job_pool(void *ud, kvq_error *err) {
 TEST(oom_pool) {
     oom_count c = { 0 };
     OOM_CHECK(job_pool, NULL, &c, 2);
+}
+
+/* --------------------------------------------------------------- drift */
+
+typedef struct drift_job { const kvq_model *m; double mean_kld; double median_first_div; } drift_job;
+
+/* kvq drift on two prompts of 4 tokens, 6 generated: the exact reference,
+ * a q4_0 run teacher-forced against it, the summary. */
+static kvq_status job_drift(void *ud, kvq_error *err) {
+    drift_job *j = ud;
+    char text[] = "the cat sat\n\n  \na big red dog\n";
+    char **lines = NULL;
+    size_t n_lines = 0;
+    kvq_drift_ref ref = { 0 };
+    kvq_drift_run run = { 0 };
+    kvq_ctx *exact = NULL, *ctx = NULL;
+    kvq_drift_summary sum;
+    const int nv = kvq_model_get_info(j->m)->n_vocab;
+    kvq_status st = kvq_drift_split_prompts(text, sizeof text - 1, &lines, &n_lines, err);
+    if (st == KVQ_OK) st = kvq_drift_ref_init(&ref, n_lines, 6, nv, 2, err);
+    if (st == KVQ_OK) st = make_cell_ctx(j->m, KVQ_TYPE_F32, &exact, err);
+    for (size_t p = 0; st == KVQ_OK && p < n_lines; p++) {
+        int32_t toks[16];
+        const int n = kvq_tokenize(j->m, lines[p], strlen(lines[p]), true, false, toks, 16);
+        if (n < 0) st = kvq_fail(err, KVQ_ERR_NOMEM, "tokenize failed");   /* -1: its only error here */
+        else if (n == 0 || n > 16) st = kvq_fail(err, KVQ_ERR_ARG, "tokenize: %d tokens", n);
+        else st = kvq_drift_ref_run(&ref, p, exact, toks, n, NULL, NULL, err);
+    }
+    if (st == KVQ_OK) st = make_cell_ctx(j->m, KVQ_TYPE_Q4_0, &ctx, err);
+    if (st == KVQ_OK) st = kvq_drift_measure(ctx, &ref, NULL, NULL, &run, err);
+    if (st == KVQ_OK) st = kvq_drift_summarize(&run, &sum, err);
+    if (st == KVQ_OK) {
+        j->mean_kld = sum.mean_kld;
+        j->median_first_div = sum.median_first_div;
+    }
+    kvq_drift_run_free(&run);
+    kvq_ctx_free(ctx);
+    kvq_ctx_free(exact);
+    kvq_drift_ref_free(&ref);
+    free(lines);
+    return st;
+}
+
+TEST(oom_drift) {
+    char path[128];
+    static kvq_model *m;
+    m = load_tiny_shape(path, sizeof path, 1, 64);
+    remove(path);
+    CHECK(m, "cannot load the tiny model");
+    drift_job ref = { m, -1, -1 }, j = ref;
+    kvq_error err = { KVQ_OK, "" };
+    CHECK(job_drift(&ref, &err) == KVQ_OK, "drift: %s", err.msg);
+    CHECK(ref.mean_kld > 0 && ref.median_first_div >= 1, "mean KLD %g, first divergence %g", ref.mean_kld,
+          ref.median_first_div);
+    oom_count c = { 0 };
+    OOM_CHECK(job_drift, &j, &c, 30);
+    CHECK(j.mean_kld == ref.mean_kld && j.median_first_div == ref.median_first_div, "the drift differs after the loop");
+    kvq_model_free(m);
 }

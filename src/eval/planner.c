@@ -62,8 +62,9 @@ kvq_status kvq_plan_reference(const kvq_model *m, const int32_t *tokens, int n_c
     b->tokens = kvq_malloc(n_tok * sizeof *b->tokens);
     b->records = kvq_malloc(b->n_pos * b->record_len * sizeof *b->records);
     if (!b->tokens || !b->records) {
+        const size_t n_pos = b->n_pos;     /* the message is made after b is freed */
         kvq_kld_base_free(b);
-        return kvq_fail(err, KVQ_ERR_NOMEM, "plan: out of memory for %zu reference positions", b->n_pos);
+        return kvq_fail(err, KVQ_ERR_NOMEM, "plan: out of memory for %zu reference positions", n_pos);
     }
     memcpy(b->tokens, tokens, n_tok * sizeof *b->tokens);
 
