@@ -888,3 +888,27 @@ TEST(oom_drift) {
     CHECK(j.mean_kld == ref.mean_kld && j.median_first_div == ref.median_first_div, "the drift differs after the loop");
     kvq_model_free(m);
 }
+
+/* ------------------------------------------------------ the hook itself */
+
+TEST(oom_hook_and_size_checks) {
+    CHECK(kvq_mul_size(SIZE_MAX / 2 + 1, 2) == SIZE_MAX && kvq_mul_size(SIZE_MAX, 0) == 0 &&
+          kvq_mul_size(1u << 20, 1u << 20) == (size_t)1 << 40, "kvq_mul_size");
+    CHECK(kvq_mul_size(kvq_mul_size(SIZE_MAX / 3, 4), 1) == SIZE_MAX, "saturation does not stay saturated");
+    void *p = kvq_malloc_n(SIZE_MAX / 4 + 1, 8);
+    CHECK(!p, "an overflowing count * size was allocated");
+    kvq_alloc_fail_at(2, 0);                       /* the second call fails, the third succeeds */
+    void *a = kvq_malloc(8), *b = kvq_calloc(1, 8), *c = kvq_realloc(NULL, 8);
+    const long calls = kvq_alloc_calls(), failed = kvq_alloc_failed();
+    kvq_alloc_fail_at(1, 1);                       /* every call fails */
+    void *d = kvq_malloc(1), *e = kvq_calloc(1, 1);
+    const long failed_all = kvq_alloc_failed();
+    kvq_alloc_fail_at(0, 0);
+    void *f = kvq_malloc(1);
+    const long after = kvq_alloc_calls();
+    const bool ok = a && !b && c && !d && !e && f;
+    free(a), free(b), free(c), free(d), free(e), free(f);
+    CHECK(ok, "fail_at(2): %p %p %p, persist: %p %p, disarmed: %p", a, b, c, d, e, f);
+    CHECK(calls == 3 && failed == 1 && failed_all == 2 && after == 0, "counts %ld %ld %ld %ld", calls, failed,
+          failed_all, after);
+}

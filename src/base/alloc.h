@@ -8,9 +8,11 @@
  * out-of-memory paths).  Memory from these calls is released with free():
  * they are libc's allocator with a counter in front, nothing more.
  *
- * Sizes that are products go through kvq_mul_size / kvq_malloc_n, which
- * saturate at SIZE_MAX on overflow, so an overflowing size is an
- * allocation that fails rather than a short buffer. */
+ * An element count times an element size goes through kvq_malloc_n /
+ * kvq_realloc_n (kvq_mul_size saturates at SIZE_MAX on overflow), so an
+ * overflowing size is an allocation that fails rather than a short
+ * buffer; the counts themselves are products of dimensions the loaders
+ * have bounded. */
 #ifndef KVQ_ALLOC_H
 #define KVQ_ALLOC_H
 
@@ -26,10 +28,15 @@ void *kvq_realloc(void *p, size_t n);               /* on failure p is untouched
 static inline size_t kvq_mul_size(size_t a, size_t b) {
     return b && a > SIZE_MAX / b ? SIZE_MAX : a * b;
 }
-/* count elements of size bytes, the product checked. */
-static inline void *kvq_malloc_n(size_t count, size_t size) { return kvq_malloc(kvq_mul_size(count, size)); }
+/* count elements of size bytes, the product checked: NULL on overflow,
+ * without asking libc for SIZE_MAX bytes (AddressSanitizer reports that). */
+static inline void *kvq_malloc_n(size_t count, size_t size) {
+    const size_t n = kvq_mul_size(count, size);
+    return n == SIZE_MAX ? NULL : kvq_malloc(n);
+}
 static inline void *kvq_realloc_n(void *p, size_t count, size_t size) {
-    return kvq_realloc(p, kvq_mul_size(count, size));
+    const size_t n = kvq_mul_size(count, size);
+    return n == SIZE_MAX ? NULL : kvq_realloc(p, n);
 }
 
 /* ---- failure injection, for tests only (not exported from libkvq.so) ----

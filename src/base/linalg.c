@@ -78,8 +78,8 @@ kvq_status kvq_eig_sym(const double *a_in, int n, double *evals, double *vecs, k
     if (n < 1 || n > KVQ_LINALG_MAX_N)
         return kvq_fail(err, KVQ_ERR_ARG, "eig: size %d outside 1..%d", n, KVQ_LINALG_MAX_N);
     const size_t nn = (size_t)n * (size_t)n;
-    double *a = kvq_malloc(nn * sizeof *a), *v = kvq_malloc(nn * sizeof *v);
-    int *order = kvq_malloc((size_t)n * sizeof *order);
+    double *a = kvq_malloc_n(nn, sizeof *a), *v = kvq_malloc_n(nn, sizeof *v);
+    int *order = kvq_malloc_n((size_t)n, sizeof *order);
     if (!a || !v || !order) {
         free(a); free(v); free(order);
         return kvq_fail(err, KVQ_ERR_NOMEM, "eig: out of memory for %d x %d", n, n);

@@ -177,7 +177,7 @@ kvq_pool *kvq_pool_create(int n_threads) {
     if (pthread_cond_init(&p->job_cv, NULL) != 0) goto fail_mu;
     if (pthread_cond_init(&p->done_cv, NULL) != 0) goto fail_job;
     if (n_threads > 1) {
-        p->workers = kvq_malloc((size_t)(n_threads - 1) * sizeof *p->workers);
+        p->workers = kvq_malloc_n((size_t)(n_threads - 1), sizeof *p->workers);
         if (!p->workers) goto fail_done;
         for (int i = 0; i < n_threads - 1; i++) {
             worker_arg *wa = kvq_malloc(sizeof *wa);

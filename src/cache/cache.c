@@ -349,7 +349,7 @@ static kvq_status allocate_layout(kvq_cache *c, kvq_error *err) {
         if (!(c->mem[i] = kvq_calloc(1, c->mem_bytes[i])))
             return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory (%zu bytes)", c->mem_bytes[i]);
     }
-    if (c->tile_scratch_floats && !(c->tile_scratch = kvq_malloc(c->tile_scratch_floats * sizeof(float))))
+    if (c->tile_scratch_floats && !(c->tile_scratch = kvq_malloc_n(c->tile_scratch_floats, sizeof(float))))
         return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory for tile quantisation");
     c->stage.rows[0] = c->mem[4];
     c->stage.rows[1] = c->mem[4] ? c->mem[4] + (size_t)c->p.n_head_kv * c->stage.cap * c->stage.row_bytes[0] : NULL;
@@ -374,8 +374,8 @@ static kvq_status allocate_layout(kvq_cache *c, kvq_error *err) {
 
 static kvq_status copy_layer_types(kvq_cache *c, kvq_error *err) {
     const int n = c->p.n_layer;
-    c->types_k = kvq_malloc((size_t)n * sizeof *c->types_k);
-    c->types_v = kvq_malloc((size_t)n * sizeof *c->types_v);
+    c->types_k = kvq_malloc_n((size_t)n, sizeof *c->types_k);
+    c->types_v = kvq_malloc_n((size_t)n, sizeof *c->types_v);
     c->k = kvq_calloc((size_t)n, sizeof *c->k);
     c->v = kvq_calloc((size_t)n, sizeof *c->v);
     c->n_stored = kvq_calloc((size_t)n, sizeof *c->n_stored);
@@ -631,7 +631,7 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
 
 float *kvq_cache_attend_scratch(kvq_cache *c, size_t floats) {
     if (floats <= c->attend_scratch_floats) return c->attend_scratch;
-    float *grown = kvq_malloc(floats * sizeof(float));   /* old contents are not needed */
+    float *grown = kvq_malloc_n(floats, sizeof(float));   /* old contents are not needed */
     if (!grown) return NULL;
     free(c->attend_scratch);
     c->attend_scratch = grown;

@@ -168,7 +168,7 @@ kvq_status kvq_base_kvq_writer_open(const char *path, uint64_t model_hash, int n
     w->n_chunk = n_chunk;
     w->expected = (size_t)n_chunk * scored_per_chunk(n_ctx);
     size_t n_tok = (size_t)n_ctx * (size_t)n_chunk;
-    w->bytes = kvq_malloc(4 * KVQ_MAX((size_t)n_vocab, n_tok));
+    w->bytes = kvq_malloc_n(4, KVQ_MAX((size_t)n_vocab, n_tok));
     if (!w->bytes) return writer_abort(w, kvq_fail(err, KVQ_ERR_NOMEM, "kvq base: out of memory"));
     w->f = fopen(path, "wb");
     if (!w->f)

@@ -21,7 +21,7 @@ static kvq_status output_metric(const kvq_model *m, int layer, int g, double *ou
     const kvq_model_info *in = &m->info;
     const kvq_weight *wo = &m->layers[layer].wo;
     const int dv = in->head_dim_v, G = in->n_head / in->n_head_kv;
-    float *row = kvq_malloc((size_t)wo->cols * sizeof *row);
+    float *row = kvq_malloc_n((size_t)wo->cols, sizeof *row);
     if (!row) return kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory");
     memset(out, 0, (size_t)dv * dv * sizeof *out);
     for (int64_t r = 0; r < wo->rows; r++) {
@@ -52,7 +52,7 @@ static kvq_status query_metric(const kvq_moments *q, double beta, int d, double 
  * (a random rotation, every coefficient the same bits) per unit of
  * E|x|^2 tr(G)/d: the reference the predicted gain is measured against. */
 static kvq_status isotropic_distortion(int d, int code_bits, double *D, kvq_error *err) {
-    double *ones = kvq_malloc((size_t)d * sizeof *ones);
+    double *ones = kvq_malloc_n((size_t)d, sizeof *ones);
     uint8_t *bits = kvq_malloc((size_t)d);
     kvq_status st = ones && bits ? KVQ_OK : kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory");
     if (st == KVQ_OK) {
@@ -79,12 +79,12 @@ static kvq_status fit_alloc(side_fit *f, int d) {
     const size_t dd = (size_t)d * (size_t)d;
     memset(f, 0, sizeof *f);
     f->d = d;
-    f->cov = kvq_malloc(dd * sizeof(double));
-    f->mean = kvq_malloc((size_t)d * sizeof(double));
-    f->metric = kvq_malloc(dd * sizeof(double));
-    f->fwd = kvq_malloc(dd * sizeof(double));
-    f->inv = kvq_malloc(dd * sizeof(double));
-    f->imp = kvq_malloc((size_t)d * sizeof(double));
+    f->cov = kvq_malloc_n(dd, sizeof(double));
+    f->mean = kvq_malloc_n((size_t)d, sizeof(double));
+    f->metric = kvq_malloc_n(dd, sizeof(double));
+    f->fwd = kvq_malloc_n(dd, sizeof(double));
+    f->inv = kvq_malloc_n(dd, sizeof(double));
+    f->imp = kvq_malloc_n((size_t)d, sizeof(double));
     return f->cov && f->mean && f->metric && f->fwd && f->inv && f->imp ? KVQ_OK : KVQ_ERR_NOMEM;
 }
 
@@ -170,7 +170,7 @@ kvq_status kvq_calib_fit_rows(const float *rows, int n, int d, int rate, kvq_cal
         return kvq_fail(err, KVQ_ERR_ARG, "calibration: %d rows of %d values at rate %d", n, d, rate);
     kvq_moments mo = { d, 0.0, kvq_calloc((size_t)d, sizeof(double)), kvq_calloc((size_t)d * d, sizeof(double)) };
     side_fit f = { 0 };
-    float *mem = kvq_malloc(((size_t)2 * d * d + 2 * (size_t)d) * sizeof *mem);
+    float *mem = kvq_malloc_n((size_t)2 * d * d + 2 * (size_t)d, sizeof *mem);
     kvq_status st = mo.sum && mo.outer && mem && !fit_alloc(&f, d) ? KVQ_OK
                                                                    : kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory");
     for (int r = 0; !st && r < n; r++) {          /* the moments, as calib_stats.c keeps them */

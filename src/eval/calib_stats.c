@@ -53,8 +53,8 @@ kvq_status kvq_calib_stats_init(kvq_calib_stats *s, const kvq_model_info *in, in
     const size_t heads = (size_t)in->n_layer * (size_t)in->n_head_kv;
     s->mom = kvq_calloc(heads * KVQ_MOM_COUNT, sizeof *s->mom);
     s->recv_sq = kvq_calloc(heads * (size_t)n_ctx, sizeof *s->recv_sq);
-    s->keys = kvq_malloc((size_t)in->n_head_kv * (size_t)n_ctx * (size_t)in->head_dim_k * sizeof *s->keys);
-    s->probs = kvq_malloc((size_t)in->n_head_kv * (size_t)n_ctx * sizeof *s->probs);
+    s->keys = kvq_malloc_n((size_t)in->n_head_kv * (size_t)n_ctx * (size_t)in->head_dim_k, sizeof *s->keys);
+    s->probs = kvq_malloc_n((size_t)in->n_head_kv * (size_t)n_ctx, sizeof *s->probs);
     kvq_status st = s->mom && s->recv_sq && s->keys && s->probs ? KVQ_OK : KVQ_ERR_NOMEM;
     for (size_t i = 0; st == KVQ_OK && i < heads * KVQ_MOM_COUNT; i++) {
         const int kind = (int)(i % KVQ_MOM_COUNT);

@@ -47,8 +47,8 @@ static kvq_status parse(const char *path, const uint8_t *p, size_t len, kvq_kld_
     if (want != len)
         return kvq_fail(err, KVQ_ERR_FORMAT, "kld base '%s': size %zu bytes, header implies %llu", path, len,
                         (unsigned long long)want);
-    b->tokens = kvq_malloc((size_t)n_tok * sizeof(int32_t));
-    b->records = kvq_malloc(b->record_len * b->n_pos * sizeof(uint16_t));
+    b->tokens = kvq_malloc_n((size_t)n_tok, sizeof(int32_t));
+    b->records = kvq_malloc_n(b->record_len * b->n_pos, sizeof(uint16_t));
     if (!b->tokens || !b->records) return kvq_fail(err, KVQ_ERR_NOMEM, "kld base '%s': out of memory", path);
     const uint8_t *q = p + HEADER_BYTES;
     for (uint64_t i = 0; i < n_tok; i++) b->tokens[i] = (int32_t)rd32(q + 4 * i);
@@ -200,8 +200,8 @@ kvq_status kvq_kld_writer_open(const char *path, int n_ctx, int n_vocab, int n_c
     snprintf(w->path, sizeof w->path, "%s", path);
     w->n_vocab = n_vocab;
     w->expected = (size_t)n_chunk * (size_t)kvq_kld_scored_per_chunk(n_ctx);
-    w->rec = kvq_malloc(kvq_kld_record_len(n_vocab) * sizeof(uint16_t));
-    w->bytes = kvq_malloc(kvq_kld_record_len(n_vocab) * 2);
+    w->rec = kvq_malloc_n(kvq_kld_record_len(n_vocab), sizeof(uint16_t));
+    w->bytes = kvq_malloc_n(kvq_kld_record_len(n_vocab), 2);
     w->f = fopen(path, "wb");
     if (!w->rec || !w->bytes || !w->f) {
         kvq_status st = w->f ? kvq_fail(err, KVQ_ERR_NOMEM, "kld writer: out of memory")

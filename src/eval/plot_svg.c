@@ -259,8 +259,8 @@ static kvq_status write_labels(FILE *f, const plot_frame *fr, const kvq_eval_row
                                const label_set *sets, size_t n_sets, kvq_error *err) {
     size_t total = 0;
     for (size_t s = 0; s < n_sets; s++) total += sets[s].m;
-    double *mx = kvq_malloc((n ? n : 1) * sizeof *mx), *my = kvq_malloc((n ? n : 1) * sizeof *my);
-    label_box *placed = kvq_malloc((total ? total : 1) * sizeof *placed);
+    double *mx = kvq_malloc_n(n ? n : 1, sizeof *mx), *my = kvq_malloc_n(n ? n : 1, sizeof *my);
+    label_box *placed = kvq_malloc_n(total ? total : 1, sizeof *placed);
     if (!mx || !my || !placed) {       /* no labels piled up unplaced: an error */
         free(mx);
         free(my);
@@ -370,7 +370,7 @@ kvq_status kvq_plot_svg_write(FILE *f, const kvq_eval_row *rows, size_t n,
                               kvq_error *err) {
     if (o->width < 400 || o->height < 300 || o->width > 10000 || o->height > 10000)
         return kvq_fail(err, KVQ_ERR_ARG, "plot size %dx%d out of range (400x300 .. 10000x10000)", o->width, o->height);
-    size_t *idx = kvq_malloc((n ? n : 1) * sizeof *idx), *marks = kvq_malloc((n ? n : 1) * sizeof *marks);
+    size_t *idx = kvq_malloc_n(n ? n : 1, sizeof *idx), *marks = kvq_malloc_n(n ? n : 1, sizeof *marks);
     bool *on = kvq_calloc(n ? n : 1, sizeof *on);
     if (!idx || !on || !marks) {
         free(idx);

@@ -258,7 +258,7 @@ kvq_status kvq_report_read_csv(FILE *f, kvq_eval_row **rows_out, size_t *n_out, 
         }
         if (n == cap) {
             size_t nc = cap ? 2 * cap : 16;
-            kvq_eval_row *nr = kvq_realloc(rows, nc * sizeof *nr);
+            kvq_eval_row *nr = kvq_realloc_n(rows, nc, sizeof *nr);
             if (!nr) { st = kvq_fail(err, KVQ_ERR_NOMEM, "out of memory reading CSV"); goto done; }
             rows = nr;
             cap = nc;

@@ -60,7 +60,7 @@ static double update_log_scale(double logscale, double sigma) {
 double kvq_kvarn_normalise(const float *A, int rows, int cols, int iters,
                            float *s_row, float *s_col, double *trace) {
     double *w = kvq_calloc((size_t)rows, sizeof *w), *u = kvq_calloc((size_t)cols, sizeof *u);
-    double *inv_r = kvq_malloc((size_t)rows * sizeof *inv_r), *inv_c = kvq_malloc((size_t)cols * sizeof *inv_c);
+    double *inv_r = kvq_malloc_n((size_t)rows, sizeof *inv_r), *inv_c = kvq_malloc_n((size_t)cols, sizeof *inv_c);
     double *best_w = kvq_calloc((size_t)rows, sizeof *best_w), *best_u = kvq_calloc((size_t)cols, sizeof *best_u);
     double best = INFINITY;
     if (!w || !u || !inv_r || !inv_c || !best_w || !best_u) { best = NAN; goto done; }   /* out of memory */
@@ -97,7 +97,7 @@ done:
 }
 
 double kvq_kvarn_imbalance(const float *A, int rows, int cols, const float *s_row, const float *s_col) {
-    double *inv_r = kvq_malloc((size_t)rows * sizeof *inv_r), *inv_c = kvq_malloc((size_t)cols * sizeof *inv_c);
+    double *inv_r = kvq_malloc_n((size_t)rows, sizeof *inv_r), *inv_c = kvq_malloc_n((size_t)cols, sizeof *inv_c);
     double v = INFINITY;
     if (inv_r && inv_c) {
         for (int r = 0; r < rows; r++) inv_r[r] = 1.0 / s_row[r];
@@ -158,7 +158,7 @@ kvq_status kvq_kvarn_quantize(kvq_kvarn_shape s, const float *x, int iters, uint
     const int rows = a_rows(s), cols = a_cols(s), qmax = (1 << s.bits) - 1;
     float *own = NULL;
     if (!scratch) {
-        scratch = own = kvq_malloc(kvq_kvarn_scratch_floats(s) * sizeof(float));
+        scratch = own = kvq_malloc_n(kvq_kvarn_scratch_floats(s), sizeof(float));
         if (!own) return KVQ_ERR_NOMEM;
     }
     float *A = scratch, *s_row = A + (size_t)rows * cols, *s_col = s_row + rows;
@@ -170,7 +170,7 @@ kvq_status kvq_kvarn_quantize(kvq_kvarn_shape s, const float *x, int iters, uint
     if (isnan(kvq_kvarn_normalise(A, rows, cols, iters, s_row, s_col, NULL))) { free(own); return KVQ_ERR_NOMEM; }
 
     uint8_t *S = record + payload_bytes(s), *Z = S + 2 * rows, *O = Z + 2 * rows;
-    uint8_t *tok_codes = (uint8_t *)kvq_malloc((size_t)KVQ_KVARN_TILE * s.width);
+    uint8_t *tok_codes = (uint8_t *)kvq_malloc_n(KVQ_KVARN_TILE, (size_t)s.width);
     if (!tok_codes) { free(own); return KVQ_ERR_NOMEM; }
     for (int r = 0; r < rows; r++) {
         float lo = INFINITY, hi = -INFINITY;

@@ -248,7 +248,7 @@ static kvq_status alloc_scratch(kvq_ctx *c, int threads, kvq_error *err) {
         { &c->matmul_ws, c->matmul_ws_floats },
     };
     for (size_t i = 0; i < KVQ_ARRAY_LEN(bufs); i++) {
-        *bufs[i].p = kvq_malloc(bufs[i].n * sizeof(float));
+        *bufs[i].p = kvq_malloc_n(bufs[i].n, sizeof(float));
         if (!*bufs[i].p) return kvq_fail(err, KVQ_ERR_NOMEM, "context: out of memory for scratch buffers");
     }
     return KVQ_OK;

@@ -266,7 +266,7 @@ static int cmp_tensor_offset(const void *a, const void *b) {
  * or NULL when out of memory. */
 static const void **sorted_ptrs(const void *items, size_t n, size_t item_size,
                                 int (*cmp)(const void *, const void *)) {
-    const void **v = kvq_malloc((n ? n : 1) * sizeof *v);
+    const void **v = kvq_malloc_n(n ? n : 1, sizeof *v);
     if (!v) return NULL;
     for (size_t i = 0; i < n; i++) v[i] = (const uint8_t *)items + i * item_size;
     qsort(v, n, sizeof *v, cmp);

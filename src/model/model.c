@@ -198,7 +198,7 @@ static kvq_status load_vector(const gguf_file *f, const char *name, int64_t n, f
     if (kvq_row_bytes(t->type, n) > t->nbytes || !kvq_type_get(t->type)->dequantize)
         return kvq_fail(err, KVQ_ERR_FORMAT, "model: tensor '%s' cannot be read as %lld values", name, (long long)n);
     if ((st = kvq_check_finite(name, t->type, t->data, n, 1, err))) return st;
-    *out = kvq_malloc((size_t)n * sizeof(float));
+    *out = kvq_malloc_n((size_t)n, sizeof(float));
     if (!*out) return kvq_fail(err, KVQ_ERR_NOMEM, "model: out of memory for '%s'", name);
     kvq_dequantize_row(t->type, t->data, *out, n);
     return KVQ_OK;

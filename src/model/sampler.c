@@ -84,9 +84,9 @@ static int cand_cmp(const void *a, const void *b) {
 
 static bool sample_reserve(kvq_sampler *s, int n) {
     if (n <= s->cap) return true;
-    sample_cand *c = kvq_realloc(s->cand, (size_t)n * sizeof *c);
+    sample_cand *c = kvq_realloc_n(s->cand, (size_t)n, sizeof *c);
     if (c) s->cand = c;
-    double *p = kvq_realloc(s->prob, (size_t)n * sizeof *p);
+    double *p = kvq_realloc_n(s->prob, (size_t)n, sizeof *p);
     if (p) s->prob = p;
     if (!c || !p) return false;
     s->cap = n;

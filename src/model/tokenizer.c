@@ -79,8 +79,8 @@ static int tok_special_cmp(const void *a, const void *b) {
  * raw text, longest first as llama.cpp tries them (lowest id first among
  * equal lengths). */
 static kvq_status tok_collect_special(kvq_tokenizer *t, kvq_error *err) {
-    tok_len_id *order = kvq_malloc((size_t)t->n_vocab * sizeof *order);
-    t->special = kvq_malloc((size_t)t->n_vocab * sizeof *t->special);
+    tok_len_id *order = kvq_malloc_n((size_t)t->n_vocab, sizeof *order);
+    t->special = kvq_malloc_n((size_t)t->n_vocab, sizeof *t->special);
     if (!order || !t->special) {
         free(order);
         return kvq_fail(err, KVQ_ERR_NOMEM, "tokenizer: out of memory");
@@ -113,11 +113,11 @@ static kvq_status tok_check_desc(const kvq_tokenizer_desc *d, kvq_error *err) {
 
 static kvq_status tok_build(kvq_tokenizer *t, const kvq_tokenizer_desc *d, kvq_error *err) {
     size_t nv = (size_t)d->n_vocab;
-    t->tok_off = kvq_malloc(nv * sizeof *t->tok_off);
-    t->tok_len = kvq_malloc(nv * sizeof *t->tok_len);
-    t->score = kvq_malloc(nv * sizeof *t->score);
+    t->tok_off = kvq_malloc_n(nv, sizeof *t->tok_off);
+    t->tok_len = kvq_malloc_n(nv, sizeof *t->tok_len);
+    t->score = kvq_malloc_n(nv, sizeof *t->score);
     t->type = kvq_malloc(nv);
-    uint32_t *merge_off = kvq_malloc(((size_t)d->n_merges + 1) * sizeof *merge_off);
+    uint32_t *merge_off = kvq_malloc_n((size_t)d->n_merges + 1, sizeof *merge_off);
     kvq_status st = KVQ_OK;
     if (!t->tok_off || !t->tok_len || !t->score || !t->type || !merge_off ||
         !tok_strmap_init(&t->vocab, nv) || !tok_strmap_init(&t->merges, (size_t)d->n_merges)) {
