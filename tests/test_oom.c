@@ -906,9 +906,11 @@ TEST(oom_hook_and_size_checks) {
     kvq_alloc_fail_at(0, 0);
     void *f = kvq_malloc(1);
     const long after = kvq_alloc_calls();
-    const bool ok = a && !b && c && !d && !e && f;
+    const int got[6] = { a != NULL, b != NULL, c != NULL, d != NULL, e != NULL, f != NULL };
     free(a), free(b), free(c), free(d), free(e), free(f);
-    CHECK(ok, "fail_at(2): %p %p %p, persist: %p %p, disarmed: %p", a, b, c, d, e, f);
+    CHECK(got[0] && !got[1] && got[2] && !got[3] && !got[4] && got[5],
+          "allocated: fail_at(2) %d %d %d, persist %d %d, disarmed %d", got[0], got[1], got[2], got[3], got[4],
+          got[5]);
     CHECK(calls == 3 && failed == 1 && failed_all == 2 && after == 0, "counts %ld %ld %ld %ld", calls, failed,
           failed_all, after);
 }
