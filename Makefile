@@ -95,8 +95,14 @@ $(BENCH): $(BENCH_OBJ) $(CLI_LIB_OBJ) $(STATIC)
 # Every #include "x.h" of a src/ file names a header of its own layer or
 # one below, or a public one (include/); every tools/ file includes only
 # public headers and the tools' own (tools/check_layers.sh); CI runs it.
+# It also holds every allocation of src/ to src/base/alloc.h's kvq_malloc &
+# co, so the out-of-memory test (tests/test_oom.c) reaches all of them.
 check-layers:
 	@sh tools/check_layers.sh $(LAYERS)
+	@if grep -nE '\b(malloc|calloc|realloc|strdup|strndup|aligned_alloc|posix_memalign)\(' \
+	    $(filter-out src/base/alloc.c,$(LIB_SRC)) $(wildcard $(LAYERS:%=src/%/*.h) $(LAYERS:%=src/%/*.inc)); then \
+	    echo "check-layers: allocate with kvq_malloc/kvq_calloc/kvq_realloc (src/base/alloc.h) in src/"; exit 1; \
+	else echo "check-layers: every allocation of src/ goes through src/base/alloc.h"; fi
 
 # The ground rules say gcc and clang: every source compiled (not linked,
 # not run) by clang with the same -Werror flags, so a warning only clang

@@ -14,7 +14,7 @@ static kvq_status read_until_eof(FILE *f, const char *name, size_t cap, size_t f
     *buf = NULL;
     *len = 0;
     size_t room = KVQ_MIN(first, cap + 1), n = 0;
-    char *b = malloc(room + 1);
+    char *b = kvq_malloc(room + 1);
     for (;;) {
         if (!b) return kvq_fail(err, KVQ_ERR_NOMEM, "%s: out of memory after %zu bytes", name, n);
         n += fread(b + n, 1, room - n, f);
@@ -24,7 +24,7 @@ static kvq_status read_until_eof(FILE *f, const char *name, size_t cap, size_t f
             return kvq_fail(err, KVQ_ERR_ARG, "%s is larger than the %.0f MiB limit", name, mib(cap));
         }
         const size_t bigger = room > cap / 2 ? cap + 1 : 2 * room;
-        char *nb = realloc(b, bigger + 1);
+        char *nb = kvq_realloc(b, bigger + 1);
         if (!nb) free(b);
         b = nb;
         room = bigger;

@@ -4,6 +4,7 @@
 #define KVQ_INTERNAL_H
 
 #include "kvq.h"
+#include "alloc.h"   /* kvq_malloc & co: every allocation of src/ */
 
 #include <stdarg.h>
 #include <stdio.h>

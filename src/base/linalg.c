@@ -78,8 +78,8 @@ kvq_status kvq_eig_sym(const double *a_in, int n, double *evals, double *vecs, k
     if (n < 1 || n > KVQ_LINALG_MAX_N)
         return kvq_fail(err, KVQ_ERR_ARG, "eig: size %d outside 1..%d", n, KVQ_LINALG_MAX_N);
     const size_t nn = (size_t)n * (size_t)n;
-    double *a = malloc(nn * sizeof *a), *v = malloc(nn * sizeof *v);
-    int *order = malloc((size_t)n * sizeof *order);
+    double *a = kvq_malloc_n(nn, sizeof *a), *v = kvq_malloc_n(nn, sizeof *v);
+    int *order = kvq_malloc_n((size_t)n, sizeof *order);
     if (!a || !v || !order) {
         free(a); free(v); free(order);
         return kvq_fail(err, KVQ_ERR_NOMEM, "eig: out of memory for %d x %d", n, n);
@@ -110,7 +110,7 @@ done:
 kvq_status kvq_sym_sqrt(const double *a, int n, double rel_floor, double *s, double *s_inv, kvq_error *err) {
     if (!(rel_floor > 0)) return kvq_fail(err, KVQ_ERR_ARG, "sym_sqrt: the floor must be positive");
     const size_t nn = (size_t)n * (size_t)n;
-    double *ev = calloc((size_t)KVQ_MAX(n, 1), sizeof *ev), *u = calloc(KVQ_MAX(nn, 1), sizeof *u);
+    double *ev = kvq_calloc((size_t)KVQ_MAX(n, 1), sizeof *ev), *u = kvq_calloc(KVQ_MAX(nn, 1), sizeof *u);
     if (!ev || !u) { free(ev); free(u); return kvq_fail(err, KVQ_ERR_NOMEM, "sym_sqrt: out of memory"); }
     kvq_status st = kvq_eig_sym(a, n, ev, u, err);
     if (st == KVQ_OK && !(ev[0] > 0))

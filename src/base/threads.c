@@ -165,7 +165,7 @@ static void stop_workers(kvq_pool *p) {
 
 kvq_pool *kvq_pool_create(int n_threads) {
     if (n_threads < 1 || n_threads > MAX_THREADS) return NULL;
-    kvq_pool *p = calloc(1, sizeof *p);
+    kvq_pool *p = kvq_calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads;
     atomic_init(&p->claim, claim_word(0, 0));
@@ -177,10 +177,10 @@ kvq_pool *kvq_pool_create(int n_threads) {
     if (pthread_cond_init(&p->job_cv, NULL) != 0) goto fail_mu;
     if (pthread_cond_init(&p->done_cv, NULL) != 0) goto fail_job;
     if (n_threads > 1) {
-        p->workers = malloc((size_t)(n_threads - 1) * sizeof *p->workers);
+        p->workers = kvq_malloc_n((size_t)(n_threads - 1), sizeof *p->workers);
         if (!p->workers) goto fail_done;
         for (int i = 0; i < n_threads - 1; i++) {
-            worker_arg *wa = malloc(sizeof *wa);
+            worker_arg *wa = kvq_malloc(sizeof *wa);
             if (!wa) goto fail_threads;
             wa->pool = p;
             wa->thread = i + 1;

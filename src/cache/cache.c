@@ -154,11 +154,11 @@ static kvq_status choose_rotation(kvq_cache *c, kvq_error *err) {
                         c->plan.block_k, c->plan.block_v, p->head_dim_k, p->head_dim_v);
     if (!p->rot_random_signs) return KVQ_OK;
     if (c->plan.block_k) {
-        if (!(c->signs_k = malloc((size_t)c->plan.block_k))) goto nomem;
+        if (!(c->signs_k = kvq_malloc((size_t)c->plan.block_k))) goto nomem;
         kvq_random_signs(c->signs_k, c->plan.block_k, KVQ_ROT_SEED_QK);
     }
     if (c->plan.block_v) {
-        if (!(c->signs_v = malloc((size_t)c->plan.block_v))) goto nomem;
+        if (!(c->signs_v = kvq_malloc((size_t)c->plan.block_v))) goto nomem;
         kvq_random_signs(c->signs_v, c->plan.block_v, KVQ_ROT_SEED_V);
     }
     return KVQ_OK;
@@ -347,10 +347,10 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
 static kvq_status allocate_layout(kvq_cache *c, kvq_error *err) {
     for (size_t i = 0; i < KVQ_ARRAY_LEN(c->mem); i++) {
         if (!c->mem_bytes[i]) continue;
-        if (!(c->mem[i] = calloc(1, c->mem_bytes[i])))
+        if (!(c->mem[i] = kvq_calloc(1, c->mem_bytes[i])))
             return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory (%zu bytes)", c->mem_bytes[i]);
     }
-    if (c->tile_scratch_floats && !(c->tile_scratch = malloc(c->tile_scratch_floats * sizeof(float))))
+    if (c->tile_scratch_floats && !(c->tile_scratch = kvq_malloc_n(c->tile_scratch_floats, sizeof(float))))
         return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory for tile quantisation");
     c->tile_scratch_threads = 1;
     c->stage.rows[0] = c->mem[4];
@@ -376,11 +376,11 @@ static kvq_status allocate_layout(kvq_cache *c, kvq_error *err) {
 
 static kvq_status copy_layer_types(kvq_cache *c, kvq_error *err) {
     const int n = c->p.n_layer;
-    c->types_k = malloc((size_t)n * sizeof *c->types_k);
-    c->types_v = malloc((size_t)n * sizeof *c->types_v);
-    c->k = calloc((size_t)n, sizeof *c->k);
-    c->v = calloc((size_t)n, sizeof *c->v);
-    c->n_stored = calloc((size_t)n, sizeof *c->n_stored);
+    c->types_k = kvq_malloc_n((size_t)n, sizeof *c->types_k);
+    c->types_v = kvq_malloc_n((size_t)n, sizeof *c->types_v);
+    c->k = kvq_calloc((size_t)n, sizeof *c->k);
+    c->v = kvq_calloc((size_t)n, sizeof *c->v);
+    c->n_stored = kvq_calloc((size_t)n, sizeof *c->n_stored);
     if (!c->types_k || !c->types_v || !c->k || !c->v || !c->n_stored)
         return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory for %d layers", n);
     for (int l = 0; l < n; l++) {
@@ -400,7 +400,7 @@ static kvq_status plan_cache(const kvq_cache_params *p, kvq_cache **out, kvq_err
     if (!p) return kvq_fail(err, KVQ_ERR_ARG, "cache: NULL parameters");
     kvq_status st = check_params(p, err);
     if (st != KVQ_OK) return st;
-    kvq_cache *c = calloc(1, sizeof *c);
+    kvq_cache *c = kvq_calloc(1, sizeof *c);
     if (!c) return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory");
     c->p = *p;
     /* Tail or sink longer than the context would only waste memory. */
@@ -593,7 +593,7 @@ static void write_task(void *ctx, int task, int thread) {
 /* Room for one tile quantisation per thread of the pool. */
 static kvq_status reserve_tile_scratch(kvq_cache *c, int threads, kvq_error *err) {
     if (!c->tile_scratch_floats || threads <= c->tile_scratch_threads) return KVQ_OK;
-    float *grown = realloc(c->tile_scratch, (size_t)threads * c->tile_scratch_floats * sizeof(float));
+    float *grown = kvq_realloc_n(c->tile_scratch, (size_t)threads * c->tile_scratch_floats, sizeof(float));
     if (!grown) return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory for tile quantisation on %d threads", threads);
     c->tile_scratch = grown;
     c->tile_scratch_threads = threads;
@@ -673,7 +673,7 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
 
 float *kvq_cache_attend_scratch(kvq_cache *c, size_t floats) {
     if (floats <= c->attend_scratch_floats) return c->attend_scratch;
-    float *grown = malloc(floats * sizeof(float));   /* old contents are not needed */
+    float *grown = kvq_malloc_n(floats, sizeof(float));   /* old contents are not needed */
     if (!grown) return NULL;
     free(c->attend_scratch);
     c->attend_scratch = grown;

@@ -225,8 +225,8 @@ kvq_status kvq_cache_calib_bind(kvq_cache *c, kvq_error *err) {
     size_t n_heads, floats;
     count_copies(c, &n_heads, &floats);
     if (!n_heads) return KVQ_OK;
-    c->calib_heads = calloc(n_heads, sizeof *c->calib_heads);
-    c->calib_mem = calloc(floats, sizeof *c->calib_mem);   /* zeroed: the padding after each head's bits is hashed */
+    c->calib_heads = kvq_calloc(n_heads, sizeof *c->calib_heads);
+    c->calib_mem = kvq_calloc(floats, sizeof *c->calib_mem);   /* zeroed: the padding after each head's bits is hashed */
     if (!c->calib_heads || !c->calib_mem)
         return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory for the calibration's transforms");
     kvq_calib_head *h = c->calib_heads;

@@ -170,7 +170,7 @@ kvq_status kvq_cache_shift(kvq_cache *c, int n_discard, int keep_first, const kv
                             KVQ_MAX(c->k[l].sink_rows, c->v[l].sink_rows), l);
     kvq_cache_commit_stage(c);
     const size_t rows = (size_t)(stored - n_discard) * c->p.n_head_kv;
-    float *k = malloc(rows * (size_t)c->p.head_dim_k * sizeof *k), *v = malloc(rows * (size_t)c->p.head_dim_v * sizeof *v);
+    float *k = kvq_malloc_n(rows * (size_t)c->p.head_dim_k, sizeof *k), *v = kvq_malloc_n(rows * (size_t)c->p.head_dim_v, sizeof *v);
     kvq_status st = k && v ? KVQ_OK : kvq_fail(err, KVQ_ERR_NOMEM, "cache shift: out of memory for %zu rows", rows);
     for (int l = 0; st == KVQ_OK && l < c->p.n_layer; l++) st = shift_layer(c, l, keep_first, n_discard, rope, k, v, err);
     free(k);

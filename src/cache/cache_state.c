@@ -117,7 +117,7 @@ kvq_status kvq_cache_save(const kvq_cache *c, const char *path, const kvq_state_
     if (n < 0) return kvq_fail(err, KVQ_ERR_ARG, "state save: the layers hold different lengths (save between tokens)");
     if (tag->n_tokens != n)
         return kvq_fail(err, KVQ_ERR_ARG, "state save: %d tokens given for %d stored positions", tag->n_tokens, n);
-    setting *st = malloc((size_t)settings_count(c->p.n_layer) * sizeof *st);
+    setting *st = kvq_malloc_n((size_t)settings_count(c->p.n_layer), sizeof *st);
     if (!st) return kvq_fail(err, KVQ_ERR_NOMEM, "state save: out of memory");
     const int n_set = cache_settings(c, st);
     writer w;
@@ -229,8 +229,8 @@ kvq_status kvq_cache_load_memory(kvq_cache *c, const uint8_t *data, size_t size,
         return kvq_fail(err, KVQ_ERR_ARG, "state load: the file has %u layers, this cache %d", n_layer, c->p.n_layer);
     if (n_set != (uint32_t)settings_count(c->p.n_layer) || n > (uint32_t)c->p.n_ctx)
         return kvq_fail(err, KVQ_ERR_FORMAT, "state load: %u settings / %u positions do not fit this cache", n_set, n);
-    setting *mine = malloc((size_t)n_set * sizeof *mine);
-    int32_t *toks = malloc(((size_t)n + 1) * sizeof *toks);
+    setting *mine = kvq_malloc_n((size_t)n_set, sizeof *mine);
+    int32_t *toks = kvq_malloc_n((size_t)n + 1, sizeof *toks);
     kvq_status st = mine && toks ? KVQ_OK : kvq_fail(err, KVQ_ERR_NOMEM, "state load: out of memory");
     reader r = { data + HEADER_BYTES, size - 8 - HEADER_BYTES };
     if (st == KVQ_OK) cache_settings(c, mine);
@@ -283,7 +283,7 @@ kvq_status kvq_cache_load(kvq_cache *c, const char *path, uint64_t model_hash, i
                         path, (long long)sb.st_size);
     }
     const size_t size = (size_t)sb.st_size;
-    uint8_t *data = malloc(size ? size : 1);
+    uint8_t *data = kvq_malloc(size ? size : 1);
     const bool read = data && fread(data, 1, size, f) == size;
     fclose(f);
     kvq_status st = read ? kvq_cache_load_memory(c, data, size, model_hash, tokens, n_tokens, err)

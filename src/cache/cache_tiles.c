@@ -78,7 +78,8 @@ static kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *s
         }
         kvq_status st = kvq_kvarn_quantize(sd->tile, x, c->p.kvarn_iters ? c->p.kvarn_iters : KVQ_KVARN_ITERS,
                                            (uint8_t *)record_of(sd, h, tile, s), work);
-        if (st != KVQ_OK) return kvq_fail(err, st, "cache: quantising tile %d of head %d failed", tile, h);
+        if (st != KVQ_OK) return kvq_fail(err, st, "cache: quantising tile %d of head %d failed (%s)", tile, h,
+                                         st == KVQ_ERR_NOMEM ? "out of memory" : "bad tile shape");
     }
     return KVQ_OK;
 }

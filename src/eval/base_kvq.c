@@ -103,7 +103,7 @@ kvq_status kvq_model_file_hash(const char *path, uint64_t *hash, kvq_error *err)
         return kvq_fail(err, KVQ_ERR_IO, "model '%s' is not a regular file", path);
     }
     enum { CHUNK = 1 << 20 };
-    uint8_t *buf = malloc(CHUNK);
+    uint8_t *buf = kvq_malloc(CHUNK);
     if (!buf) {
         close(fd);
         return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory hashing '%s'", path);
@@ -159,7 +159,7 @@ kvq_status kvq_base_kvq_writer_open(const char *path, uint64_t model_hash, int n
                         n_ctx, n_vocab, n_chunk);
     if (!host_little_endian())
         return kvq_fail(err, KVQ_ERR_UNSUPPORTED, "kvq base files need a little-endian host");
-    kvq_base_kvq_writer *w = calloc(1, sizeof *w);
+    kvq_base_kvq_writer *w = kvq_calloc(1, sizeof *w);
     if (!w) return kvq_fail(err, KVQ_ERR_NOMEM, "kvq base: out of memory");
     snprintf(w->path, sizeof w->path, "%s", path);
     w->model_hash = model_hash;
@@ -168,7 +168,7 @@ kvq_status kvq_base_kvq_writer_open(const char *path, uint64_t model_hash, int n
     w->n_chunk = n_chunk;
     w->expected = (size_t)n_chunk * scored_per_chunk(n_ctx);
     size_t n_tok = (size_t)n_ctx * (size_t)n_chunk;
-    w->bytes = malloc(4 * KVQ_MAX((size_t)n_vocab, n_tok));
+    w->bytes = kvq_malloc_n(4, KVQ_MAX((size_t)n_vocab, n_tok));
     if (!w->bytes) return writer_abort(w, kvq_fail(err, KVQ_ERR_NOMEM, "kvq base: out of memory"));
     w->f = fopen(path, "wb");
     if (!w->f)
@@ -309,7 +309,7 @@ kvq_status kvq_base_kvq_open_memory(const void *data, size_t size, const char *n
     *out = NULL;
     if (!host_little_endian()) return kvq_fail(err, KVQ_ERR_UNSUPPORTED, "kvq base files need a little-endian host");
     if (((uintptr_t)data & 3) != 0) return kvq_fail(err, KVQ_ERR_ARG, "kvq base '%s': buffer not 4-byte aligned", name);
-    kvq_base_kvq *b = calloc(1, sizeof *b);
+    kvq_base_kvq *b = kvq_calloc(1, sizeof *b);
     if (!b) return kvq_fail(err, KVQ_ERR_NOMEM, "kvq base: out of memory");
     kvq_status s = validate(name, data, size, b, err);
     if (s != KVQ_OK) {

@@ -21,7 +21,7 @@ static kvq_status output_metric(const kvq_model *m, int layer, int g, double *ou
     const kvq_model_info *in = &m->info;
     const kvq_weight *wo = &m->layers[layer].wo;
     const int dv = in->head_dim_v, G = in->n_head / in->n_head_kv;
-    float *row = malloc((size_t)wo->cols * sizeof *row);
+    float *row = kvq_malloc_n((size_t)wo->cols, sizeof *row);
     if (!row) return kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory");
     memset(out, 0, (size_t)dv * dv * sizeof *out);
     for (int64_t r = 0; r < wo->rows; r++) {
@@ -51,20 +51,19 @@ static kvq_status query_metric(const kvq_moments *q, double beta, int d, double 
 /* Mean-square error of an isotropic code of the same stream bits
  * (a random rotation, every coefficient the same bits) per unit of
  * E|x|^2 tr(G)/d: the reference the predicted gain is measured against. */
-static double isotropic_distortion(int d, int code_bits, kvq_error *err) {
-    double *ones = malloc((size_t)d * sizeof *ones);
-    uint8_t *bits = malloc((size_t)d);
-    double D = NAN;
-    if (ones && bits) {
+static kvq_status isotropic_distortion(int d, int code_bits, double *D, kvq_error *err) {
+    double *ones = kvq_malloc_n((size_t)d, sizeof *ones);
+    uint8_t *bits = kvq_malloc((size_t)d);
+    kvq_status st = ones && bits ? KVQ_OK : kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory");
+    if (st == KVQ_OK) {
         for (int i = 0; i < d; i++) ones[i] = 1.0;
-        if (kvq_calib_allocate(ones, d, code_bits, bits, err) == KVQ_OK) {
-            D = 0.0;
-            for (int i = 0; i < d; i++) D += kvq_calib_distortion(bits[i]) / d;
-        }
+        st = kvq_calib_allocate(ones, d, code_bits, bits, err);
     }
+    *D = 0.0;
+    for (int i = 0; st == KVQ_OK && i < d; i++) *D += kvq_calib_distortion(bits[i]) / d;
     free(ones);
     free(bits);
-    return D;
+    return st;
 }
 
 typedef struct side_fit {
@@ -80,12 +79,12 @@ static kvq_status fit_alloc(side_fit *f, int d) {
     const size_t dd = (size_t)d * (size_t)d;
     memset(f, 0, sizeof *f);
     f->d = d;
-    f->cov = malloc(dd * sizeof(double));
-    f->mean = malloc((size_t)d * sizeof(double));
-    f->metric = malloc(dd * sizeof(double));
-    f->fwd = malloc(dd * sizeof(double));
-    f->inv = malloc(dd * sizeof(double));
-    f->imp = malloc((size_t)d * sizeof(double));
+    f->cov = kvq_malloc_n(dd, sizeof(double));
+    f->mean = kvq_malloc_n((size_t)d, sizeof(double));
+    f->metric = kvq_malloc_n(dd, sizeof(double));
+    f->fwd = kvq_malloc_n(dd, sizeof(double));
+    f->inv = kvq_malloc_n(dd, sizeof(double));
+    f->imp = kvq_malloc_n((size_t)d, sizeof(double));
     return f->cov && f->mean && f->metric && f->fwd && f->inv && f->imp ? KVQ_OK : KVQ_ERR_NOMEM;
 }
 
@@ -127,7 +126,9 @@ static kvq_status build_side(const kvq_calib_stats *s, const kvq_model *m, kvq_c
         if ((st = kvq_calib_allocate(f->imp, d, code_bits, bits, err))) return st;
         double cal = 0.0;
         for (int i = 0; i < d; i++) cal += f->imp[i] * kvq_calib_distortion(bits[i]);
-        const double base = isotropic_distortion(d, code_bits, err) * iso;
+        double base;
+        if ((st = isotropic_distortion(d, code_bits, &base, err))) return st;
+        base *= iso;
         if (pred_db) pred_db[r] = 10.0 * log10(base / cal);
     }
     return KVQ_OK;
@@ -145,7 +146,7 @@ kvq_status kvq_calib_build(const kvq_calib_stats *s, const kvq_model *m, uint64_
     c->method_v = KVQ_CALIB_ATT2_WO;
     c->query_mix = query_mix;
     c->n_tokens = (uint32_t)KVQ_MIN(s->n_tokens, (long long)UINT32_MAX);
-    side_fit fk, fv;
+    side_fit fk = { 0 }, fv = { 0 };   /* both freed below, whichever allocation failed first */
     if (fit_alloc(&fk, s->head_dim_k) || fit_alloc(&fv, s->head_dim_v))
         st = kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory");
     for (int l = 0; !st && l < s->n_layer; l++)
@@ -167,9 +168,9 @@ kvq_status kvq_calib_fit_rows(const float *rows, int n, int d, int rate, kvq_cal
     memset(out, 0, sizeof *out);
     if (n < 2 || d < 1 || d > KVQ_MAX_HEAD_DIM || kvq_calib_rate_index(rate) < 0)
         return kvq_fail(err, KVQ_ERR_ARG, "calibration: %d rows of %d values at rate %d", n, d, rate);
-    kvq_moments mo = { d, 0.0, calloc((size_t)d, sizeof(double)), calloc((size_t)d * d, sizeof(double)) };
+    kvq_moments mo = { d, 0.0, kvq_calloc((size_t)d, sizeof(double)), kvq_calloc((size_t)d * d, sizeof(double)) };
     side_fit f = { 0 };
-    float *mem = malloc(((size_t)2 * d * d + 2 * (size_t)d) * sizeof *mem);
+    float *mem = kvq_malloc_n((size_t)2 * d * d + 2 * (size_t)d, sizeof *mem);
     kvq_status st = mo.sum && mo.outer && mem && !fit_alloc(&f, d) ? KVQ_OK
                                                                    : kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory");
     for (int r = 0; !st && r < n; r++) {          /* the moments, as calib_stats.c keeps them */

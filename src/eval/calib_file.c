@@ -77,7 +77,7 @@ static uint64_t checksum(const uint8_t *buf, size_t size) {
 
 kvq_status kvq_calib_write(const kvq_calib *c, const char *path, kvq_error *err) {
     const size_t size = file_bytes(c->n_layer, c->n_head_kv, c->head_dim_k, c->head_dim_v, c->n_rates);
-    uint8_t *buf = calloc(1, size);
+    uint8_t *buf = kvq_calloc(1, size);
     if (!buf) return kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory for %zu bytes", size);
     memcpy(buf, MAGIC, 8);
     const uint32_t fields[10] = { VERSION, (uint32_t)c->n_layer, (uint32_t)c->n_head_kv, (uint32_t)c->head_dim_k,

@@ -13,7 +13,7 @@
 static kvq_status measure(kvq_ctx *ctx, kvq_calib_stats *s, const kvq_calib_run *r, kvq_error *err) {
     kvq_calib_observer ob = { s, ctx };
     kvq_ctx_set_observer(ctx, kvq_calib_observe, &ob);
-    int32_t *chunk = malloc((size_t)r->n_ctx * sizeof *chunk);
+    int32_t *chunk = kvq_malloc_n((size_t)r->n_ctx, sizeof *chunk);
     kvq_status st = chunk ? KVQ_OK : kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
     if (!st && r->progress) r->progress(r->progress_ud, 0, r->n_chunk);
     for (int c = 0; !st && c < r->n_chunk; c++) {
@@ -40,7 +40,7 @@ kvq_status kvq_calibrate(kvq_ctx *ctx, const kvq_calib_run *run, kvq_calib **out
     const kvq_model_info *in = kvq_model_get_info(m);
     kvq_calib_stats stats = { 0 };
     const size_t n_pred = (size_t)in->n_layer * in->n_head_kv * 2 * KVQ_CALIB_N_RATES;
-    double *pred = malloc(n_pred * sizeof *pred);
+    double *pred = kvq_malloc_n(n_pred, sizeof *pred);
     kvq_status st = pred ? KVQ_OK : kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
     if (!st) st = kvq_calib_stats_init(&stats, in, run->n_ctx, err);
     if (!st) st = measure(ctx, &stats, run, err);

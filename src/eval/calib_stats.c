@@ -10,8 +10,8 @@
 static kvq_status moments_init(kvq_moments *m, int d) {
     m->d = d;
     m->w = 0.0;
-    m->sum = calloc((size_t)d, sizeof *m->sum);
-    m->outer = calloc((size_t)d * (size_t)d, sizeof *m->outer);
+    m->sum = kvq_calloc((size_t)d, sizeof *m->sum);
+    m->outer = kvq_calloc((size_t)d * (size_t)d, sizeof *m->outer);
     return m->sum && m->outer ? KVQ_OK : KVQ_ERR_NOMEM;
 }
 
@@ -51,10 +51,10 @@ kvq_status kvq_calib_stats_init(kvq_calib_stats *s, const kvq_model_info *in, in
     s->head_dim_v = in->head_dim_v;
     s->n_ctx = n_ctx;
     const size_t heads = (size_t)in->n_layer * (size_t)in->n_head_kv;
-    s->mom = calloc(heads * KVQ_MOM_COUNT, sizeof *s->mom);
-    s->recv_sq = calloc(heads * (size_t)n_ctx, sizeof *s->recv_sq);
-    s->keys = malloc((size_t)in->n_head_kv * (size_t)n_ctx * (size_t)in->head_dim_k * sizeof *s->keys);
-    s->probs = malloc((size_t)in->n_head_kv * (size_t)n_ctx * sizeof *s->probs);
+    s->mom = kvq_calloc(heads * KVQ_MOM_COUNT, sizeof *s->mom);
+    s->recv_sq = kvq_calloc(heads * (size_t)n_ctx, sizeof *s->recv_sq);
+    s->keys = kvq_malloc_n((size_t)in->n_head_kv * (size_t)n_ctx * (size_t)in->head_dim_k, sizeof *s->keys);
+    s->probs = kvq_malloc_n((size_t)in->n_head_kv * (size_t)n_ctx, sizeof *s->probs);
     kvq_status st = s->mom && s->recv_sq && s->keys && s->probs ? KVQ_OK : KVQ_ERR_NOMEM;
     for (size_t i = 0; st == KVQ_OK && i < heads * KVQ_MOM_COUNT; i++) {
         const int kind = (int)(i % KVQ_MOM_COUNT);

@@ -35,10 +35,10 @@ void kvq_codec_free(kvq_codec *c) {
 }
 
 static kvq_status codec_alloc(kvq_codec *c, size_t work, size_t back, size_t scratch, size_t packed, kvq_error *err) {
-    c->work = malloc(work * sizeof(float));
-    c->back = back ? malloc(back * sizeof(float)) : NULL;
-    c->scratch = scratch ? malloc(scratch * sizeof(float)) : NULL;
-    c->packed = malloc(packed ? packed : 1);
+    c->work = kvq_malloc_n(work, sizeof(float));
+    c->back = back ? kvq_malloc_n(back, sizeof(float)) : NULL;
+    c->scratch = scratch ? kvq_malloc_n(scratch, sizeof(float)) : NULL;
+    c->packed = kvq_malloc(packed ? packed : 1);
     if (!c->work || (back && !c->back) || (scratch && !c->scratch) || !c->packed)
         return kvq_fail(err, KVQ_ERR_NOMEM, "codec: out of memory for rows of %d", c->dim);
     return KVQ_OK;
@@ -49,7 +49,7 @@ kvq_status kvq_codec_create(kvq_type t, int dim, const kvq_codec_opts *o, kvq_co
     const kvq_type_traits *tr = (unsigned)t < KVQ_TYPE_COUNT ? kvq_type_get(t) : NULL;
     if (!tr || !tr->is_cache_type) return kvq_fail(err, KVQ_ERR_ARG, "codec: not a cache type");
     if (dim < 1) return kvq_fail(err, KVQ_ERR_ARG, "codec: rows of %d values", dim);
-    kvq_codec *c = calloc(1, sizeof *c);
+    kvq_codec *c = kvq_calloc(1, sizeof *c);
     if (!c) return kvq_fail(err, KVQ_ERR_NOMEM, "codec: out of memory");
     c->type = t;
     c->dim = dim;

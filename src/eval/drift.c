@@ -27,7 +27,7 @@ kvq_status kvq_drift_ref_init(kvq_drift_ref *ref, size_t n_prompts, int n_gen, i
     if (n_prompts < 1 || n_gen < 1 || n_vocab < 1)
         return kvq_fail(err, KVQ_ERR_ARG, "drift: %zu prompts, %d tokens to generate, a vocabulary of %d", n_prompts,
                         n_gen, n_vocab);
-    ref->prompts = calloc(n_prompts, sizeof *ref->prompts);
+    ref->prompts = kvq_calloc(n_prompts, sizeof *ref->prompts);
     if (!ref->prompts) return kvq_fail(err, KVQ_ERR_NOMEM, "drift: out of memory for %zu prompts", n_prompts);
     ref->n_prompts = n_prompts;
     ref->n_gen = n_gen;
@@ -82,9 +82,9 @@ kvq_status kvq_drift_ref_run(kvq_drift_ref *ref, size_t index, kvq_ctx *exact, c
     kvq_drift_prompt *pr = &ref->prompts[index];
     prompt_free(pr);
     pr->n_prompt = n_prompt;
-    pr->tokens = malloc(((size_t)n_prompt + n_gen) * sizeof *pr->tokens);
-    pr->logits = malloc((size_t)n_gen * n_vocab * sizeof *pr->logits);
-    pr->log_norm = malloc((size_t)n_gen * sizeof *pr->log_norm);
+    pr->tokens = kvq_malloc_n((size_t)n_prompt + n_gen, sizeof *pr->tokens);
+    pr->logits = kvq_malloc_n((size_t)n_gen * n_vocab, sizeof *pr->logits);
+    pr->log_norm = kvq_malloc_n((size_t)n_gen, sizeof *pr->log_norm);
     if (!pr->tokens || !pr->logits || !pr->log_norm) {
         prompt_free(pr);
         return kvq_fail(err, KVQ_ERR_NOMEM, "drift: out of memory for %d generated positions", n_gen);
@@ -159,10 +159,10 @@ kvq_status kvq_drift_measure(kvq_ctx *ctx, const kvq_drift_ref *ref, kvq_drift_p
     const size_t cells = ref->n_prompts * (size_t)ref->n_gen;
     out->n_prompts = ref->n_prompts;
     out->n_gen = ref->n_gen;
-    out->kld = malloc(cells * sizeof *out->kld);
-    out->same_top = malloc(cells);
-    out->first_div = malloc(ref->n_prompts * sizeof *out->first_div);
-    float *logits = malloc((size_t)ref->n_vocab * sizeof *logits);
+    out->kld = kvq_malloc_n(cells, sizeof *out->kld);
+    out->same_top = kvq_malloc(cells);
+    out->first_div = kvq_malloc_n(ref->n_prompts, sizeof *out->first_div);
+    float *logits = kvq_malloc_n((size_t)ref->n_vocab, sizeof *logits);
     kvq_status st = out->kld && out->same_top && out->first_div && logits
                         ? KVQ_OK : kvq_fail(err, KVQ_ERR_NOMEM, "drift: out of memory");
     for (size_t p = 0; !st && p < ref->n_prompts; p++)

@@ -65,7 +65,7 @@ kvq_status kvq_drift_summarize(const kvq_drift_run *r, kvq_drift_summary *o, kvq
     memset(o, 0, sizeof *o);
     if (!r || r->n_prompts < 1 || r->n_gen < 1) return kvq_fail(err, KVQ_ERR_ARG, "drift: an empty run");
     const size_t cells = r->n_prompts * (size_t)r->n_gen;
-    double *v = malloc(KVQ_MAX(cells, r->n_prompts) * sizeof *v);
+    double *v = kvq_malloc_n(KVQ_MAX(cells, r->n_prompts), sizeof *v);
     if (!v) return kvq_fail(err, KVQ_ERR_NOMEM, "drift statistics: out of memory");
     o->n_prompts = r->n_prompts;
     o->n_gen = r->n_gen;
@@ -136,7 +136,7 @@ kvq_status kvq_drift_split_prompts(char *text, size_t len, char ***lines, size_t
     *n = 0;
     size_t cap = 1;
     for (size_t i = 0; i < len; i++) cap += text[i] == '\n';
-    char **v = malloc(cap * sizeof *v);
+    char **v = kvq_malloc_n(cap, sizeof *v);
     if (!v) return kvq_fail(err, KVQ_ERR_NOMEM, "prompts: out of memory");
     size_t line = 0;
     for (size_t start = 0; start < len;) {

@@ -47,8 +47,8 @@ static kvq_status parse(const char *path, const uint8_t *p, size_t len, kvq_kld_
     if (want != len)
         return kvq_fail(err, KVQ_ERR_FORMAT, "kld base '%s': size %zu bytes, header implies %llu", path, len,
                         (unsigned long long)want);
-    b->tokens = malloc((size_t)n_tok * sizeof(int32_t));
-    b->records = malloc(b->record_len * b->n_pos * sizeof(uint16_t));
+    b->tokens = kvq_malloc_n((size_t)n_tok, sizeof(int32_t));
+    b->records = kvq_malloc_n(b->record_len * b->n_pos, sizeof(uint16_t));
     if (!b->tokens || !b->records) return kvq_fail(err, KVQ_ERR_NOMEM, "kld base '%s': out of memory", path);
     const uint8_t *q = p + HEADER_BYTES;
     for (uint64_t i = 0; i < n_tok; i++) b->tokens[i] = (int32_t)rd32(q + 4 * i);
@@ -70,7 +70,7 @@ static kvq_status parse(const char *path, const uint8_t *p, size_t len, kvq_kld_
 kvq_status kvq_kld_base_parse(const void *data, size_t len, const char *name, kvq_kld_base **out, kvq_error *err) {
     if (!out || !name || (!data && len)) return kvq_fail(err, KVQ_ERR_ARG, "kvq_kld_base_parse: NULL argument");
     *out = NULL;
-    kvq_kld_base *b = calloc(1, sizeof *b);
+    kvq_kld_base *b = kvq_calloc(1, sizeof *b);
     kvq_status st = b ? parse(name, data, len, b, err) : kvq_fail(err, KVQ_ERR_NOMEM, "kld base: out of memory");
     if (st) { kvq_kld_base_free(b); return st; }
     *out = b;
@@ -195,13 +195,13 @@ kvq_status kvq_kld_writer_open(const char *path, int n_ctx, int n_vocab, int n_c
                                kvq_kld_writer **out, kvq_error *err) {
     *out = NULL;
     if (n_ctx < 2 || n_vocab < 1 || n_chunk < 1) return kvq_fail(err, KVQ_ERR_ARG, "kld writer: bad sizes");
-    kvq_kld_writer *w = calloc(1, sizeof *w);
+    kvq_kld_writer *w = kvq_calloc(1, sizeof *w);
     if (!w) return kvq_fail(err, KVQ_ERR_NOMEM, "kld writer: out of memory");
     snprintf(w->path, sizeof w->path, "%s", path);
     w->n_vocab = n_vocab;
     w->expected = (size_t)n_chunk * (size_t)kvq_kld_scored_per_chunk(n_ctx);
-    w->rec = malloc(kvq_kld_record_len(n_vocab) * sizeof(uint16_t));
-    w->bytes = malloc(kvq_kld_record_len(n_vocab) * 2);
+    w->rec = kvq_malloc_n(kvq_kld_record_len(n_vocab), sizeof(uint16_t));
+    w->bytes = kvq_malloc_n(kvq_kld_record_len(n_vocab), 2);
     w->f = fopen(path, "wb");
     if (!w->rec || !w->bytes || !w->f) {
         kvq_status st = w->f ? kvq_fail(err, KVQ_ERR_NOMEM, "kld writer: out of memory")

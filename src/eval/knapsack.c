@@ -69,7 +69,7 @@ kvq_status kvq_mck_solve(const kvq_mck *p, int *pick, kvq_mck_result *res, kvq_e
     kvq_status st = check_problem(p, pick, res, err);
     if (st) return st;
     const int G = p->n_group, C = p->n_choice;
-    uint64_t *min_w = malloc((size_t)G * sizeof *min_w);
+    uint64_t *min_w = kvq_malloc_n((size_t)G, sizeof *min_w);
     if (!min_w) return kvq_fail(err, KVQ_ERR_NOMEM, "knapsack: out of memory");
     uint64_t base = 0;
     bool overflow = false;
@@ -91,9 +91,9 @@ kvq_status kvq_mck_solve(const kvq_mck *p, int *pick, kvq_mck_result *res, kvq_e
     const uint64_t unit = choose_unit(p, min_w, room);
     const size_t W = (size_t)(room / unit);
 
-    double *best = malloc((W + 1) * sizeof *best), *next = malloc((W + 1) * sizeof *next);
-    uint64_t *extra = malloc((size_t)G * (size_t)C * sizeof *extra);
-    uint8_t *choice = malloc((size_t)G * (W + 1));
+    double *best = kvq_malloc_n(W + 1, sizeof *best), *next = kvq_malloc_n(W + 1, sizeof *next);
+    uint64_t *extra = kvq_malloc_n((size_t)G * (size_t)C, sizeof *extra);
+    uint8_t *choice = kvq_malloc_n((size_t)G, W + 1);
     if (!best || !next || !extra || !choice) {
         st = kvq_fail(err, KVQ_ERR_NOMEM, "knapsack: out of memory for %d x %zu cells", G, W + 1);
         goto done;

@@ -127,7 +127,7 @@ kvq_status kvq_ladder_write_md(FILE *f, const kvq_eval_row *rows, size_t n,
 
 kvq_status kvq_ladder_write_md_by(FILE *f, const kvq_eval_row *rows, size_t n, const kvq_ladder_thresholds *th,
                                   kvq_ladder_rank rank, kvq_error *err) {
-    size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+    size_t *idx = kvq_malloc_n(n ? n : 1, sizeof *idx);
     if (!idx) return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory for the ladder of %zu rows", n);
     size_t m = kvq_ladder_frontier_by(rows, n, rank, idx);
     const bool drift = kvq_eval_rows_have_drift(rows, n);

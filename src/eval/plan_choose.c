@@ -104,11 +104,11 @@ kvq_status kvq_plan_choose(const kvq_plan_table *t, size_t budget, kvq_plan *out
                         kvq_type_name(t->types[lightest[0]]), kvq_type_name(t->types[lightest[1]]));
     const int G = 2 * t->n_layer;
     const size_t cells = (size_t)G * (size_t)t->n_types;
-    uint64_t *weight = malloc(cells * sizeof *weight);
-    double *cost = malloc(cells * sizeof *cost);
-    int *pick = malloc((size_t)G * sizeof *pick);
-    out->types_k = malloc((size_t)t->n_layer * sizeof *out->types_k);
-    out->types_v = malloc((size_t)t->n_layer * sizeof *out->types_v);
+    uint64_t *weight = kvq_malloc_n(cells, sizeof *weight);
+    double *cost = kvq_malloc_n(cells, sizeof *cost);
+    int *pick = kvq_malloc_n((size_t)G, sizeof *pick);
+    out->types_k = kvq_malloc_n((size_t)t->n_layer, sizeof *out->types_k);
+    out->types_v = kvq_malloc_n((size_t)t->n_layer, sizeof *out->types_v);
     kvq_status st = weight && cost && pick && out->types_k && out->types_v
                         ? KVQ_OK : kvq_fail(err, KVQ_ERR_NOMEM, "plan: out of memory");
     kvq_mck_result res = { 0 };

@@ -51,7 +51,7 @@ kvq_status kvq_plan_reference(const kvq_model *m, const int32_t *tokens, int n_c
         return kvq_fail(err, KVQ_ERR_ARG, "plan: bad reference arguments");
     *out = NULL;
     const kvq_model_info *in = kvq_model_get_info(m);
-    kvq_kld_base *b = calloc(1, sizeof *b);
+    kvq_kld_base *b = kvq_calloc(1, sizeof *b);
     if (!b) return kvq_fail(err, KVQ_ERR_NOMEM, "plan: out of memory");
     b->n_ctx = (uint32_t)n_ctx;
     b->n_vocab = in->n_vocab;
@@ -59,11 +59,12 @@ kvq_status kvq_plan_reference(const kvq_model *m, const int32_t *tokens, int n_c
     b->record_len = kvq_kld_record_len(in->n_vocab);
     b->n_pos = (size_t)n_chunk * (size_t)kvq_kld_scored_per_chunk(n_ctx);
     const size_t n_tok = (size_t)n_ctx * (size_t)n_chunk;
-    b->tokens = malloc(n_tok * sizeof *b->tokens);
-    b->records = malloc(b->n_pos * b->record_len * sizeof *b->records);
+    b->tokens = kvq_malloc_n(n_tok, sizeof *b->tokens);
+    b->records = kvq_malloc_n(b->n_pos * b->record_len, sizeof *b->records);
     if (!b->tokens || !b->records) {
+        const size_t n_pos = b->n_pos;     /* the message is made after b is freed */
         kvq_kld_base_free(b);
-        return kvq_fail(err, KVQ_ERR_NOMEM, "plan: out of memory for %zu reference positions", b->n_pos);
+        return kvq_fail(err, KVQ_ERR_NOMEM, "plan: out of memory for %zu reference positions", n_pos);
     }
     memcpy(b->tokens, tokens, n_tok * sizeof *b->tokens);
 
@@ -158,8 +159,8 @@ static kvq_status init_table(const kvq_plan_setup *s, const kvq_type *types, int
     }
     t->bf16_bytes_per_token = kvq_plan_bf16_bytes_per_token(in);
     const size_t cells = (size_t)t->n_layer * 2 * (size_t)n_types;
-    t->measured = malloc(cells * sizeof *t->measured);
-    t->sens = malloc(cells * sizeof *t->sens);
+    t->measured = kvq_malloc_n(cells, sizeof *t->measured);
+    t->sens = kvq_malloc_n(cells, sizeof *t->sens);
     if (!t->measured || !t->sens) {
         kvq_plan_table_free(t);
         return kvq_fail(err, KVQ_ERR_NOMEM, "plan: out of memory");
@@ -173,7 +174,7 @@ kvq_status kvq_plan_sensitivities(const kvq_plan_setup *s, const kvq_type *types
     if (st || !types || !out) return st ? st : kvq_fail(err, KVQ_ERR_ARG, "plan: NULL argument");
     if ((st = init_table(s, types, n_types, out, err))) return st;
     const int L = out->n_layer;
-    kvq_type *layer_types = malloc(2 * (size_t)L * sizeof *layer_types);
+    kvq_type *layer_types = kvq_malloc_n(2 * (size_t)L, sizeof *layer_types);
     if (!layer_types) { kvq_plan_table_free(out); return kvq_fail(err, KVQ_ERR_NOMEM, "plan: out of memory"); }
     kvq_type *side_types[2] = { layer_types, layer_types + L };
     for (int l = 0; l < 2 * L; l++) layer_types[l] = s->exact_type;

@@ -255,14 +255,20 @@ typedef struct label_set {
     const char *cls, *fill;
 } label_set;
 
-static void write_labels(FILE *f, const plot_frame *fr, const kvq_eval_row *rows, size_t n, const label_set *sets,
-                         size_t n_sets) {
+static kvq_status write_labels(FILE *f, const plot_frame *fr, const kvq_eval_row *rows, size_t n,
+                               const label_set *sets, size_t n_sets, kvq_error *err) {
     size_t total = 0;
     for (size_t s = 0; s < n_sets; s++) total += sets[s].m;
-    double *mx = malloc((n ? n : 1) * sizeof *mx), *my = malloc((n ? n : 1) * sizeof *my);
-    label_box *placed = malloc((total ? total : 1) * sizeof *placed);
+    double *mx = kvq_malloc_n(n ? n : 1, sizeof *mx), *my = kvq_malloc_n(n ? n : 1, sizeof *my);
+    label_box *placed = kvq_malloc_n(total ? total : 1, sizeof *placed);
+    if (!mx || !my || !placed) {       /* no labels piled up unplaced: an error */
+        free(mx);
+        free(my);
+        free(placed);
+        return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory placing the plot's labels");
+    }
     size_t n_dots = 0, n_placed = 0;
-    for (size_t i = 0; i < n && mx && my; i++) {       /* every marker is an obstacle */
+    for (size_t i = 0; i < n; i++) {       /* every marker is an obstacle */
         if (!row_plottable(&rows[i])) continue;
         mx[n_dots] = px_x(fr, rows[i].size_pct);
         my[n_dots++] = px_y(fr, rows[i].median_kld);
@@ -276,14 +282,14 @@ static void write_labels(FILE *f, const plot_frame *fr, const kvq_eval_row *rows
             const double text_w = 6.2 * (double)strlen(r->label);
             int pick = 0, best = -1;
             double dx = 8, dy = -8;
-            for (int c = 0; mx && my && placed && c < NEAR_CANDIDATES + RINGS * PER_RING && best != 0; c++) {
+            for (int c = 0; c < NEAR_CANDIDATES + RINGS * PER_RING && best != 0; c++) {
                 label_offset(c, &dx, &dy);
                 label_box b = label_box_at(px, py, dx, dy, text_w);
                 int score = label_clutter(&b, placed, n_placed, fr, mx, my, n_dots);
                 if (best < 0 || score < best) { best = score; pick = c; }
             }
             label_offset(pick, &dx, &dy);
-            if (placed) placed[n_placed++] = label_box_at(px, py, dx, dy, text_w);
+            placed[n_placed++] = label_box_at(px, py, dx, dy, text_w);
             if (pick >= NEAR_CANDIDATES)       /* far from its point: a leader line */
                 fprintf(f, "<line class=\"leader\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
                         "stroke-width=\"0.8\"/>\n", px, py, px + dx, py + dy - 3);
@@ -297,6 +303,7 @@ static void write_labels(FILE *f, const plot_frame *fr, const kvq_eval_row *rows
     free(mx);
     free(my);
     free(placed);
+    return KVQ_OK;
 }
 
 /* The formats a llama.cpp user looks for, labelled even off the frontier:
@@ -363,8 +370,8 @@ kvq_status kvq_plot_svg_write(FILE *f, const kvq_eval_row *rows, size_t n,
                               kvq_error *err) {
     if (o->width < 400 || o->height < 300 || o->width > 10000 || o->height > 10000)
         return kvq_fail(err, KVQ_ERR_ARG, "plot size %dx%d out of range (400x300 .. 10000x10000)", o->width, o->height);
-    size_t *idx = malloc((n ? n : 1) * sizeof *idx), *marks = malloc((n ? n : 1) * sizeof *marks);
-    bool *on = calloc(n ? n : 1, sizeof *on);
+    size_t *idx = kvq_malloc_n(n ? n : 1, sizeof *idx), *marks = kvq_malloc_n(n ? n : 1, sizeof *marks);
+    bool *on = kvq_calloc(n ? n : 1, sizeof *on);
     if (!idx || !on || !marks) {
         free(idx);
         free(marks);
@@ -404,12 +411,13 @@ kvq_status kvq_plot_svg_write(FILE *f, const kvq_eval_row *rows, size_t n,
     fprintf(f, "</g>\n");
     const label_set sets[2] = { { idx, m, "frontier-label", "#111" },
                                 { marks, find_landmarks(rows, n, on, marks), "landmark-label", "#555" } };
-    write_labels(f, &fr, rows, n, sets, 2);
+    kvq_status st = write_labels(f, &fr, rows, n, sets, 2, err);
     write_legend(f, &fr, th);
     fprintf(f, "</svg>\n");
     free(idx);
     free(marks);
     free(on);
+    if (st != KVQ_OK) return st;
     if (ferror(f)) return kvq_fail(err, KVQ_ERR_IO, "cannot write the SVG plot");
     return KVQ_OK;
 }

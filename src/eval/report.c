@@ -133,10 +133,13 @@ typedef struct csv_reader {
     long line;
 } csv_reader;
 
+static const char csv_nomem[] = "out of memory";   /* csv_record's why when it is no fault of the file */
+static kvq_status csv_status(const char *why) { return why == csv_nomem ? KVQ_ERR_NOMEM : KVQ_ERR_FORMAT; }
+
 static bool csv_put(csv_reader *c, size_t *len, char ch) {
     if (*len + 1 >= c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 256;
-        char *nb = realloc(c->buf, cap);
+        char *nb = kvq_realloc(c->buf, cap);
         if (!nb) return false;
         c->buf = nb;
         c->cap = cap;
@@ -161,7 +164,7 @@ static int csv_record(csv_reader *c, const char **why) {
                 if (next != '"') { quoted = false; ch = next; goto unquoted; }
             }
             if (ch == '\n') c->line++;
-            if (!csv_put(c, &len, (char)ch)) { *why = "out of memory"; return -1; }
+            if (!csv_put(c, &len, (char)ch)) { *why = csv_nomem; return -1; }
             continue;
         }
     unquoted:
@@ -172,7 +175,7 @@ static int csv_record(csv_reader *c, const char **why) {
             break;
         }
         if (ch == ',') {
-            if (!csv_put(c, &len, 0)) { *why = "out of memory"; return -1; }
+            if (!csv_put(c, &len, 0)) { *why = csv_nomem; return -1; }
             if (nf == 64) { *why = "more than 64 fields"; return -1; }
             c->starts[nf++] = len;
             was_quoted = false;
@@ -184,9 +187,9 @@ static int csv_record(csv_reader *c, const char **why) {
             continue;
         }
         if (was_quoted) { *why = "text after a closing quote"; return -1; }
-        if (!csv_put(c, &len, (char)ch)) { *why = "out of memory"; return -1; }
+        if (!csv_put(c, &len, (char)ch)) { *why = csv_nomem; return -1; }
     }
-    if (!csv_put(c, &len, 0)) { *why = "out of memory"; return -1; }
+    if (!csv_put(c, &len, 0)) { *why = csv_nomem; return -1; }
     return nf;
 }
 
@@ -231,7 +234,8 @@ kvq_status kvq_report_read_csv(FILE *f, kvq_eval_row **rows_out, size_t *n_out, 
 
     int n_cols = csv_record(&c, &why);
     if (n_cols <= 0) {
-        st = kvq_fail(err, KVQ_ERR_FORMAT, "CSV line 1: %s", n_cols == 0 ? "empty file" : why);
+        st = kvq_fail(err, n_cols == 0 ? KVQ_ERR_FORMAT : csv_status(why), "CSV line 1: %s",
+                      n_cols == 0 ? "empty file" : why);
         goto done;
     }
     bool has_label = false;
@@ -246,7 +250,7 @@ kvq_status kvq_report_read_csv(FILE *f, kvq_eval_row **rows_out, size_t *n_out, 
     for (;;) {
         int nf = csv_record(&c, &why);
         if (nf == 0) break;
-        if (nf < 0) { st = kvq_fail(err, KVQ_ERR_FORMAT, "CSV line %ld: %s", c.line, why); goto done; }
+        if (nf < 0) { st = kvq_fail(err, csv_status(why), "CSV line %ld: %s", c.line, why); goto done; }
         if (nf == 1 && c.buf[0] == 0) continue;            /* blank line */
         if (nf != n_cols) {
             st = kvq_fail(err, KVQ_ERR_FORMAT, "CSV line %ld: %d fields, the header has %d", c.line, nf, n_cols);
@@ -254,7 +258,7 @@ kvq_status kvq_report_read_csv(FILE *f, kvq_eval_row **rows_out, size_t *n_out, 
         }
         if (n == cap) {
             size_t nc = cap ? 2 * cap : 16;
-            kvq_eval_row *nr = realloc(rows, nc * sizeof *nr);
+            kvq_eval_row *nr = kvq_realloc_n(rows, nc, sizeof *nr);
             if (!nr) { st = kvq_fail(err, KVQ_ERR_NOMEM, "out of memory reading CSV"); goto done; }
             rows = nr;
             cap = nc;

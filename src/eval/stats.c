@@ -14,7 +14,7 @@ void kvq_tokstats_free(kvq_tokstats *s) {
 }
 
 static bool grow(double **p, size_t cap) {
-    double *q = realloc(*p, cap * sizeof **p);
+    double *q = kvq_realloc_n(*p, cap, sizeof **p);
     if (!q) return false;
     *p = q;
     return true;
@@ -69,7 +69,7 @@ static int cmp_double(const void *a, const void *b) {
 /* Sort a copy of x and read its percentiles, median, min and max. */
 static kvq_status distribution(const double *x, size_t n, double pct[KVQ_N_PCT], double *median,
                                double *min, double *max, kvq_error *err) {
-    double *v = malloc(n * sizeof *v);
+    double *v = kvq_malloc_n(n, sizeof *v);
     if (!v) return kvq_fail(err, KVQ_ERR_NOMEM, "statistics: out of memory");
     memcpy(v, x, n * sizeof *v);
     qsort(v, n, sizeof *v, cmp_double);
@@ -103,7 +103,7 @@ kvq_status kvq_kld_summarize(const kvq_tokstats *s, kvq_kld_summary *o, kvq_erro
     kvq_ppl_from_nll(s->nll_base, n, &o->ppl_base, &o->ppl_base_se);
     o->cor = correlation(s->nll, s->nll_base, n);
 
-    double *tmp = malloc(n * sizeof *tmp);
+    double *tmp = kvq_malloc_n(n, sizeof *tmp);
     if (!tmp) return kvq_fail(err, KVQ_ERR_NOMEM, "statistics: out of memory");
     for (size_t i = 0; i < n; i++) tmp[i] = s->nll[i] - s->nll_base[i];
     kvq_mean_se(tmp, n, &o->ln_ratio, &o->ln_ratio_se);

@@ -91,7 +91,7 @@ kvq_status kvq_sweep_grid(const kvq_sweep_spec *s, kvq_sweep_config **out, size_
     /* at most 2 rotation modes x tails per pair, plus the reference; a
      * zero tail is always considered */
     size_t cap = 1 + (s->n_types + s->n_pairs) * 2 * (s->n_tails + 1);
-    kvq_sweep_config *list = calloc(cap, sizeof *list);
+    kvq_sweep_config *list = kvq_calloc(cap, sizeof *list);
     if (!list) return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory for %zu configurations", cap);
     size_t n = 0;
     kvq_sweep_config ref = { .type_k = s->reference, .type_v = s->reference, .rot = KVQ_ROT_AUTO, .is_reference = true };
@@ -149,7 +149,7 @@ static kvq_status type_item(void *ctx, const char *s, size_t len, kvq_error *err
 kvq_status kvq_sweep_parse_types(const char *list, kvq_type **out, size_t *n, kvq_error *err) {
     *out = NULL;
     *n = 0;
-    type_acc a = { malloc(count_items(list ? list : "") * sizeof(kvq_type)), 0 };
+    type_acc a = { kvq_malloc_n(count_items(list ? list : ""), sizeof(kvq_type)), 0 };
     if (!a.v) return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
     kvq_status st = for_each_item(list, type_item, &a, err);
     if (st != KVQ_OK) { free(a.v); return st; }
@@ -172,7 +172,7 @@ static kvq_status pair_item(void *ctx, const char *s, size_t len, kvq_error *err
 kvq_status kvq_sweep_parse_pairs(const char *list, kvq_sweep_pair **out, size_t *n, kvq_error *err) {
     *out = NULL;
     *n = 0;
-    pair_acc a = { malloc(count_items(list ? list : "") * sizeof(kvq_sweep_pair)), 0 };
+    pair_acc a = { kvq_malloc_n(count_items(list ? list : ""), sizeof(kvq_sweep_pair)), 0 };
     if (!a.v) return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
     kvq_status st = for_each_item(list, pair_item, &a, err);
     if (st != KVQ_OK) { free(a.v); return st; }
@@ -200,7 +200,7 @@ static kvq_status tail_item(void *ctx, const char *s, size_t len, kvq_error *err
 kvq_status kvq_sweep_parse_tails(const char *list, int **out, size_t *n, kvq_error *err) {
     *out = NULL;
     *n = 0;
-    tail_acc a = { malloc(count_items(list ? list : "") * sizeof(int)), 0 };
+    tail_acc a = { kvq_malloc_n(count_items(list ? list : ""), sizeof(int)), 0 };
     if (!a.v) return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory");
     kvq_status st = for_each_item(list, tail_item, &a, err);
     if (st != KVQ_OK) { free(a.v); return st; }

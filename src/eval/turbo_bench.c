@@ -3,6 +3,7 @@
  * (the stored format and the paper's direction error), the inner-product
  * gain, and encode / dot / axpy times per 128 values (SIMD and scalar),
  * for `kvq turbo-bench`. */
+#include "alloc.h"
 #include "turbo.h"
 
 #include <math.h>
@@ -87,8 +88,8 @@ kvq_status kvq_turbo_bench(const float *x, int n, int d, const float *q_rot, kvq
         return kvq_fail(err, KVQ_ERR_ARG, "turbo-bench: %d vectors of %d (want at least 1 of 1..%d)", n, d,
                         KVQ_TURBO_BLOCK);
     _Static_assert((int)KVQ_TURBO_COUNT == (int)KVQ_TURBO_BENCH_ROWS, "one bench row per TurboQuant type");
-    float *y = malloc(sizeof(float) * (size_t)kvq_turbo_rot_dim(d));
-    uint8_t *packed = malloc(kvq_turbo_row_bytes(KVQ_TURBO4_TCQ, d) * (size_t)n);
+    float *y = kvq_malloc_n((size_t)kvq_turbo_rot_dim(d), sizeof(float));
+    uint8_t *packed = kvq_malloc_n(kvq_turbo_row_bytes(KVQ_TURBO4_TCQ, d), (size_t)n);
     if (!y || !packed) {
         free(y), free(packed);
         return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory for %d vectors of %d", n, d);

@@ -36,12 +36,12 @@ void kvq_calib_free(kvq_calib *c) {
 static bool side_alloc(kvq_calib_side *s, int d, int n_rates) {
     const size_t dd = (size_t)d * (size_t)d;
     s->d = d;
-    s->mean = calloc((size_t)d, sizeof *s->mean);
-    s->fwd = calloc(dd, sizeof *s->fwd);
-    s->inv = calloc(dd, sizeof *s->inv);
-    s->back = calloc(dd, sizeof *s->back);
-    s->weight = calloc((size_t)d, sizeof *s->weight);
-    s->bits = calloc((size_t)KVQ_MAX(n_rates, 1) * (size_t)d, 1);
+    s->mean = kvq_calloc((size_t)d, sizeof *s->mean);
+    s->fwd = kvq_calloc(dd, sizeof *s->fwd);
+    s->inv = kvq_calloc(dd, sizeof *s->inv);
+    s->back = kvq_calloc(dd, sizeof *s->back);
+    s->weight = kvq_calloc((size_t)d, sizeof *s->weight);
+    s->bits = kvq_calloc((size_t)KVQ_MAX(n_rates, 1) * (size_t)d, 1);
     return s->mean && s->fwd && s->inv && s->back && s->weight && s->bits;
 }
 
@@ -57,7 +57,7 @@ kvq_status kvq_calib_alloc(kvq_calib **out, int n_layer, int n_head_kv, int head
         if (kvq_calib_rate_index(rates[i]) < 0)
             return kvq_fail(err, KVQ_ERR_FORMAT, "calibration: rate %d.%02d bpv is not one of the calibrated types'",
                             rates[i] / 100, rates[i] % 100);
-    kvq_calib *c = calloc(1, sizeof *c);
+    kvq_calib *c = kvq_calloc(1, sizeof *c);
     if (!c) return kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory");
     c->n_layer = n_layer;
     c->n_head_kv = n_head_kv;
@@ -66,8 +66,8 @@ kvq_status kvq_calib_alloc(kvq_calib **out, int n_layer, int n_head_kv, int head
     c->n_rates = n_rates;
     memcpy(c->rates, rates, (size_t)n_rates * sizeof *rates);
     const size_t n = (size_t)n_layer * (size_t)n_head_kv;
-    c->k = calloc(n, sizeof *c->k);
-    c->v = calloc(n, sizeof *c->v);
+    c->k = kvq_calloc(n, sizeof *c->k);
+    c->v = kvq_calloc(n, sizeof *c->v);
     bool ok = c->k && c->v;
     for (size_t i = 0; ok && i < n; i++)
         ok = side_alloc(&c->k[i], head_dim_k, n_rates) && side_alloc(&c->v[i], head_dim_v, n_rates);

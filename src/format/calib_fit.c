@@ -29,8 +29,8 @@ int kvq_calib_row_bytes(int rate, int d) { return (rate * d + 799) / 800; }
 kvq_status kvq_calib_fit_transform(const double *cov, const double *metric, int d, double *fwd, double *inv,
                                    double *importance, kvq_error *err) {
     const size_t dd = (size_t)d * (size_t)d;
-    double *s = malloc(dd * sizeof *s), *s_inv = malloc(dd * sizeof *s_inv), *m = malloc(dd * sizeof *m);
-    double *tmp = malloc(dd * sizeof *tmp), *w = malloc(dd * sizeof *w), *mu = malloc((size_t)d * sizeof *mu);
+    double *s = kvq_malloc_n(dd, sizeof *s), *s_inv = kvq_malloc_n(dd, sizeof *s_inv), *m = kvq_malloc_n(dd, sizeof *m);
+    double *tmp = kvq_malloc_n(dd, sizeof *tmp), *w = kvq_malloc_n(dd, sizeof *w), *mu = kvq_malloc_n((size_t)d, sizeof *mu);
     kvq_status st = s && s_inv && m && tmp && w && mu ? KVQ_OK
                                                      : kvq_fail(err, KVQ_ERR_NOMEM, "calibration: out of memory");
     if (st == KVQ_OK && metric) {
@@ -188,10 +188,10 @@ kvq_status kvq_calib_allocate(const double *importance, int d, int code_bits, ui
     alloc_stage st[KVQ_CALIB_MAX_BITS * (KVQ_MAX_HEAD_DIM / KVQ_TURBO_BLOCK + 1)];
     const int n_st = make_stages(d, st), B = code_bits;
     const size_t cells = (size_t)(d + 1) * ((size_t)B + 1);
-    double *P = malloc((size_t)(d + 1) * sizeof *P), *f = malloc(2 * cells * sizeof *f);
-    double *qval = malloc((size_t)(d + 2) * sizeof *qval);
-    int *queue = malloc((size_t)(d + 2) * sizeof *queue);
-    uint16_t *choice = malloc((size_t)n_st * cells * sizeof *choice);
+    double *P = kvq_malloc_n((size_t)(d + 1), sizeof *P), *f = kvq_malloc_n(2 * cells, sizeof *f);
+    double *qval = kvq_malloc_n((size_t)(d + 2), sizeof *qval);
+    int *queue = kvq_malloc_n((size_t)(d + 2), sizeof *queue);
+    uint16_t *choice = kvq_malloc_n((size_t)n_st * cells, sizeof *choice);
     if (!P || !f || !qval || !queue || !choice) {
         free(P); free(f); free(qval); free(queue); free(choice);
         return kvq_fail(err, KVQ_ERR_NOMEM, "allocate: out of memory");

@@ -59,11 +59,11 @@ static double update_log_scale(double logscale, double sigma) {
 
 double kvq_kvarn_normalise(const float *A, int rows, int cols, int iters,
                            float *s_row, float *s_col, double *trace) {
-    double *w = calloc((size_t)rows, sizeof *w), *u = calloc((size_t)cols, sizeof *u);
-    double *inv_r = malloc((size_t)rows * sizeof *inv_r), *inv_c = malloc((size_t)cols * sizeof *inv_c);
-    double *best_w = calloc((size_t)rows, sizeof *best_w), *best_u = calloc((size_t)cols, sizeof *best_u);
+    double *w = kvq_calloc((size_t)rows, sizeof *w), *u = kvq_calloc((size_t)cols, sizeof *u);
+    double *inv_r = kvq_malloc_n((size_t)rows, sizeof *inv_r), *inv_c = kvq_malloc_n((size_t)cols, sizeof *inv_c);
+    double *best_w = kvq_calloc((size_t)rows, sizeof *best_w), *best_u = kvq_calloc((size_t)cols, sizeof *best_u);
     double best = INFINITY;
-    if (!w || !u || !inv_r || !inv_c || !best_w || !best_u) goto done;
+    if (!w || !u || !inv_r || !inv_c || !best_w || !best_u) { best = -1.0; goto done; }   /* out of memory */
 
     for (int r = 0; r < rows; r++) inv_r[r] = 1.0;
     for (int c = 0; c < cols; c++) inv_c[c] = 1.0;
@@ -207,7 +207,7 @@ double kvq_kvarn_normalise_lanes(const float *A, const float *AT, int rows, int 
 }
 
 double kvq_kvarn_imbalance(const float *A, int rows, int cols, const float *s_row, const float *s_col) {
-    double *inv_r = malloc((size_t)rows * sizeof *inv_r), *inv_c = malloc((size_t)cols * sizeof *inv_c);
+    double *inv_r = kvq_malloc_n((size_t)rows, sizeof *inv_r), *inv_c = kvq_malloc_n((size_t)cols, sizeof *inv_c);
     double v = INFINITY;
     if (inv_r && inv_c) {
         for (int r = 0; r < rows; r++) inv_r[r] = 1.0 / s_row[r];
@@ -325,7 +325,7 @@ static kvq_status quantize_tile(kvq_kvarn_shape s, const float *x, int iters, ui
     const int rows = a_rows(s), cols = a_cols(s);
     float *own = NULL;
     if (!scratch) {
-        scratch = own = malloc(kvq_kvarn_scratch_floats(s) * sizeof(float));
+        scratch = own = kvq_malloc_n(kvq_kvarn_scratch_floats(s), sizeof(float));
         if (!own) return KVQ_ERR_NOMEM;
     }
     float *A = scratch, *s_row = A + (size_t)rows * cols, *s_col = s_row + rows, *work = s_col + cols;
@@ -338,8 +338,10 @@ static kvq_status quantize_tile(kvq_kvarn_shape s, const float *x, int iters, ui
     /* K's A is x transposed, so x is A's transpose: no second transpose */
     if (k && rows % KVQ_KVARN_LANES == 0 && cols % KVQ_KVARN_LANES == 0)
         kvq_kvarn_normalise_lanes(A, s.is_key ? x : NULL, rows, cols, iters, s_row, s_col, work, k);
-    else
-        kvq_kvarn_normalise(A, rows, cols, iters, s_row, s_col, NULL);
+    else if (kvq_kvarn_normalise(A, rows, cols, iters, s_row, s_col, NULL) < 0.0) {   /* out of memory */
+        free(own);
+        return KVQ_ERR_NOMEM;
+    }
     quantize_rows(s, A, s_row, s_col, record, tok_codes, k);
     free(own);
     return KVQ_OK;

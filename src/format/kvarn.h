@@ -38,7 +38,9 @@ bool kvq_kvarn_bits_valid(int bits);
  * `iters` iterations.  Writes the chosen scales (s_row = e^w, s_col = e^u)
  * of the iteration with the least imbalance (start: all ones).  If trace
  * is non-NULL it receives iters+1 imbalance values: trace[0] of A itself,
- * trace[i] after iteration i.  Returns the chosen imbalance.
+ * trace[i] after iteration i.  Returns the chosen imbalance (>= 0, NaN
+ * for a tile with NaN values; -1 when out of memory: the scales are then
+ * all ones).
  */
 double kvq_kvarn_normalise(const float *A, int rows, int cols, int iters,
                            float *s_row, float *s_col, double *trace);

@@ -79,8 +79,8 @@ kvq_status kvq_turbo_tcq_train(int k, int n_vectors, int iters, uint64_t seed, f
         return kvq_fail(err, KVQ_ERR_ARG, "training vectors %d not in 1..10000000", n_vectors);
     if (iters < 0 || iters > 10000) return kvq_fail(err, KVQ_ERR_ARG, "iterations %d not in 0..10000", iters);
     int n = 1 << (KVQ_TURBO_TCQ_CONTEXT + k);
-    float *data = malloc((size_t)n_vectors * TRAIN_DIM * sizeof *data);
-    double *sum = malloc((size_t)n * sizeof *sum), *count = malloc((size_t)n * sizeof *count);
+    float *data = kvq_malloc_n((size_t)n_vectors * TRAIN_DIM, sizeof *data);
+    double *sum = kvq_malloc_n((size_t)n, sizeof *sum), *count = kvq_malloc_n((size_t)n, sizeof *count);
     if (!data || !sum || !count) {
         free(data), free(sum), free(count);
         return kvq_fail(err, KVQ_ERR_NOMEM, "out of memory for %d training vectors", n_vectors);

@@ -28,7 +28,7 @@ void kvq_turbo_unrotate_row(const float *acc, float *out, int head_dim) { kvq_tu
 static const float *whole_row(const float *x, int n, int d, float **buf) {
     *buf = NULL;
     if (d == n) return x;
-    if (!d || !(*buf = calloc((size_t)d, sizeof **buf))) return NULL;
+    if (!d || !(*buf = kvq_calloc((size_t)d, sizeof **buf))) return NULL;
     memcpy(*buf, x, (size_t)n * sizeof **buf);
     return *buf;
 }
@@ -40,7 +40,7 @@ enum { STACK_ROW = 512 };   /* heads up to 512 need no allocation */
 static void quantize_rot(kvq_turbo_type t, turbo_quantize_fn q, const float *x_rot, void *dst, int64_t n) {
     const int d = kvq_turbo_rot_dim((int)n);
     float stack[STACK_ROW], *heap = NULL, *pad;
-    float *x = d <= STACK_ROW ? stack : (heap = malloc((size_t)d * sizeof *x));
+    float *x = d <= STACK_ROW ? stack : (heap = kvq_malloc_n((size_t)d, sizeof *x));
     const float *full = whole_row(x_rot, (int)n, d, &pad);
     if (d && x && full) {
         kvq_turbo_unrotate(full, x, d);
@@ -58,7 +58,7 @@ static void dequantize_rot(kvq_turbo_type t, turbo_axpy_rot_fn axpy, const void 
     const int d = kvq_turbo_rot_dim((int)n);
     if (!d) return;
     float stack[STACK_ROW], *heap = NULL;
-    float *acc = d == n ? y_rot : d <= STACK_ROW ? stack : (heap = malloc((size_t)d * sizeof *acc));
+    float *acc = d == n ? y_rot : d <= STACK_ROW ? stack : (heap = kvq_malloc_n((size_t)d, sizeof *acc));
     if (!acc) return;
     memset(acc, 0, (size_t)d * sizeof *acc);
     axpy(t, 1.0f, src, acc, d);
@@ -80,7 +80,7 @@ static float dot_rot(kvq_turbo_type t, turbo_dot_rot_fn dot, const void *row, co
 static void axpy_rot(kvq_turbo_type t, turbo_axpy_rot_fn axpy, float w, const void *row, float *y_rot, int64_t n) {
     const int d = kvq_turbo_rot_dim((int)n);
     if (d == n) { axpy(t, w, row, y_rot, d); return; }
-    float *acc = d ? calloc((size_t)d, sizeof *acc) : NULL;
+    float *acc = d ? kvq_calloc((size_t)d, sizeof *acc) : NULL;
     if (!acc) return;
     axpy(t, w, row, acc, d);
     for (int64_t i = 0; i < n; i++) y_rot[i] += acc[i];

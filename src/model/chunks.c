@@ -41,11 +41,11 @@ kvq_status kvq_eval_chunks(kvq_ctx *ctx, const kvq_chunk_run *r, kvq_scored_fn f
     if (!ctx || !r || !r->tokens || !fn || r->n_ctx < 2 || r->n_chunk < 1 || r->n_batch < 1)
         return kvq_fail(err, KVQ_ERR_ARG, "chunks: bad arguments");
     const int n_vocab = kvq_ctx_n_vocab(ctx);
-    int32_t *toks = malloc((size_t)r->n_ctx * sizeof *toks);
+    int32_t *toks = kvq_malloc_n((size_t)r->n_ctx, sizeof *toks);
     /* logits only for the scored rows of one batch: at most the batch,
      * at most the scored half of the chunk */
     const int rows = KVQ_MIN(r->n_batch, r->n_ctx - kvq_chunk_first_scored(r->n_ctx));
-    float *logits = malloc((size_t)rows * (size_t)n_vocab * sizeof *logits);
+    float *logits = kvq_malloc_n((size_t)rows * (size_t)n_vocab, sizeof *logits);
     kvq_status st = toks && logits ? KVQ_OK : kvq_fail(err, KVQ_ERR_NOMEM, "chunks: out of memory for logits");
     size_t index = 0;
     double secs = 0.0;

@@ -249,7 +249,7 @@ static kvq_status alloc_scratch(kvq_ctx *c, int threads, kvq_error *err) {
         { &c->matmul_ws, c->matmul_ws_floats },
     };
     for (size_t i = 0; i < KVQ_ARRAY_LEN(bufs); i++) {
-        *bufs[i].p = malloc(bufs[i].n * sizeof(float));
+        *bufs[i].p = kvq_malloc_n(bufs[i].n, sizeof(float));
         if (!*bufs[i].p) return kvq_fail(err, KVQ_ERR_NOMEM, "context: out of memory for scratch buffers");
     }
     return KVQ_OK;
@@ -270,7 +270,7 @@ kvq_status kvq_ctx_create(const kvq_model *m, const kvq_cache_params *cp, int n_
     if (p.max_batch < 1) p.max_batch = DEFAULT_MAX_BATCH;
     p.max_batch = KVQ_MIN(p.max_batch, p.n_ctx);
 
-    kvq_ctx *c = calloc(1, sizeof *c);
+    kvq_ctx *c = kvq_calloc(1, sizeof *c);
     if (!c) return kvq_fail(err, KVQ_ERR_NOMEM, "context: out of memory");
     c->m = m;
     c->max_batch = p.max_batch;

@@ -266,7 +266,7 @@ static int cmp_tensor_offset(const void *a, const void *b) {
  * or NULL when out of memory. */
 static const void **sorted_ptrs(const void *items, size_t n, size_t item_size,
                                 int (*cmp)(const void *, const void *)) {
-    const void **v = malloc((n ? n : 1) * sizeof *v);
+    const void **v = kvq_malloc_n(n ? n : 1, sizeof *v);
     if (!v) return NULL;
     for (size_t i = 0; i < n; i++) v[i] = (const uint8_t *)items + i * item_size;
     qsort(v, n, sizeof *v, cmp);
@@ -421,8 +421,8 @@ static kvq_status parse(gguf_file *f, kvq_error *err) {
     kvq_status s = parse_header(&p, f);
     if (s) return s;
     /* Counts are bounded by the file size here, so these are small. */
-    f->kvs = calloc(f->n_kv ? (size_t)f->n_kv : 1, sizeof *f->kvs);
-    f->tensors = calloc(f->n_tensors ? (size_t)f->n_tensors : 1, sizeof *f->tensors);
+    f->kvs = kvq_calloc(f->n_kv ? (size_t)f->n_kv : 1, sizeof *f->kvs);
+    f->tensors = kvq_calloc(f->n_tensors ? (size_t)f->n_tensors : 1, sizeof *f->tensors);
     if (!f->kvs || !f->tensors) return kvq_fail(err, KVQ_ERR_NOMEM, "gguf: out of memory for the metadata index");
     for (uint64_t i = 0; i < f->n_kv; i++)
         if ((s = parse_kv(&p, i, &f->kvs[i]))) return s;
@@ -439,7 +439,7 @@ static kvq_status parse(gguf_file *f, kvq_error *err) {
 }
 
 static kvq_status open_buffer(const void *data, size_t size, bool mapped, gguf_file **out, kvq_error *err) {
-    gguf_file *f = calloc(1, sizeof *f);
+    gguf_file *f = kvq_calloc(1, sizeof *f);
     if (!f) return kvq_fail(err, KVQ_ERR_NOMEM, "gguf: out of memory");
     f->base = data;
     f->size = size;
@@ -624,7 +624,7 @@ static void *alloc_array(uint64_t n, size_t el, const char *key, kvq_error *err)
     /* n was checked against the file size at open, so this cannot overflow
      * on a 64-bit host; check anyway for 32-bit ones. */
     if (n > SIZE_MAX / el) { kvq_fail(err, KVQ_ERR_NOMEM, "gguf: array '%s' too large", key); return NULL; }
-    void *p = malloc(n ? (size_t)n * el : 1);
+    void *p = kvq_malloc(n ? (size_t)n * el : 1);
     if (!p) kvq_fail(err, KVQ_ERR_NOMEM, "gguf: out of memory for array '%s' (%llu values)", key, (unsigned long long)n);
     return p;
 }

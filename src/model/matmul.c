@@ -155,7 +155,7 @@ void kvq_matmul_scratch(kvq_pool *pool, double min_parallel_macs, float *scratch
     float *owned = NULL;
     if (wtype != KVQ_TYPE_F32) {
         const size_t need = (size_t)kvq_pool_threads(pool) * (size_t)j.tile.rows * (size_t)cols;
-        j.scratch = scratch && scratch_floats >= need ? scratch : (owned = malloc(need * sizeof(float)));
+        j.scratch = scratch && scratch_floats >= need ? scratch : (owned = kvq_malloc_n(need, sizeof(float)));
         if (!j.scratch) { gemv_each_token(pool, &j); return; }
     }
     kvq_pool_run(pool, gemm_task, &j, n_tasks_for(rows, GEMM_TASK_ROWS));

@@ -198,7 +198,7 @@ static kvq_status load_vector(const gguf_file *f, const char *name, int64_t n, f
     if (kvq_row_bytes(t->type, n) > t->nbytes || !kvq_type_get(t->type)->dequantize)
         return kvq_fail(err, KVQ_ERR_FORMAT, "model: tensor '%s' cannot be read as %lld values", name, (long long)n);
     if ((st = kvq_check_finite(name, t->type, t->data, n, 1, err))) return st;
-    *out = malloc((size_t)n * sizeof(float));
+    *out = kvq_malloc_n((size_t)n, sizeof(float));
     if (!*out) return kvq_fail(err, KVQ_ERR_NOMEM, "model: out of memory for '%s'", name);
     kvq_dequantize_row(t->type, t->data, *out, n);
     return KVQ_OK;
@@ -252,7 +252,7 @@ static kvq_status load_tensors(const gguf_file *f, const arch_desc *a, kvq_model
         m->output = m->tok_embd;  /* tied embeddings */
     }
     if ((st = kvq_check_block_count(f, a->name, in->n_layer, err))) return st;
-    m->layers = calloc((size_t)in->n_layer, sizeof *m->layers);
+    m->layers = kvq_calloc((size_t)in->n_layer, sizeof *m->layers);
     if (!m->layers) return kvq_fail(err, KVQ_ERR_NOMEM, "model: out of memory for %d layers", in->n_layer);
     for (int il = 0; il < in->n_layer; il++)
         if ((st = load_layer(f, a, in, il, &m->layers[il], err))) return st;
@@ -279,7 +279,7 @@ static kvq_status load_tokenizer(kvq_model *m, kvq_error *err) {
 
 /* The model in an opened GGUF file (owned by the model from here on). */
 static kvq_status model_from_file(gguf_file *file, kvq_model **out, kvq_error *err) {
-    kvq_model *m = calloc(1, sizeof *m);
+    kvq_model *m = kvq_calloc(1, sizeof *m);
     if (!m) { gguf_close(file); return kvq_fail(err, KVQ_ERR_NOMEM, "model: out of memory"); }
     m->file = file;
     const arch_desc *a = NULL;

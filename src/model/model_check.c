@@ -46,7 +46,7 @@ kvq_status kvq_check_finite(const char *name, kvq_type type, const void *data, i
         return kvq_fail(err, KVQ_ERR_UNSUPPORTED, "model: tensor '%s' has type %s, which kvq cannot read", name,
                         kvq_type_name(type));
     const size_t row_bytes = kvq_row_bytes(type, cols);
-    float *row = type == KVQ_TYPE_F32 ? NULL : malloc((size_t)cols * sizeof *row);
+    float *row = type == KVQ_TYPE_F32 ? NULL : kvq_malloc_n((size_t)cols, sizeof *row);
     if (type != KVQ_TYPE_F32 && !row) return kvq_fail(err, KVQ_ERR_NOMEM, "model: out of memory checking '%s'", name);
     kvq_status st = KVQ_OK;
     for (int64_t r = 0; r < rows && !st; r++) {

@@ -40,7 +40,7 @@ kvq_status kvq_sampler_create(const kvq_sampler_params *p, kvq_sampler **out, kv
     *out = NULL;
     if (!p || isnan(p->temp) || isnan(p->top_p))
         return kvq_fail(err, KVQ_ERR_ARG, "sampler: temperature and top-p must be numbers");
-    kvq_sampler *s = calloc(1, sizeof *s);
+    kvq_sampler *s = kvq_calloc(1, sizeof *s);
     if (!s) return kvq_fail(err, KVQ_ERR_NOMEM, "sampler: out of memory");
     s->p = *p;
     s->rng = p->seed;
@@ -84,9 +84,9 @@ static int cand_cmp(const void *a, const void *b) {
 
 static bool sample_reserve(kvq_sampler *s, int n) {
     if (n <= s->cap) return true;
-    sample_cand *c = realloc(s->cand, (size_t)n * sizeof *c);
+    sample_cand *c = kvq_realloc_n(s->cand, (size_t)n, sizeof *c);
     if (c) s->cand = c;
-    double *p = realloc(s->prob, (size_t)n * sizeof *p);
+    double *p = kvq_realloc_n(s->prob, (size_t)n, sizeof *p);
     if (p) s->prob = p;
     if (!c || !p) return false;
     s->cap = n;

@@ -58,8 +58,8 @@ static void bpe_emit_symbol(const kvq_tokenizer *t, const char *text, const tok_
 
 bool tok_bpe_word(const kvq_tokenizer *t, const char *word, size_t len, tok_sink *sink) {
     if (len > UINT32_MAX / 4) return false;
-    char *mapped = malloc(2 * len + 1);              /* stand-ins are < U+0800: 2 bytes */
-    char *key = malloc(2 * len + 2);
+    char *mapped = kvq_malloc(2 * len + 1);              /* stand-ins are < U+0800: 2 bytes */
+    char *key = kvq_malloc(2 * len + 2);
     if (!mapped || !key) {
         free(mapped);
         free(key);

@@ -11,7 +11,7 @@ typedef struct tok_frags { tok_frag *v; size_t n, cap; } tok_frags;
 static bool tok_frags_push(tok_frags *f, int32_t id, size_t off, size_t len) {
     if (f->n == f->cap) {
         size_t cap = f->cap ? 2 * f->cap : 16;
-        tok_frag *v = realloc(f->v, cap * sizeof *v);
+        tok_frag *v = kvq_realloc_n(f->v, cap, sizeof *v);
         if (!v) return false;
         f->v = v;
         f->cap = cap;

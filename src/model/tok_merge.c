@@ -73,8 +73,8 @@ static void try_pair(merge_state *s, int32_t l, int32_t r) {
 
 tok_sym *tok_merge(const char *text, uint32_t n, tok_pair_fn fn, void *ctx, int32_t *n_sym) {
     /* at most n symbols; n-1 initial pairs plus at most 2 per merge */
-    tok_sym *sym = malloc(((size_t)n + 1) * sizeof *sym);
-    tok_pair *heap = malloc((3 * (size_t)n + 1) * sizeof *heap);
+    tok_sym *sym = kvq_malloc_n((size_t)n + 1, sizeof *sym);
+    tok_pair *heap = kvq_malloc_n(3 * (size_t)n + 1, sizeof *heap);
     if (!sym || !heap) {
         free(sym);
         free(heap);

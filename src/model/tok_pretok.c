@@ -98,9 +98,9 @@ static size_t pt_scan(kvq_tok_pre pre, const pt_text *p, size_t i) {
 }
 
 bool tok_pretokenize(kvq_tok_pre pre, const char *text, size_t len, tok_word_fn fn, void *ctx) {
-    uint32_t *cp = malloc((len + 1) * sizeof *cp);
-    uint8_t *cls = malloc(len + 1);
-    size_t *off = malloc((len + 1) * sizeof *off);
+    uint32_t *cp = kvq_malloc_n(len + 1, sizeof *cp);
+    uint8_t *cls = kvq_malloc(len + 1);
+    size_t *off = kvq_malloc_n(len + 1, sizeof *off);
     bool ok = cp && cls && off;
     size_t n = 0;
     for (size_t b = 0; ok && b < len; n++) {

@@ -37,7 +37,7 @@ long kvq_tokenizer_decode(const kvq_tokenizer *t, const int32_t *ids, int n, cha
         /* a piece is at most the token's text or 3 bytes long (tokenizer.h) */
         const size_t most = t->tok_len[ids[i]] > 3 ? t->tok_len[ids[i]] : 3;
         const size_t room = cap > len + 1 ? cap - len - 1 : 0;
-        char *dst = room >= most ? buf + len : most <= sizeof small ? small : malloc(most);
+        char *dst = room >= most ? buf + len : most <= sizeof small ? small : kvq_malloc(most);
         if (!dst) return -1;
         const int got = kvq_tokenizer_piece(t, ids[i], dst, (int)(most < (size_t)INT32_MAX ? most : INT32_MAX));
         if (dst != buf + len) {     /* the end of the buffer: copy what fits */

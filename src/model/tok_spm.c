@@ -35,7 +35,7 @@ static void spm_emit_symbol(const kvq_tokenizer *t, const char *text, const tok_
 
 bool tok_spm_encode(const kvq_tokenizer *t, const char *text, size_t len, bool prefix_space, tok_sink *sink) {
     if (len > UINT32_MAX / 3 - 1) return false;
-    char *buf = malloc(3 * (len + 1));
+    char *buf = kvq_malloc_n(3, len + 1);
     if (!buf) return false;
     uint32_t n = (uint32_t)spm_escape(text, len, prefix_space, buf);
     int32_t n_sym = 0;

@@ -12,7 +12,7 @@ static uint32_t tok_hash(const char *key, size_t len) {
 bool tok_strmap_init(tok_strmap *m, size_t n) {
     size_t cap = 16;
     while (cap < 2 * n + 1) cap *= 2;
-    m->slots = calloc(cap, sizeof *m->slots);
+    m->slots = kvq_calloc(cap, sizeof *m->slots);
     m->mask = cap - 1;
     return m->slots != NULL;
 }

@@ -38,7 +38,7 @@ static kvq_status tok_copy_strings(kvq_tokenizer *t, const kvq_tokenizer_desc *d
     for (int32_t i = 0; i < d->n_vocab; i++) total += d->tokens[i].len;
     for (int32_t i = 0; i < d->n_merges; i++) total += d->merges[i].len;
     if (total > UINT32_MAX) return kvq_fail(err, KVQ_ERR_FORMAT, "tokenizer: vocabulary text too large");
-    t->text = malloc((size_t)total);
+    t->text = kvq_malloc((size_t)total);
     if (!t->text) return kvq_fail(err, KVQ_ERR_NOMEM, "tokenizer: out of memory");
     uint32_t pos = 0;
     for (int32_t i = 0; i < d->n_vocab; i++) {
@@ -79,8 +79,8 @@ static int tok_special_cmp(const void *a, const void *b) {
  * raw text, longest first as llama.cpp tries them (lowest id first among
  * equal lengths). */
 static kvq_status tok_collect_special(kvq_tokenizer *t, kvq_error *err) {
-    tok_len_id *order = malloc((size_t)t->n_vocab * sizeof *order);
-    t->special = malloc((size_t)t->n_vocab * sizeof *t->special);
+    tok_len_id *order = kvq_malloc_n((size_t)t->n_vocab, sizeof *order);
+    t->special = kvq_malloc_n((size_t)t->n_vocab, sizeof *t->special);
     if (!order || !t->special) {
         free(order);
         return kvq_fail(err, KVQ_ERR_NOMEM, "tokenizer: out of memory");
@@ -113,11 +113,11 @@ static kvq_status tok_check_desc(const kvq_tokenizer_desc *d, kvq_error *err) {
 
 static kvq_status tok_build(kvq_tokenizer *t, const kvq_tokenizer_desc *d, kvq_error *err) {
     size_t nv = (size_t)d->n_vocab;
-    t->tok_off = malloc(nv * sizeof *t->tok_off);
-    t->tok_len = malloc(nv * sizeof *t->tok_len);
-    t->score = malloc(nv * sizeof *t->score);
-    t->type = malloc(nv);
-    uint32_t *merge_off = malloc(((size_t)d->n_merges + 1) * sizeof *merge_off);
+    t->tok_off = kvq_malloc_n(nv, sizeof *t->tok_off);
+    t->tok_len = kvq_malloc_n(nv, sizeof *t->tok_len);
+    t->score = kvq_malloc_n(nv, sizeof *t->score);
+    t->type = kvq_malloc(nv);
+    uint32_t *merge_off = kvq_malloc_n((size_t)d->n_merges + 1, sizeof *merge_off);
     kvq_status st = KVQ_OK;
     if (!t->tok_off || !t->tok_len || !t->score || !t->type || !merge_off ||
         !tok_strmap_init(&t->vocab, nv) || !tok_strmap_init(&t->merges, (size_t)d->n_merges)) {
@@ -144,7 +144,7 @@ kvq_status kvq_tokenizer_create(const kvq_tokenizer_desc *d, kvq_tokenizer **out
     *out = NULL;
     kvq_status st = tok_check_desc(d, err);
     if (st != KVQ_OK) return st;
-    kvq_tokenizer *t = calloc(1, sizeof *t);
+    kvq_tokenizer *t = kvq_calloc(1, sizeof *t);
     if (!t) return kvq_fail(err, KVQ_ERR_NOMEM, "tokenizer: out of memory");
     t->kind = d->kind;
     t->pre = d->pre;
