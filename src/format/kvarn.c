@@ -96,6 +96,16 @@ done:
     return best;
 }
 
+/* A rounded value's code, clamp(trunc(f), 0, qmax), as the SIMD levels
+ * compute it (cvttps then integer clamps): NaN and values outside int32
+ * convert to INT_MIN there, so code 0 (here without the undefined float
+ * to int conversion; a NaN or infinite value in a tile gives them). */
+static int code_of(float f, int qmax) {
+    if (!(f > -2147483648.0f && f < 2147483648.0f)) return 0;
+    const int q = (int)f;
+    return q < 0 ? 0 : q > qmax ? qmax : q;
+}
+
 /* ------------------------------------------ normalisation on lanes */
 
 #define VD double
@@ -121,7 +131,7 @@ done:
 #define VF_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define VF_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define VF_FLOOR floorf
-#define VF_CODES(p, v, qmax) do { const int q_ = (int)(v); *(p) = q_ < 0 ? 0 : q_ > (qmax) ? (qmax) : q_; } while (0)
+#define VF_CODES(p, v, qmax) (*(p) = code_of((v), (qmax)))
 #define SIGMA_FN sigmas_scalar
 #define ROWS_FN row_codes_scalar
 #include "kvarn_sigma.inc"
@@ -303,8 +313,7 @@ static void quantize_rows(kvq_kvarn_shape s, const float *A, const float *s_row,
             delta = fmaxf((hi - lo) / (float)qmax, 1e-10f);
             for (int c = 0; c < cols; c++) {
                 float b = A[(size_t)r * cols + c] / (s_row[r] * s_col[c]);
-                int q = (int)floorf((b - lo) / delta + 0.5f);
-                q = q < 0 ? 0 : q > qmax ? qmax : q;
+                const int q = code_of(floorf((b - lo) / delta + 0.5f), qmax);
                 int t = s.is_key ? c : r, ch = s.is_key ? r : c;
                 tok_codes[(size_t)t * s.width + ch] = (uint8_t)q;
             }
