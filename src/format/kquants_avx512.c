@@ -16,14 +16,18 @@ typedef struct kq_acc { __m512 a0, a1; } kq_acc;
 static inline kq_acc kq_acc_zero(void) { return (kq_acc){ _mm512_setzero_ps(), _mm512_setzero_ps() }; }
 static inline float kq_acc_sum(kq_acc a) { return _mm512_reduce_add_ps(_mm512_add_ps(a.a0, a.a1)); }
 
-static inline kq_acc codes_dot_acc(const kq_unpacked *u, const float *x, kq_acc a) {
-    for (int g = 0; g < KVQ_QK_K / 16; g += 2) {
-        const __m512 w0 = _mm512_fmadd_ps(group_floats(u, g), _mm512_set1_ps(u->scale[g]), _mm512_set1_ps(u->bias[g]));
-        const __m512 w1 = _mm512_fmadd_ps(group_floats(u, g + 1), _mm512_set1_ps(u->scale[g + 1]),
-                                          _mm512_set1_ps(u->bias[g + 1]));
-        a.a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + 16 * g), a.a0);
-        a.a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16 * g + 16), a.a1);
-    }
+/* Values 32s..32s+31 (groups 2s, 2s+1) into the even/odd accumulators,
+ * w = scale*code + bias fused then w*x: the operations, and their order
+ * per accumulator, of the unpack-to-memory kernel this replaced, so the
+ * dot's bits did not change. */
+static inline kq_acc codes32_dot_acc(__m256i codes, const float *scale, const float *bias, const float *x,
+                                     kq_acc a) {
+    const __m512 c0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(codes)));
+    const __m512 c1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(codes, 1)));
+    const __m512 w0 = _mm512_fmadd_ps(c0, _mm512_set1_ps(scale[0]), _mm512_set1_ps(bias[0]));
+    const __m512 w1 = _mm512_fmadd_ps(c1, _mm512_set1_ps(scale[1]), _mm512_set1_ps(bias[1]));
+    a.a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), a.a0);
+    a.a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), a.a1);
     return a;
 }
 
