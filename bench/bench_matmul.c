@@ -58,9 +58,10 @@ static uint8_t *make_weights(kvq_type ty, int64_t rows, int64_t cols) {
     return w;
 }
 
-/* Median seconds of `reps` runs (after one warm-up run). */
+/* Median seconds of `reps` runs (after one warm-up run); *best the
+ * fastest run (on a shared machine the least disturbed one). */
 static double time_matmul(kvq_pool *pool, kvq_type ty, const uint8_t *W, int64_t rows, int64_t cols,
-                          const float *X, int64_t n_tok, float *Y, int reps) {
+                          const float *X, int64_t n_tok, float *Y, int reps, double *best) {
     double t[64];
     kvq_matmul(pool, ty, W, rows, cols, X, n_tok, Y);
     for (int i = 0; i < reps; i++) {
@@ -69,6 +70,7 @@ static double time_matmul(kvq_pool *pool, kvq_type ty, const uint8_t *W, int64_t
         t[i] = now_s() - t0;
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    *best = t[0];
     return t[reps / 2];
 }
 
@@ -127,12 +129,14 @@ int bench_matmul(int argc, char **argv) {
     int64_t rows = 2048, cols = 2048;
     int reps = 5;
     const char *types = NULL;
+    size_t n_toks = 2;   /* --decode: the 1-token product only */
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--rows") && v) rows = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--cols") && v) cols = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && v) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && v) types = argv[++i];
+        else if (!strcmp(argv[i], "--decode")) n_toks = 1;
         else if (!strcmp(argv[i], "--break-even")) types = "";   /* no type: the break-even table only */
         else { fprintf(stderr, "bench_matmul: unknown option '%s'\n", argv[i]); return 1; }
     }
@@ -154,17 +158,21 @@ int bench_matmul(int argc, char **argv) {
     for (int64_t i = 0; i < cols * 64; i++) X[i] = rng_float(&s);
     printf("matmul %lldx%lld, simd %s, median of %d (GFLOP/s = 2*rows*cols*n_tok / time)\n",
            (long long)rows, (long long)cols, kvq_simd_level(), reps);
-    printf("%-8s %6s %7s %10s %9s\n", "type", "n_tok", "threads", "ms", "GFLOP/s");
+    printf("%-8s %6s %7s %10s %9s %8s %8s %9s\n", "type", "n_tok", "threads", "ms", "GFLOP/s", "GB/s", "best ms",
+           "best GB/s");
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
         const kvq_type_traits *tr = kvq_type_get((kvq_type)ty);
         if (!tr || !tr->dequantize || cols % tr->block_size || !type_selected(types, tr->name)) continue;
         uint8_t *W = make_weights((kvq_type)ty, rows, cols);
         if (!W) { fprintf(stderr, "bench_matmul: out of memory\n"); continue; }
-        for (size_t k = 0; k < 2; k++)
+        const double bytes = (double)kvq_row_bytes((kvq_type)ty, cols) * (double)rows;   /* weights read */
+        for (size_t k = 0; k < n_toks; k++)
             for (size_t p = 0; p < 2; p++) {
-                double sec = time_matmul(pools[p], (kvq_type)ty, W, rows, cols, X, toks[k], Y, reps);
-                printf("%-8s %6lld %7d %10.3f %9.2f\n", tr->name, (long long)toks[k], threads[p], 1e3 * sec,
-                       2.0 * (double)rows * (double)cols * (double)toks[k] / sec * 1e-9);
+                double best;
+                double sec = time_matmul(pools[p], (kvq_type)ty, W, rows, cols, X, toks[k], Y, reps, &best);
+                printf("%-8s %6lld %7d %10.3f %9.2f %8.2f %8.3f %9.2f\n", tr->name, (long long)toks[k], threads[p],
+                       1e3 * sec, 2.0 * (double)rows * (double)cols * (double)toks[k] / sec * 1e-9, bytes / sec * 1e-9,
+                       1e3 * best, bytes / best * 1e-9);
             }
         fflush(stdout);
         free(W);
