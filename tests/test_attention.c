@@ -300,17 +300,18 @@ TEST(attention_prefill_equals_decode_steps) {
 }
 
 /* 1, 2, 3 threads give the same bits (key ranges depend on shapes only);
- * forced key ranges (log-sum-exp merge) agree to float rounding. */
-TEST(attention_threads_and_key_splits_agree) {
+ * forced key ranges (log-sum-exp merge) agree to float rounding; block
+ * types and TurboQuant codes (fused row hooks) alike. */
+static void threads_and_splits(test_ctx *t, kvq_type tk, kvq_type tv, int rows) {
     char msg[300] = "";
     const int n_tok = test_sanitized() ? 700 : 1500;
     attn_data d;
     CHECK(attn_data_make(&d, n_tok, 4, 1, 64, 64, 41), "alloc");
     attn_case ac;
-    case_init(&ac, &d, KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0, KVQ_ROT_AUTO);
+    case_init(&ac, &d, tk, tv, KVQ_ROT_AUTO);
     ac.p.tail_tokens = 33;
     ac.p.sink_tokens = 4;
-    ac.pos = n_tok - 3;                                    /* few rows, long context: split */
+    ac.pos = n_tok - rows;                                 /* few rows, long context: split */
     const size_t len = out_len(&d, ac.pos);
     float *base = malloc(len * sizeof(float)), *out = malloc(len * sizeof(float));
     CHECK(base && out, "alloc");
@@ -331,8 +332,15 @@ TEST(attention_threads_and_key_splits_agree) {
     free(base);
     free(out);
     attn_data_free(&d);
-    CHECK(worst_threads == 0.0, "2/3 threads differ from 1 thread: rel err %.3g %s", worst_threads, msg);
-    CHECK(worst_split < 1e-5, "forced key ranges differ: rel err %.3g %s", worst_split, msg);
+    CHECK(worst_threads == 0.0, "%s/%s: 2/3 threads differ from 1 thread: rel err %.3g %s", kvq_type_name(tk),
+          kvq_type_name(tv), worst_threads, msg);
+    CHECK(worst_split < 1e-5, "%s/%s: forced key ranges differ: rel err %.3g %s", kvq_type_name(tk),
+          kvq_type_name(tv), worst_split, msg);
+}
+
+TEST(attention_threads_and_key_splits_agree) {
+    threads_and_splits(t, KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0, 3);
+    threads_and_splits(t, KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO4, 1);   /* one row: the fused codes */
 }
 
 TEST(attention_rotation_of_f32_cache_is_rounding_only) {

@@ -417,6 +417,71 @@ TEST(turbo_viterbi_each_level_matches_scalar) {
     }
 }
 
+/* Attention's chunk kernels (kvq_turbo_chunk_scores / _values), every
+ * type, heads of 64, 128 and 256 (two blocks), G 1..5, whole and partial
+ * chunks with a zero row (zero norm), keys of weight 0 and a NULL row:
+ * each level gives bit for bit what the per-key kernels of that level
+ * give (dot_rot per key and head; axpy_rot per key and head, zero weights
+ * skipped), and the SIMD level matches the scalar one to float rounding. */
+TEST(turbo_chunk_kernels_match_per_key) {
+    enum { NK = 32, MAXG = 5 };
+    static uint8_t rows[NK][256];
+    static float q[MAXG * MAX_DIM], w[MAXG * NK], got[MAXG * MAX_DIM], want[MAXG * MAX_DIM],
+        simd[MAXG * NK + MAXG * MAX_DIM];
+    static const int dims[] = { 64, 128, 256 }, gs[] = { 1, 2, 3, 5 }, nks[] = { NK, 7 };
+    test_rng r = { 4242, 0, 0 };
+    const bool has_simd = kvq_isa_best() >= KVQ_ISA_AVX2;
+    int checked = 0;
+    ALL_TYPES(ty) for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) for (size_t gi = 0; gi < KVQ_ARRAY_LEN(gs); gi++)
+    for (size_t ni = 0; ni < KVQ_ARRAY_LEN(nks); ni++) {
+        const int d = dims[di], G = gs[gi], nk = nks[ni];
+        const uint8_t *rp[NK], *vp[NK];
+        float x[MAX_DIM];
+        for (int key = 0; key < nk; key++) {
+            gauss_vec(&r, x, d);
+            if (key == 3) memset(x, 0, sizeof x);           /* zero norm: no direction */
+            kvq_turbo_quantize(ty, x, rows[key], d, NULL);
+            rp[key] = rows[key];
+            vp[key] = key == 5 ? NULL : rows[key];
+        }
+        gauss_vec(&r, q, G * d);
+        for (int i = 0; i < G * nk; i++) w[i] = i % 4 == 1 ? 0.0f : (float)test_rng_uniform(&r);
+        double worst = 0.0;
+        for (int level = 0; level <= (has_simd ? 1 : 0); level++) {
+            const bool s = level == 1;
+            /* scores */
+            kvq_turbo_chunk_scores(s, ty, rp, nk, q, G, d, d, 0.125f, got, NK);
+            for (int g = 0; g < G; g++)
+                for (int key = 0; key < nk; key++) {
+                    const float ref = (s ? kvq_turbo_dot_rot(ty, rows[key], q + g * d, d)
+                                         : kvq_turbo_dot_rot_scalar(ty, rows[key], q + g * d, d)) * 0.125f;
+                    CHECK(got[g * NK + key] == ref, "%s d=%d G=%d %s score %d/%d: %.9g vs per key %.9g",
+                          kvq_turbo_name(ty), d, G, s ? "simd" : "scalar", g, key, got[g * NK + key], ref);
+                    if (s) worst = fmax(worst, fabs(got[g * NK + key] - simd[g * NK + key]) / (fabs(simd[g * NK + key]) + 1.0));
+                    else simd[g * NK + key] = got[g * NK + key];
+                }
+            /* values */
+            for (int i = 0; i < G * d; i++) got[i] = want[i] = 0.01f * (float)(i % 13);
+            kvq_turbo_chunk_values(s, ty, vp, nk, w, NK, G, got, d, d);
+            for (int key = 0; key < nk; key++)
+                for (int g = 0; g < G; g++)
+                    if (vp[key] && w[g * NK + key] != 0.0f) {
+                        if (s) kvq_turbo_axpy_rot(ty, w[g * NK + key], vp[key], want + g * d, d);
+                        else kvq_turbo_axpy_rot_scalar(ty, w[g * NK + key], vp[key], want + g * d, d);
+                    }
+            for (int i = 0; i < G * d; i++) {
+                CHECK(got[i] == want[i], "%s d=%d G=%d nk=%d %s value %d: %.9g vs per key %.9g", kvq_turbo_name(ty), d,
+                      G, nk, s ? "simd" : "scalar", i, got[i], want[i]);
+                if (s) worst = fmax(worst, fabs(got[i] - simd[MAXG * NK + i]) / (fabs(simd[MAXG * NK + i]) + 1.0));
+                else simd[MAXG * NK + i] = got[i];
+            }
+        }
+        CHECK(worst < 1e-5, "%s d=%d G=%d: simd vs scalar rel err %.3g", kvq_turbo_name(ty), d, G, worst);
+        checked++;
+    }
+    CHECK(checked == KVQ_TURBO_COUNT * 3 * 4 * 2, "%d configurations", checked);
+}
+
 /* --------------------------------------------------- determinism, edges */
 
 TEST(turbo_deterministic_bytes) {

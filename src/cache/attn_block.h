@@ -19,9 +19,10 @@
  *      f32/f16/bf16 in place, block types by their codes decoded once
  *      per key and block with the block scale folded into each head's
  *      weight (keys x heads -> head_dim, accumulators in registers).
- *   Rows of other types (a caller's trait table, TurboQuant) are unpacked
- *   into an f32 tile first with the type's dequantize (the default hooks,
- *   row_hooks.h); each type's row says which of these reads it.
+ *   TurboQuant rows are scored and summed from their codes in the rotated
+ *   domain (attn_turbo.c).  Rows of other types (a caller's trait table)
+ *   are unpacked into an f32 tile first with the type's dequantize (the
+ *   default hooks, row_hooks.h); each type's row says which reads it.
  *
  * The query in integers (block-type K rows only): each 32-value block b of
  * a rotated query row is rounded once per call to qi = round(q / s_b),

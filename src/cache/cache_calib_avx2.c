@@ -2,9 +2,10 @@
  * with -mavx2 -mfma, used by cache_calib.c only after run-time detection).
  *
  * No float row per key: eight coefficients of a run are decoded in
- * registers (their codebook indices by one 32-bit gather at their byte
- * offsets, a variable shift and a mask; their levels by a gather from the
- * run's codebook) and used at once by every query head of the group
+ * registers (each codebook index from the 32-bit word at its byte
+ * offset, shifted and masked; each level by a scalar load from the run's
+ * codebook: 8-lane gathers of the same words and levels were slower) and
+ * used at once by every query head of the group
  * (scores) or added into every head's accumulator (values).  A run's last
  * coefficients whose 32-bit word would reach past the row's code bytes
  * take the scalar read, so no byte outside the row is touched.  Same
@@ -31,7 +32,6 @@ static const uint8_t *row_of(const kvq_cache_side *sd, int head, int pos) {
  * block) can be read eight at a time with whole 32-bit words. */
 typedef struct run_reader {
     int width, step, bit0, n, fast;
-    __m256i mask, lane_pos;
     const float *cb;
 } run_reader;
 
@@ -48,8 +48,6 @@ static run_reader reader_of(const kvq_calib_group *gr, int code_bytes) {
     r.bit0 = gr->bit0;
     r.n = gr->n;
     r.cb = gr->codebook;
-    r.mask = _mm256_set1_epi32((1 << r.width) - 1);
-    r.lane_pos = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(r.step));
     /* a block of eight is read by words when its last lane's word,
      * (bit0 + (i+7) step)/8 .. +3, lies inside the code bytes (lanes past
      * the run read the next run's bits, which are masked off) */
@@ -59,12 +57,20 @@ static run_reader reader_of(const kvq_calib_group *gr, int code_bytes) {
     return r;
 }
 
-/* Levels of coefficients i..i+7 of the run. */
+/* Levels of coefficients i..i+7 of the run: each index from its 32-bit
+ * word at its byte offset, each level by a scalar load (the same values
+ * as two 8-lane gathers, which took longer on AMD Zen 5). */
 static inline __m256 decode8(const run_reader *r, const uint8_t *codes, int i) {
-    const __m256i pos = _mm256_add_epi32(_mm256_set1_epi32(r->bit0 + i * r->step), r->lane_pos);
-    const __m256i words = _mm256_i32gather_epi32((const int *)(const void *)codes, _mm256_srli_epi32(pos, 3), 1);
-    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(words, _mm256_and_si256(pos, _mm256_set1_epi32(7))), r->mask);
-    return _mm256_i32gather_ps(r->cb, idx, 4);
+    const uint32_t mask = (1u << r->width) - 1u;
+    const int p0 = r->bit0 + i * r->step;
+    float lv[8];
+    for (int j = 0; j < 8; j++) {
+        const int pos = p0 + j * r->step;
+        uint32_t w;
+        memcpy(&w, codes + (pos >> 3), sizeof w);
+        lv[j] = r->cb[(w >> (pos & 7)) & mask];
+    }
+    return _mm256_loadu_ps(lv);
 }
 
 /* The level of coefficient t read byte by byte (the run's end). */

@@ -17,6 +17,7 @@ static void install(void) {
     attn_block_register();    /* f32/f16/bf16 in place, the 32-value block types fused (attn_block.c) */
     kvq_kvarn_register();     /* KVarN records (cache_tiles.c) */
     kvq_calib_register();     /* calibrated rows (cache_calib.c) */
+    kvq_turbo_register();     /* TurboQuant codes (attn_turbo.c) */
 }
 
 const kvq_row_hooks *kvq_row_hooks_of(kvq_type t) {

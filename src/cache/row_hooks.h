@@ -65,5 +65,6 @@ extern const kvq_row_hooks attn_hooks_per_key;
 void attn_block_register(void);
 void kvq_kvarn_register(void);
 void kvq_calib_register(void);
+void kvq_turbo_register(void);
 
 #endif

@@ -191,10 +191,42 @@ void turbo_scalar_axpy_ref(const uint8_t *codes, const float *codebook, int bits
 
 /* ------------------------------------------------------- kernel dispatch */
 
+/* The scalar block kernels of attention: the dot and axpy per head and
+ * key (what the per-key reference pass does). */
+static void scalar_dot_heads_ref(const uint8_t *const *codes, int nk, const float *codebook, int bits,
+                                 const float *q_rot, int G, int q_stride, int d, float *out) {
+    for (int t = 0; t < nk; t++)
+        for (int g = 0; g < G; g++)
+            out[g * nk + t] = codes[t] ? turbo_scalar_dot_ref(codes[t], codebook, bits, q_rot + (size_t)g * q_stride, d)
+                                       : 0.0f;
+}
+static void tcq_dot_heads_ref(const uint8_t *const *codes, int nk, const float *codebook, int k, const float *q_rot,
+                              int G, int q_stride, int d, float *out) {
+    for (int t = 0; t < nk; t++)
+        for (int g = 0; g < G; g++)
+            out[g * nk + t] = codes[t] ? turbo_tcq_dot_ref(codes[t], codebook, k, q_rot + (size_t)g * q_stride, d) : 0.0f;
+}
+static void scalar_axpy_keys_ref(const uint8_t *const *codes, int nk, const float *codebook, int bits,
+                                 const float *coef, int G, float *acc_rot, int acc_stride, int d) {
+    for (int t = 0; t < nk; t++)
+        for (int g = 0; g < G; g++)
+            if (codes[t] && coef[g * nk + t] != 0.0f)
+                turbo_scalar_axpy_ref(codes[t], codebook, bits, coef[g * nk + t], acc_rot + (size_t)g * acc_stride, d);
+}
+static void tcq_axpy_keys_ref(const uint8_t *const *codes, int nk, const float *codebook, int k,
+                              const float *coef, int G, float *acc_rot, int acc_stride, int d) {
+    for (int t = 0; t < nk; t++)
+        for (int g = 0; g < G; g++)
+            if (codes[t] && coef[g * nk + t] != 0.0f)
+                turbo_tcq_axpy_ref(codes[t], codebook, k, coef[g * nk + t], acc_rot + (size_t)g * acc_stride, d);
+}
+
 static const turbo_kernels g_scalar_kernels = {
     turbo_scalar_dot_ref, turbo_tcq_dot_ref,
     turbo_scalar_axpy_ref, turbo_tcq_axpy_ref,
     kvq_turbo_tcq_viterbi_scalar,
+    scalar_dot_heads_ref, tcq_dot_heads_ref,
+    scalar_axpy_keys_ref, tcq_axpy_keys_ref,
 };
 static turbo_kernels g_active_kernels;
 static pthread_once_t g_kernels_once = PTHREAD_ONCE_INIT;
@@ -339,6 +371,93 @@ void kvq_turbo_axpy_rot(kvq_turbo_type t, float w, const void *row, float *acc_r
 void kvq_turbo_axpy_rot_scalar(kvq_turbo_type t, float w, const void *row, float *acc_rot,
                                int head_dim) {
     if (valid_type(t)) axpy_with(&g_scalar_kernels, t, w, row, acc_rot, head_dim);
+}
+
+/* ------------------------------------------------ attention over chunks */
+
+enum { CHUNK_HEADS = 16, CHUNK_KEYS = 32 };   /* heads and keys per pass (stack arrays) */
+
+static const turbo_kernels *kernels_of(bool simd) { return simd ? turbo_active_kernels() : &g_scalar_kernels; }
+
+/* Heads h0..h0+G-1 (G <= CHUNK_HEADS), keys k0..k0+nk-1 (nk <=
+ * CHUNK_KEYS) of the chunk's scores: per key the blocks' dots summed as
+ * dot_with sums them (a block of zero norm skipped), then times scale
+ * (as the per-key pass does). */
+static void chunk_scores_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
+                              const float *q_rot, int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
+    const float *c = codebook_of(t);
+    turbo_dot_heads_fn dot = g_formats[t].tcq ? kern->tcq_dot_heads : kern->scalar_dot_heads;
+    float part[CHUNK_HEADS * CHUNK_KEYS], sum[CHUNK_HEADS * CHUNK_KEYS] = { 0 }, bs[CHUNK_KEYS];
+    const uint8_t *codes[CHUNK_KEYS];
+    size_t at = 0;
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
+        int d = block_dim_at(head_dim, off);
+        for (int i = 0; i < nk; i++) {
+            bs[i] = block_scale(rows[i] + at, d);
+            codes[i] = bs[i] != 0.0f ? rows[i] + at + TURBO_NORM_BYTES : NULL;
+        }
+        dot(codes, nk, c, g_formats[t].bits, q_rot + off, G, q_stride, d, part);
+        for (int g = 0; g < G; g++)
+            for (int i = 0; i < nk; i++)
+                if (codes[i]) sum[g * nk + i] += bs[i] * part[g * nk + i];
+        at += kvq_turbo_block_bytes(t, d);
+    }
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = sum[g * nk + i] * scale;
+}
+
+void kvq_turbo_chunk_scores(bool simd, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
+                            int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
+    if (!valid_type(t)) {
+        for (int g = 0; g < G; g++)
+            for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = NAN;
+        return;
+    }
+    const turbo_kernels *kern = kernels_of(simd);
+    for (int h = 0; h < G; h += CHUNK_HEADS)
+        for (int i = 0; i < nk; i += CHUNK_KEYS)
+            chunk_scores_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), q_rot + (size_t)h * q_stride,
+                              KVQ_MIN(CHUNK_HEADS, G - h), q_stride, head_dim, scale, w + (size_t)h * ldw + i, ldw);
+}
+
+/* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS), heads h0.. (G <= CHUNK_HEADS): per
+ * block the weights times the key's block scale (0 where the weight or
+ * the scale is 0: such a key and head add nothing, as in axpy_with). */
+static void chunk_values_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
+                              const float *w, int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
+    const float *c = codebook_of(t);
+    turbo_axpy_keys_fn axpy = g_formats[t].tcq ? kern->tcq_axpy_keys : kern->scalar_axpy_keys;
+    float coef[CHUNK_HEADS * CHUNK_KEYS];
+    const uint8_t *codes[CHUNK_KEYS];
+    size_t at = 0;
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
+        int d = block_dim_at(head_dim, off);
+        bool any = false;
+        for (int i = 0; i < nk; i++) {
+            const uint8_t *blk = rows[i] ? rows[i] + at : NULL;
+            const float bs = blk ? block_scale(blk, d) : 0.0f;
+            bool used = false;
+            for (int g = 0; g < G; g++) {
+                const float wt = w[(size_t)g * ldw + i];
+                coef[g * nk + i] = wt != 0.0f && bs != 0.0f ? wt * bs : 0.0f;
+                used |= wt != 0.0f && bs != 0.0f;
+            }
+            codes[i] = used ? blk + TURBO_NORM_BYTES : NULL;
+            any |= used;
+        }
+        if (any) axpy(codes, nk, c, g_formats[t].bits, coef, G, acc_rot + off, acc_stride, d);
+        at += kvq_turbo_block_bytes(t, d);
+    }
+}
+
+void kvq_turbo_chunk_values(bool simd, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
+                            int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
+    if (!valid_type(t)) return;
+    const turbo_kernels *kern = kernels_of(simd);
+    for (int h = 0; h < G; h += CHUNK_HEADS)
+        for (int i = 0; i < nk; i += CHUNK_KEYS)
+            chunk_values_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), w + (size_t)h * ldw + i, ldw,
+                              KVQ_MIN(CHUNK_HEADS, G - h), acc_rot + (size_t)h * acc_stride, acc_stride, head_dim);
 }
 
 /* Decoding is axpy with weight 1 into a zeroed rotated buffer, rotated back. */

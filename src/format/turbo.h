@@ -94,6 +94,20 @@ float kvq_turbo_dot_rot(kvq_turbo_type t, const void *row, const float *q_rot, i
 void  kvq_turbo_axpy_rot(kvq_turbo_type t, float w, const void *row, float *acc_rot, int head_dim);
 void  kvq_turbo_unrotate(const float *acc_rot, float *out, int head_dim);
 
+/* Attention over a chunk of nk rows of type t (the cache's row hooks),
+ * with the SIMD kernels this CPU runs (simd) or the scalar ones, each
+ * block's codes decoded once for all G heads, no f32 row per key:
+ *   chunk_scores: w[g*ldw + i] = scale * (row i . q_rot[g*q_stride ..]),
+ *                 each score the ops of kvq_turbo_dot_rot at that level;
+ *   chunk_values: acc_rot[g*acc_stride ..] += w[g*ldw + i] * R x_hat_i,
+ *                 keys added in order i, a NULL row or a weight of 0 (or a
+ *                 zero norm) adding nothing (as kvq_turbo_axpy_rot per key
+ *                 and head, skipping zero weights, would). */
+void kvq_turbo_chunk_scores(bool simd, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
+                            int G, int q_stride, int head_dim, float scale, float *w, int ldw);
+void kvq_turbo_chunk_values(bool simd, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
+                            int ldw, int G, float *acc_rot, int acc_stride, int head_dim);
+
 /* The same kernels without SIMD (test oracle, KVQ_FORCE_SCALAR path). */
 kvq_status kvq_turbo_quantize_scalar(kvq_turbo_type t, const float *x, void *dst, int head_dim,
                                      kvq_error *err);

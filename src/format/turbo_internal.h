@@ -18,11 +18,24 @@ typedef void (*turbo_axpy_fn)(const uint8_t *codes, const float *codebook, int b
                               float w_scale, float *acc_rot, int d);
 typedef double (*turbo_viterbi_fn)(int k, const float *c, const float *x, int d,
                                    uint16_t *states);
+/* Attention's block kernels (kvq_turbo_chunk_scores / _values), each
+ * block's codes decoded once for every head: nk keys' blocks against G
+ * query heads (out[g*nk + t] = codes[t] . q_rot[g*q_stride ..], each
+ * summed exactly as the dot kernel sums it; codes[t] NULL: out is 0), and
+ * nk keys' blocks added into G accumulators (acc[g*acc_stride ..] +=
+ * coef[g*nk + t] * values of codes[t], keys in order t; codes[t] NULL:
+ * key skipped). */
+typedef void (*turbo_dot_heads_fn)(const uint8_t *const *codes, int nk, const float *codebook, int bits,
+                                   const float *q_rot, int G, int q_stride, int d, float *out);
+typedef void (*turbo_axpy_keys_fn)(const uint8_t *const *codes, int nk, const float *codebook, int bits,
+                                   const float *coef, int G, float *acc_rot, int acc_stride, int d);
 
 typedef struct turbo_kernels {
     turbo_dot_fn  scalar_dot, tcq_dot;
     turbo_axpy_fn scalar_axpy, tcq_axpy;
     turbo_viterbi_fn viterbi;
+    turbo_dot_heads_fn scalar_dot_heads, tcq_dot_heads;
+    turbo_axpy_keys_fn scalar_axpy_keys, tcq_axpy_keys;
 } turbo_kernels;
 
 /* The kernels in use (AVX2 where the CPU has it). */

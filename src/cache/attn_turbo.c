@@ -1,0 +1,51 @@
+/* attn_turbo.c - the row hooks of the TurboQuant types: scores and V sums
+ * straight from the codes (kvq_turbo_chunk_scores / _values: codebook
+ * values in the rotated domain, where the cache keeps the query and the
+ * accumulators, each block's norm applied once per key and each group of
+ * codes decoded once for every head of the GQA group), no f32 row per key.
+ *
+ * Where more than FUSED_MAX_HEADS query vectors share a chunk (prefill:
+ * a group of query rows times the GQA heads) the rows are unpacked once
+ * into an f32 tile instead (the decode hooks): the tile kernels then
+ * reuse each unpacked row for every vector, which beats decoding the
+ * codes again per pass of 4 heads (measured: pp64 at 0.6x of the tile's
+ * speed when fused).  The "-tile" levels (no fused kernels) always
+ * unpack, what ran before (for measurements). */
+#include "row_hooks.h"
+#include "format_row.h"
+#include "turbo.h"
+
+enum { FUSED_MAX_HEADS = 4 };   /* query vectors of one pass of the block kernels */
+
+static kvq_turbo_type turbo_of(kvq_type t) {
+    switch (t) {
+    case KVQ_TYPE_TURBO2: return KVQ_TURBO2;
+    case KVQ_TYPE_TURBO3: return KVQ_TURBO3;
+    case KVQ_TYPE_TURBO4: return KVQ_TURBO4;
+    case KVQ_TYPE_TURBO2_TCQ: return KVQ_TURBO2_TCQ;
+    case KVQ_TYPE_TURBO3_TCQ: return KVQ_TURBO3_TCQ;
+    case KVQ_TYPE_TURBO4_TCQ: return KVQ_TURBO4_TCQ;
+    default: return KVQ_TURBO_COUNT;
+    }
+}
+
+static void turbo_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows, int nk,
+                         const attn_query *q, int G, float scale, float *w, int ldw) {
+    if (!kr->fused || G > FUSED_MAX_HEADS) { attn_hooks_decode.score(kr, k, rows, nk, q, G, scale, w, ldw); return; }
+    kvq_turbo_chunk_scores(kr->isa >= KVQ_ISA_AVX2, turbo_of(k->type), rows, nk, q->q, G, q->stride, (int)k->len, scale, w, ldw);
+}
+
+static void turbo_values(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows, int nk,
+                         const float *w, int ldw, int G, float *acc, int acc_stride) {
+    if (!kr->fused || G > FUSED_MAX_HEADS) { attn_hooks_decode.accumulate(kr, v, rows, nk, w, ldw, G, acc, acc_stride); return; }
+    kvq_turbo_chunk_values(kr->isa >= KVQ_ISA_AVX2, turbo_of(v->type), rows, nk, w, ldw, G, acc, acc_stride, (int)v->len);
+}
+
+static const kvq_row_hooks g_turbo_hooks = { .name = "turbo codes", .score = turbo_scores,
+                                             .accumulate = turbo_values };
+
+void kvq_turbo_register(void) {
+    static const kvq_type types[] = { KVQ_TYPE_TURBO2,     KVQ_TYPE_TURBO3,     KVQ_TYPE_TURBO4,
+                                      KVQ_TYPE_TURBO2_TCQ, KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO4_TCQ };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) kvq_format_set_hooks(types[i], &g_turbo_hooks);
+}
