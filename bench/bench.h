@@ -16,6 +16,7 @@
 #define KVQ_BENCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef int (*bench_fn)(int argc, char **argv);
 typedef struct bench_group {
@@ -48,5 +49,9 @@ double bench_median(double *v, int n);
 double bench_time(void (*fn)(void *ctx), void *ctx, int reps, double min_batch_s);
 /* A value the optimiser must assume is used. */
 void bench_consume(double v);
+/* Seeded test data: splitmix64's next word, and a cheap near-Gaussian
+ * (sum of four uniforms, unit variance) from it. */
+uint64_t bench_rng_next(uint64_t *s);
+float bench_gauss(uint64_t *s);
 
 #endif

@@ -30,16 +30,6 @@
 
 enum { BENCH_HEADS_KV = 8, BENCH_GQA = 4, BENCH_HEAD_DIM = 128, BENCH_DISTINCT = 256 };
 
-static float rand_gauss(uint64_t *s) {   /* splitmix64 + sum of uniforms: cheap, good enough */
-    float acc = 0.0f;
-    for (int i = 0; i < 4; i++) {
-        uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        acc += (float)((z ^ (z >> 31)) >> 11) * (1.0f / 9007199254740992.0f);
-    }
-    return (acc - 2.0f) * 1.7320508f;
-}
 
 /* A cache of n_ctx tokens: BENCH_DISTINCT real writes, whose body rows are
  * then repeated up to n_ctx (quantising 32768 x 16 rows of iq4_nl would
@@ -62,7 +52,7 @@ static kvq_cache *make_cache(kvq_type t, int n_ctx) {
     float *kv = malloc(2 * n * sizeof(float));
     uint64_t seed = 1;
     if (kv)
-        for (size_t i = 0; i < 2 * n; i++) kv[i] = rand_gauss(&seed);
+        for (size_t i = 0; i < 2 * n; i++) kv[i] = bench_gauss(&seed);
     if (!kv || kvq_cache_write(c, 0, 0, BENCH_DISTINCT, kv, kv + n, &err) != KVQ_OK) {
         free(kv);
         kvq_cache_free(c);
@@ -132,7 +122,7 @@ int bench_attention(int argc, char **argv) {
     const int n_head = BENCH_HEADS_KV * BENCH_GQA;
     float q[BENCH_HEADS_KV * BENCH_GQA * BENCH_HEAD_DIM], out[BENCH_HEADS_KV * BENCH_GQA * BENCH_HEAD_DIM];
     uint64_t seed = 7;
-    for (int i = 0; i < n_head * BENCH_HEAD_DIM; i++) q[i] = rand_gauss(&seed);
+    for (int i = 0; i < n_head * BENCH_HEAD_DIM; i++) q[i] = bench_gauss(&seed);
     kvq_pool *pool2 = kvq_pool_create(2);
     printf("attention decode: %d KV heads x %d, GQA %d, simd %s\n", BENCH_HEADS_KV, BENCH_HEAD_DIM, BENCH_GQA,
            kvq_simd_level());

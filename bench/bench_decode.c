@@ -30,16 +30,6 @@ typedef struct decode_opts {
     const char *types, *levels;
 } decode_opts;
 
-static float noise(uint64_t *s) {
-    float acc = 0.0f;
-    for (int i = 0; i < 4; i++) {
-        uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        acc += (float)((z ^ (z >> 31)) >> 11) * (1.0f / 9007199254740992.0f);
-    }
-    return (acc - 2.0f) * 1.7320508f;
-}
 
 /* DISTINCT written rows repeated to n_ctx (quantising every row would
  * dominate; attention reads the same bytes either way). */
@@ -57,7 +47,7 @@ static kvq_cache *make_cache(const decode_opts *o, kvq_type t) {
     const size_t n = (size_t)DISTINCT * o->kv_heads * o->head_dim;
     float *kv = malloc(2 * n * sizeof(float));
     uint64_t seed = 1;
-    for (size_t i = 0; kv && i < 2 * n; i++) kv[i] = noise(&seed);
+    for (size_t i = 0; kv && i < 2 * n; i++) kv[i] = bench_gauss(&seed);
     if (!kv || kvq_cache_write(c, 0, 0, DISTINCT, kv, kv + n, &err)) { free(kv); kvq_cache_free(c); return NULL; }
     free(kv);
     const kvq_cache_side *sides[2] = { &c->k[0], &c->v[0] };
@@ -144,7 +134,7 @@ int bench_decode_step(int argc, char **argv) {
     const int n_head = o.kv_heads * o.gqa;
     float *q = malloc((size_t)n_head * o.head_dim * sizeof *q), *out = malloc((size_t)n_head * o.head_dim * sizeof *out);
     uint64_t seed = 7;
-    for (int i = 0; i < n_head * o.head_dim; i++) q[i] = noise(&seed);
+    for (int i = 0; i < n_head * o.head_dim; i++) q[i] = bench_gauss(&seed);
     for (int r = 0; r < o.rounds; r++)
         for (int i = 0; i < n; i++) {
             step(&o, &cfg[i], q, out, pool);   /* warm */

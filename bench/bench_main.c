@@ -67,6 +67,19 @@ double bench_time(void (*fn)(void *ctx), void *ctx, int reps, double min_batch_s
 static volatile double g_sink;
 void bench_consume(double v) { g_sink += v; }
 
+uint64_t bench_rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+float bench_gauss(uint64_t *s) {
+    float acc = 0.0f;
+    for (int i = 0; i < 4; i++) acc += (float)(bench_rng_next(s) >> 11) * (1.0f / 9007199254740992.0f);
+    return (acc - 2.0f) * 1.7320508f;
+}
+
 static void usage(FILE *out) {
     fprintf(out, "usage: kvq-bench [GROUP [ARGS...]] | --list | -h\n"
                  "Runs every benchmark group, or the one named (ARGS go to it; GROUP -h for its flags).\n");

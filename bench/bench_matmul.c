@@ -1,6 +1,7 @@
 /* bench_matmul.c - throughput of kvq_matmul (decode: one token, prefill:
  * 64 tokens) for every weight type a GGUF model may hold.  Timings only;
  * correctness lives in tests/test_matmul.c. */
+#include "bench.h"
 #include "bench_matmul.h"
 
 #include "kvq.h"
@@ -22,13 +23,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-static float rng_float(uint64_t *s) { return (float)((double)(rng_next(s) >> 11) / 9007199254740992.0 - 0.5); }
+static float rng_float(uint64_t *s) { return (float)((double)(bench_rng_next(s) >> 11) / 9007199254740992.0 - 0.5); }
 
 /* rows x cols weights of type ty: quantised uniform noise, or (weight-only
  * K-quants, no quantiser) random bytes with small finite fp16 scales. */
@@ -46,7 +41,7 @@ static uint8_t *make_weights(kvq_type ty, int64_t rows, int64_t cols) {
             kvq_quantize_row(ty, x, row, cols);
             continue;
         }
-        for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)rng_next(&s);
+        for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)bench_rng_next(&s);
         const uint16_t d = kvq_fp32_to_fp16(0.01f);
         for (size_t b = 0; b < rb; b += (size_t)tr->block_bytes) {
             /* Q6_K keeps d last; Q4_K/Q5_K keep d, dmin first */
