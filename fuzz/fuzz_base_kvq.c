@@ -10,6 +10,7 @@
  * or fail with KVQ_ERR_FORMAT and a message.
  */
 #include "base_kvq.h"
+#include "fuzz_input.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -42,11 +43,8 @@ static void read_once(const void *buf, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    /* a copy of exactly size bytes, 8-byte aligned as a mapping is (ASan
-     * then sees any read past the end) */
-    uint8_t *buf = malloc(size ? size : 1);
+    uint8_t *buf = fuzz_copy_input(data, size);
     if (!buf) return 0;
-    if (size) memcpy(buf, data, size);
     read_once(buf, size);
     kvq_base_kvq_reseal(buf, size);
     read_once(buf, size);

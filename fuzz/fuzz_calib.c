@@ -13,6 +13,7 @@
  * read by attention.
  */
 #include "calib.h"
+#include "fuzz_input.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -113,9 +114,8 @@ static void read_once(const uint8_t *buf, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    uint8_t *buf = malloc(size ? size : 1);   /* exact size: ASan sees overreads */
+    uint8_t *buf = fuzz_copy_input(data, size);
     if (!buf) return 0;
-    if (size) memcpy(buf, data, size);
     read_once(buf, size);
     kvq_calib_reseal(buf, size);
     read_once(buf, size);

@@ -9,6 +9,7 @@
  * are shapes the forward pass can use.  Logits of random weights may be
  * anything; memory errors and undefined behaviour are what is caught.
  */
+#include "fuzz_input.h"
 #include "model.h"
 
 #include <stdlib.h>
@@ -44,11 +45,8 @@ static void run_model(const kvq_model *m) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    /* the model reads its weights in place: an exact-size copy lets ASan
-     * see any read past the end */
-    uint8_t *buf = malloc(size ? size : 1);
+    uint8_t *buf = fuzz_copy_input(data, size);   /* the model reads its weights in place */
     if (!buf) return 0;
-    if (size) memcpy(buf, data, size);
     kvq_model *m = NULL;
     kvq_error err = { 0 };
     kvq_status st = kvq_model_load_memory(buf, size, &m, &err);

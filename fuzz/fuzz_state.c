@@ -10,6 +10,7 @@
  * Seeds: fuzz/corpus/state/ (make fuzz-corpus).
  */
 #include "cache.h"
+#include "fuzz_input.h"
 #include "hash64.h"
 #include "state_caches.h"
 
@@ -37,9 +38,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!caches[0])
         for (int i = 0; i < STATE_CACHES; i++)
             if (!(caches[i] = state_cache_make(i))) abort();
-    uint8_t *sealed = malloc(size ? size : 1);
+    uint8_t *sealed = fuzz_copy_input(data, size);
     if (!sealed) abort();
-    memcpy(sealed, data, size);
     if (size >= 8) kvq_wr64(sealed + size - 8, kvq_hash64_of(sealed, size - 8));
     for (int i = 0; i < STATE_CACHES; i++) {
         try_load(caches[i], data, size);

@@ -255,6 +255,13 @@ TEST(cache_calib_state_needs_its_calibration) {
     CHECK(st_wrong != KVQ_OK && strstr(err2.msg, "calibration"), "another calibration accepted: %s", err2.msg);
 }
 
+/* The CLI tests' assets in ../shared: toy-h64, the evaluation text and
+ * the calibration text (each buffer 1024 bytes); false if any is absent. */
+static bool cli_assets(char *model, char *text, char *gpl) {
+    return test_shared_path(model, 1024, "models/toy-h64.gguf") &&
+           test_shared_path(text, 1024, "text/austen-northanger-40k.txt") && test_shared_path(gpl, 1024, "text/gpl3.txt");
+}
+
 /* kvq sweep --calib: the calibrated types join the table; their stored
  * runs carry the calibration's checksum, so another calibration runs
  * them again instead of reusing a result it did not produce. */
@@ -262,10 +269,7 @@ TEST(cache_calib_sweep_takes_the_calibration) {
     const char *bin = test_kvq_bin();
     char model[1024], text[1024], gpl[1024];
     if (!bin) SKIP("KVQ_BIN not set (run through make test)");
-    if (!test_shared_path(model, sizeof model, "models/toy-h64.gguf") ||
-        !test_shared_path(text, sizeof text, "text/austen-northanger-40k.txt") ||
-        !test_shared_path(gpl, sizeof gpl, "text/gpl3.txt"))
-        SKIP("../shared models/toy-h64.gguf or the texts not found");
+    if (!cli_assets(model, text, gpl)) SKIP("../shared models/toy-h64.gguf or the texts not found");
     char dir[64], cal_a[96], cal_b[96], cmd[8192];
     static char out[16384];
     snprintf(dir, sizeof dir, "/tmp/kvq_calib_sweep_%d", (int)getpid());
@@ -306,10 +310,7 @@ TEST(cache_calib_plan_mixes_calibrated_types) {
     const char *bin = test_kvq_bin();
     char model[1024], text[1024], gpl[1024];
     if (!bin) SKIP("KVQ_BIN not set (run through make test)");
-    if (!test_shared_path(model, sizeof model, "models/toy-h64.gguf") ||
-        !test_shared_path(text, sizeof text, "text/austen-northanger-40k.txt") ||
-        !test_shared_path(gpl, sizeof gpl, "text/gpl3.txt"))
-        SKIP("../shared models/toy-h64.gguf or the texts not found");
+    if (!cli_assets(model, text, gpl)) SKIP("../shared models/toy-h64.gguf or the texts not found");
     char cal[64], cmd[8192];
     static char out[16384];
     snprintf(cal, sizeof cal, "/tmp/kvq_calib_plan_%d.cal", (int)getpid());
