@@ -364,9 +364,14 @@ KVQ_API void kvq_cache_free(kvq_cache *c);
 KVQ_API void kvq_cache_clear(kvq_cache *c);             /* empty, keep memory */
 
 /* Store n tokens' K and V of one layer at positions pos..pos+n-1 (they
- * must follow the positions already stored).  k: [n][n_head_kv][head_dim_k],
- * v: [n][n_head_kv][head_dim_v], after RoPE, not rotated: the cache
- * rotates and quantises them. */
+ * must follow the positions already stored, kvq_cache_n_stored).
+ * k: [n][n_head_kv][head_dim_k], v: [n][n_head_kv][head_dim_v], after
+ * RoPE, not rotated: the cache rotates and quantises them.
+ * A failed call stores nothing: KVQ_ERR_ARG for arguments, KVQ_ERR_NOMEM
+ * when a larger pool than before needs more tile scratch (everything else
+ * a write needs is allocated at creation).  The layer still holds the
+ * positions kvq_cache_n_stored says, and the same call can be repeated
+ * (tested with failure injection). */
 KVQ_API kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n,
                            const float *k, const float *v, kvq_error *err);
 
@@ -690,6 +695,9 @@ KVQ_API kvq_type kvq_cache_layer_type(const kvq_cache *c, int layer, bool is_v);
  * rounded up to KVarN's first tile): kvq_cache_shift's keep_first must be
  * at least this. */
 KVQ_API int kvq_cache_sink_rows(const kvq_cache *c);
+/* Positions layer holds (the next write starts there); -1 for a NULL
+ * cache or a layer outside 0..n_layer-1. */
+KVQ_API int kvq_cache_n_stored(const kvq_cache *c, int layer);
 /* Bytes one query row at position qp reads from the cache, over every
  * layer: for each side and KV head the row of every key 0..qp from the
  * copy it is read from (exact sink and tail rows, body rows; a tile

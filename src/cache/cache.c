@@ -634,8 +634,11 @@ kvq_status kvq_cache_write_pool(kvq_cache *c, int layer, int pos, int n, const f
     if (fail_pos != INT_MAX) {
         c->n_stored[layer] = fail_pos;     /* what is complete stays usable */
         c->stage.n = fail_pos - pos;
-        return kvq_fail(err, (kvq_status)atomic_load(&job.fail_status), "cache: quantising tile %d failed",
-                        fail_pos / KVQ_KVARN_TILE);
+        return kvq_fail(err, (kvq_status)atomic_load(&job.fail_status),
+                        "cache write: quantising tile %d of layer %d failed (%s); the layer keeps positions 0..%d",
+                        fail_pos / KVQ_KVARN_TILE, layer,
+                        atomic_load(&job.fail_status) == KVQ_ERR_NOMEM ? "out of memory" : "internal error",
+                        fail_pos - 1);
     }
     c->n_stored[layer] = pos + n;
     return KVQ_OK;
