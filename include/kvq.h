@@ -374,6 +374,11 @@ KVQ_API void kvq_cache_clear(kvq_cache *c);             /* empty, keep memory */
  * (tested with failure injection). */
 KVQ_API kvq_status kvq_cache_write(kvq_cache *c, int layer, int pos, int n,
                            const float *k, const float *v, kvq_error *err);
+/* kvq_cache_write with its work split over the pool's threads (NULL:
+ * inline) by KV head and side; the stored bytes are the same for any
+ * thread count. */
+KVQ_API kvq_status kvq_cache_write_pool(kvq_cache *c, int layer, int pos, int n, const float *k, const float *v,
+                                        kvq_pool *pool, kvq_error *err);
 
 /* Causal attention of n query rows at positions pos..pos+n-1 (query i
  * sees keys 0..pos+i) over what layer holds.  q: [n][n_head][head_dim_k]

@@ -48,11 +48,17 @@ static kvq_status fill_synthetic(kvq_ctx *ctx, const kvq_model_info *in, int dep
     float *v = k + (size_t)batch * k_row;
     uint64_t seed = 42;
     for (size_t i = 0; i < (size_t)batch * (k_row + v_row); i++) k[i] = noise(&seed);
+    /* the run's threads share the writes, as in a prefill (the bytes do
+     * not depend on it; the quantisers of iq4_nl and the trellis types
+     * are what makes a deep fill take minutes) */
+    kvq_pool *pool = kvq_ctx_threads(ctx) > 1 ? kvq_pool_create(kvq_ctx_threads(ctx)) : NULL;
     kvq_status st = KVQ_OK;
     for (int start = 0; !st && start < depth; start += batch) {
         const int n = CLI_MIN(batch, depth - start);
-        for (int il = 0; !st && il < in->n_layer; il++) st = kvq_cache_write(kvq_ctx_cache(ctx), il, start, n, k, v, err);
+        for (int il = 0; !st && il < in->n_layer; il++)
+            st = kvq_cache_write_pool(kvq_ctx_cache(ctx), il, start, n, k, v, pool, err);
     }
+    kvq_pool_free(pool);
     free(k);
     return st;
 }

@@ -130,12 +130,6 @@ void kvq_calib_score_avx2(const kvq_cache_side *sd, int kv_head, int key0, int n
 void kvq_calib_accumulate_avx2(const kvq_cache_side *sd, int kv_head, int key0, int nk, const float *w, int G,
                                int w_stride, float *acc, int acc_stride);
 
-/* kvq_cache_write with its work split over the pool's threads (NULL:
- * inline) by KV head and side; the stored bytes are the same for any
- * thread count. */
-kvq_status kvq_cache_write_pool(kvq_cache *c, int layer, int pos, int n, const float *k, const float *v,
-                                kvq_pool *pool, kvq_error *err);
-
 /* At least `floats` floats of working memory for one attention call, kept
  * by the cache and reused, so that decoding allocates only when a call
  * needs more than any before it (the first prefill, a longer context's key
