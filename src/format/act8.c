@@ -101,15 +101,19 @@ static void codes_q4_0(const uint8_t *b, int8_t c[32]) {
     static float scalar_##name(const void *row, const void *xq, int64_t n) {          \
         const uint8_t *b = row;                                                       \
         const kvq_xq32 *x = xq;                                                       \
-        float acc[8] = { 0 };                                                         \
+        float acc[4][8] = { { 0 } }, sum[8];                                          \
         for (int64_t i = 0; i < n; i += 32, b += (BYTES), x++) {                      \
             int8_t c[32];                                                             \
             int32_t lanes[8];                                                         \
             codes_##name(b, c);                                                       \
             lanes32(c, x->q, lanes);                                                  \
-            add_lanes(acc, kvq_half_to_float(kvq_rd16(b)) * x->d, lanes);             \
+            add_lanes(acc[(i / 32) % 4], kvq_half_to_float(kvq_rd16(b)) * x->d, lanes); \
         }                                                                             \
-        return kvq_act8_hsum(acc);                                                    \
+        for (int l = 0; l < 8; l++) {                                                 \
+            const float s01 = acc[0][l] + acc[1][l], s23 = acc[2][l] + acc[3][l];     \
+            sum[l] = s01 + s23;                                                       \
+        }                                                                             \
+        return kvq_act8_hsum(sum);                                                    \
     }
 SCALAR_DOT32(q8_0, KVQ_BYTES_Q8_0)
 SCALAR_DOT32(q4_0, KVQ_BYTES_Q4_0)
@@ -130,12 +134,12 @@ static void kq_lanes(const uint8_t *u, const int8_t *x, const int *scale16, int3
 
 /* Unsigned codes (0..31) and the per-16 scales of a Q4_K / Q5_K block. */
 static void unpack_q45_K(const uint8_t *b, bool has_qh, uint8_t u[256], int scale16[16], int min8[8]) {
-    uint8_t sc[8], m[8];
-    kvq_kq_scales_bytes(b, sc, m);
+    uint64_t scw, mw;
+    kvq_kq_scales_words(b, &scw, &mw);
     const uint8_t *qh = b + 16, *qs = has_qh ? b + 48 : b + 16;
     for (int j = 0; j < 8; j++) {
-        scale16[2 * j] = scale16[2 * j + 1] = sc[j];
-        min8[j] = m[j];
+        scale16[2 * j] = scale16[2 * j + 1] = (int)(scw >> 8 * j) & 0xff;
+        min8[j] = (int)(mw >> 8 * j) & 0xff;
         const uint8_t *q = qs + 32 * (j / 2);
         for (int l = 0; l < 32; l++) {
             int code = j & 1 ? q[l] >> 4 : q[l] & 15;

@@ -73,18 +73,14 @@ kvq_act8_level kvq_act8_level_best(void);
 void kvq_act8_install_avx2(kvq_act8_dot_fn table[KVQ_TYPE_COUNT]);
 void kvq_act8_install_vnni(kvq_act8_dot_fn table[KVQ_TYPE_COUNT]);
 
-/* The 6-bit scales and mins of Q4_K/Q5_K's 8 sub-blocks as bytes (the rule
- * of kvq_kq_scale_min, three word operations). */
-static inline void kvq_kq_scales_bytes(const uint8_t *b, uint8_t sc[8], uint8_t m[8]) {
+/* The 6-bit scales and mins of Q4_K/Q5_K's 8 sub-blocks, byte j of *sc
+ * and *m for sub-block j (the rule of kvq_kq_scale_min, word operations). */
+static inline void kvq_kq_scales_words(const uint8_t *b, uint64_t *sc, uint64_t *m) {
     uint32_t w[3];
     memcpy(w, b + 4, sizeof w);
     const uint32_t six = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, two = 0x03030303u;
-    const uint32_t v[4] = { w[0] & six, (w[2] & nib) | (((w[0] >> 6) & two) << 4),
-                            w[1] & six, ((w[2] >> 4) & nib) | (((w[1] >> 6) & two) << 4) };
-    for (int i = 0; i < 4; i++) {
-        sc[i] = (uint8_t)(v[0] >> 8 * i); sc[4 + i] = (uint8_t)(v[1] >> 8 * i);
-        m[i] = (uint8_t)(v[2] >> 8 * i);  m[4 + i] = (uint8_t)(v[3] >> 8 * i);
-    }
+    *sc = (uint64_t)(w[0] & six) | (uint64_t)((w[2] & nib) | (((w[0] >> 6) & two) << 4)) << 32;
+    *m = (uint64_t)(w[1] & six) | (uint64_t)(((w[2] >> 4) & nib) | (((w[1] >> 6) & two) << 4)) << 32;
 }
 
 /* The fixed final sum of the 8 partials (kvq_v8_hsum's order). */
