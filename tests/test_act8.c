@@ -277,3 +277,34 @@ TEST(act8_context_option) {
     CHECK(diff > 0 && diff < 0.05 * mag, "int8 vs f32 logits: max difference %.3g (largest logit %.3g)", diff, mag);
     CHECK(kvq_ctx_set_activations(NULL, KVQ_ACT_INT8, &err) == KVQ_ERR_ARG, "NULL ctx accepted");
 }
+
+/* --act on the engine commands: a bad value is one error line naming the
+ * flag and exit status 1; with the shared q8_0 model, int8 activations
+ * give a perplexity near the f32 one but not the same. */
+TEST(act8_cli_flag) {
+    const char *bin = test_kvq_bin();
+    if (!bin) SKIP("KVQ_BIN not set");
+    static const char *const cmds[] = { "run -p hi", "perplexity -f x", "kld --base x", "bench" };
+    static char cmd[4096], out[4096];
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(cmds); i++) {
+        snprintf(cmd, sizeof cmd, "%s %s -m x.gguf --act fp8", bin, cmds[i]);
+        const int rc = test_run(cmd, out, sizeof out);
+        int lines = 0;
+        for (const char *p = out; *p; p++) lines += *p == '\n';
+        CHECK(rc == 1 && lines == 1 && strstr(out, "--act") && strstr(out, "f32 or int8"), "'%s' exited %d: %s", cmd, rc,
+              out);
+    }
+    char model[1024], text[1024];
+    if (!test_shared_path(model, sizeof model, "models/synth/qwen3-h128-q8_0.gguf") ||
+        !test_shared_path(text, sizeof text, "text/gpl3.txt"))
+        SKIP("../shared/models/synth/qwen3-h128-q8_0.gguf or ../shared/text/gpl3.txt not found");
+    double ppl[2] = { 0, 0 };
+    for (int a = 0; a < 2; a++) {
+        snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c 128 --chunks 2 -t 2 --act %s 2>/dev/null", bin, model, text,
+                 a ? "int8" : "f32");
+        const int rc = test_run(cmd, out, sizeof out);
+        const char *p = strstr(out, "PPL = ");
+        CHECK(rc == 0 && p && sscanf(p, "PPL = %lf", &ppl[a]) == 1, "'%s' exited %d: %s", cmd, rc, out);
+    }
+    CHECK(ppl[0] != ppl[1] && fabs(ppl[1] / ppl[0] - 1) < 0.01, "PPL f32 %.4f, int8 %.4f", ppl[0], ppl[1]);
+}
