@@ -91,6 +91,41 @@ TEST(act8_every_level_matches_scalar_bits) {
     CHECK(compared > 0 || kvq_act8_level_best() == KVQ_ACT8_SCALAR, "no SIMD level compared");
 }
 
+/* The 4-token prefill kernels give, per token, the scalar dot's bits. */
+TEST(act8_dot4_matches_scalar_bits) {
+    enum { N = 1280 };
+    static uint8_t row[N / 32 * 34];
+    static float x[4][N];
+    static kvq_xq32 xq[4][N / 32];   /* room for either layout */
+    test_rng rng = { 21, 0, 0 };
+    int compared = 0;
+    for (size_t ti = 0; ti < KVQ_ARRAY_LEN(k_types); ti++)
+        for (int mode = 0; mode < 2; mode++)
+            for (int rep = 0; rep < 4; rep++) {
+                const kvq_type ty = k_types[ti];
+                random_row(ty, &rng, N, mode, row);
+                const void *xs[4];
+                for (int k = 0; k < 4; k++) {
+                    random_x(&rng, N, mode, x[k]);
+                    kvq_act8_quantize(ty, x[k], N, xq[k]);
+                    xs[k] = xq[k];
+                }
+                for (int lv = 0; lv < KVQ_ACT8_LEVELS; lv++) {
+                    const kvq_act8_dot4_fn f = kvq_act8_dot4_level(ty, (kvq_act8_level)lv);
+                    if (!f) continue;
+                    float out[4];
+                    f(row, xs, N, out);
+                    for (int k = 0; k < 4; k++) {
+                        const float want = kvq_act8_dot_level(ty, KVQ_ACT8_SCALAR)(row, xq[k], N);
+                        CHECK(same_float(out[k], want), "%s mode %d token %d: %s dot4 %.9g, scalar %.9g",
+                              kvq_type_name(ty), mode, k, kvq_act8_level_name((kvq_act8_level)lv), out[k], want);
+                    }
+                    compared++;
+                }
+            }
+    CHECK(compared > 0 || kvq_act8_level_best() == KVQ_ACT8_SCALAR, "no dot4 kernel compared");
+}
+
 /* |dot8 - dot| <= sum_i |w_i| * d_i * (1/2 + 1e-4) + 1e-5 * sum_i |w_i x_i|
  * (+ a denormal floor): x_i moves by at most half a step d_i of its block
  * (the 1e-4 covers the float rounding of x * 127/amax and of d), the

@@ -202,6 +202,7 @@ static float scalar_q6_K(const void *row, const void *xq, int64_t n) {
 /* -------------------------------------------------------------- tables */
 
 static kvq_act8_dot_fn g_tables[KVQ_ACT8_LEVELS][KVQ_TYPE_COUNT];
+static kvq_act8_dot4_fn g_tables4[KVQ_ACT8_LEVELS][KVQ_TYPE_COUNT];
 static kvq_act8_level g_best = KVQ_ACT8_SCALAR;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -215,11 +216,11 @@ static void fill_tables(void) {
 #if defined(__x86_64__)
     const kvq_isa isa = kvq_isa_best();
     if (isa >= KVQ_ISA_AVX2) {
-        kvq_act8_install_avx2(g_tables[KVQ_ACT8_AVX2]);
+        kvq_act8_install_avx2(g_tables[KVQ_ACT8_AVX2], g_tables4[KVQ_ACT8_AVX2]);
         g_best = KVQ_ACT8_AVX2;
     }
     if (isa >= KVQ_ISA_AVX512 && kvq_cpu_features()->avx512vnni) {
-        kvq_act8_install_vnni(g_tables[KVQ_ACT8_VNNI]);
+        kvq_act8_install_vnni(g_tables[KVQ_ACT8_VNNI], g_tables4[KVQ_ACT8_VNNI]);
         g_best = KVQ_ACT8_VNNI;
     }
 #endif
@@ -237,6 +238,14 @@ kvq_act8_dot_fn kvq_act8_dot_level(kvq_type t, kvq_act8_level level) {
 }
 
 kvq_act8_dot_fn kvq_act8_dot(kvq_type t) { return kvq_act8_dot_level(t, kvq_act8_level_best()); }
+
+kvq_act8_dot4_fn kvq_act8_dot4_level(kvq_type t, kvq_act8_level level) {
+    pthread_once(&g_once, fill_tables);
+    if ((unsigned)t >= KVQ_TYPE_COUNT || (unsigned)level >= KVQ_ACT8_LEVELS) return NULL;
+    return g_tables4[level][t];
+}
+
+kvq_act8_dot4_fn kvq_act8_dot4(kvq_type t) { return kvq_act8_dot4_level(t, kvq_act8_level_best()); }
 
 const char *kvq_act8_level_name(kvq_act8_level level) {
     static const char *const names[KVQ_ACT8_LEVELS] = { "scalar", "avx2", "avx512-vnni" };

@@ -69,9 +69,16 @@ kvq_act8_dot_fn kvq_act8_dot(kvq_type t);
 kvq_act8_dot_fn kvq_act8_dot_level(kvq_type t, kvq_act8_level level);
 kvq_act8_level kvq_act8_level_best(void);
 
-/* The SIMD tables (act8_avx2.c, act8_vnni.c): dot kernels per type. */
-void kvq_act8_install_avx2(kvq_act8_dot_fn table[KVQ_TYPE_COUNT]);
-void kvq_act8_install_vnni(kvq_act8_dot_fn table[KVQ_TYPE_COUNT]);
+/* Prefill: one weight row against 4 quantised token rows, out[t] with the
+ * bits of the level's dot(row, xq[t], n) (the row's codes are made once
+ * for the 4).  NULL where a level has none: call the dot per token. */
+typedef void (*kvq_act8_dot4_fn)(const void *row, const void *const *xq, int64_t n, float *out);
+kvq_act8_dot4_fn kvq_act8_dot4(kvq_type t);
+kvq_act8_dot4_fn kvq_act8_dot4_level(kvq_type t, kvq_act8_level level);
+
+/* The SIMD tables (act8_avx2.c, act8_vnni.c): kernels per type. */
+void kvq_act8_install_avx2(kvq_act8_dot_fn table[KVQ_TYPE_COUNT], kvq_act8_dot4_fn table4[KVQ_TYPE_COUNT]);
+void kvq_act8_install_vnni(kvq_act8_dot_fn table[KVQ_TYPE_COUNT], kvq_act8_dot4_fn table4[KVQ_TYPE_COUNT]);
 
 /* The 6-bit scales and mins of Q4_K/Q5_K's 8 sub-blocks, byte j of *sc
  * and *m for sub-block j (the rule of kvq_kq_scale_min, word operations). */
