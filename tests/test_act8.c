@@ -96,7 +96,7 @@ TEST(act8_dot4_matches_scalar_bits) {
     enum { N = 1280 };
     static uint8_t row[N / 32 * 34];
     static float x[4][N];
-    static kvq_xq32 xq[4][N / 32];   /* room for either layout */
+    static uint8_t xq[4][N / 32 * sizeof(kvq_xq32) + N / 256 * sizeof(kvq_xq256)];   /* room for either layout */
     test_rng rng = { 21, 0, 0 };
     int compared = 0;
     for (size_t ti = 0; ti < KVQ_ARRAY_LEN(k_types); ti++)
