@@ -118,9 +118,9 @@ static void codes_q4_0(const uint8_t *b, int8_t c[32]) {
 SCALAR_DOT32(q8_0, KVQ_BYTES_Q8_0)
 SCALAR_DOT32(q4_0, KVQ_BYTES_Q4_0)
 
-/* One K-quant super-block in integers: lane sums S (each sub-block's
- * lanes times its sub-scale) and M (the mins' term).  u: unsigned codes;
- * scale_of(v): the sub-scale of value v. */
+/* One K-quant super-block's lane sums in integers: S[l] = sum over the
+ * 8 steps of 32 values of (lane l's 4 products u * x) times the scale of
+ * their group of 16 (scale16).  u: unsigned codes. */
 static void kq_lanes(const uint8_t *u, const int8_t *x, const int *scale16, int32_t S[8]) {
     for (int l = 0; l < 8; l++) S[l] = 0;
     for (int s = 0; s < 8; s++)
