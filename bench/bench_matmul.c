@@ -6,6 +6,7 @@
 
 #include "kvq.h"
 #include "matmul.h"
+#include "act8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,13 +56,21 @@ static uint8_t *make_weights(kvq_type ty, int64_t rows, int64_t cols) {
 
 /* Median seconds of `reps` runs (after one warm-up run); *best the
  * fastest run (on a shared machine the least disturbed one). */
+/* xq: NULL for f32 activations, else the int8 rows (kvq_matmul_act8,
+ * the quantisation of X inside the timed call, as in the forward pass). */
+static void run_matmul(kvq_pool *pool, kvq_type ty, const uint8_t *W, int64_t rows, int64_t cols, const float *X,
+                       int64_t n_tok, float *Y, void *xq, size_t xq_bytes) {
+    if (!xq || !kvq_matmul_act8(pool, KVQ_MATMUL_MIN_PARALLEL_MACS, xq, xq_bytes, ty, W, rows, cols, X, n_tok, Y))
+        kvq_matmul(pool, ty, W, rows, cols, X, n_tok, Y);
+}
+
 static double time_matmul(kvq_pool *pool, kvq_type ty, const uint8_t *W, int64_t rows, int64_t cols,
-                          const float *X, int64_t n_tok, float *Y, int reps, double *best) {
+                          const float *X, int64_t n_tok, float *Y, void *xq, size_t xq_bytes, int reps, double *best) {
     double t[64];
-    kvq_matmul(pool, ty, W, rows, cols, X, n_tok, Y);
+    run_matmul(pool, ty, W, rows, cols, X, n_tok, Y, xq, xq_bytes);
     for (int i = 0; i < reps; i++) {
         double t0 = now_s();
-        kvq_matmul(pool, ty, W, rows, cols, X, n_tok, Y);
+        run_matmul(pool, ty, W, rows, cols, X, n_tok, Y, xq, xq_bytes);
         t[i] = now_s() - t0;
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);
@@ -125,6 +134,7 @@ int bench_matmul(int argc, char **argv) {
     int reps = 5;
     const char *types = NULL;
     size_t n_toks = 2;   /* --decode: the 1-token product only */
+    const char *act = "both";   /* --act f32|int8|both: activations of the covered types */
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--rows") && v) rows = atoll(argv[++i]);
@@ -132,6 +142,7 @@ int bench_matmul(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && v) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && v) types = argv[++i];
         else if (!strcmp(argv[i], "--decode")) n_toks = 1;
+        else if (!strcmp(argv[i], "--act") && v) act = argv[++i];
         else if (!strcmp(argv[i], "--break-even")) types = "";   /* no type: the break-even table only */
         else { fprintf(stderr, "bench_matmul: unknown option '%s'\n", argv[i]); return 1; }
     }
@@ -139,22 +150,26 @@ int bench_matmul(int argc, char **argv) {
         fprintf(stderr, "bench_matmul: need rows >= 1, cols a multiple of 256, 1 <= reps <= 64\n");
         return 1;
     }
+    const bool act_f32 = !strcmp(act, "f32") || !strcmp(act, "both"), act_int8 = !strcmp(act, "int8") || !strcmp(act, "both");
+    if (!act_f32 && !act_int8) { fprintf(stderr, "bench_matmul: --act must be f32, int8 or both, not '%s'\n", act); return 1; }
     const int64_t toks[] = { 1, 64 };
     const int threads[] = { 1, 2 };
     float *X = malloc(sizeof(float) * (size_t)(cols * 64));
     float *Y = malloc(sizeof(float) * (size_t)(rows * 64));
+    const size_t xq_bytes = kvq_matmul_act8_bytes(64, cols);
+    void *xq = malloc(xq_bytes);
     kvq_pool *pools[2] = { kvq_pool_create(1), kvq_pool_create(2) };
-    if (!X || !Y || !pools[0] || !pools[1]) {
+    if (!X || !Y || !xq || !pools[0] || !pools[1]) {
         fprintf(stderr, "bench_matmul: out of memory\n");
-        free(X); free(Y); kvq_pool_free(pools[0]); kvq_pool_free(pools[1]);
+        free(X); free(Y); free(xq); kvq_pool_free(pools[0]); kvq_pool_free(pools[1]);
         return 1;
     }
     uint64_t s = 7;
     for (int64_t i = 0; i < cols * 64; i++) X[i] = rng_float(&s);
     printf("matmul %lldx%lld, simd %s, median of %d (GFLOP/s = 2*rows*cols*n_tok / time)\n",
            (long long)rows, (long long)cols, kvq_simd_level(), reps);
-    printf("%-8s %6s %7s %10s %9s %8s %8s %9s\n", "type", "n_tok", "threads", "ms", "GFLOP/s", "GB/s", "best ms",
-           "best GB/s");
+    printf("%-8s %5s %6s %7s %10s %9s %8s %8s %9s\n", "type", "act", "n_tok", "threads", "ms", "GFLOP/s", "GB/s",
+           "best ms", "best GB/s");
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
         const kvq_type_traits *tr = kvq_type_get((kvq_type)ty);
         if (!tr || !tr->dequantize || cols % tr->block_size || !type_selected(types, tr->name)) continue;
@@ -162,17 +177,22 @@ int bench_matmul(int argc, char **argv) {
         if (!W) { fprintf(stderr, "bench_matmul: out of memory\n"); continue; }
         const double bytes = (double)kvq_row_bytes((kvq_type)ty, cols) * (double)rows;   /* weights read */
         for (size_t k = 0; k < n_toks; k++)
-            for (size_t p = 0; p < 2; p++) {
-                double best;
-                double sec = time_matmul(pools[p], (kvq_type)ty, W, rows, cols, X, toks[k], Y, reps, &best);
-                printf("%-8s %6lld %7d %10.3f %9.2f %8.2f %8.3f %9.2f\n", tr->name, (long long)toks[k], threads[p],
-                       1e3 * sec, 2.0 * (double)rows * (double)cols * (double)toks[k] / sec * 1e-9, bytes / sec * 1e-9,
-                       1e3 * best, bytes / best * 1e-9);
-            }
+            for (size_t p = 0; p < 2; p++)
+                for (int a = 0; a < 2; a++) {   /* f32 then int8 activations, side by side */
+                    const bool int8 = a == 1;
+                    if ((int8 && (!act_int8 || !kvq_act8_dot((kvq_type)ty))) || (!int8 && !act_f32)) continue;
+                    double best;
+                    double sec = time_matmul(pools[p], (kvq_type)ty, W, rows, cols, X, toks[k], Y, int8 ? xq : NULL,
+                                             xq_bytes, reps, &best);
+                    printf("%-8s %5s %6lld %7d %10.3f %9.2f %8.2f %8.3f %9.2f\n", tr->name, int8 ? "int8" : "f32",
+                           (long long)toks[k], threads[p], 1e3 * sec,
+                           2.0 * (double)rows * (double)cols * (double)toks[k] / sec * 1e-9, bytes / sec * 1e-9,
+                           1e3 * best, bytes / best * 1e-9);
+                }
         fflush(stdout);
         free(W);
     }
-    free(X); free(Y);
+    free(X); free(Y); free(xq);
     if (!types || !types[0]) print_break_even(pools, reps < 9 ? 9 : reps);
     kvq_pool_free(pools[0]);
     kvq_pool_free(pools[1]);

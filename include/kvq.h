@@ -535,6 +535,17 @@ KVQ_API const kvq_model *kvq_ctx_model(const kvq_ctx *ctx);
 KVQ_API int kvq_ctx_n_vocab(const kvq_ctx *ctx);
 KVQ_API int kvq_ctx_threads(const kvq_ctx *ctx);
 KVQ_API int kvq_ctx_max_batch(const kvq_ctx *ctx);
+/* Activations of the weight products.  KVQ_ACT_F32 (the default): every
+ * product multiplies f32 activations.  KVQ_ACT_INT8: the input of each
+ * product with q8_0, q4_0, q4_K, q5_K or q6_K weights is rounded once per
+ * token to int8 blocks (32 values, or 256 for the K-quants, one float
+ * scale each, as llama.cpp does) and multiplied with exact integer sums:
+ * faster, results differ (docs/engine.md gives the KLD it costs); other
+ * weight types keep f32.  Either gives the same bits for any thread
+ * count.  Allocates the quantised rows on first use (KVQ_ERR_NOMEM). */
+typedef enum kvq_act { KVQ_ACT_F32 = 0, KVQ_ACT_INT8 = 1 } kvq_act;
+KVQ_API kvq_status kvq_ctx_set_activations(kvq_ctx *ctx, kvq_act act, kvq_error *err);
+KVQ_API kvq_act kvq_ctx_activations(const kvq_ctx *ctx);
 /* kvq_cache_shift with the model's RoPE. */
 KVQ_API kvq_status kvq_ctx_shift(kvq_ctx *ctx, int n_discard, int keep_first, kvq_error *err);
 /* A hash of the model file as loaded: its size, metadata, tensor directory

@@ -208,6 +208,7 @@ typedef struct decode_job {
     kvq_type tk, tv;
     int n_threads, n_vocab;
     float *logits;
+    kvq_act act;          /* KVQ_ACT_INT8: kvq_ctx_set_activations allocates */
 } decode_job;
 
 static const int32_t dec_tokens[DEC_PROMPT + 1] = { 1, 300, 301, 302, 303, 304 };
@@ -223,6 +224,7 @@ static kvq_status job_decode(void *ud, kvq_error *err) {
     p.type_v = j->tv;
     kvq_ctx *ctx = NULL;
     kvq_status st = kvq_ctx_create(j->m, &p, j->n_threads, &ctx, err);
+    if (st == KVQ_OK && j->act != KVQ_ACT_F32) st = kvq_ctx_set_activations(ctx, j->act, err);
     if (st == KVQ_OK) st = kvq_ctx_eval(ctx, dec_tokens, DEC_PROMPT, 0, NULL, false, err);
     if (st == KVQ_OK) st = kvq_ctx_eval(ctx, dec_tokens + DEC_PROMPT, 1, DEC_PROMPT, j->logits, true, err);
     kvq_ctx_free(ctx);
@@ -240,12 +242,12 @@ TEST(oom_decode_step) {
     CHECK(nv <= 1024, "n_vocab %d", nv);
     /* and once with a pool of two: its workers allocate nothing, so the
      * order of allocations stays the calling thread's */
-    const struct { kvq_type k, v; int threads; } cfg[] = { { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0, 1 },
-                                                           { KVQ_TYPE_KVARN4, KVQ_TYPE_TURBO3_TCQ, 1 },
-                                                           { KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0, 2 } };
+    const struct { kvq_type k, v; int threads; kvq_act act; } cfg[] = {
+        { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0, 1, KVQ_ACT_F32 }, { KVQ_TYPE_KVARN4, KVQ_TYPE_TURBO3_TCQ, 1, KVQ_ACT_F32 },
+        { KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0, 2, KVQ_ACT_F32 }, { KVQ_TYPE_F16, KVQ_TYPE_F16, 1, KVQ_ACT_INT8 } };
     for (size_t i = 0; i < KVQ_ARRAY_LEN(cfg); i++) {
         const char *tk = kvq_type_name(cfg[i].k), *tv = kvq_type_name(cfg[i].v);
-        decode_job ref = { m, cfg[i].k, cfg[i].v, cfg[i].threads, nv, a }, j = ref;
+        decode_job ref = { m, cfg[i].k, cfg[i].v, cfg[i].threads, nv, a, cfg[i].act }, j = ref;
         j.logits = b;
         kvq_error err = { KVQ_OK, "" };
         CHECK(job_decode(&ref, &err) == KVQ_OK, "%s/%s: %s", tk, tv, err.msg);

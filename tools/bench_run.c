@@ -108,7 +108,8 @@ static kvq_status session_open(session *s, const kvq_model *m, const kvq_cache_p
     p.n_ctx = o->n_ctx;
     p.max_batch = CLI_MAX(o->n_prompt, o->fill_batch);
     kvq_status st = kvq_ctx_create(m, &p, o->n_threads, &s->ctx, err);
-    if (st) return st;
+    if (!st) st = kvq_ctx_set_activations(s->ctx, o->act, err);
+    if (st) { session_close(s); return st; }
     s->buf = malloc((size_t)p.max_batch * sizeof *s->buf);
     s->logits = malloc((size_t)s->in->n_vocab * sizeof *s->logits);
     if (!s->buf || !s->logits) st = kvq_fail(err, KVQ_ERR_NOMEM, "bench: out of memory");

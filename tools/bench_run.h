@@ -26,6 +26,7 @@ typedef struct bench_run_opts {
     int n_ctx;               /* cache size (>= depth + n_prompt + n_gen)  */
     int fill_batch;          /* tokens per fill write / fill batch        */
     bench_fill fill;
+    kvq_act act;             /* activations of the weight products (--act) */
 } bench_run_opts;
 
 typedef struct bench_times {

@@ -60,6 +60,7 @@ static void usage(FILE *f) {
         "  -r, --repetitions N    runs per figure; the median is reported (default 5)\n"
         "  -d, --depth LIST       cache depths to measure at, e.g. 0,4096,16384 (default 0)\n"
         "  -t, --threads N        threads (default: online cores)\n"
+        CLI_ACT_USAGE
         "  --types LIST           cache types, each run with -ctk = -ctv = TYPE: names separated by\n"
         "                         commas, 'default' (every cache type but f32, bf16 and the rarely\n"
         "                         used q6_0 q6_1 q5_1 q4_1 q3_1 q2_1) or 'all'.  Without --types\n"
@@ -114,7 +115,8 @@ static int parse_one(bench_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i], *v;
     int *dst;
     long l, lo = 1, hi = CLI_MAX_CTX;
-    const cli_model_flags common = { .model = &o->model, .n_batch = &o->run.fill_batch, .n_threads = &o->run.n_threads };
+    const cli_model_flags common = { .model = &o->model, .n_batch = &o->run.fill_batch, .n_threads = &o->run.n_threads,
+                                     .act = &o->run.act };
     const int r = cli_model_flag(CMD, &common, argc, argv, i);
     if (r) return r;
     if (!strcmp(a, "--json")) { o->json = true; return 1; }
@@ -268,9 +270,9 @@ static void plan_name(const bench_config *c, char *buf, size_t cap) {
 
 static void print_header(const bench_opts *o, const kvq_model_info *in, int n_threads) {
     const char *base = strrchr(o->model, '/');
-    printf("## kvq bench: %s, %d thread%s, context %d (trained %d), pp%d / tg%d, median of %d run%s\n\n",
+    printf("## kvq bench: %s, %d thread%s, context %d (trained %d), pp%d / tg%d, median of %d run%s, %s activations\n\n",
            base ? base + 1 : o->model, n_threads, n_threads == 1 ? "" : "s", o->run.n_ctx, in->n_ctx_train,
-           o->run.n_prompt, o->run.n_gen, o->reps, o->reps == 1 ? "" : "s");
+           o->run.n_prompt, o->run.n_gen, o->reps, o->reps == 1 ? "" : "s", cli_act_name(o->run.act));
     printf("Depth filled (untimed) by %s; pp: one batch of %d tokens after it, tg: %d single steps.\n"
            "t/s from wall-clock time; CPU t/s from the process's CPU time (all threads), which on a\n"
            "shared machine leaves out the time spent waiting for a core.  \"vs f16\": speed / f16's.\n",
@@ -344,12 +346,12 @@ static void print_json(const bench_opts *o, bench_config *cfg, int n_cfg, int de
         const row_bound b = bound_of(o, &cfg[c], med[1]);
         char rot[48];
         plan_name(&cfg[c], rot, sizeof rot);
-        printf("{\"model\": \"%s\", \"threads\": %d, \"cache_k\": \"%s\", \"cache_v\": \"%s\", \"rotation\": \"%s\", "
+        printf("{\"model\": \"%s\", \"threads\": %d, \"act\": \"%s\", \"cache_k\": \"%s\", \"cache_v\": \"%s\", \"rotation\": \"%s\", "
                "\"depth\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, \"pp_tps\": %.3f, \"tg_tps\": %.3f, "
                "\"pp_cpu_tps\": %.3f, \"tg_cpu_tps\": %.3f, \"tg_best_tps\": %.3f, \"bandwidth_gbs\": %.3f, "
                "\"tg_weight_bytes\": %.0f, \"tg_cache_bytes\": %.0f, \"tg_bytes_per_token\": %.0f, "
                "\"tg_bound_tps\": %.4f, \"tg_bound_fraction\": %.4f}\n",
-               base ? base + 1 : o->model, n_threads, kvq_type_name(cfg[c].cache.type_k),
+               base ? base + 1 : o->model, n_threads, cli_act_name(o->run.act), kvq_type_name(cfg[c].cache.type_k),
                kvq_type_name(cfg[c].cache.type_v), rot, depth, o->run.n_prompt, o->run.n_gen, o->reps,
                per_second(o->run.n_prompt, med[0]), per_second(o->run.n_gen, med[1]),
                per_second(o->run.n_prompt, med[2]), per_second(o->run.n_gen, med[3]), b.best_tps, o->bandwidth_gbs,

@@ -80,7 +80,7 @@ static int parse_cache_flag(drift_opts *o, int argc, char **argv, int *i) {
 
 static int parse_one(drift_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
-    const cli_model_flags common = { &o->model, NULL, &o->n_ctx, NULL, NULL, &o->n_threads };
+    const cli_model_flags common = { &o->model, NULL, &o->n_ctx, NULL, NULL, &o->n_threads, NULL };
     const char **str = NULL;
     long l;
     if (!strcmp(a, "--json")) { o->json = true; return 1; }

@@ -23,6 +23,7 @@ typedef struct kld_opts {
     bool no_base_check;       /* compare against a llama.cpp base that fails base_check */
     bool save_llama;          /* the base written is llama.cpp's format */
     int n_ctx, n_batch, n_chunks, n_threads;
+    kvq_act act;
     cache_flags cache;
 } kld_opts;
 
@@ -43,6 +44,7 @@ static void usage(FILE *f) {
         "  -b, --batch-size N     tokens per evaluation batch (default 512, at most the chunk)\n"
         "  --chunks N             use at most N chunks\n"
         "  -t, --threads N        threads (default: online cores)\n"
+        CLI_ACT_USAGE
         "  --json                 print one JSON object instead of the tables\n"
         "  --no-base-check        compare against a llama.cpp base even when this model with an\n"
         "                         exact cache is far from it (another model's base; see\n"
@@ -52,7 +54,7 @@ static void usage(FILE *f) {
 
 static int parse_one(kld_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
-    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads };
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads, &o->act };
     const char **str = NULL;
     if (!strcmp(a, "--json")) { o->json = true; return 1; }
     if (!strcmp(a, "--kl-divergence")) { o->llama_compare = true; return 1; }
@@ -298,7 +300,7 @@ static int run_compare(kld_job *j, const char *path) {
         memcpy(j->tokens, ref.tokens, (size_t)j->n_ctx * j->n_chunk * sizeof *j->tokens);
         j->o->n_batch = kvq_eval_batch(j->o->n_batch, j->n_ctx);
         j->ctx = cli_create_ctx(CMD, j->m, &j->o->cache, j->n_ctx, j->o->n_batch, j->o->n_threads);
-        rc = j->ctx ? 0 : 1;
+        rc = j->ctx && cli_set_act(CMD, j->ctx, j->o->act) ? 0 : 1;
     }
     if (!rc && ref.format == KVQ_BASE_LLAMA) {   /* no model hash: ask the model (base_check.h) */
         base_check bc;
@@ -357,7 +359,7 @@ static int run_save(kld_job *j, const char *path) {
     if (cli_check_scored(CMD, j->n_ctx, j->n_chunk)) return 1;
     const int batch = kvq_eval_batch(j->o->n_batch, j->n_ctx);
     j->ctx = cli_create_ctx(CMD, j->m, &j->o->cache, j->n_ctx, batch, j->o->n_threads);
-    if (!j->ctx) return 1;
+    if (!j->ctx || !cli_set_act(CMD, j->ctx, j->o->act)) return 1;
 
     const size_t n_scored = (size_t)j->n_chunk * (size_t)kvq_kld_scored_per_chunk(j->n_ctx);
     save_acc acc = { NULL, NULL, kvq_model_get_info(j->m)->n_vocab, malloc(n_scored * sizeof(double)),

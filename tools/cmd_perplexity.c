@@ -14,6 +14,7 @@ static const char *CMD = "perplexity";
 typedef struct ppl_opts {
     const char *model, *text;
     int n_ctx, n_batch, n_chunks, n_threads;
+    kvq_act act;
     bool json;
     cache_flags cache;
 } ppl_opts;
@@ -27,12 +28,13 @@ static void usage(FILE *f) {
         "  -b, --batch-size N     tokens per evaluation batch (default 512, at most the chunk)\n"
         "  --chunks N             score at most N chunks (default: all)\n"
         "  -t, --threads N        threads (default: online cores)\n"
+        CLI_ACT_USAGE
         "  --json                 print one JSON object instead of the Final estimate line\n");
     cache_flags_usage(f);
 }
 
 static int parse_one(ppl_opts *o, int argc, char **argv, int *i) {
-    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads };
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads, &o->act };
     if (!strcmp(argv[*i], "--json")) { o->json = true; return 1; }
     const int r = cli_model_flag(CMD, &common, argc, argv, i);
     return r ? r : cache_flags_parse(CMD, &o->cache, argc, argv, i);
@@ -129,6 +131,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (cli_check_scored(CMD, o.n_ctx, n_chunk)) goto done;
     fprintf(stderr, "kvq perplexity: %d tokens, %d chunks of %d, batch %d\n", n_tok, n_chunk, o.n_ctx, o.n_batch);
     ctx = cli_create_ctx(CMD, m, &o.cache, o.n_ctx, o.n_batch, o.n_threads);
+    if (ctx && !cli_set_act(CMD, ctx, o.act)) goto done;
     if (ctx) rc = score(&o, ctx, toks, n_chunk, in->add_bos ? in->bos_id : -1);
 done:
     kvq_ctx_free(ctx);

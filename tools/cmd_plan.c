@@ -119,7 +119,7 @@ static int parse_cache_flag(plan_opts *o, int argc, char **argv, int *i) {
 
 static int parse_one(plan_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i], *v;
-    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, NULL, &o->n_chunks, &o->n_threads };
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, NULL, &o->n_chunks, &o->n_threads, NULL };
     const char **str = NULL;
     if (!strcmp(a, "--json")) { o->json = true; return 1; }
     if (!strcmp(a, "--compare-uniform")) { o->compare_uniform = true; return 1; }

@@ -16,6 +16,7 @@ static const char *CMD = "run";
 typedef struct run_opts {
     const char *model, *prompt, *prompt_cache;
     int n_predict, n_ctx, n_threads;
+    kvq_act act;
     int n_keep;                 /* --keep: positions a context shift keeps */
     kvq_sampler_params sp;
     bool seed_given, context_shift;
@@ -30,6 +31,7 @@ static void usage(FILE *f) {
         "  -n, --n-predict N      tokens to generate (default 64)\n"
         "  -c, --ctx-size N       context size (default: the model's, at most 4096)\n"
         "  -t, --threads N        threads (default: online cores)\n"
+        CLI_ACT_USAGE
         "  --temp T               temperature, 0 = greedy (default 0.8)\n"
         "  --top-k K, --top-p P   sampling filters (defaults 40, 0.95)\n"
         "  --seed S               sampler seed, 0..4294967295 (default -1: a random one,\n"
@@ -61,6 +63,10 @@ static int parse_one(run_opts *o, int argc, char **argv, int *i) {
     else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) LONG(0, 1 << 24, o->n_predict);
     else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) LONG(1, CLI_MAX_CTX, o->n_ctx);
     else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) LONG(1, CLI_MAX_THREADS, o->n_threads);
+    else if (!strcmp(a, "--act")) {
+        const cli_model_flags act = { .act = &o->act };
+        return cli_model_flag(CMD, &act, argc, argv, i);
+    }
     else if (!strcmp(a, "--temp")) REAL(0.0, 100.0, o->sp.temp);
     else if (!strcmp(a, "--top-k")) LONG(0, 1 << 24, o->sp.top_k);
     else if (!strcmp(a, "--context-shift")) o->context_shift = true;
@@ -251,6 +257,7 @@ int cmd_run(int argc, char **argv) {
     }
     const int max_batch = o.n_ctx < 512 ? o.n_ctx : 512;
     ctx = cli_create_ctx(CMD, m, &o.cache, o.n_ctx, max_batch, o.n_threads);
+    if (ctx && !cli_set_act(CMD, ctx, o.act)) goto done;
     int reused = 0;
     kvq_error err = { 0 };
     if (ctx && o.prompt_cache && reuse_prompt_cache(o.prompt_cache, m, ctx, prompt, n_prompt, &reused, &err) != KVQ_OK) {

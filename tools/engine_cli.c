@@ -25,12 +25,28 @@ int cli_model_flag(const char *cmd, const cli_model_flags *f, int argc, char **a
     else if (f->n_batch && is_flag(a, "-b", "--batch-size")) num = f->n_batch;
     else if (f->n_chunks && is_flag(a, NULL, "--chunks")) num = f->n_chunks;
     else if (f->n_threads && is_flag(a, "-t", "--threads")) { num = f->n_threads; hi = CLI_MAX_THREADS; }
+    else if (f->act && is_flag(a, NULL, "--act")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        if (!strcmp(v, "f32")) *f->act = KVQ_ACT_F32;
+        else if (!strcmp(v, "int8")) *f->act = KVQ_ACT_INT8;
+        else { cli_error(cmd, "--act: expected f32 or int8, not '%s'", v); return -1; }
+        return 1;
+    }
     else return 0;
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
     if (str) { *str = v; return 1; }
     if (!cli_flag_long(cmd, a, v, lo, hi, &l)) return -1;
     *num = (int)l;
     return 1;
+}
+
+const char *cli_act_name(kvq_act act) { return act == KVQ_ACT_INT8 ? "int8" : "f32"; }
+
+bool cli_set_act(const char *cmd, kvq_ctx *ctx, kvq_act act) {
+    kvq_error err = { 0 };
+    if (kvq_ctx_set_activations(ctx, act, &err) == KVQ_OK) return true;
+    cli_error(cmd, "--act %s: %s", cli_act_name(act), err.msg);
+    return false;
 }
 
 kvq_model *cli_load_model(const char *cmd, const char *path) {

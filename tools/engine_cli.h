@@ -14,12 +14,21 @@ enum { CLI_MAX_CTX = 1 << 20, CLI_MAX_THREADS = 512 };
 
 /* The flags the model commands share, in llama.cpp's spelling:
  * -m/--model, -f/--file, -c/--ctx-size (>= 4: a chunk scores at least two
- * positions), -b/--batch-size, --chunks, -t/--threads.  A command points
- * the fields it takes at its options; NULL fields are flags it lacks. */
+ * positions), -b/--batch-size, --chunks, -t/--threads, and kvq's
+ * --act f32|int8 (activations of the weight products, kvq_ctx_set_activations).
+ * A command points the fields it takes at its options; NULL fields are
+ * flags it lacks. */
 typedef struct cli_model_flags {
     const char **model, **text;
     int *n_ctx, *n_batch, *n_chunks, *n_threads;
+    kvq_act *act;
 } cli_model_flags;
+/* The help line of --act, for the commands that take it. */
+#define CLI_ACT_USAGE "  --act f32|int8         activations of the q8_0/q4_0/K-quant weight products (default f32)\n"
+/* "f32" / "int8" */
+const char *cli_act_name(kvq_act act);
+/* kvq_ctx_set_activations, or one error line and false. */
+bool cli_set_act(const char *cmd, kvq_ctx *ctx, kvq_act act);
 /* argv[*i] as one of those flags: 1 = consumed (its value too, *i
  * advanced), 0 = not one of them, -1 = bad value (error line printed). */
 int cli_model_flag(const char *cmd, const cli_model_flags *f, int argc, char **argv, int *i);

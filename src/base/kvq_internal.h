@@ -68,7 +68,9 @@ static inline uint64_t kvq_rd64(const uint8_t *p) { return (uint64_t)kvq_rd32(p)
 static inline void kvq_wr64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> 8 * i); }
 
 /* ---- CPU features (src/base/cpu.c) ---- */
-typedef struct kvq_cpu { bool avx2, fma, f16c, avx512; } kvq_cpu;
+/* avx512vnni: AVX512_VNNI with AVX-512 (vpdpbusd/vpdpwssd, the int8
+ * activation kernels of src/format/act8_vnni.c); false when avx512 is. */
+typedef struct kvq_cpu { bool avx2, fma, f16c, avx512, avx512vnni; } kvq_cpu;
 /* Detected once (thread-safe); forced scalar when KVQ_FORCE_SCALAR=1. */
 const kvq_cpu *kvq_cpu_features(void);
 

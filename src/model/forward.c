@@ -11,8 +11,10 @@
  *               h = rmsnorm(x) * ffn_norm
  *               x += (silu(h Wgate) * (h Wup)) Wdown
  *   logits = (rmsnorm(x) * output_norm) Woutput   (only the rows asked for)
- * Activations are f32 throughout: kvq does not round them to q8 the way
- * llama.cpp does for quantised weights (see docs/engine.md).
+ * Activations are f32 throughout by default; kvq_ctx_set_activations(ctx,
+ * KVQ_ACT_INT8) rounds the input of every q8_0/q4_0/q4_K/q5_K/q6_K
+ * product to int8 blocks, as llama.cpp does (src/format/act8.h,
+ * docs/engine.md).
  */
 #include "cache.h"
 #include "matmul.h"
@@ -38,6 +40,9 @@ struct kvq_ctx {
     float *rope_cos, *rope_sin; /* [B][head_dim_k / 2]              */
     float *matmul_ws;   /* prefill weight rows: kvq_matmul_scratch_floats */
     size_t matmul_ws_floats;
+    kvq_act act;        /* activations of the weight products (default f32) */
+    void *xq;           /* KVQ_ACT_INT8: max_batch quantised rows */
+    size_t xq_bytes;
     kvq_layer_observer observe;  /* calibration: sees q, k, v of every layer */
     void *observe_ud;
 };
@@ -110,6 +115,9 @@ static void rope_apply(float *x, int n, int n_heads, int d, bool neox, const flo
 /* ------------------------------------------------------------- matmul */
 
 static void matmul(kvq_ctx *c, const kvq_weight *w, const float *x, int n, float *y) {
+    if (c->act == KVQ_ACT_INT8 && kvq_matmul_act8(c->pool, KVQ_MATMUL_MIN_PARALLEL_MACS, c->xq, c->xq_bytes, w->type,
+                                                  w->data, w->rows, w->cols, x, n, y))
+        return;   /* else a type without an int8 path: f32 */
     kvq_matmul_scratch(c->pool, KVQ_MATMUL_MIN_PARALLEL_MACS, c->matmul_ws, c->matmul_ws_floats, w->type, w->data,
                        w->rows, w->cols, x, n, y);
 }
@@ -292,8 +300,31 @@ void kvq_ctx_free(kvq_ctx *c) {
     kvq_cache_free(c->cache);
     float *bufs[] = { c->x, c->h, c->q, c->k, c->v, c->attn, c->gate, c->up, c->rope_cos, c->rope_sin, c->matmul_ws };
     for (size_t i = 0; i < KVQ_ARRAY_LEN(bufs); i++) free(bufs[i]);
+    free(c->xq);
     free(c);
 }
+
+/* The widest input of any product: wq/wk/wv/gate/up/output read n_embd,
+ * wo n_head * head_dim_v, down n_ff. */
+static int64_t widest_input(const kvq_model_info *in) {
+    return KVQ_MAX(in->n_embd, KVQ_MAX(in->n_head * in->head_dim_v, in->n_ff));
+}
+
+kvq_status kvq_ctx_set_activations(kvq_ctx *c, kvq_act act, kvq_error *err) {
+    if (!c) return kvq_fail(err, KVQ_ERR_ARG, "kvq_ctx_set_activations: ctx is NULL");
+    if (act != KVQ_ACT_F32 && act != KVQ_ACT_INT8)
+        return kvq_fail(err, KVQ_ERR_ARG, "activations %d: expected KVQ_ACT_F32 or KVQ_ACT_INT8", (int)act);
+    if (act == KVQ_ACT_INT8 && !c->xq) {
+        const size_t bytes = kvq_matmul_act8_bytes(c->max_batch, widest_input(&c->m->info));
+        c->xq = kvq_malloc(bytes);
+        if (!c->xq) return kvq_fail(err, KVQ_ERR_NOMEM, "context: out of memory for int8 activations");
+        c->xq_bytes = bytes;
+    }
+    c->act = act;
+    return KVQ_OK;
+}
+
+kvq_act kvq_ctx_activations(const kvq_ctx *c) { return c ? c->act : KVQ_ACT_F32; }
 
 kvq_cache *kvq_ctx_cache(kvq_ctx *c) { return c ? c->cache : NULL; }
 kvq_pool *kvq_ctx_pool(const kvq_ctx *c) { return c->pool; }

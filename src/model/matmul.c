@@ -10,6 +10,7 @@
  * several tokens and each token vector for several rows.
  */
 #include "matmul.h"
+#include "act8.h"
 #include "vec1.h"
 
 #include <stdlib.h>
@@ -160,4 +161,64 @@ void kvq_matmul_scratch(kvq_pool *pool, double min_parallel_macs, float *scratch
     }
     kvq_pool_run(pool, gemm_task, &j, n_tasks_for(rows, GEMM_TASK_ROWS));
     free(owned);
+}
+
+/* ------------------------------------------------- int8 activations */
+
+/* Token rows per pass over a task's weight rows: the quantised rows of a
+ * group (~16 x 1.1 KB per 1024 columns) and the task's weight rows stay
+ * in the first cache levels while each is reused. */
+enum { ACT8_TOK_GROUP = 16 };
+
+typedef struct act8_job {
+    kvq_act8_dot_fn dot;
+    kvq_act8_dot4_fn dot4;   /* 4 tokens per weight row (NULL: none) */
+    const uint8_t *W, *xq;
+    size_t row_bytes, xq_row_bytes;
+    int64_t rows, cols, n_tok;
+    float *Y;
+} act8_job;
+
+static void act8_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const act8_job *j = ctx;
+    const int64_t r0 = (int64_t)task * GEMM_TASK_ROWS, r1 = KVQ_MIN(j->rows, r0 + GEMM_TASK_ROWS);
+    for (int64_t t0 = 0; t0 < j->n_tok; t0 += ACT8_TOK_GROUP) {
+        const int64_t t1 = KVQ_MIN(j->n_tok, t0 + ACT8_TOK_GROUP);
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *w = j->W + (size_t)r * j->row_bytes;
+            int64_t t = t0;
+            for (; j->dot4 && t + 4 <= t1; t += 4) {   /* same bits as 4 dots */
+                const void *xs[4];
+                float out[4];
+                for (int k = 0; k < 4; k++) xs[k] = j->xq + (size_t)(t + k) * j->xq_row_bytes;
+                j->dot4(w, xs, j->cols, out);
+                for (int k = 0; k < 4; k++) j->Y[(size_t)(t + k) * (size_t)j->rows + (size_t)r] = out[k];
+            }
+            for (; t < t1; t++)
+                j->Y[(size_t)t * (size_t)j->rows + (size_t)r] = j->dot(w, j->xq + (size_t)t * j->xq_row_bytes, j->cols);
+        }
+    }
+}
+
+size_t kvq_matmul_act8_bytes(int64_t n_tok, int64_t cols) {
+    return (size_t)KVQ_MAX(n_tok, 0) * kvq_act8_row_bytes_max(cols);
+}
+
+bool kvq_matmul_act8(kvq_pool *pool, double min_parallel_macs, void *xq, size_t xq_bytes, kvq_type wtype,
+                     const void *W, int64_t rows, int64_t cols, const float *X, int64_t n_tok, float *Y) {
+    const kvq_act8_dot_fn dot = kvq_act8_dot(wtype);
+    if (!dot || !xq || !W || !X || !Y || rows < 1 || cols < 1 || n_tok < 1) return false;
+    if (cols % kvq_act8_block(wtype) || rows > (int64_t)INT32_MAX) return false;
+    const size_t xq_row = kvq_act8_row_bytes(wtype, cols);
+    if (xq_bytes / xq_row < (size_t)n_tok) return false;
+    for (int64_t t = 0; t < n_tok; t++)
+        kvq_act8_quantize(wtype, X + (size_t)t * (size_t)cols, cols, (uint8_t *)xq + (size_t)t * xq_row);
+    if ((double)rows * (double)cols * (double)n_tok < min_parallel_macs) pool = NULL;
+    act8_job j = {
+        .dot = dot, .dot4 = kvq_act8_dot4(wtype), .W = W, .xq = xq, .row_bytes = kvq_row_bytes(wtype, cols), .xq_row_bytes = xq_row,
+        .rows = rows, .cols = cols, .n_tok = n_tok, .Y = Y,
+    };
+    kvq_pool_run(pool, act8_task, &j, n_tasks_for(rows, GEMM_TASK_ROWS));
+    return true;
 }

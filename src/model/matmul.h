@@ -6,8 +6,8 @@
  * kvq_row_bytes(wtype, cols) bytes, rows back to back, as in a GGUF
  * tensor with ne[0] = cols).  X: n_tok rows of cols f32 activations.
  * Y: n_tok rows of `rows` f32 outputs, Y[t*rows + r] = dot(W row r, X row t).
- * Activations stay f32 (they are never quantised, unlike llama.cpp, which
- * quantises them to q8 for quantised weights; see docs/engine.md).
+ * Activations stay f32 here; kvq_matmul_act8 below is the int8 option
+ * (llama.cpp quantises them to q8 for quantised weights; docs/engine.md).
  *
  * n_tok == 1 (decoding) runs the type's dot kernel per row.  n_tok > 1
  * (prefill) dequantises a few weight rows at a time into per-thread f32
@@ -52,6 +52,19 @@ size_t kvq_matmul_scratch_floats(int n_threads, int64_t max_cols);
 void kvq_matmul_scratch(kvq_pool *pool, double min_parallel_macs, float *scratch, size_t scratch_floats,
                         kvq_type wtype, const void *W, int64_t rows, int64_t cols, const float *X,
                         int64_t n_tok, float *Y);
+
+/* ---- int8 activations (the option KVQ_ACT_INT8, src/format/act8.h) ----
+ * kvq_matmul_scratch with X quantised to int8 blocks once per token row
+ * (into xq, xq_bytes >= kvq_matmul_act8_bytes(n_tok, cols)), then every
+ * output is the type's int8 dot of its weight row and its token's row:
+ * the same kernel for decode and prefill, so a token's outputs have the
+ * same bits however it is batched, and for any thread count.  Returns
+ * false, Y untouched, when wtype has no int8 path (f32/f16/bf16 and the
+ * other types keep f32 activations: the caller runs kvq_matmul_scratch)
+ * or xq is too small. */
+size_t kvq_matmul_act8_bytes(int64_t n_tok, int64_t cols);
+bool kvq_matmul_act8(kvq_pool *pool, double min_parallel_macs, void *xq, size_t xq_bytes, kvq_type wtype,
+                     const void *W, int64_t rows, int64_t cols, const float *X, int64_t n_tok, float *Y);
 
 /* ---- tile kernels (internal to matmul.c and its ISA files) ----
  * out[t*rows_per_tile + r] = sum_k w[r][k] * x[t][k] for one tile of
