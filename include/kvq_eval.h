@@ -291,6 +291,7 @@ KVQ_API void kvq_eval_copy_str(char *dst, size_t cap, const char *src);
 typedef struct kvq_report_meta {
     const char *model, *text;
     int n_ctx, n_chunks;
+    const char *activations;      /* of the weight products: NULL = "f32" */
 } kvq_report_meta;
 
 KVQ_API kvq_status kvq_report_write_md(FILE *f, const kvq_eval_row *rows, size_t n,

@@ -162,7 +162,7 @@ typedef struct report_job {
 static kvq_status job_report(void *ud, kvq_error *err) {
     report_job *j = ud;
     char path[256];
-    const kvq_report_meta meta = { "tiny.gguf", "text.txt", OOM_CTX, 1 };
+    const kvq_report_meta meta = { "tiny.gguf", "text.txt", OOM_CTX, 1, NULL };
     const kvq_ladder_thresholds th = kvq_ladder_default_thresholds();
     kvq_plot_opts o;
     kvq_plot_opts_default(&o);

@@ -289,7 +289,7 @@ TEST(report_json_well_formed) {
     kvq_eval_row rows[8];
     size_t n = sample_rows(rows);
     rows[1].label[0] = '\x01';                       /* control character must be escaped */
-    kvq_report_meta meta = { "models/x \"q\".gguf", "text\\gpl3.txt", 512, 8 };
+    kvq_report_meta meta = { "models/x \"q\".gguf", "text\\gpl3.txt", 512, 8, NULL };
     kvq_error err = { 0 };
     kvq_status st;
     char *json = to_string(kvq_report_write_json, rows, n, &meta, &st, &err);

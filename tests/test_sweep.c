@@ -232,6 +232,17 @@ TEST(cli_sweep_end_to_end_and_resume) {
     /* again: everything is stored, nothing runs */
     int rc2 = test_run(cmd, out, sizeof out);
     bool resumed = strstr(out, "4 configurations (4 already done)") && !strstr(out, "[1/");
+    /* int8 activations in the same directory: their own reference and
+     * runs, nothing of the f32 sweep reused, and the reports say so */
+    char cmd8[4200];
+    snprintf(cmd8, sizeof cmd8, "%s --act int8", cmd);
+    int rc8 = test_run(cmd8, out, sizeof out);
+    bool apart = strstr(out, "4 configurations (0 already done)") && file_nonempty(dir, "reference.act-int8.kvqb") &&
+                 file_nonempty(dir, "runs/q8_0-q4_0.act-int8.csv");
+    const char *json8 = slurp(dir, "results.json");
+    bool said = json8 && strstr(json8, "\"activations\": \"int8\"");
+    const char *md8 = slurp(dir, "table.md");
+    said = said && md8 && strstr(md8, "Activations: int8");
     /* another context in the same directory: refused, one error line */
     snprintf(cmd, sizeof cmd, "{ %s sweep -m %s -f %s -c 32 --chunks 2 --types q8_0 --tails 0 -t 2 -o %s 2>&1 >/dev/null; }",
              bin, model, text, dir);
@@ -250,6 +261,8 @@ TEST(cli_sweep_end_to_end_and_resume) {
     CHECK(ladder_ok, "ladder.md has no reference row");
     CHECK(rc2 == 0 && resumed, "second run did not resume (rc %d)", rc2);
     CHECK(rc3 == 1 && refused, "mixing experiments: rc %d, '%s'", rc3, out);
+    CHECK(rc8 == 0 && apart, "--act int8 reused or did not write its own files (rc %d)", rc8);
+    CHECK(said, "results.json / table.md do not name the int8 activations");
 }
 
 TEST(cli_sweep_bad_input) {
@@ -262,6 +275,8 @@ TEST(cli_sweep_bad_input) {
         { "sweep -m x -f y -o /tmp/x --jobs 0", "--jobs" },
         { "sweep -m x -f y -o /tmp/x --bogus", "unknown option" },
         { "sweep -m x -f y -o /tmp/x --ref-type q9", "unknown type" },
+        { "sweep -m x -f y -o /tmp/x --act int4", "--act" },
+        { "sweep -m x -f y -o /tmp/x --act int8 --drift 4", "--drift" },
     };
     char cmd[1024];
     static char out[4096];

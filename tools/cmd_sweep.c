@@ -3,7 +3,9 @@
  * table, CSV, JSON, recommendation ladder and plot into OUTDIR.
  *
  * OUTDIR layout:
- *   reference.kvqb     the reference's exact log-probs (base_kvq.h format)
+ *   reference.kvqb     the reference's exact log-probs (base_kvq.h format;
+ *                      reference.act-int8.kvqb and runs/SLUG.act-int8.csv
+ *                      with --act int8)
  *   runs/SLUG.csv      one finished configuration (a row of results.csv)
  *   table.md results.csv results.json ladder.md plot.svg [plot.png]
  * Resuming: a run whose runs/SLUG.csv exists is not repeated; the
@@ -41,6 +43,7 @@ typedef struct sweep_opts {
     const char *drift_prompts;
     kvq_ladder_rank rank;
     const char *calib;            /* --calib FILE: the calibrated types join the grid */
+    kvq_act act;                  /* --act: every run's and the reference's activations */
 } sweep_opts;
 
 static void usage(FILE *f) {
@@ -72,12 +75,15 @@ static void usage(FILE *f) {
         "  --rank median_kld|drift_kld|first_div   what the ladder weighs against size\n"
         "                        (default median_kld; the drift ones need --drift)\n"
         "  --calib FILE          the model's calibration (kvq calibrate): the calibrated types\n"
-        "                        cal225 ... cal425 join the default types (docs/calibration.md)\n",
+        "                        cal225 ... cal425 join the default types (docs/calibration.md)\n"
+        "  --act f32|int8        activations of the q8_0/q4_0/K-quant weight products, the\n"
+        "                        reference's too (default f32; int8 results are kept apart in\n"
+        "                        OUTDIR, not mixed with f32 ones; not with --drift)\n",
         SWEEP_DRIFT_WINDOWS, SWEEP_DRIFT_WINDOW_TOKENS);
 }
 
 static int parse_args(sweep_opts *o, int argc, char **argv) {
-    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads, NULL };
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads, &o->act };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         const char **str = NULL;
@@ -126,6 +132,10 @@ static int parse_args(sweep_opts *o, int argc, char **argv) {
     if (!o->outdir) { cli_error(CMD, "no output directory given (use -o OUTDIR)"); return -1; }
     if (!o->drift_n && (o->drift_prompts || o->rank != KVQ_RANK_MEDIAN_KLD)) {
         cli_error(CMD, "%s needs --drift N", o->drift_prompts ? "--drift-prompts" : "--rank drift_kld/first_div");
+        return -1;
+    }
+    if (o->drift_n && o->act != KVQ_ACT_F32) {   /* the drift runs (drift_jobs.c) generate with f32 */
+        cli_error(CMD, "--act %s with --drift: the drift runs have f32 activations only", cli_act_name(o->act));
         return -1;
     }
     return 1;
@@ -222,13 +232,18 @@ static void path_in(char *buf, const sweep *s, const char *rel) {
 
 /* A calibrated configuration's result belongs to its calibration too:
  * its file name carries the calibration's checksum. */
+/* Results with int8 activations carry ".act-int8" (the reference's file
+ * too), so that a sweep with the other activations never reuses them. */
+static const char *act_suffix(const sweep *s) { return s->o->act == KVQ_ACT_INT8 ? ".act-int8" : ""; }
+
 static void run_path(char *buf, const sweep *s, const kvq_sweep_config *c) {
     const bool cal = kvq_type_get(c->type_k)->calib_rate || kvq_type_get(c->type_v)->calib_rate;
     kvq_calib_info ci;
     kvq_calib_get_info(s->calib, &ci);
     if (cal && s->calib)
-        snprintf(buf, PATH_CAP, "%s/runs/%s.cal%016llx.csv", s->o->outdir, c->slug, (unsigned long long)ci.checksum);
-    else snprintf(buf, PATH_CAP, "%s/runs/%s.csv", s->o->outdir, c->slug);
+        snprintf(buf, PATH_CAP, "%s/runs/%s.cal%016llx%s.csv", s->o->outdir, c->slug, (unsigned long long)ci.checksum,
+                 act_suffix(s));
+    else snprintf(buf, PATH_CAP, "%s/runs/%s%s.csv", s->o->outdir, c->slug, act_suffix(s));
 }
 
 static int make_dir(const char *path) {
@@ -259,6 +274,10 @@ static kvq_ctx *make_ctx(const sweep *s, const kvq_sweep_config *c, kvq_error *e
     sweep_params(s, c, s->n_ctx, &cf);
     kvq_ctx *ctx = NULL;
     if (kvq_ctx_create(s->m, &cf.params, s->threads_per_job, &ctx, err) != KVQ_OK) return NULL;
+    if (kvq_ctx_set_activations(ctx, s->o->act, err) != KVQ_OK) {
+        kvq_ctx_free(ctx);
+        return NULL;
+    }
     return ctx;
 }
 
@@ -293,7 +312,9 @@ static kvq_status write_reference(sweep *s, const char *path, kvq_error *err) {
  * when absent or unreadable; refuse to mix experiments. */
 static int ensure_reference(sweep *s) {
     char path[PATH_CAP];
-    path_in(path, s, "reference.kvqb");
+    char name[64];
+    snprintf(name, sizeof name, "reference%s.kvqb", act_suffix(s));
+    path_in(path, s, name);
     kvq_error err = { 0 };
     if (access(path, F_OK) == 0) {
         kvq_status st = kvq_base_kvq_open(path, &s->base, &err);
@@ -487,7 +508,7 @@ static int run_pending(sweep *s) {
 
 static int write_outputs(sweep *s) {
     kvq_eval_rows_precision(s->rows, s->n_cfg);
-    kvq_report_meta meta = { s->o->model, s->o->text, s->n_ctx, s->n_chunk };
+    kvq_report_meta meta = { s->o->model, s->o->text, s->n_ctx, s->n_chunk, cli_act_name(s->o->act) };
     kvq_ladder_thresholds th = kvq_ladder_default_thresholds();
     kvq_plot_opts po;
     kvq_plot_opts_default(&po);

@@ -45,6 +45,8 @@ kvq_status kvq_report_write_md(FILE *f, const kvq_eval_row *rows, size_t n,
     if (meta && meta->model) fprintf(f, "Model: `%s`.  ", meta->model);
     if (meta && meta->text) fprintf(f, "Text: `%s`.  ", meta->text);
     if (meta && meta->n_ctx) fprintf(f, "Context %d, %d chunks.", meta->n_ctx, meta->n_chunks);
+    if (meta && meta->activations && strcmp(meta->activations, "f32"))
+        fprintf(f, "  Activations: %s (kvq_ctx_set_activations).", meta->activations);
     if (meta) fprintf(f, "\n\n");
     fprintf(f, "KLD is KL(exact || cache) per scored token, in nats; precision = exp(-(KLD - KLD of the "
                "reference row)); size is relative to a bf16 cache at the same context; MiB at the "
@@ -324,6 +326,8 @@ kvq_status kvq_report_write_json(FILE *f, const kvq_eval_row *rows, size_t n,
     fputs(",\n  \"text\": ", f);
     if (meta && meta->text) kvq_json_write_str(f, meta->text);
     else fputs("null", f);
+    fputs(",\n  \"activations\": ", f);
+    kvq_json_write_str(f, meta && meta->activations ? meta->activations : "f32");
     fprintf(f, ",\n  \"n_ctx\": %d,\n  \"n_chunks\": %d,\n  \"rows\": [", meta ? meta->n_ctx : 0,
             meta ? meta->n_chunks : 0);
     for (size_t i = 0; i < n; i++) {
