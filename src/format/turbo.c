@@ -1,7 +1,7 @@
 /* turbo.c - TurboQuant rows: block layout, rotation, norm, the scalar
  * (per-coordinate Lloyd-Max) code, and the rotated-domain row kernels for
- * all six types.  The trellis code lives in turbo_tcq.c, AVX2 kernels in
- * turbo_avx2.c.  Formats: see turbo.h and docs/turbo.md. */
+ * all six types.  The trellis code lives in turbo_tcq.c, the SIMD kernels
+ * in turbo_avx2.c and turbo_avx512.c (turbo_lanes.inc).  Formats: see turbo.h and docs/turbo.md. */
 #include "turbo_internal.h"
 
 #include <math.h>
@@ -228,19 +228,25 @@ static const turbo_kernels g_scalar_kernels = {
     scalar_dot_heads_ref, tcq_dot_heads_ref,
     scalar_axpy_keys_ref, tcq_axpy_keys_ref,
 };
-static turbo_kernels g_active_kernels;
+static turbo_kernels g_level_kernels[KVQ_ISA_COUNT];
 static pthread_once_t g_kernels_once = PTHREAD_ONCE_INIT;
 
+/* Every level up to the CPU's best; a level above it is never installed
+ * (its kernels would not run here) and reads as the best. */
 static void choose_kernels(void) {
-    g_active_kernels = g_scalar_kernels;
-    if (kvq_isa_best() >= KVQ_ISA_AVX2) turbo_install_avx2(&g_active_kernels);
-    if (kvq_isa_best() >= KVQ_ISA_AVX512) g_active_kernels.viterbi = turbo_viterbi_avx512;
+    for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) g_level_kernels[isa] = g_scalar_kernels;
+    const kvq_isa best = kvq_isa_best();
+    if (best >= KVQ_ISA_AVX2) turbo_install_avx2(&g_level_kernels[KVQ_ISA_AVX2]);
+    if (best >= KVQ_ISA_AVX512) turbo_install_avx512(&g_level_kernels[KVQ_ISA_AVX512]);
 }
 
-const turbo_kernels *turbo_active_kernels(void) {
+const turbo_kernels *turbo_level_kernels(kvq_isa isa) {
     pthread_once(&g_kernels_once, choose_kernels);
-    return &g_active_kernels;
+    const kvq_isa best = kvq_isa_best();
+    return &g_level_kernels[(unsigned)isa > (unsigned)best ? best : isa];
 }
+
+const turbo_kernels *turbo_active_kernels(void) { return turbo_level_kernels(kvq_isa_best()); }
 
 static const float *codebook_of(kvq_turbo_type t) {
     return g_formats[t].tcq ? kvq_turbo_tcq_codebook(g_formats[t].bits)
@@ -372,12 +378,16 @@ void kvq_turbo_axpy_rot_scalar(kvq_turbo_type t, float w, const void *row, float
                                int head_dim) {
     if (valid_type(t)) axpy_with(&g_scalar_kernels, t, w, row, acc_rot, head_dim);
 }
+float kvq_turbo_dot_rot_at(kvq_isa isa, kvq_turbo_type t, const void *row, const float *q_rot, int head_dim) {
+    return valid_type(t) ? dot_with(turbo_level_kernels(isa), t, row, q_rot, head_dim) : NAN;
+}
+void kvq_turbo_axpy_rot_at(kvq_isa isa, kvq_turbo_type t, float w, const void *row, float *acc_rot, int head_dim) {
+    if (valid_type(t)) axpy_with(turbo_level_kernels(isa), t, w, row, acc_rot, head_dim);
+}
 
 /* ------------------------------------------------ attention over chunks */
 
 enum { CHUNK_HEADS = 16, CHUNK_KEYS = 32 };   /* heads and keys per pass (stack arrays) */
-
-static const turbo_kernels *kernels_of(bool simd) { return simd ? turbo_active_kernels() : &g_scalar_kernels; }
 
 /* Heads h0..h0+G-1 (G <= CHUNK_HEADS), keys k0..k0+nk-1 (nk <=
  * CHUNK_KEYS) of the chunk's scores: per key the blocks' dots summed as
@@ -387,33 +397,33 @@ static void chunk_scores_part(const turbo_kernels *kern, kvq_turbo_type t, const
                               const float *q_rot, int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
     const float *c = codebook_of(t);
     turbo_dot_heads_fn dot = g_formats[t].tcq ? kern->tcq_dot_heads : kern->scalar_dot_heads;
-    float part[CHUNK_HEADS * CHUNK_KEYS], sum[CHUNK_HEADS * CHUNK_KEYS] = { 0 }, bs[CHUNK_KEYS];
+    float part[CHUNK_HEADS * CHUNK_KEYS], sum[CHUNK_HEADS * CHUNK_KEYS], bs[CHUNK_KEYS];
     const uint8_t *codes[CHUNK_KEYS];
+    for (int i = 0; i < G * nk; i++) sum[i] = 0.0f;
     size_t at = 0;
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
-        int d = block_dim_at(head_dim, off);
-        for (int i = 0; i < nk; i++) {
-            bs[i] = block_scale(rows[i] + at, d);
-            codes[i] = bs[i] != 0.0f ? rows[i] + at + TURBO_NORM_BYTES : NULL;
-        }
+        const int d = block_dim_at(head_dim, off);
+        const float root = sqrtf((float)d);      /* block_scale's divisor, once per block */
+        for (int i = 0; i < nk; i++) bs[i] = kvq_half_to_float(kvq_rd16(rows[i] + at)) / root;
+        for (int i = 0; i < nk; i++) codes[i] = bs[i] != 0.0f ? rows[i] + at + TURBO_NORM_BYTES : NULL;
         dot(codes, nk, c, g_formats[t].bits, q_rot + off, G, q_stride, d, part);
         for (int g = 0; g < G; g++)
-            for (int i = 0; i < nk; i++)
-                if (codes[i]) sum[g * nk + i] += bs[i] * part[g * nk + i];
+            for (int i = 0; i < nk; i++)      /* a zero block adds nothing (its part is 0) */
+                sum[g * nk + i] += bs[i] != 0.0f ? bs[i] * part[g * nk + i] : 0.0f;
         at += kvq_turbo_block_bytes(t, d);
     }
     for (int g = 0; g < G; g++)
         for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = sum[g * nk + i] * scale;
 }
 
-void kvq_turbo_chunk_scores(bool simd, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
+void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
                             int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
     if (!valid_type(t)) {
         for (int g = 0; g < G; g++)
             for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = NAN;
         return;
     }
-    const turbo_kernels *kern = kernels_of(simd);
+    const turbo_kernels *kern = turbo_level_kernels(isa);
     for (int h = 0; h < G; h += CHUNK_HEADS)
         for (int i = 0; i < nk; i += CHUNK_KEYS)
             chunk_scores_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), q_rot + (size_t)h * q_stride,
@@ -427,33 +437,36 @@ static void chunk_values_part(const turbo_kernels *kern, kvq_turbo_type t, const
                               const float *w, int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
     const float *c = codebook_of(t);
     turbo_axpy_keys_fn axpy = g_formats[t].tcq ? kern->tcq_axpy_keys : kern->scalar_axpy_keys;
-    float coef[CHUNK_HEADS * CHUNK_KEYS];
+    float coef[CHUNK_HEADS * CHUNK_KEYS], bs[CHUNK_KEYS];
     const uint8_t *codes[CHUNK_KEYS];
+    bool used[CHUNK_KEYS];
     size_t at = 0;
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
-        int d = block_dim_at(head_dim, off);
+        const int d = block_dim_at(head_dim, off);
+        const float root = sqrtf((float)d);      /* block_scale's divisor, once per block */
+        for (int i = 0; i < nk; i++) bs[i] = rows[i] ? kvq_half_to_float(kvq_rd16(rows[i] + at)) / root : 0.0f;
+        for (int i = 0; i < nk; i++) used[i] = false;
+        for (int g = 0; g < G; g++)
+            for (int i = 0; i < nk; i++) {
+                const float wt = w[(size_t)g * ldw + i];
+                const bool on = wt != 0.0f && bs[i] != 0.0f;
+                coef[g * nk + i] = on ? wt * bs[i] : 0.0f;
+                used[i] |= on;
+            }
         bool any = false;
         for (int i = 0; i < nk; i++) {
-            const uint8_t *blk = rows[i] ? rows[i] + at : NULL;
-            const float bs = blk ? block_scale(blk, d) : 0.0f;
-            bool used = false;
-            for (int g = 0; g < G; g++) {
-                const float wt = w[(size_t)g * ldw + i];
-                coef[g * nk + i] = wt != 0.0f && bs != 0.0f ? wt * bs : 0.0f;
-                used |= wt != 0.0f && bs != 0.0f;
-            }
-            codes[i] = used ? blk + TURBO_NORM_BYTES : NULL;
-            any |= used;
+            codes[i] = used[i] ? rows[i] + at + TURBO_NORM_BYTES : NULL;
+            any |= used[i];
         }
         if (any) axpy(codes, nk, c, g_formats[t].bits, coef, G, acc_rot + off, acc_stride, d);
         at += kvq_turbo_block_bytes(t, d);
     }
 }
 
-void kvq_turbo_chunk_values(bool simd, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
+void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
                             int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
     if (!valid_type(t)) return;
-    const turbo_kernels *kern = kernels_of(simd);
+    const turbo_kernels *kern = turbo_level_kernels(isa);
     for (int h = 0; h < G; h += CHUNK_HEADS)
         for (int i = 0; i < nk; i += CHUNK_KEYS)
             chunk_values_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), w + (size_t)h * ldw + i, ldw,

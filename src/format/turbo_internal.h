@@ -1,5 +1,5 @@
-/* turbo_internal.h - pieces of the TurboQuant module shared by its scalar
- * and AVX2 files (not part of any public API). */
+/* turbo_internal.h - pieces of the TurboQuant module shared by its scalar,
+ * AVX2 and AVX-512 files (not part of any public API). */
 #ifndef KVQ_TURBO_INTERNAL_H
 #define KVQ_TURBO_INTERNAL_H
 
@@ -38,11 +38,16 @@ typedef struct turbo_kernels {
     turbo_axpy_keys_fn scalar_axpy_keys, tcq_axpy_keys;
 } turbo_kernels;
 
-/* The kernels in use (AVX2 where the CPU has it). */
+/* The kernels in use (the best level this CPU runs, kvq_isa_best). */
 const turbo_kernels *turbo_active_kernels(void);
+/* The kernels of one level (clamped to kvq_isa_best). */
+const turbo_kernels *turbo_level_kernels(kvq_isa isa);
 
-/* AVX2 versions (src/format/turbo_avx2.c); call only at kvq_isa_best() >= KVQ_ISA_AVX2. */
+/* The block kernels of turbo_lanes.inc at 8 lanes (src/format/turbo_avx2.c)
+ * and 16 (src/format/turbo_avx512.c), with their level's Viterbi; call only
+ * at kvq_isa_best() >= that level. */
 void turbo_install_avx2(turbo_kernels *k);
+void turbo_install_avx512(turbo_kernels *k);
 /* The Viterbi of turbo_viterbi.inc at 8 lanes (AVX2) and 16 (AVX-512,
  * src/format/turbo_viterbi_avx512.c): call only where the CPU has them;
  * the same states and cost as kvq_turbo_tcq_viterbi_scalar. */
