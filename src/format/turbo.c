@@ -193,32 +193,42 @@ void turbo_scalar_axpy_ref(const uint8_t *codes, const float *codebook, int bits
 
 /* The scalar block kernels of attention: the dot and axpy per head and
  * key (what the per-key reference pass does). */
+/* The coefficient of a key and head in the V sums: 0 where the weight or
+ * the block scale is 0 (0 * inf would poison the sum). */
+static float value_coef(float w, float bs) { return w != 0.0f && bs != 0.0f ? w * bs : 0.0f; }
+
 static void scalar_dot_heads_ref(const uint8_t *const *codes, int nk, const float *codebook, int bits,
-                                 const float *q_rot, int G, int q_stride, int d, float *out) {
+                                 const float *q_rot, int G, int q_stride, int d, const float *bs, float *sum, int lds) {
     for (int t = 0; t < nk; t++)
         for (int g = 0; g < G; g++)
-            out[g * nk + t] = codes[t] ? turbo_scalar_dot_ref(codes[t], codebook, bits, q_rot + (size_t)g * q_stride, d)
-                                       : 0.0f;
+            if (codes[t])
+                sum[g * lds + t] += bs[t] * turbo_scalar_dot_ref(codes[t], codebook, bits, q_rot + (size_t)g * q_stride, d);
 }
 static void tcq_dot_heads_ref(const uint8_t *const *codes, int nk, const float *codebook, int k, const float *q_rot,
-                              int G, int q_stride, int d, float *out) {
+                              int G, int q_stride, int d, const float *bs, float *sum, int lds) {
     for (int t = 0; t < nk; t++)
         for (int g = 0; g < G; g++)
-            out[g * nk + t] = codes[t] ? turbo_tcq_dot_ref(codes[t], codebook, k, q_rot + (size_t)g * q_stride, d) : 0.0f;
+            if (codes[t]) sum[g * lds + t] += bs[t] * turbo_tcq_dot_ref(codes[t], codebook, k, q_rot + (size_t)g * q_stride, d);
 }
 static void scalar_axpy_keys_ref(const uint8_t *const *codes, int nk, const float *codebook, int bits,
-                                 const float *coef, int G, float *acc_rot, int acc_stride, int d) {
+                                 const float *w, int ldw, const float *bs, int G, float *acc_rot, int acc_stride, int d) {
     for (int t = 0; t < nk; t++)
-        for (int g = 0; g < G; g++)
-            if (codes[t] && coef[g * nk + t] != 0.0f)
-                turbo_scalar_axpy_ref(codes[t], codebook, bits, coef[g * nk + t], acc_rot + (size_t)g * acc_stride, d);
+        for (int g = 0; g < G; g++) {
+            const float c = codes[t] ? value_coef(w[g * ldw + t], bs[t]) : 0.0f;
+            if (c != 0.0f) turbo_scalar_axpy_ref(codes[t], codebook, bits, c, acc_rot + (size_t)g * acc_stride, d);
+        }
 }
 static void tcq_axpy_keys_ref(const uint8_t *const *codes, int nk, const float *codebook, int k,
-                              const float *coef, int G, float *acc_rot, int acc_stride, int d) {
+                              const float *w, int ldw, const float *bs, int G, float *acc_rot, int acc_stride, int d) {
     for (int t = 0; t < nk; t++)
-        for (int g = 0; g < G; g++)
-            if (codes[t] && coef[g * nk + t] != 0.0f)
-                turbo_tcq_axpy_ref(codes[t], codebook, k, coef[g * nk + t], acc_rot + (size_t)g * acc_stride, d);
+        for (int g = 0; g < G; g++) {
+            const float c = codes[t] ? value_coef(w[g * ldw + t], bs[t]) : 0.0f;
+            if (c != 0.0f) turbo_tcq_axpy_ref(codes[t], codebook, k, c, acc_rot + (size_t)g * acc_stride, d);
+        }
+}
+
+static void block_scales_ref(const uint8_t *const *rows, int nk, size_t at, float root, float *bs) {
+    for (int i = 0; i < nk; i++) bs[i] = rows[i] ? kvq_half_to_float(kvq_rd16(rows[i] + at)) / root : 0.0f;
 }
 
 static const turbo_kernels g_scalar_kernels = {
@@ -227,6 +237,7 @@ static const turbo_kernels g_scalar_kernels = {
     kvq_turbo_tcq_viterbi_scalar,
     scalar_dot_heads_ref, tcq_dot_heads_ref,
     scalar_axpy_keys_ref, tcq_axpy_keys_ref,
+    block_scales_ref,
 };
 static turbo_kernels g_level_kernels[KVQ_ISA_COUNT];
 static pthread_once_t g_kernels_once = PTHREAD_ONCE_INIT;
@@ -237,7 +248,10 @@ static void choose_kernels(void) {
     for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) g_level_kernels[isa] = g_scalar_kernels;
     const kvq_isa best = kvq_isa_best();
     if (best >= KVQ_ISA_AVX2) turbo_install_avx2(&g_level_kernels[KVQ_ISA_AVX2]);
-    if (best >= KVQ_ISA_AVX512) turbo_install_avx512(&g_level_kernels[KVQ_ISA_AVX512]);
+    if (best >= KVQ_ISA_AVX512) {      /* over the AVX2 kernels: the trellis codes stay 8-lane */
+        g_level_kernels[KVQ_ISA_AVX512] = g_level_kernels[KVQ_ISA_AVX2];
+        turbo_install_avx512(&g_level_kernels[KVQ_ISA_AVX512]);
+    }
 }
 
 const turbo_kernels *turbo_level_kernels(kvq_isa isa) {
@@ -387,33 +401,39 @@ void kvq_turbo_axpy_rot_at(kvq_isa isa, kvq_turbo_type t, float w, const void *r
 
 /* ------------------------------------------------ attention over chunks */
 
-enum { CHUNK_HEADS = 16, CHUNK_KEYS = 32 };   /* heads and keys per pass (stack arrays) */
+enum { CHUNK_KEYS = 32 };   /* keys per pass (stack arrays); every head in each */
 
-/* Heads h0..h0+G-1 (G <= CHUNK_HEADS), keys k0..k0+nk-1 (nk <=
- * CHUNK_KEYS) of the chunk's scores: per key the blocks' dots summed as
- * dot_with sums them (a block of zero norm skipped), then times scale
- * (as the per-key pass does). */
+/* The nk (<= CHUNK_KEYS) scales of the blocks at byte `at` of the rows
+ * (block_scale's value, the same bits at every level; 0 for a NULL row),
+ * and their codes (NULL where the row is NULL or the scale 0: such a block
+ * adds nothing). */
+static void block_scales(const turbo_kernels *kern, const uint8_t *const *rows, int nk, size_t at, int d, float *bs,
+                         const uint8_t **codes) {
+    kern->scales(rows, nk, at, sqrtf((float)d), bs);
+    for (int i = 0; i < nk; i++) codes[i] = bs[i] != 0.0f ? rows[i] + at + TURBO_NORM_BYTES : NULL;
+}
+
+/* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS) of the chunk's scores, every head:
+ * per key the blocks' scaled dots summed from 0 as dot_with sums them (a
+ * block of zero norm skipped), then times scale (as the per-key pass
+ * does), straight into w. */
 static void chunk_scores_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
                               const float *q_rot, int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
     const float *c = codebook_of(t);
     turbo_dot_heads_fn dot = g_formats[t].tcq ? kern->tcq_dot_heads : kern->scalar_dot_heads;
-    float part[CHUNK_HEADS * CHUNK_KEYS], sum[CHUNK_HEADS * CHUNK_KEYS], bs[CHUNK_KEYS];
+    float bs[CHUNK_KEYS];
     const uint8_t *codes[CHUNK_KEYS];
-    for (int i = 0; i < G * nk; i++) sum[i] = 0.0f;
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = 0.0f;
     size_t at = 0;
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
         const int d = block_dim_at(head_dim, off);
-        const float root = sqrtf((float)d);      /* block_scale's divisor, once per block */
-        for (int i = 0; i < nk; i++) bs[i] = kvq_half_to_float(kvq_rd16(rows[i] + at)) / root;
-        for (int i = 0; i < nk; i++) codes[i] = bs[i] != 0.0f ? rows[i] + at + TURBO_NORM_BYTES : NULL;
-        dot(codes, nk, c, g_formats[t].bits, q_rot + off, G, q_stride, d, part);
-        for (int g = 0; g < G; g++)
-            for (int i = 0; i < nk; i++)      /* a zero block adds nothing (its part is 0) */
-                sum[g * nk + i] += bs[i] != 0.0f ? bs[i] * part[g * nk + i] : 0.0f;
+        block_scales(kern, rows, nk, at, d, bs, codes);
+        dot(codes, nk, c, g_formats[t].bits, q_rot + off, G, q_stride, d, bs, w, ldw);
         at += kvq_turbo_block_bytes(t, d);
     }
     for (int g = 0; g < G; g++)
-        for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = sum[g * nk + i] * scale;
+        for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] *= scale;
 }
 
 void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
@@ -424,41 +444,25 @@ void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
         return;
     }
     const turbo_kernels *kern = turbo_level_kernels(isa);
-    for (int h = 0; h < G; h += CHUNK_HEADS)
-        for (int i = 0; i < nk; i += CHUNK_KEYS)
-            chunk_scores_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), q_rot + (size_t)h * q_stride,
-                              KVQ_MIN(CHUNK_HEADS, G - h), q_stride, head_dim, scale, w + (size_t)h * ldw + i, ldw);
+    for (int i = 0; i < nk; i += CHUNK_KEYS)
+        chunk_scores_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), q_rot, G, q_stride, head_dim, scale, w + i,
+                          ldw);
 }
 
-/* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS), heads h0.. (G <= CHUNK_HEADS): per
- * block the weights times the key's block scale (0 where the weight or
- * the scale is 0: such a key and head add nothing, as in axpy_with). */
+/* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS), every head: per block the weights
+ * times the key's block scale (0 where the weight or the scale is 0: such
+ * a key and head add nothing, as in axpy_with), applied by the kernel. */
 static void chunk_values_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
                               const float *w, int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
     const float *c = codebook_of(t);
     turbo_axpy_keys_fn axpy = g_formats[t].tcq ? kern->tcq_axpy_keys : kern->scalar_axpy_keys;
-    float coef[CHUNK_HEADS * CHUNK_KEYS], bs[CHUNK_KEYS];
+    float bs[CHUNK_KEYS];
     const uint8_t *codes[CHUNK_KEYS];
-    bool used[CHUNK_KEYS];
     size_t at = 0;
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
         const int d = block_dim_at(head_dim, off);
-        const float root = sqrtf((float)d);      /* block_scale's divisor, once per block */
-        for (int i = 0; i < nk; i++) bs[i] = rows[i] ? kvq_half_to_float(kvq_rd16(rows[i] + at)) / root : 0.0f;
-        for (int i = 0; i < nk; i++) used[i] = false;
-        for (int g = 0; g < G; g++)
-            for (int i = 0; i < nk; i++) {
-                const float wt = w[(size_t)g * ldw + i];
-                const bool on = wt != 0.0f && bs[i] != 0.0f;
-                coef[g * nk + i] = on ? wt * bs[i] : 0.0f;
-                used[i] |= on;
-            }
-        bool any = false;
-        for (int i = 0; i < nk; i++) {
-            codes[i] = used[i] ? rows[i] + at + TURBO_NORM_BYTES : NULL;
-            any |= used[i];
-        }
-        if (any) axpy(codes, nk, c, g_formats[t].bits, coef, G, acc_rot + off, acc_stride, d);
+        block_scales(kern, rows, nk, at, d, bs, codes);
+        axpy(codes, nk, c, g_formats[t].bits, w, ldw, bs, G, acc_rot + off, acc_stride, d);
         at += kvq_turbo_block_bytes(t, d);
     }
 }
@@ -467,10 +471,9 @@ void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
                             int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
     if (!valid_type(t)) return;
     const turbo_kernels *kern = turbo_level_kernels(isa);
-    for (int h = 0; h < G; h += CHUNK_HEADS)
-        for (int i = 0; i < nk; i += CHUNK_KEYS)
-            chunk_values_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), w + (size_t)h * ldw + i, ldw,
-                              KVQ_MIN(CHUNK_HEADS, G - h), acc_rot + (size_t)h * acc_stride, acc_stride, head_dim);
+    for (int i = 0; i < nk; i += CHUNK_KEYS)
+        chunk_values_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), w + i, ldw, G, acc_rot, acc_stride,
+                          head_dim);
 }
 
 /* Decoding is axpy with weight 1 into a zeroed rotated buffer, rotated back. */

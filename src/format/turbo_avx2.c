@@ -28,9 +28,12 @@ typedef enum { FAMILY_SCALAR, FAMILY_TCQ } code_family;
 
 typedef struct scalar_lut { __m256 lo, hi; } scalar_lut;
 
+/* The codebook repeated to 16 entries (entry i = codebook[i mod 2^bits]),
+ * so that an index's bits above its code select the same value: the
+ * permute reads the low 3 bits, the blend bit 3, and no mask is needed. */
 ALWAYS_INLINE scalar_lut scalar_lut_make(const float *codebook, const int bits) {
-    float tab[16] = { 0 };
-    memcpy(tab, codebook, sizeof(float) << bits);
+    float tab[16];
+    for (int i = 0; i < 16; i++) tab[i] = codebook[i & ((1 << bits) - 1)];
     return (scalar_lut){ _mm256_loadu_ps(tab), _mm256_loadu_ps(tab + 8) };
 }
 
@@ -38,7 +41,7 @@ ALWAYS_INLINE scalar_lut scalar_lut_make(const float *codebook, const int bits) 
 ALWAYS_INLINE __m256 scalar_values(const scalar_lut *l, const uint8_t *codes, int g, const int bits) {
     __m256i w = _mm256_set1_epi32((int)turbo_scalar_group(codes, bits, g));
     __m256i shifts = _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits, 4 * bits, 5 * bits, 6 * bits, 7 * bits);
-    __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(w, shifts), _mm256_set1_epi32((1 << bits) - 1));
+    __m256i idx = _mm256_srlv_epi32(w, shifts);
     __m256 v = _mm256_permutevar8x32_ps(l->lo, idx);
     if (bits == 4) {     /* index bit 3 selects the upper eight entries */
         __m256 upper = _mm256_permutevar8x32_ps(l->hi, idx);
@@ -134,7 +137,21 @@ ALWAYS_INLINE void store_min(float *min_in, uint8_t *back, __m256 best, __m256i 
 
 #include "turbo_viterbi.inc"
 
+/* Block scales 8 at a time: the norms converted by F16C (exact, as the
+ * scalar conversion) and divided in one vector (the same IEEE quotient). */
+static void block_scales_avx2(const uint8_t *const *rows, int nk, size_t at, float root, float *bs) {
+    int i = 0;
+    for (; i + 8 <= nk; i += 8) {
+#define H(j) (short)(rows[i + j] ? kvq_rd16(rows[i + j] + at) : 0)    /* inserted, not stored and reloaded */
+        const __m256 v = _mm256_cvtph_ps(_mm_setr_epi16(H(0), H(1), H(2), H(3), H(4), H(5), H(6), H(7)));
+#undef H
+        _mm256_storeu_ps(bs + i, _mm256_div_ps(v, _mm256_set1_ps(root)));
+    }
+    for (; i < nk; i++) bs[i] = rows[i] ? kvq_half_to_float(kvq_rd16(rows[i] + at)) / root : 0.0f;
+}
+
 void turbo_install_avx2(turbo_kernels *k) {
     install_blocks_avx2(k);
+    k->scales = block_scales_avx2;
     k->viterbi = turbo_viterbi_avx2;
 }

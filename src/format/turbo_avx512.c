@@ -10,9 +10,12 @@
  *                 register, repeated to 16
  *                 entries, so the permute's low 4 index bits pick the
  *                 value whatever the bits above it hold (no mask);
- *   trellis codes: two halves of 8 states, each from one (k + 1)-byte word,
- *                 the 256-1024 entry codebook read with scalar loads (as
- *                 at AVX2; a 16-lane gather was slower, see tcq_half). */
+ * The trellis codes keep the 8-lane kernels of the AVX2 level (turbo.c
+ * installs them at this level too): their cost is the 256-1024 entry
+ * codebook look-up, one per value, and every 16-lane form measured here
+ * ran slower than 8 scalar loads per 8 values (two such halves and an
+ * insert: 1.05-1.4x the time; the state windows taken apart in one vector,
+ * stored and loaded back: 1.7x; a 16-lane gather: about 2.5x). */
 #include "turbo_internal.h"
 
 #include <immintrin.h>
@@ -24,14 +27,14 @@ typedef enum { FAMILY_SCALAR, FAMILY_TCQ } code_family;
 typedef struct lut16 { __m512 v; } LUT;
 
 ALWAYS_INLINE LUT lut_make(code_family f, const float *codebook, const int bits) {
-    if (f == FAMILY_TCQ) return (LUT){ _mm512_setzero_ps() };
+    (void)f;
     float tab[16];
     for (int i = 0; i < 16; i++) tab[i] = codebook[i & ((1 << bits) - 1)];
     return (LUT){ _mm512_loadu_ps(tab) };
 }
 
-/* Lane j of 16 holds value j's code (bits j*bits ..) at bit 0, the bits
- * above it unmasked. */
+/* Lane j of 16 holds value j's code (bits j*bits .. of the group's nbytes
+ * bytes) at bit 0, the bits above it unmasked. */
 ALWAYS_INLINE __m512i group_codes(const uint8_t *codes, int g, const int bits, const int nbytes) {
 #define AT(j) (int)(((unsigned)((j) * bits) >> 3) * 0x01010101u + 0x03020100u)
 #define SH(j) (((j) * bits) & 7)
@@ -45,22 +48,11 @@ ALWAYS_INLINE __m512i group_codes(const uint8_t *codes, int g, const int bits, c
     return _mm512_srlv_epi32(_mm512_shuffle_epi8(_mm512_broadcast_i32x4(b), pick), shift);
 }
 
-/* 8 trellis values (states at bit j*k of the k + 1 bytes from byte h*k)
- * by 8 scalar loads: the 16-lane gather of the same entries ran at about
- * a third of their speed in the attention loop here. */
-ALWAYS_INLINE __m256 tcq_half(const uint8_t *codes, const float *codebook, int h, const int k) {
-    const uint64_t w = turbo_tcq_group(codes, k, h);
-    const uint32_t m = (1u << (CTX_BITS + k)) - 1;
-    return _mm256_setr_ps(codebook[w & m], codebook[(w >> k) & m], codebook[(w >> 2 * k) & m],
-                          codebook[(w >> 3 * k) & m], codebook[(w >> 4 * k) & m], codebook[(w >> 5 * k) & m],
-                          codebook[(w >> 6 * k) & m], codebook[(w >> 7 * k) & m]);
-}
-
 ALWAYS_INLINE __m512 group_values(code_family f, const LUT *l, const uint8_t *codes, const float *codebook, int g,
                                   const int bits) {
-    if (f == FAMILY_SCALAR) return _mm512_permutexvar_ps(group_codes(codes, g, bits, 2 * bits), l->v);
-    return _mm512_insertf32x8(_mm512_castps256_ps512(tcq_half(codes, codebook, 2 * g, bits)),
-                              tcq_half(codes, codebook, 2 * g + 1, bits), 1);
+    (void)f;
+    (void)codebook;
+    return _mm512_permutexvar_ps(group_codes(codes, g, bits, 2 * bits), l->v);
 }
 
 /* Lane sums of 4 vectors in one tree: the 128-bit quarters of a and b
@@ -89,8 +81,11 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 #define lf_set1 _mm512_set1_ps
 #define HEADS_PER_PASS 4     /* 4 keys x 4 heads accumulators + 4 queries: 24 of 32 registers */
 #define LANES_NAME(x) x##_avx512
+#define LANES_SCALAR_ONLY      /* the trellis codes: see above */
 #include "turbo_lanes.inc"
 
+/* Over the AVX2 level's kernels: the scalar codes' block kernels and the
+ * 16-lane Viterbi. */
 void turbo_install_avx512(turbo_kernels *k) {
     install_blocks_avx512(k);
     k->viterbi = turbo_viterbi_avx512;

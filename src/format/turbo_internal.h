@@ -19,16 +19,25 @@ typedef void (*turbo_axpy_fn)(const uint8_t *codes, const float *codebook, int b
 typedef double (*turbo_viterbi_fn)(int k, const float *c, const float *x, int d,
                                    uint16_t *states);
 /* Attention's block kernels (kvq_turbo_chunk_scores / _values), each
- * block's codes decoded once for every head: nk keys' blocks against G
- * query heads (out[g*nk + t] = codes[t] . q_rot[g*q_stride ..], each
- * summed exactly as the dot kernel sums it; codes[t] NULL: out is 0), and
- * nk keys' blocks added into G accumulators (acc[g*acc_stride ..] +=
- * coef[g*nk + t] * values of codes[t], keys in order t; codes[t] NULL:
- * key skipped). */
+ * block's codes decoded once for every head, the block scales bs[t]
+ * (norm' / sqrt(d)) applied inside:
+ *   dot_heads: sum[g*lds + t] += bs[t] * (codes[t] . q_rot[g*q_stride ..])
+ *              for nk keys and G heads, each dot summed exactly as the
+ *              level's dot kernel sums it; codes[t] NULL: untouched;
+ *   axpy_keys: acc[g*acc_stride ..] += c * values of codes[t], keys in
+ *              order t, c = w[g*ldw + t] * bs[t] where both are non-zero,
+ *              else 0 (a key and head of c = 0 may be skipped); codes[t]
+ *              NULL: key skipped. */
 typedef void (*turbo_dot_heads_fn)(const uint8_t *const *codes, int nk, const float *codebook, int bits,
-                                   const float *q_rot, int G, int q_stride, int d, float *out);
+                                   const float *q_rot, int G, int q_stride, int d, const float *bs, float *sum,
+                                   int lds);
 typedef void (*turbo_axpy_keys_fn)(const uint8_t *const *codes, int nk, const float *codebook, int bits,
-                                   const float *coef, int G, float *acc_rot, int acc_stride, int d);
+                                   const float *w, int ldw, const float *bs, int G, float *acc_rot, int acc_stride,
+                                   int d);
+
+/* The scales of nk blocks at byte `at` of their rows: bs[i] = norm' /
+ * root (root = sqrt(d)), 0 for a NULL row. */
+typedef void (*turbo_scales_fn)(const uint8_t *const *rows, int nk, size_t at, float root, float *bs);
 
 typedef struct turbo_kernels {
     turbo_dot_fn  scalar_dot, tcq_dot;
@@ -36,6 +45,7 @@ typedef struct turbo_kernels {
     turbo_viterbi_fn viterbi;
     turbo_dot_heads_fn scalar_dot_heads, tcq_dot_heads;
     turbo_axpy_keys_fn scalar_axpy_keys, tcq_axpy_keys;
+    turbo_scales_fn scales;
 } turbo_kernels;
 
 /* The kernels in use (the best level this CPU runs, kvq_isa_best). */
