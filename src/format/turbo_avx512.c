@@ -72,6 +72,11 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(first, s));
 }
 
+/* The scalar codes' scores of 128-blocks (below, after the shared loops). */
+static void dot128_scores(const uint8_t *const *codes, int nk, const float *codebook, int bits, const float *q_rot,
+                          int G, int q_stride, const float *bs, float *sum, int lds);
+#define LANES_DOT128(cb, b) dot128_scores(codes, nk, cb, b, q, G, qs, bs, sum, lds)
+
 #define LN 16
 #define LF __m512
 #define lf_zero _mm512_setzero_ps
@@ -83,6 +88,78 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 #define LANES_NAME(x) x##_avx512
 #define LANES_SCALAR_ONLY      /* the trellis codes: see above */
 #include "turbo_lanes.inc"
+
+/* ---------------------------------------- scores of 128-value blocks */
+
+#define UNROLL8 _Pragma("GCC unroll 8")
+
+/* The 16 groups of 8 scalar codes of a 128-block, group m in lane m (its
+ * 8b bits at bit 0): turbo4's 64 bytes as they are, turbo2's 32 widened
+ * from 16 bits, turbo3's 48 (a masked load: nothing past them) moved 12
+ * bytes per quarter and then 3 bytes per lane. */
+ALWAYS_INLINE __m512i block_words(const uint8_t *codes, const int bits) {
+    if (bits == 4) return _mm512_loadu_si512((const void *)codes);
+    if (bits == 2) return _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)codes));
+    const __m512i raw = _mm512_maskz_loadu_epi8((__mmask64)0xFFFFFFFFFFFFull, codes);
+    const __m512i quarters = _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 3, 4, 5, 6, 6, 7, 8, 9, 9, 10, 11, 12), raw);
+    return _mm512_shuffle_epi8(quarters, _mm512_set4_epi32((int)0x800B0A09u, (int)0x80080706u, (int)0x80050403u,
+                                                           (int)0x80020100u));
+}
+
+/* Value j of every group: lane m = value 8m + j (the codebook's 16
+ * repeated entries make the bits above the code harmless). */
+ALWAYS_INLINE __m512 block_values(__m512i words, const LUT *l, int j, const int bits) {
+    return _mm512_permutexvar_ps(_mm512_srli_epi32(words, (unsigned)(bits * j)), l->v);
+}
+
+enum { DOT128_HEADS = 2 };   /* 2 heads' 8 query vectors + 4 x 2 accumulators: 27 registers */
+
+/* nh (1, 2) heads against nk keys' 128-blocks, in the order the words
+ * give: per key and head sum_j (value j of each group) * (q at 8m + j),
+ * then the 16 lanes in lanes_reduce4; the query is regrouped once per
+ * call and stays in registers. */
+ALWAYS_INLINE void dot128_fixed(const uint8_t *const *codes, int nk, const float *codebook, const int bits,
+                                const float *q_rot, const int nh, int q_stride, const float *bs, float *sum, int lds) {
+    const LUT l = lut_make(FAMILY_SCALAR, codebook, bits);
+    __m512 qp[DOT128_HEADS][8];
+    UNROLL for (int h = 0; h < nh; h++) {
+        float tq[8][16];
+        const float *q = q_rot + (size_t)h * q_stride;
+        for (int m = 0; m < 16; m++)
+            for (int j = 0; j < 8; j++) tq[j][m] = q[8 * m + j];
+        UNROLL8 for (int j = 0; j < 8; j++) qp[h][j] = _mm512_loadu_ps(tq[j]);
+    }
+    for (int t0 = 0; t0 < nk; t0 += 4) {
+        const uint8_t *c[4];
+        for (int i = 0; i < 4; i++) c[i] = t0 + i < nk && codes[t0 + i] ? codes[t0 + i] : g_zero_codes;
+        __m512 acc[4][DOT128_HEADS];
+        UNROLL for (int i = 0; i < 4; i++) {
+            const __m512i words = block_words(c[i], bits);
+            UNROLL for (int h = 0; h < nh; h++) acc[i][h] = _mm512_mul_ps(block_values(words, &l, 0, bits), qp[h][0]);
+            UNROLL8 for (int j = 1; j < 8; j++) {
+                const __m512 v = block_values(words, &l, j, bits);
+                UNROLL for (int h = 0; h < nh; h++) acc[i][h] = _mm512_fmadd_ps(v, qp[h][j], acc[i][h]);
+            }
+        }
+        UNROLL for (int h = 0; h < nh; h++)
+            lanes_add_scores(lanes_reduce4(acc[0][h], acc[1][h], acc[2][h], acc[3][h]), codes + t0, nk - t0, bs + t0,
+                             sum + (size_t)h * lds + t0);
+    }
+}
+
+#define dot128_all(codes, nk, codebook, bits) dot128_heads(codes, nk, codebook, bits, q_rot, G, q_stride, bs, sum, lds)
+ALWAYS_INLINE void dot128_heads(const uint8_t *const *codes, int nk, const float *codebook, const int bits,
+                                const float *q_rot, int G, int q_stride, const float *bs, float *sum, int lds) {
+    int h = 0;
+    for (; h + 2 <= G; h += 2)
+        dot128_fixed(codes, nk, codebook, bits, q_rot + (size_t)h * q_stride, 2, q_stride, bs, sum + (size_t)h * lds, lds);
+    if (h < G) dot128_fixed(codes, nk, codebook, bits, q_rot + (size_t)h * q_stride, 1, q_stride, bs, sum + (size_t)h * lds, lds);
+}
+static void dot128_scores(const uint8_t *const *codes, int nk, const float *codebook, int bits, const float *q_rot,
+                          int G, int q_stride, const float *bs, float *sum, int lds) {
+    LANES_BITS(bits, dot128_all, codes, nk, codebook)
+}
 
 /* Over the AVX2 level's kernels: the scalar codes' block kernels and the
  * 16-lane Viterbi. */
