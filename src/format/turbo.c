@@ -436,6 +436,22 @@ static void chunk_scores_part(const turbo_kernels *kern, kvq_turbo_type t, const
         for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] *= scale;
 }
 
+/* The rows after a chunk of body rows, into the cache while this chunk is
+ * read: the next chunk of the same head follows in memory (rows one
+ * row_bytes apart), and its first touch otherwise stalls the kernels (each
+ * row's norm is read before its codes).  Rows that are not consecutive
+ * (ring, sink) prefetch nothing.  A prefetch never faults, so the lines
+ * past the end of the body are harmless.  Measured at 16384 keys (8 KV
+ * heads x 128, AVX-512, 1 thread): turbo4 1.45x, turbo3 1.35x, turbo3_tcq
+ * 1.15x faster; two or three chunks ahead were no better. */
+static void prefetch_next(const uint8_t *const *rows, int nk, size_t row_bytes) {
+    if (nk < 2 || !rows[0] || !rows[nk - 1] ||
+        (uintptr_t)rows[nk - 1] - (uintptr_t)rows[0] != (size_t)(nk - 1) * row_bytes)
+        return;
+    const uintptr_t from = (uintptr_t)rows[nk - 1] + row_bytes, to = from + (size_t)nk * row_bytes;
+    for (uintptr_t p = from & ~(uintptr_t)63; p < to; p += 64) __builtin_prefetch((const void *)p);
+}
+
 void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
                             int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
     if (!valid_type(t)) {
@@ -444,6 +460,7 @@ void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
         return;
     }
     const turbo_kernels *kern = turbo_level_kernels(isa);
+    prefetch_next(rows, nk, kvq_turbo_row_bytes(t, head_dim));
     for (int i = 0; i < nk; i += CHUNK_KEYS)
         chunk_scores_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), q_rot, G, q_stride, head_dim, scale, w + i,
                           ldw);
@@ -471,6 +488,7 @@ void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
                             int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
     if (!valid_type(t)) return;
     const turbo_kernels *kern = turbo_level_kernels(isa);
+    prefetch_next(rows, nk, kvq_turbo_row_bytes(t, head_dim));
     for (int i = 0; i < nk; i += CHUNK_KEYS)
         chunk_values_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), w + i, ldw, G, acc_rot, acc_stride,
                           head_dim);
