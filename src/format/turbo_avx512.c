@@ -76,6 +76,10 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 static void dot128_scores(const uint8_t *const *codes, int nk, const float *codebook, int bits, const float *q_rot,
                           int G, int q_stride, const float *bs, float *sum, int lds);
 #define LANES_DOT128(cb, b) dot128_scores(codes, nk, cb, b, q, G, qs, bs, sum, lds)
+/* and their V sums */
+static void axpy128_values(const uint8_t *const *codes, int nk, const float *codebook, int bits, const float *w,
+                           int ldw, const float *bs, int G, float *acc_rot, int acc_stride);
+#define LANES_AXPY128(cb, b) axpy128_values(codes, nk, cb, b, w, ldw, bs, G, acc, as)
 
 #define LN 16
 #define LF __m512
@@ -159,6 +163,100 @@ ALWAYS_INLINE void dot128_heads(const uint8_t *const *codes, int nk, const float
 static void dot128_scores(const uint8_t *const *codes, int nk, const float *codebook, int bits, const float *q_rot,
                           int G, int q_stride, const float *bs, float *sum, int lds) {
     LANES_BITS(bits, dot128_all, codes, nk, codebook)
+}
+
+/* ------------------------------------------ V sums of 128-value blocks */
+
+/* The accumulators of a 128-block in the words' order: A[j] lane m holds
+ * acc[8m + j], from the 8 vectors of 16 in memory order (R[r] lane l holds
+ * acc[16r + l]).  Position 8m + j has bits m3 m2 m1 m0 j2 j1 j0: three
+ * stages each swap one vector-index bit with one lane bit (m1 with j0, m2
+ * with j1, m3 with j2: vector pairs r, r ^ 1 / 2 / 4), leaving the lanes
+ * in the order m0 m3 m2 m1, which one permute puts right.  Every stage is
+ * its own inverse, so the way back is the permute's inverse and the stages
+ * in reverse. */
+#define SW0(l, b) ((l) & (b) ? 16 + ((l) & ~(b)) : (l))    /* the pair's output with vector bit 0 */
+#define SW1(l, b) ((l) & (b) ? 16 + (l) : ((l) | (b)))     /* ... with vector bit 1 */
+#define IDX16(F, b) _mm512_setr_epi32(F(0, b), F(1, b), F(2, b), F(3, b), F(4, b), F(5, b), F(6, b), F(7, b), \
+                                      F(8, b), F(9, b), F(10, b), F(11, b), F(12, b), F(13, b), F(14, b), F(15, b))
+#define TO_M(l, b) ((((l) & 1) << 3) | ((l) >> 1))          /* lane m of the result: lane m0 m3 m2 m1 */
+#define FROM_M(l, b) ((((l) & 7) << 1) | ((l) >> 3))
+
+/* Swap bit vb of the vector index with the same bit of the lane (the
+ * pairs' lanes with that bit clear go to the first, set to the second). */
+ALWAYS_INLINE void swap_bits(__m512 *v, const int vb) {
+    const __m512i i0 = vb == 1 ? IDX16(SW0, 1) : vb == 2 ? IDX16(SW0, 2) : IDX16(SW0, 4);
+    const __m512i i1 = vb == 1 ? IDX16(SW1, 1) : vb == 2 ? IDX16(SW1, 2) : IDX16(SW1, 4);
+    UNROLL8 for (int r = 0; r < 8; r++) {
+        if (r & vb) continue;
+        const __m512 x = v[r], y = v[r | vb];
+        v[r] = _mm512_permutex2var_ps(x, i0, y);
+        v[r | vb] = _mm512_permutex2var_ps(x, i1, y);
+    }
+}
+
+ALWAYS_INLINE void acc_to_words(const float *acc, __m512 *a) {
+    UNROLL8 for (int r = 0; r < 8; r++) a[r] = _mm512_loadu_ps(acc + 16 * r);
+    swap_bits(a, 1);
+    swap_bits(a, 2);
+    swap_bits(a, 4);
+    const __m512i to_m = IDX16(TO_M, 0);
+    UNROLL8 for (int j = 0; j < 8; j++) a[j] = _mm512_permutexvar_ps(to_m, a[j]);
+}
+
+ALWAYS_INLINE void words_to_acc(__m512 *a, float *acc) {
+    const __m512i from_m = IDX16(FROM_M, 0);
+    UNROLL8 for (int j = 0; j < 8; j++) a[j] = _mm512_permutexvar_ps(from_m, a[j]);
+    swap_bits(a, 4);
+    swap_bits(a, 2);
+    swap_bits(a, 1);
+    UNROLL8 for (int r = 0; r < 8; r++) _mm512_storeu_ps(acc + 16 * r, a[r]);
+}
+
+/* nh (1, 2) heads' accumulators of a 128-block in registers (in the
+ * words' order) while the nk keys are added in order: per output the
+ * same chain of FMAs as the generic loop, so the same bits. */
+ALWAYS_INLINE void axpy128_fixed(const uint8_t *const *codes, int nk, const float *codebook, const int bits,
+                                 const float *w, int ldw, const float *bs, const int nh, float *acc_rot,
+                                 int acc_stride) {
+    const LUT l = lut_make(FAMILY_SCALAR, codebook, bits);
+    __m512 a[DOT128_HEADS][8];
+    UNROLL for (int h = 0; h < nh; h++) acc_to_words(acc_rot + (size_t)h * acc_stride, a[h]);
+    for (int t = 0; t < nk; t++) {
+        if (!codes[t]) continue;
+        float c[DOT128_HEADS];
+        bool any = false;
+        UNROLL for (int h = 0; h < nh; h++) {
+            const float wt = w[(size_t)h * ldw + t];
+            c[h] = wt != 0.0f && bs[t] != 0.0f ? wt * bs[t] : 0.0f;
+            any |= c[h] != 0.0f;
+        }
+        if (!any) continue;
+        __m512 cf[DOT128_HEADS];
+        UNROLL for (int h = 0; h < nh; h++) cf[h] = _mm512_set1_ps(c[h]);
+        const __m512i words = block_words(codes[t], bits);
+        UNROLL8 for (int j = 0; j < 8; j++) {
+            const __m512 v = block_values(words, &l, j, bits);
+            UNROLL for (int h = 0; h < nh; h++) a[h][j] = _mm512_fmadd_ps(cf[h], v, a[h][j]);
+        }
+    }
+    UNROLL for (int h = 0; h < nh; h++) words_to_acc(a[h], acc_rot + (size_t)h * acc_stride);
+}
+
+#define axpy128_all(codes, nk, codebook, bits) axpy128_heads(codes, nk, codebook, bits, w, ldw, bs, G, acc_rot, acc_stride)
+ALWAYS_INLINE void axpy128_heads(const uint8_t *const *codes, int nk, const float *codebook, const int bits,
+                                 const float *w, int ldw, const float *bs, int G, float *acc_rot, int acc_stride) {
+    int h = 0;
+    for (; h + 2 <= G; h += 2)
+        axpy128_fixed(codes, nk, codebook, bits, w + (size_t)h * ldw, ldw, bs, 2, acc_rot + (size_t)h * acc_stride,
+                      acc_stride);
+    if (h < G)
+        axpy128_fixed(codes, nk, codebook, bits, w + (size_t)h * ldw, ldw, bs, 1, acc_rot + (size_t)h * acc_stride,
+                      acc_stride);
+}
+static void axpy128_values(const uint8_t *const *codes, int nk, const float *codebook, int bits, const float *w,
+                           int ldw, const float *bs, int G, float *acc_rot, int acc_stride) {
+    LANES_BITS(bits, axpy128_all, codes, nk, codebook)
 }
 
 /* Over the AVX2 level's kernels: the scalar codes' block kernels and the
