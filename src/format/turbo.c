@@ -201,14 +201,19 @@ static void scalar_dot_heads_ref(const uint8_t *const *codes, int nk, const floa
                                  const float *q_rot, int G, int q_stride, int d, const float *bs, float *sum, int lds) {
     for (int t = 0; t < nk; t++)
         for (int g = 0; g < G; g++)
-            if (codes[t])
-                sum[g * lds + t] += bs[t] * turbo_scalar_dot_ref(codes[t], codebook, bits, q_rot + (size_t)g * q_stride, d);
+            if (codes[t]) {    /* product and sum apart, as dot_with */
+                const float p = bs[t] * turbo_scalar_dot_ref(codes[t], codebook, bits, q_rot + (size_t)g * q_stride, d);
+                sum[g * lds + t] += p;
+            }
 }
 static void tcq_dot_heads_ref(const uint8_t *const *codes, int nk, const float *codebook, int k, const float *q_rot,
                               int G, int q_stride, int d, const float *bs, float *sum, int lds) {
     for (int t = 0; t < nk; t++)
         for (int g = 0; g < G; g++)
-            if (codes[t]) sum[g * lds + t] += bs[t] * turbo_tcq_dot_ref(codes[t], codebook, k, q_rot + (size_t)g * q_stride, d);
+            if (codes[t]) {
+                const float p = bs[t] * turbo_tcq_dot_ref(codes[t], codebook, k, q_rot + (size_t)g * q_stride, d);
+                sum[g * lds + t] += p;
+            }
 }
 static void scalar_axpy_keys_ref(const uint8_t *const *codes, int nk, const float *codebook, int bits,
                                  const float *w, int ldw, const float *bs, int G, float *acc_rot, int acc_stride, int d) {
@@ -357,7 +362,10 @@ static float dot_with(const turbo_kernels *kern, kvq_turbo_type t, const void *r
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
         int d = block_dim_at(head_dim, off);
         float scale = block_scale(blk, d);
-        if (scale != 0.0f) sum += scale * dot(blk + TURBO_NORM_BYTES, c, g_formats[t].bits, q_rot + off, d);
+        if (scale != 0.0f) {   /* product and sum apart: no compiler fuses them (the chunk kernels do not) */
+            const float p = scale * dot(blk + TURBO_NORM_BYTES, c, g_formats[t].bits, q_rot + off, d);
+            sum += p;
+        }
         blk += kvq_turbo_block_bytes(t, d);
     }
     return sum;
