@@ -106,3 +106,84 @@ TEST(row_hooks_every_level_matches_scalar_for_every_cache_type) {
     attn_data_free(&d);
     if (!compared) SKIP("no SIMD level on this CPU (or KVQ_FORCE_SCALAR=1)");
 }
+
+/* ------------------------------------------------ TurboQuant's hooks */
+
+/* Decode steps: each of the n_q query tokens from pos on attends alone
+ * (one token x G heads: the fused code kernels; a batch of tokens would
+ * share the unpacked tile instead). */
+static bool turbo_steps(kvq_cache *c, int pos, int n_q, int n_head, const float *q, const attn_block_kernels *kr,
+                        kvq_pool *pool, float *out, kvq_error *err) {
+    const kvq_attend_loop loop = { KVQ_PASS_CHUNKED, kr, false };
+    const size_t row = (size_t)n_head * 128;
+    for (int i = 0; i < n_q; i++)
+        if (kvq_cache_attend_loop(c, 0, pos + i, 1, n_head, q + i * row, 1.0f / sqrtf(128.0f), out + i * row, pool,
+                                  NULL, &loop, err) != KVQ_OK)
+            return false;
+    return true;
+}
+
+/* The TurboQuant hooks at every level this CPU runs against the scalar
+ * level, decode steps (fused from the codes up to 4 heads, the unpacked
+ * tile above): every turbo type, GQA groups 1..8 (passes of 1, 2 and 4 heads
+ * and their rests), a key count that fills no group of 4 and no chunk of
+ * 32 (75 keys, 16 of them in the tail ring and 4 in the sink), and with 2
+ * threads the same bits as with 1 at the best level. */
+TEST(row_hooks_turbo_levels_gqa_and_threads) {
+    enum { N_TOK = 75, POS = 71, HD = 128, KV = 2, MAXG = 8 };
+    static const kvq_type types[] = { KVQ_TYPE_TURBO2,     KVQ_TYPE_TURBO3,     KVQ_TYPE_TURBO4,
+                                      KVQ_TYPE_TURBO2_TCQ, KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO4_TCQ };
+    static const int groups[] = { 1, 2, 3, 4, 5, 8 };
+    static const char *const levels[] = { "avx2", "avx512" };
+    const attn_block_kernels *scalar = attn_block_level("scalar"), *best = attn_block_best();
+    attn_data d;
+    CHECK(attn_data_make(&d, N_TOK, KV * MAXG, KV, HD, HD, 1234), "alloc");
+    const size_t n_q = (size_t)(N_TOK - POS) * KV * MAXG * HD;
+    float *q = malloc(n_q * sizeof *q), *ref = malloc(n_q * sizeof *ref), *out = malloc(n_q * sizeof *out);
+    kvq_pool *pool = kvq_pool_create(2);
+    CHECK(q && ref && out && pool, "alloc");
+    int compared = 0;
+    for (size_t ti = 0; ti < KVQ_ARRAY_LEN(types); ti++) {
+        kvq_cache_params p;
+        attn_params(&p, KV, HD, HD, 128, types[ti], types[ti], KVQ_ROT_AUTO);
+        p.max_batch = 32;
+        p.tail_tokens = 16;
+        p.sink_tokens = 4;
+        kvq_cache *c = NULL;
+        kvq_error err;
+        CHECK(kvq_cache_create(&p, &c, &err) == KVQ_OK, "%s: %s", kvq_type_name(types[ti]), err.msg);
+        CHECK(attn_fill(c, &d, 32), "%s: fill", kvq_type_name(types[ti]));
+        for (size_t gi = 0; gi < KVQ_ARRAY_LEN(groups); gi++) {
+            const int G = groups[gi], n_head = KV * G;
+            const size_t n_out = (size_t)(N_TOK - POS) * n_head * HD;
+            /* the first n_head query heads of each query token */
+            for (int tok = POS; tok < N_TOK; tok++)
+                memcpy(q + (size_t)(tok - POS) * n_head * HD, d.q + ((size_t)tok * KV * MAXG) * HD,
+                       (size_t)n_head * HD * sizeof *q);
+            CHECK(turbo_steps(c, POS, N_TOK - POS, n_head, q, scalar, NULL, ref, &err), "%s G=%d: scalar %s",
+                  kvq_type_name(types[ti]), G, err.msg);
+            for (size_t l = 0; l < KVQ_ARRAY_LEN(levels); l++) {
+                const attn_block_kernels *kr = attn_block_level(levels[l]);
+                if (!kr) continue;
+                CHECK(turbo_steps(c, POS, N_TOK - POS, n_head, q, kr, NULL, out, &err), "%s G=%d %s: %s",
+                      kvq_type_name(types[ti]), G, kr->level, err.msg);
+                const double e = attn_rel_err(out, ref, n_out);
+                CHECK(e < 1e-5, "%s G=%d at %s vs scalar: rel err %.3g", kvq_type_name(types[ti]), G, kr->level, e);
+                compared++;
+            }
+            /* 2 threads: the same bits as 1 at the best level */
+            CHECK(turbo_steps(c, POS, N_TOK - POS, n_head, q, best, NULL, ref, &err) &&
+                      turbo_steps(c, POS, N_TOK - POS, n_head, q, best, pool, out, &err),
+                  "%s G=%d threads: %s", kvq_type_name(types[ti]), G, err.msg);
+            CHECK(!memcmp(out, ref, n_out * sizeof *out), "%s G=%d: 2 threads differ from 1 at %s",
+                  kvq_type_name(types[ti]), G, best->level);
+        }
+        kvq_cache_free(c);
+    }
+    kvq_pool_free(pool);
+    free(q);
+    free(ref);
+    free(out);
+    attn_data_free(&d);
+    if (!compared) SKIP("no SIMD level on this CPU (or KVQ_FORCE_SCALAR=1); threads checked at %s", best->level);
+}

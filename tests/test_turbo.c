@@ -417,69 +417,101 @@ TEST(turbo_viterbi_each_level_matches_scalar) {
     }
 }
 
-/* Attention's chunk kernels (kvq_turbo_chunk_scores / _values), every
- * type, heads of 64, 128 and 256 (two blocks), G 1..5, whole and partial
- * chunks with a zero row (zero norm), keys of weight 0 and a NULL row:
- * each level gives bit for bit what the per-key kernels of that level
- * give (dot_rot per key and head; axpy_rot per key and head, zero weights
- * skipped), and the SIMD level matches the scalar one to float rounding. */
-TEST(turbo_chunk_kernels_match_per_key) {
-    enum { NK = 32, MAXG = 5 };
-    static uint8_t rows[NK][256];
-    static float q[MAXG * MAX_DIM], w[MAXG * NK], got[MAXG * MAX_DIM], want[MAXG * MAX_DIM],
-        simd[MAXG * NK + MAXG * MAX_DIM];
-    static const int dims[] = { 64, 128, 256 }, gs[] = { 1, 2, 3, 5 }, nks[] = { NK, 7 };
-    test_rng r = { 4242, 0, 0 };
-    const bool has_simd = kvq_isa_best() >= KVQ_ISA_AVX2;
-    int checked = 0;
-    ALL_TYPES(ty) for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) for (size_t gi = 0; gi < KVQ_ARRAY_LEN(gs); gi++)
-    for (size_t ni = 0; ni < KVQ_ARRAY_LEN(nks); ni++) {
-        const int d = dims[di], G = gs[gi], nk = nks[ni];
-        const uint8_t *rp[NK], *vp[NK];
-        float x[MAX_DIM];
-        for (int key = 0; key < nk; key++) {
-            gauss_vec(&r, x, d);
-            if (key == 3) memset(x, 0, sizeof x);           /* zero norm: no direction */
-            kvq_turbo_quantize(ty, x, rows[key], d, NULL);
-            rp[key] = rows[key];
-            vp[key] = key == 5 ? NULL : rows[key];
-        }
-        gauss_vec(&r, q, G * d);
-        for (int i = 0; i < G * nk; i++) w[i] = i % 4 == 1 ? 0.0f : (float)test_rng_uniform(&r);
-        double worst = 0.0;
-        for (int level = 0; level <= (has_simd ? 1 : 0); level++) {
-            const bool s = level == 1;
-            /* scores */
-            kvq_turbo_chunk_scores(s, ty, rp, nk, q, G, d, d, 0.125f, got, NK);
-            for (int g = 0; g < G; g++)
-                for (int key = 0; key < nk; key++) {
-                    const float ref = (s ? kvq_turbo_dot_rot(ty, rows[key], q + g * d, d)
-                                         : kvq_turbo_dot_rot_scalar(ty, rows[key], q + g * d, d)) * 0.125f;
-                    CHECK(got[g * NK + key] == ref, "%s d=%d G=%d %s score %d/%d: %.9g vs per key %.9g",
-                          kvq_turbo_name(ty), d, G, s ? "simd" : "scalar", g, key, got[g * NK + key], ref);
-                    if (s) worst = fmax(worst, fabs(got[g * NK + key] - simd[g * NK + key]) / (fabs(simd[g * NK + key]) + 1.0));
-                    else simd[g * NK + key] = got[g * NK + key];
-                }
-            /* values */
-            for (int i = 0; i < G * d; i++) got[i] = want[i] = 0.01f * (float)(i % 13);
-            kvq_turbo_chunk_values(s, ty, vp, nk, w, NK, G, got, d, d);
-            for (int key = 0; key < nk; key++)
-                for (int g = 0; g < G; g++)
-                    if (vp[key] && w[g * NK + key] != 0.0f) {
-                        if (s) kvq_turbo_axpy_rot(ty, w[g * NK + key], vp[key], want + g * d, d);
-                        else kvq_turbo_axpy_rot_scalar(ty, w[g * NK + key], vp[key], want + g * d, d);
-                    }
-            for (int i = 0; i < G * d; i++) {
-                CHECK(got[i] == want[i], "%s d=%d G=%d nk=%d %s value %d: %.9g vs per key %.9g", kvq_turbo_name(ty), d,
-                      G, nk, s ? "simd" : "scalar", i, got[i], want[i]);
-                if (s) worst = fmax(worst, fabs(got[i] - simd[MAXG * NK + i]) / (fabs(simd[MAXG * NK + i]) + 1.0));
-                else simd[MAXG * NK + i] = got[i];
-            }
-        }
-        CHECK(worst < 1e-5, "%s d=%d G=%d: simd vs scalar rel err %.3g", kvq_turbo_name(ty), d, G, worst);
-        checked++;
+/* Attention's chunk kernels (kvq_turbo_chunk_scores / _values) at every
+ * level this CPU runs: every type, heads of 64, 128 and 256 (two blocks),
+ * G 1..8 (passes of 2 and 4 heads and their rests), key counts that fill
+ * groups of 4 and chunks of 32 or leave a rest (1, 3, 7, 37), a zero row
+ * (zero norm), keys of weight 0, a NULL row and a row whose norm is
+ * infinite (its scores and values non-finite where weighted, as per key):
+ * each level gives bit for bit what the row kernels of that level give
+ * (dot_rot per key and head; axpy_rot per key and head, zero weights
+ * skipped), and every SIMD level matches the scalar one to float
+ * rounding. */
+enum { CK_NK = 37, CK_MAXG = 8 };
+
+/* Row key of the chunk: Gaussian, key 3 zero, key 9 with an infinite norm. */
+static void chunk_rows(kvq_turbo_type ty, int d, test_rng *r, uint8_t rows[][256]) {
+    float x[MAX_DIM];
+    for (int key = 0; key < CK_NK; key++) {
+        gauss_vec(r, x, d);
+        if (key == 3) memset(x, 0, sizeof x);
+        kvq_turbo_quantize(ty, x, rows[key], d, NULL);
+        if (key == 9) kvq_wr16(rows[key], 0x7c00);     /* +inf norm in the first block */
     }
-    CHECK(checked == KVQ_TURBO_COUNT * 3 * 4 * 2, "%d configurations", checked);
+}
+
+/* One configuration at one level against the row kernels of that level;
+ * the scores and values go to res (scores, then values) for the
+ * comparison with the scalar level; a failure is left in t. */
+static void chunk_check(test_ctx *t, kvq_isa isa, kvq_turbo_type ty, int d, int G, int nk, uint8_t rows[][256], const float *q,
+                        const float *w, float *res) {
+    static float got[CK_MAXG * MAX_DIM], want[CK_MAXG * MAX_DIM];
+    const uint8_t *rp[CK_NK], *vp[CK_NK];
+    for (int key = 0; key < nk; key++) rp[key] = vp[key] = rows[key];
+    if (nk > 5) vp[5] = NULL;
+    kvq_turbo_chunk_scores(isa, ty, rp, nk, q, G, d, d, 0.125f, got, CK_NK);
+    for (int g = 0; g < G; g++)
+        for (int key = 0; key < nk; key++) {
+            const float ref = kvq_turbo_dot_rot_at(isa, ty, rows[key], q + g * d, d) * 0.125f;
+            const float s = got[g * CK_NK + key];
+            CHECK(s == ref || (isnan(s) && isnan(ref)), "%s %s d=%d G=%d nk=%d score %d/%d: %.9g vs per key %.9g",
+                  kvq_isa_name(isa), kvq_turbo_name(ty), d, G, nk, g, key, s, ref);
+            res[g * CK_NK + key] = s;
+        }
+    for (int i = 0; i < G * d; i++) got[i] = want[i] = 0.01f * (float)(i % 13);
+    kvq_turbo_chunk_values(isa, ty, vp, nk, w, CK_NK, G, got, d, d);
+    for (int key = 0; key < nk; key++)
+        for (int g = 0; g < G; g++)
+            if (vp[key] && w[g * CK_NK + key] != 0.0f)
+                kvq_turbo_axpy_rot_at(isa, ty, w[g * CK_NK + key], vp[key], want + g * d, d);
+    for (int i = 0; i < G * d; i++) {
+        CHECK(got[i] == want[i] || (isnan(got[i]) && isnan(want[i])), "%s %s d=%d G=%d nk=%d value %d: %.9g vs per key %.9g",
+              kvq_isa_name(isa), kvq_turbo_name(ty), d, G, nk, i, got[i], want[i]);
+        res[CK_MAXG * CK_NK + i] = got[i];
+    }
+}
+
+TEST(turbo_chunk_kernels_match_per_key) {
+    static uint8_t rows[CK_NK][256];
+    static float q[CK_MAXG * MAX_DIM], w[CK_MAXG * CK_NK], ref[CK_MAXG * (CK_NK + MAX_DIM)],
+        res[CK_MAXG * (CK_NK + MAX_DIM)];
+    static const int dims[] = { 64, 128, 256 }, gs[] = { 1, 2, 3, 4, 5, 8 }, nks[] = { CK_NK, 32, 7, 3, 1 };
+    test_rng r = { 4242, 0, 0 };
+    int checked = 0;
+    ALL_TYPES(ty) for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
+        const int d = dims[di];
+        chunk_rows(ty, d, &r, rows);
+        for (size_t gi = 0; gi < KVQ_ARRAY_LEN(gs); gi++) for (size_t ni = 0; ni < KVQ_ARRAY_LEN(nks); ni++) {
+            const int G = gs[gi], nk = nks[ni];
+            gauss_vec(&r, q, G * d);
+            for (int i = 0; i < G * CK_NK; i++) w[i] = i % 4 == 1 ? 0.0f : (float)test_rng_uniform(&r);
+            /* the infinite row weighted 0 by head 0: nothing of it added there */
+            if (nk > 9) w[9] = 0.0f;
+            chunk_check(t, KVQ_ISA_SCALAR, ty, d, G, nk, rows, q, w, ref);
+            if (t->result == TEST_FAIL) return;
+            for (int isa = KVQ_ISA_AVX2; isa <= (int)kvq_isa_best(); isa++) {
+                chunk_check(t, (kvq_isa)isa, ty, d, G, nk, rows, q, w, res);
+                if (t->result == TEST_FAIL) return;
+                double worst = 0.0;
+                for (int g = 0; g < G; g++)
+                    for (int key = 0; key < nk; key++) {
+                        const float a = res[g * CK_NK + key], b = ref[g * CK_NK + key];
+                        if (isfinite(b)) worst = fmax(worst, fabs(a - b) / (fabs(b) + 1.0));
+                        else CHECK(!isfinite(a), "%s %s: score %d/%d finite (%g), scalar %g", kvq_isa_name((kvq_isa)isa),
+                                   kvq_turbo_name(ty), g, key, a, b);
+                    }
+                for (int i = 0; i < G * d; i++) {
+                    const float a = res[CK_MAXG * CK_NK + i], b = ref[CK_MAXG * CK_NK + i];
+                    if (isfinite(b)) worst = fmax(worst, fabs(a - b) / (fabs(b) + 1.0));
+                    else CHECK(!isfinite(a), "%s %s: value %d finite", kvq_isa_name((kvq_isa)isa), kvq_turbo_name(ty), i);
+                }
+                CHECK(worst < 1e-5, "%s %s d=%d G=%d nk=%d: vs scalar rel err %.3g", kvq_isa_name((kvq_isa)isa),
+                      kvq_turbo_name(ty), d, G, nk, worst);
+            }
+            checked++;
+        }
+    }
+    CHECK(checked == KVQ_TURBO_COUNT * 3 * 6 * 5, "%d configurations", checked);
 }
 
 /* --------------------------------------------------- determinism, edges */

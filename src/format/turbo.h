@@ -30,14 +30,15 @@
  * kvq_turbo_axpy_rot into a rotated accumulator, rotate it back once
  * (kvq_turbo_unrotate).  No per-key rotation.
  *
- * The kernels pick AVX2 at run time (kvq_isa_best); the *_scalar
+ * The kernels pick AVX2 or AVX-512 at run time (kvq_isa_best); the *_scalar
  * entry points are the reference the tests compare against.
  */
 #ifndef KVQ_TURBO_H
 #define KVQ_TURBO_H
 
 #include "kvq.h"
-#include "kvq_eval.h"   /* the public calls of turbo-train and turbo-bench */
+#include "kvq_eval.h"
+#include "kvq_internal.h"  /* kvq_isa */   /* the public calls of turbo-train and turbo-bench */
 
 typedef enum kvq_turbo_type {
     KVQ_TURBO2 = 0,
@@ -95,7 +96,8 @@ void  kvq_turbo_axpy_rot(kvq_turbo_type t, float w, const void *row, float *acc_
 void  kvq_turbo_unrotate(const float *acc_rot, float *out, int head_dim);
 
 /* Attention over a chunk of nk rows of type t (the cache's row hooks),
- * with the SIMD kernels this CPU runs (simd) or the scalar ones, each
+ * with the kernels of level isa (scalar, AVX2, AVX-512; a level above
+ * kvq_isa_best runs the best), each
  * block's codes decoded once for all G heads, no f32 row per key:
  *   chunk_scores: w[g*ldw + i] = scale * (row i . q_rot[g*q_stride ..]),
  *                 each score the ops of kvq_turbo_dot_rot at that level;
@@ -103,9 +105,9 @@ void  kvq_turbo_unrotate(const float *acc_rot, float *out, int head_dim);
  *                 keys added in order i, a NULL row or a weight of 0 (or a
  *                 zero norm) adding nothing (as kvq_turbo_axpy_rot per key
  *                 and head, skipping zero weights, would). */
-void kvq_turbo_chunk_scores(bool simd, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
+void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
                             int G, int q_stride, int head_dim, float scale, float *w, int ldw);
-void kvq_turbo_chunk_values(bool simd, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
+void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
                             int ldw, int G, float *acc_rot, int acc_stride, int head_dim);
 
 /* The same kernels without SIMD (test oracle, KVQ_FORCE_SCALAR path). */
@@ -114,6 +116,10 @@ kvq_status kvq_turbo_quantize_scalar(kvq_turbo_type t, const float *x, void *dst
 float kvq_turbo_dot_rot_scalar(kvq_turbo_type t, const void *row, const float *q_rot, int head_dim);
 void  kvq_turbo_axpy_rot_scalar(kvq_turbo_type t, float w, const void *row, float *acc_rot,
                                 int head_dim);
+/* The row kernels of one level (what the chunk kernels of that level are
+ * tested against; a level above kvq_isa_best runs the best). */
+float kvq_turbo_dot_rot_at(kvq_isa isa, kvq_turbo_type t, const void *row, const float *q_rot, int head_dim);
+void  kvq_turbo_axpy_rot_at(kvq_isa isa, kvq_turbo_type t, float w, const void *row, float *acc_rot, int head_dim);
 
 /* Inner-product gain of the format on isotropic data: E[q.x_hat] =
  * gain * q.x.  The MSE-optimal codes shrink a vector towards zero

@@ -16,8 +16,6 @@
 #define CTX_BITS KVQ_TURBO_TCQ_CONTEXT
 #define N_CTX (1 << CTX_BITS)
 
-#define hsum(v) kvq_v8_hsum(v)
-
 /* The kernels below are written once for both code families and every
  * bit width; each public kernel calls them with compile-time constants, so
  * the compiler emits one specialised loop per (family, bits): the byte
@@ -30,9 +28,12 @@ typedef enum { FAMILY_SCALAR, FAMILY_TCQ } code_family;
 
 typedef struct scalar_lut { __m256 lo, hi; } scalar_lut;
 
+/* The codebook repeated to 16 entries (entry i = codebook[i mod 2^bits]),
+ * so that an index's bits above its code select the same value: the
+ * permute reads the low 3 bits, the blend bit 3, and no mask is needed. */
 ALWAYS_INLINE scalar_lut scalar_lut_make(const float *codebook, const int bits) {
-    float tab[16] = { 0 };
-    memcpy(tab, codebook, sizeof(float) << bits);
+    float tab[16];
+    for (int i = 0; i < 16; i++) tab[i] = codebook[i & ((1 << bits) - 1)];
     return (scalar_lut){ _mm256_loadu_ps(tab), _mm256_loadu_ps(tab + 8) };
 }
 
@@ -40,7 +41,7 @@ ALWAYS_INLINE scalar_lut scalar_lut_make(const float *codebook, const int bits) 
 ALWAYS_INLINE __m256 scalar_values(const scalar_lut *l, const uint8_t *codes, int g, const int bits) {
     __m256i w = _mm256_set1_epi32((int)turbo_scalar_group(codes, bits, g));
     __m256i shifts = _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits, 4 * bits, 5 * bits, 6 * bits, 7 * bits);
-    __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(w, shifts), _mm256_set1_epi32((1 << bits) - 1));
+    __m256i idx = _mm256_srlv_epi32(w, shifts);
     __m256 v = _mm256_permutevar8x32_ps(l->lo, idx);
     if (bits == 4) {     /* index bit 3 selects the upper eight entries */
         __m256 upper = _mm256_permutevar8x32_ps(l->hi, idx);
@@ -63,168 +64,36 @@ ALWAYS_INLINE __m256 tcq_values(const uint8_t *codes, const float *codebook, int
                           codebook[(w >> 6 * k) & m], codebook[(w >> 7 * k) & m]);
 }
 
-/* ---------------------------------------------------- dot and axpy */
+/* ------------------------------------------------ the block kernels */
+
+typedef scalar_lut LUT;
+ALWAYS_INLINE scalar_lut lut_make(code_family f, const float *codebook, const int bits) {
+    if (f == FAMILY_SCALAR) return scalar_lut_make(codebook, bits);
+    return (scalar_lut){ _mm256_setzero_ps(), _mm256_setzero_ps() };
+}
 
 ALWAYS_INLINE __m256 group_values(code_family f, const scalar_lut *l, const uint8_t *codes,
                                   const float *codebook, int g, const int bits) {
     return f == FAMILY_SCALAR ? scalar_values(l, codes, g, bits) : tcq_values(codes, codebook, g, bits);
 }
 
-/* Two accumulators (d is 64 or 128: an even number of groups) so that
- * consecutive FMAs do not wait for each other. */
-ALWAYS_INLINE float dot_fixed(code_family f, const uint8_t *codes, const float *codebook,
-                              const int bits, const float *q_rot, int d) {
-    scalar_lut l = { _mm256_setzero_ps(), _mm256_setzero_ps() };
-    if (f == FAMILY_SCALAR) l = scalar_lut_make(codebook, bits);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (int g = 0; g < d / 8; g += 2) {
-        acc0 = _mm256_fmadd_ps(group_values(f, &l, codes, codebook, g, bits), _mm256_loadu_ps(q_rot + 8 * g), acc0);
-        acc1 = _mm256_fmadd_ps(group_values(f, &l, codes, codebook, g + 1, bits),
-                               _mm256_loadu_ps(q_rot + 8 * g + 8), acc1);
-    }
-    return hsum(_mm256_add_ps(acc0, acc1));
+/* Lane sums of 4 vectors in one tree: [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5
+ * ...], again, then the halves added; every position summed alike. */
+ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 }
 
-ALWAYS_INLINE void axpy_fixed(code_family f, const uint8_t *codes, const float *codebook,
-                              const int bits, float w_scale, float *acc_rot, int d) {
-    scalar_lut l = { _mm256_setzero_ps(), _mm256_setzero_ps() };
-    if (f == FAMILY_SCALAR) l = scalar_lut_make(codebook, bits);
-    __m256 w = _mm256_set1_ps(w_scale);
-    for (int g = 0; g < d / 8; g++) {
-        __m256 y = _mm256_loadu_ps(acc_rot + 8 * g);
-        _mm256_storeu_ps(acc_rot + 8 * g, _mm256_fmadd_ps(w, group_values(f, &l, codes, codebook, g, bits), y));
-    }
-}
-
-/* ------------------------------------------ attention: heads and keys */
-
-enum { HEADS_PER_PASS = 4 };   /* 2 accumulators per head in registers */
-
-/* nh (1..4) heads against the blocks of nk keys: each group's values
- * decoded once and used by every head; each head summed as dot_fixed
- * sums it (two accumulators, even and odd groups), so its score is
- * dot_fixed's. */
-ALWAYS_INLINE void dot_heads_fixed(code_family f, const uint8_t *const *codes, int nk, const float *codebook,
-                                   const int bits, const float *q_rot, const int nh, int q_stride, int d, float *out) {
-    scalar_lut l = { _mm256_setzero_ps(), _mm256_setzero_ps() };
-    if (f == FAMILY_SCALAR) l = scalar_lut_make(codebook, bits);
-    for (int t = 0; t < nk; t++) {
-        if (!codes[t]) {
-            for (int h = 0; h < nh; h++) out[h * nk + t] = 0.0f;
-            continue;
-        }
-        __m256 acc0[HEADS_PER_PASS], acc1[HEADS_PER_PASS];
-        for (int h = 0; h < nh; h++) acc0[h] = acc1[h] = _mm256_setzero_ps();
-        for (int g = 0; g < d / 8; g += 2) {
-            const __m256 v0 = group_values(f, &l, codes[t], codebook, g, bits);
-            const __m256 v1 = group_values(f, &l, codes[t], codebook, g + 1, bits);
-            for (int h = 0; h < nh; h++) {
-                const float *q = q_rot + (size_t)h * q_stride + 8 * g;
-                acc0[h] = _mm256_fmadd_ps(v0, _mm256_loadu_ps(q), acc0[h]);
-                acc1[h] = _mm256_fmadd_ps(v1, _mm256_loadu_ps(q + 8), acc1[h]);
-            }
-        }
-        for (int h = 0; h < nh; h++) out[h * nk + t] = hsum(_mm256_add_ps(acc0[h], acc1[h]));
-    }
-}
-
-ALWAYS_INLINE void dot_heads_all(code_family f, const uint8_t *const *codes, int nk, const float *codebook,
-                                 const int bits, const float *q_rot, int G, int q_stride, int d, float *out) {
-    int h = 0;
-    for (; h + HEADS_PER_PASS <= G; h += HEADS_PER_PASS)
-        dot_heads_fixed(f, codes, nk, codebook, bits, q_rot + (size_t)h * q_stride, HEADS_PER_PASS, q_stride, d,
-                        out + h * nk);
-    const float *q = q_rot + (size_t)h * q_stride;
-    switch (G - h) {
-    case 1: dot_heads_fixed(f, codes, nk, codebook, bits, q, 1, q_stride, d, out + h * nk); break;
-    case 2: dot_heads_fixed(f, codes, nk, codebook, bits, q, 2, q_stride, d, out + h * nk); break;
-    case 3: dot_heads_fixed(f, codes, nk, codebook, bits, q, 3, q_stride, d, out + h * nk); break;
-    default: break;
-    }
-}
-
-/* nh (1..4) heads' accumulators of one group of 8 values stay in registers
- * while the nk keys are added in order, each key's group decoded once:
- * per output acc = fma(coef, value, acc) key after key, as axpy_fixed
- * does per key (a coefficient of 0 adds 0). */
-ALWAYS_INLINE void axpy_keys_fixed(code_family f, const uint8_t *const *codes, int nk, const float *codebook,
-                                   const int bits, const float *coef, const int nh, float *acc_rot, int acc_stride,
-                                   int d) {
-    scalar_lut l = { _mm256_setzero_ps(), _mm256_setzero_ps() };
-    if (f == FAMILY_SCALAR) l = scalar_lut_make(codebook, bits);
-    for (int g = 0; g < d / 8; g++) {
-        __m256 acc[HEADS_PER_PASS];
-        for (int h = 0; h < nh; h++) acc[h] = _mm256_loadu_ps(acc_rot + (size_t)h * acc_stride + 8 * g);
-        for (int t = 0; t < nk; t++) {
-            if (!codes[t]) continue;
-            const __m256 v = group_values(f, &l, codes[t], codebook, g, bits);
-            for (int h = 0; h < nh; h++) acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(coef[h * nk + t]), v, acc[h]);
-        }
-        for (int h = 0; h < nh; h++) _mm256_storeu_ps(acc_rot + (size_t)h * acc_stride + 8 * g, acc[h]);
-    }
-}
-
-ALWAYS_INLINE void axpy_keys_all(code_family f, const uint8_t *const *codes, int nk, const float *codebook,
-                                 const int bits, const float *coef, int G, float *acc_rot, int acc_stride, int d) {
-    int h = 0;
-    for (; h + HEADS_PER_PASS <= G; h += HEADS_PER_PASS)
-        axpy_keys_fixed(f, codes, nk, codebook, bits, coef + h * nk, HEADS_PER_PASS, acc_rot + (size_t)h * acc_stride,
-                        acc_stride, d);
-    float *a = acc_rot + (size_t)h * acc_stride;
-    switch (G - h) {
-    case 1: axpy_keys_fixed(f, codes, nk, codebook, bits, coef + h * nk, 1, a, acc_stride, d); break;
-    case 2: axpy_keys_fixed(f, codes, nk, codebook, bits, coef + h * nk, 2, a, acc_stride, d); break;
-    case 3: axpy_keys_fixed(f, codes, nk, codebook, bits, coef + h * nk, 3, a, acc_stride, d); break;
-    default: break;
-    }
-}
-
-/* Dispatch on the bit width: bits is 2, 3 or 4 for every turbo type. */
-#define BITS_SWITCH(bits, call2, call3, call4) \
-    switch (bits) { case 2: return call2; case 3: return call3; default: return call4; }
-
-static float scalar_dot_avx2(const uint8_t *codes, const float *c, int bits, const float *q, int d) {
-    BITS_SWITCH(bits, dot_fixed(FAMILY_SCALAR, codes, c, 2, q, d), dot_fixed(FAMILY_SCALAR, codes, c, 3, q, d),
-                dot_fixed(FAMILY_SCALAR, codes, c, 4, q, d))
-}
-static float tcq_dot_avx2(const uint8_t *codes, const float *c, int k, const float *q, int d) {
-    BITS_SWITCH(k, dot_fixed(FAMILY_TCQ, codes, c, 2, q, d), dot_fixed(FAMILY_TCQ, codes, c, 3, q, d),
-                dot_fixed(FAMILY_TCQ, codes, c, 4, q, d))
-}
-static void scalar_axpy_avx2(const uint8_t *codes, const float *c, int bits, float w, float *acc, int d) {
-    BITS_SWITCH(bits, axpy_fixed(FAMILY_SCALAR, codes, c, 2, w, acc, d), axpy_fixed(FAMILY_SCALAR, codes, c, 3, w, acc, d),
-                axpy_fixed(FAMILY_SCALAR, codes, c, 4, w, acc, d))
-}
-static void tcq_axpy_avx2(const uint8_t *codes, const float *c, int k, float w, float *acc, int d) {
-    BITS_SWITCH(k, axpy_fixed(FAMILY_TCQ, codes, c, 2, w, acc, d), axpy_fixed(FAMILY_TCQ, codes, c, 3, w, acc, d),
-                axpy_fixed(FAMILY_TCQ, codes, c, 4, w, acc, d))
-}
-
-#define BITS_SWITCH_VOID(bits, fn, ...) \
-    switch (bits) { case 2: fn(__VA_ARGS__, 2); break; case 3: fn(__VA_ARGS__, 3); break; default: fn(__VA_ARGS__, 4); }
-
-#define DOT_HEADS(fam, b) dot_heads_all(fam, codes, nk, c, b, q, G, qs, d, out)
-#define DOT_HEADS_S(x, b) DOT_HEADS(FAMILY_SCALAR, b)
-#define DOT_HEADS_T(x, b) DOT_HEADS(FAMILY_TCQ, b)
-static void scalar_dot_heads_avx2(const uint8_t *const *codes, int nk, const float *c, int bits, const float *q, int G,
-                                  int qs, int d, float *out) {
-    BITS_SWITCH_VOID(bits, DOT_HEADS_S, 0)
-}
-static void tcq_dot_heads_avx2(const uint8_t *const *codes, int nk, const float *c, int k, const float *q, int G,
-                               int qs, int d, float *out) {
-    BITS_SWITCH_VOID(k, DOT_HEADS_T, 0)
-}
-#define AXPY_KEYS(fam, b) axpy_keys_all(fam, codes, nk, c, b, coef, G, acc, as, d)
-#define AXPY_KEYS_S(x, b) AXPY_KEYS(FAMILY_SCALAR, b)
-#define AXPY_KEYS_T(x, b) AXPY_KEYS(FAMILY_TCQ, b)
-static void scalar_axpy_keys_avx2(const uint8_t *const *codes, int nk, const float *c, int bits, const float *coef,
-                                  int G, float *acc, int as, int d) {
-    BITS_SWITCH_VOID(bits, AXPY_KEYS_S, 0)
-}
-static void tcq_axpy_keys_avx2(const uint8_t *const *codes, int nk, const float *c, int k, const float *coef, int G,
-                               float *acc, int as, int d) {
-    BITS_SWITCH_VOID(k, AXPY_KEYS_T, 0)
-}
+#define LN 8
+#define LF __m256
+#define lf_zero _mm256_setzero_ps
+#define lf_load _mm256_loadu_ps
+#define lf_store _mm256_storeu_ps
+#define lf_fma _mm256_fmadd_ps
+#define lf_set1 _mm256_set1_ps
+#define HEADS_PER_PASS 2     /* 4 keys x 2 heads accumulators + 2 queries: 16 registers */
+#define LANES_NAME(x) x##_avx2
+#include "turbo_lanes.inc"
 
 /* ------------------------------------------------------------- Viterbi */
 
@@ -268,14 +137,21 @@ ALWAYS_INLINE void store_min(float *min_in, uint8_t *back, __m256 best, __m256i 
 
 #include "turbo_viterbi.inc"
 
+/* Block scales 8 at a time: the norms converted by F16C (exact, as the
+ * scalar conversion) and divided in one vector (the same IEEE quotient). */
+static void block_scales_avx2(const uint8_t *const *rows, int nk, size_t at, float root, float *bs) {
+    int i = 0;
+    for (; i + 8 <= nk; i += 8) {
+#define H(j) (short)(rows[i + j] ? kvq_rd16(rows[i + j] + at) : 0)    /* inserted, not stored and reloaded */
+        const __m256 v = _mm256_cvtph_ps(_mm_setr_epi16(H(0), H(1), H(2), H(3), H(4), H(5), H(6), H(7)));
+#undef H
+        _mm256_storeu_ps(bs + i, _mm256_div_ps(v, _mm256_set1_ps(root)));
+    }
+    for (; i < nk; i++) bs[i] = rows[i] ? kvq_half_to_float(kvq_rd16(rows[i] + at)) / root : 0.0f;
+}
+
 void turbo_install_avx2(turbo_kernels *k) {
-    k->scalar_dot = scalar_dot_avx2;
-    k->scalar_axpy = scalar_axpy_avx2;
-    k->tcq_dot = tcq_dot_avx2;
-    k->tcq_axpy = tcq_axpy_avx2;
+    install_blocks_avx2(k);
+    k->scales = block_scales_avx2;
     k->viterbi = turbo_viterbi_avx2;
-    k->scalar_dot_heads = scalar_dot_heads_avx2;
-    k->tcq_dot_heads = tcq_dot_heads_avx2;
-    k->scalar_axpy_keys = scalar_axpy_keys_avx2;
-    k->tcq_axpy_keys = tcq_axpy_keys_avx2;
 }

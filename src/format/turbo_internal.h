@@ -1,5 +1,5 @@
-/* turbo_internal.h - pieces of the TurboQuant module shared by its scalar
- * and AVX2 files (not part of any public API). */
+/* turbo_internal.h - pieces of the TurboQuant module shared by its scalar,
+ * AVX2 and AVX-512 files (not part of any public API). */
 #ifndef KVQ_TURBO_INTERNAL_H
 #define KVQ_TURBO_INTERNAL_H
 
@@ -19,16 +19,25 @@ typedef void (*turbo_axpy_fn)(const uint8_t *codes, const float *codebook, int b
 typedef double (*turbo_viterbi_fn)(int k, const float *c, const float *x, int d,
                                    uint16_t *states);
 /* Attention's block kernels (kvq_turbo_chunk_scores / _values), each
- * block's codes decoded once for every head: nk keys' blocks against G
- * query heads (out[g*nk + t] = codes[t] . q_rot[g*q_stride ..], each
- * summed exactly as the dot kernel sums it; codes[t] NULL: out is 0), and
- * nk keys' blocks added into G accumulators (acc[g*acc_stride ..] +=
- * coef[g*nk + t] * values of codes[t], keys in order t; codes[t] NULL:
- * key skipped). */
+ * block's codes decoded once for every head, the block scales bs[t]
+ * (norm' / sqrt(d)) applied inside:
+ *   dot_heads: sum[g*lds + t] += bs[t] * (codes[t] . q_rot[g*q_stride ..])
+ *              for nk keys and G heads, each dot summed exactly as the
+ *              level's dot kernel sums it; codes[t] NULL: untouched;
+ *   axpy_keys: acc[g*acc_stride ..] += c * values of codes[t], keys in
+ *              order t, c = w[g*ldw + t] * bs[t] where both are non-zero,
+ *              else 0 (a key and head of c = 0 may be skipped); codes[t]
+ *              NULL: key skipped. */
 typedef void (*turbo_dot_heads_fn)(const uint8_t *const *codes, int nk, const float *codebook, int bits,
-                                   const float *q_rot, int G, int q_stride, int d, float *out);
+                                   const float *q_rot, int G, int q_stride, int d, const float *bs, float *sum,
+                                   int lds);
 typedef void (*turbo_axpy_keys_fn)(const uint8_t *const *codes, int nk, const float *codebook, int bits,
-                                   const float *coef, int G, float *acc_rot, int acc_stride, int d);
+                                   const float *w, int ldw, const float *bs, int G, float *acc_rot, int acc_stride,
+                                   int d);
+
+/* The scales of nk blocks at byte `at` of their rows: bs[i] = norm' /
+ * root (root = sqrt(d)), 0 for a NULL row. */
+typedef void (*turbo_scales_fn)(const uint8_t *const *rows, int nk, size_t at, float root, float *bs);
 
 typedef struct turbo_kernels {
     turbo_dot_fn  scalar_dot, tcq_dot;
@@ -36,13 +45,19 @@ typedef struct turbo_kernels {
     turbo_viterbi_fn viterbi;
     turbo_dot_heads_fn scalar_dot_heads, tcq_dot_heads;
     turbo_axpy_keys_fn scalar_axpy_keys, tcq_axpy_keys;
+    turbo_scales_fn scales;
 } turbo_kernels;
 
-/* The kernels in use (AVX2 where the CPU has it). */
+/* The kernels in use (the best level this CPU runs, kvq_isa_best). */
 const turbo_kernels *turbo_active_kernels(void);
+/* The kernels of one level (clamped to kvq_isa_best). */
+const turbo_kernels *turbo_level_kernels(kvq_isa isa);
 
-/* AVX2 versions (src/format/turbo_avx2.c); call only at kvq_isa_best() >= KVQ_ISA_AVX2. */
+/* The block kernels of turbo_lanes.inc at 8 lanes (src/format/turbo_avx2.c)
+ * and 16 (src/format/turbo_avx512.c), with their level's Viterbi; call only
+ * at kvq_isa_best() >= that level. */
 void turbo_install_avx2(turbo_kernels *k);
+void turbo_install_avx512(turbo_kernels *k);
 /* The Viterbi of turbo_viterbi.inc at 8 lanes (AVX2) and 16 (AVX-512,
  * src/format/turbo_viterbi_avx512.c): call only where the CPU has them;
  * the same states and cost as kvq_turbo_tcq_viterbi_scalar. */
