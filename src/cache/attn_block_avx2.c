@@ -1,7 +1,9 @@
 /* attn_block_avx2.c - the chunked attention kernels (attn_block.inc) with
- * AVX2 + FMA (8 lanes), and the fused packed-row kernels (attn_codes.inc). */
+ * AVX2 + FMA (8 lanes), and the fused packed-row kernels (attn_codes.inc,
+ * attn_kvarn.inc). */
 #include "attn_block.h"
 #include "attn_codes_x86.h"
+#include "attn_kvarn_x86.h"
 #include "vec8.h"
 
 #include <immintrin.h>
@@ -45,6 +47,21 @@ static inline void vf_s8(const uint8_t *p, __m256 x[4]) {
 #define vhalf(p) vload_h(p)
 #define FUSED_V_HEADS 2
 #define FUSED_TABLE g_fused_avx2
+
+/* attn_kvarn.inc's float side: codes (int16, < 256) as floats, |x|, and
+ * rounding to int16 (cvtps rounds to nearest even, like lrintf). */
+static inline void vw_floats(vw_x86 c, __m256 x[4]) {
+    x[0] = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(c.lo)));
+    x[1] = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(c.lo, 1)));
+    x[2] = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(c.hi)));
+    x[3] = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(c.hi, 1)));
+}
+#define vabs(x) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), (x))
+static inline void vstore_i16(int16_t *p, __m256 x) {
+    const __m256i i = _mm256_cvtps_epi32(x);
+    _mm_storeu_si128((__m128i *)(void *)p, _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
+}
+#define KVARN_TABLE g_kvarn_avx2
 
 #include "attn_block.inc"
 

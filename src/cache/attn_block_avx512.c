@@ -4,6 +4,7 @@
  * attn_codes_x86.h). */
 #include "attn_block.h"
 #include "attn_codes_x86.h"
+#include "attn_kvarn_x86.h"
 #include "vec16.h"
 
 #include <immintrin.h>
@@ -58,6 +59,18 @@ static inline void vf_book(const uint8_t *p, const int8_t *book_codes, __m512 x[
 #define vhalf(p) vload_h(p)
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_avx512
+
+/* attn_kvarn.inc's float side: codes (int16, < 256) as floats, |x|, and
+ * rounding to int16 (cvtps rounds to nearest even, like lrintf). */
+static inline void vw_floats(vw_x86 c, __m512 x[2]) {
+    x[0] = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(c.lo));
+    x[1] = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(c.hi));
+}
+#define vabs(x) _mm512_abs_ps(x)
+static inline void vstore_i16(int16_t *p, __m512 x) {
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(x)));
+}
+#define KVARN_TABLE g_kvarn_avx512
 
 #include "attn_block.inc"
 
