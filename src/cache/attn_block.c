@@ -109,6 +109,7 @@ static inline VW vw_kvarn(const KVD *d, const uint8_t *p, int bits) {
     }
     return r;
 }
+#define vw_kvarn_k vw_kvarn
 static inline void vw_floats(VW c, float *x) {
     for (int j = 0; j < 32; j++) x[j] = (float)c.v[j];
 }

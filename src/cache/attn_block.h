@@ -106,6 +106,7 @@ typedef struct attn_block_fused {
  *     NaN, 0 for a block below KVARN_Q_TINY), qsub = off * sum_b qi,
  *     qz[g] = sum_c q_c Z_c + off * sum_c qs_c (off: the codes' centre,
  *     2^(b-1), so the rounding error multiplies code - off, not code);
+ *     qi in the order the level's K decoder yields a block's codes;
  *   scores: w[g*ldw + t] += O_t (sum_b qscale_gb (sum_{c in b} qi_gc code_tc
  *     - qsub_gb) + qz_g), the integer sums exact;
  *   values: acc[g*acc_stride + c] += O_c (sum_t ps[g*lds + t] code_tc
@@ -113,7 +114,7 @@ typedef struct attn_block_fused {
  *     order t = 0..nk-1. */
 #define KVARN_Q_TINY 1e-30f
 typedef struct attn_kvarn_kernels {
-    void (*fold_query)(const float *q, int q_stride, int G, const float *S, const float *Z, int w, int off,
+    void (*fold_query)(const float *q, int q_stride, int G, const float *S, const float *Z, int w, int bits,
                        int16_t *qi, float *qscale, int32_t *qsub, float *qz);
     void (*scores)(int bits, const uint8_t *codes, int w, int nk, const int16_t *qi, const float *qscale,
                    const int32_t *qsub, const float *qz, const float *O, int G, float *wts, int ldw);

@@ -222,7 +222,7 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
         for (int j0 = 0; j0 < G; j0 += HEADS) {
             const int hg = KVQ_MIN(HEADS, G - j0);
             blk->kvarn->fold_query(aq->q + (size_t)j0 * aq->stride + (size_t)s * w, aq->stride, hg, S, Z, w,
-                                   1 << (bits - 1), qi, qscale, qsub, qz);
+                                   bits, qi, qscale, qsub, qz);
             blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, qi, qscale, qsub, qz, O, hg,
                                wts + (size_t)j0 * w_stride, w_stride);
         }
