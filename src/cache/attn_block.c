@@ -110,9 +110,11 @@ static inline VW vw_kvarn(const KVD *d, const uint8_t *p, int bits) {
     return r;
 }
 #define vw_kvarn_k vw_kvarn
-static inline void vw_floats(VW c, float *x) {
+static inline void vf_kvarn(const KVD *d, const uint8_t *p, int bits, float *x) {
+    const VW c = vw_kvarn(d, p, bits);
     for (int j = 0; j < 32; j++) x[j] = (float)c.v[j];
 }
+#define vf_kvarn_order(a, bits) ((void)(a), (void)(bits))
 #define vabs(x) fabsf(x)
 static inline void vstore_i16(int16_t *p, float x) {
     const long r = lrintf(x);

@@ -21,6 +21,8 @@
 #include "row_hooks.h"
 #include "cache_tiles_simd.h"
 
+#include <math.h>
+
 enum { T = KVQ_KVARN_TILE, MAX_WIDTH = 128 };
 
 void kvq_tiles_codes_scalar(const uint8_t *tok, int width, int bits, float *out) {
@@ -243,13 +245,11 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
     const size_t tok_bytes = (size_t)w * bits / 8;
     const tile_unpack u = g_unpack[blk->isa];
     float S[ATTN_BLOCK_KEYS], Z[ATTN_BLOCK_KEYS], O[MAX_WIDTH], ps[HEADS * ATTN_BLOCK_KEYS], pz[HEADS];
-    bool live[ATTN_BLOCK_KEYS];
+    bool live[ATTN_BLOCK_KEYS] = { false };
+    for (int j = 0; j < G; j++)
+        for (int t = 0; t < nk; t++) live[t] |= wts[(size_t)j * w_stride + t] != 0.0f;
     int n_live = 0;
-    for (int t = 0; t < nk; t++) {
-        live[t] = false;
-        for (int j = 0; j < G; j++) live[t] |= wts[(size_t)j * w_stride + t] != 0.0f;
-        n_live += live[t];
-    }
+    for (int t = 0; t < nk; t++) n_live += live[t];
     if (!n_live) return;
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, v->kv_head, tile, s);
@@ -259,15 +259,21 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
         u.halves(m.S + 2 * t0, nk, S);
         u.halves(m.Z + 2 * t0, nk, Z);
         u.halves(m.O, w, O);
+        bool finite = true;                         /* S, Z finite: 0 * S = 0 without a test */
+        for (int t = 0; t < nk; t++) finite &= isfinite(S[t]) && isfinite(Z[t]);
         for (int j0 = 0; j0 < G; j0 += HEADS) {
             const int hg = KVQ_MIN(HEADS, G - j0);
             for (int j = 0; j < hg; j++) {          /* p_t S_t and sum p_t Z_t per head */
                 const float *pj = wts + (size_t)(j0 + j) * w_stride;
-                float z = 0.0f;
-                for (int t = 0; t < nk; t++) {
-                    const bool weighted = pj[t] != 0.0f;
-                    ps[j * ATTN_BLOCK_KEYS + t] = weighted ? pj[t] * S[t] : 0.0f;
-                    z += weighted ? pj[t] * Z[t] : 0.0f;
+                float *pp = ps + j * ATTN_BLOCK_KEYS, z = 0.0f;
+                if (finite) {
+                    for (int t = 0; t < nk; t++) { pp[t] = pj[t] * S[t]; z += pj[t] * Z[t]; }
+                } else {
+                    for (int t = 0; t < nk; t++) {
+                        const bool weighted = pj[t] != 0.0f;
+                        pp[t] = weighted ? pj[t] * S[t] : 0.0f;
+                        z += weighted ? pj[t] * Z[t] : 0.0f;
+                    }
                 }
                 pz[j] = z;
             }
