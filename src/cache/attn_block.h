@@ -20,7 +20,8 @@
  *      per key and block with the block scale folded into each head's
  *      weight (keys x heads -> head_dim, accumulators in registers).
  *   TurboQuant rows are scored and summed from their codes in the rotated
- *   domain (attn_turbo.c).  Rows of other types (a caller's trait table)
+ *   domain (attn_turbo.c), KVarN records from their codes with the column
+ *   scale folded into the query (attn_kvarn.inc, through cache_tiles.c).  Rows of other types (a caller's trait table)
  *   are unpacked into an f32 tile first with the type's dequantize (the
  *   default hooks, row_hooks.h); each type's row says which reads it.
  *

@@ -14,7 +14,11 @@
  *   V (rows = tokens t, cols = channels c): v_t[c] = (q S_t + Z_t) O_c, so
  *     sum_t p_t v_t[c] = O_c (sum_t (p_t S_t) code + sum_t p_t Z_t): O is
  *     applied once per run of keys.
- * Codes of a run are unpacked once and shared by every query head.
+ * At a level with KVarN kernels (attn_kvarn.inc) the codes are read in
+ * place: K by integer dot products with the folded query q_c S_c rounded
+ * to int16 per 32 channels, V widened to floats in registers; each block
+ * of a key decoded once for every query head.  The "-tile" levels unpack
+ * a run's codes into f32 rows for the tile kernels (the float path).
  */
 #include "cache.h"
 #include "format_row.h"
