@@ -90,7 +90,7 @@ static inline void vb_floats(VB c, float *x) {
 }
 #define vcvt_i32(p) ((float)*(p))
 #define vhalf(p) kvq_half_to_float(*(p))
-#define FUSED_V_HEADS 8
+#define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_scalar
 
 /* attn_kvarn.inc's primitives: a token's 32 codes of a block unpacked

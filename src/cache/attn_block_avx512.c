@@ -57,7 +57,7 @@ static inline void vf_book(const uint8_t *p, const int8_t *book_codes, __m512 x[
 }
 #define vcvt_i32(p) _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(p)))
 #define vhalf(p) vload_h(p)
-#define FUSED_V_HEADS 8
+#define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_avx512
 
 /* attn_kvarn.inc's float side: codes (int16, < 256) as floats, |x|, and
