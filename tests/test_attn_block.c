@@ -238,11 +238,13 @@ static bool packed_rows(kvq_type ty, int nk, int64_t len, test_rng *r, uint8_t *
 /* The fused kernels against double sums over the scalar dequantised rows,
  * through the chunk steps attn_block_scores / attn_block_values (with the
  * library's traits, so the fused path is taken): every fused type at
- * every level that has them, G 1..8, 1..16 blocks per row, partial
+ * every level that has them, G 1..17 (every head group size, and the
+ * codes decoded once for many groups), 1..16 blocks per row, partial
  * chunks, keys of weight 0 for every head. */
 TEST(attn_block_fused_kernels_match_double) {
-    enum { NK = ATTN_BLOCK_KEYS, MAXG = 8, MAXLEN = 512 };
+    enum { NK = ATTN_BLOCK_KEYS, MAXG = 17, MAXLEN = 512 };
     static uint8_t packed[NK * (MAXLEN / 32) * 40];
+    static float one[MAXLEN];
     static float vals[NK * MAXLEN], q[MAXG * MAXLEN], w[MAXG * NK], acc[MAXG * MAXLEN], acc0[MAXG * MAXLEN];
     static float tile[NK * MAXLEN], zero[MAXLEN], qhat[MAXG * MAXLEN], qscale[MAXG * MAXLEN / 32];
     static int16_t qi[MAXG * MAXLEN];
@@ -305,6 +307,15 @@ TEST(attn_block_fused_kernels_match_double) {
                  * d*c + m near 0 may carry rounding of its larger parts */
                 CHECK(worst < 1e-5, "%s %s G %d len %d nk %d: V sums rel err %.3g", kr->level, tr->name, G, len, nk,
                       worst);
+                /* every head alone gives the same bits as in its group (the
+                 * groups of heads, and the codes decoded once for all of
+                 * them above two groups, change no sum's order) */
+                for (int g = 0; g < G; g++) {
+                    memcpy(one, acc0 + g * len, sizeof(float) * (size_t)len);
+                    attn_block_values(kr, &src, rows, nk, w + g * NK, NK, 1, one, len);
+                    CHECK(!memcmp(one, acc + g * len, sizeof(float) * (size_t)len),
+                          "%s %s G %d: head %d alone differs from its group", kr->level, tr->name, G, g);
+                }
                 checked++;
             }
         }

@@ -93,6 +93,35 @@ static inline void vb_floats(VB c, float *x) {
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_scalar
 
+/* attn_kvarn.inc's primitives: a token's 32 codes of a block unpacked
+ * from its bit stream (as kvq_kvarn_unpack), |x|, rounding to int16. */
+typedef struct kvd_scalar { int bits; } kvd_scalar;
+#define KVD kvd_scalar
+static inline KVD kvd_make(int bits) { KVD d = { bits }; return d; }
+static inline VW vw_kvarn(const KVD *d, const uint8_t *p, int bits) {
+    (void)d;
+    VW r;
+    const uint64_t mask = (1u << bits) - 1;
+    for (int g = 0; g < 4; g++, p += bits) {
+        uint64_t word = 0;
+        for (int k = 0; k < bits; k++) word |= (uint64_t)p[k] << (8 * k);
+        for (int j = 0; j < 8; j++) r.v[8 * g + j] = (int16_t)((word >> (j * bits)) & mask);
+    }
+    return r;
+}
+#define vw_kvarn_k vw_kvarn
+static inline void vf_kvarn(const KVD *d, const uint8_t *p, int bits, float *x) {
+    const VW c = vw_kvarn(d, p, bits);
+    for (int j = 0; j < 32; j++) x[j] = (float)c.v[j];
+}
+#define vf_kvarn_order(a, bits) ((void)(a), (void)(bits))
+#define vabs(x) fabsf(x)
+static inline void vstore_i16(int16_t *p, float x) {
+    const long r = lrintf(x);
+    *p = (int16_t)(r > 32767 ? 32767 : r < -32767 ? -32767 : r);
+}
+#define KVARN_TABLE g_kvarn_scalar
+
 
 #include "attn_block.inc"
 

@@ -20,7 +20,8 @@
  *      per key and block with the block scale folded into each head's
  *      weight (keys x heads -> head_dim, accumulators in registers).
  *   TurboQuant rows are scored and summed from their codes in the rotated
- *   domain (attn_turbo.c).  Rows of other types (a caller's trait table)
+ *   domain (attn_turbo.c), KVarN records from their codes with the column
+ *   scale folded into the query (attn_kvarn.inc, through cache_tiles.c).  Rows of other types (a caller's trait table)
  *   are unpacked into an f32 tile first with the type's dequantize (the
  *   default hooks, row_hooks.h); each type's row says which reads it.
  *
@@ -95,6 +96,33 @@ typedef struct attn_block_fused {
                        int acc_stride, int64_t len);
 } attn_block_fused;
 
+/* Fused kernels for KVarN records (attn_kvarn.inc, docs/kvarn.md): one
+ * slice of `w` channels (64 or 128) of a run of nk <= ATTN_BLOCK_KEYS
+ * tokens of one tile, b-bit codes read straight from the record
+ * (token-major, `codes` = the run's first token), nothing unpacked to an
+ * f32 row.
+ *   fold_query: per head g < G, qs_c = q_c S_c rounded to int16 per
+ *     32-channel block (qi[g*w + c] = round(qs_c / qscale[g*(w/32) + b]),
+ *     qscale = max|qs_b| / 32767; NaN for a head whose qs holds inf or
+ *     NaN, 0 for a block below KVARN_Q_TINY), qsub = off * sum_b qi,
+ *     qz[g] = sum_c q_c Z_c + off * sum_c qs_c (off: the codes' centre,
+ *     2^(b-1), so the rounding error multiplies code - off, not code);
+ *     qi in the order the level's K decoder yields a block's codes;
+ *   scores: w[g*ldw + t] += O_t (sum_b qscale_gb (sum_{c in b} qi_gc code_tc
+ *     - qsub_gb) + qz_g), the integer sums exact;
+ *   values: acc[g*acc_stride + c] += O_c (sum_t ps[g*lds + t] code_tc
+ *     + pz_g) for the tokens whose codes rows[t] is not NULL, added in
+ *     order t = 0..nk-1. */
+#define KVARN_Q_TINY 1e-30f
+typedef struct attn_kvarn_kernels {
+    void (*fold_query)(const float *q, int q_stride, int G, const float *S, const float *Z, int w, int bits,
+                       int16_t *qi, float *qscale, int32_t *qsub, float *qz);
+    void (*scores)(int bits, const uint8_t *codes, int w, int nk, const int16_t *qi, const float *qscale,
+                   const int32_t *qsub, const float *qz, const float *O, int G, float *wts, int ldw);
+    void (*values)(int bits, const uint8_t *const *rows, int nk, int w, const float *ps, int lds, int G,
+                   const float *O, const float *pz, float *acc, int acc_stride);
+} attn_kvarn_kernels;
+
 /* Rows the tile kernels read in place, converted in registers. */
 typedef enum attn_row_kind { ATTN_ROW_F32 = 0, ATTN_ROW_F16, ATTN_ROW_BF16, ATTN_ROW_KINDS } attn_row_kind;
 
@@ -125,6 +153,9 @@ typedef struct attn_block_kernels {
                                       int64_t len, float scale, float *w, int ldw);
     void (*accumulate_as[ATTN_ROW_KINDS])(const float *const *v, int nk, const float *w, int ldw, int G,
                                           float *acc, int acc_stride, int64_t len);
+    /* KVarN records read from their codes; NULL: the level unpacks a
+     * run's codes into f32 rows and uses the tile kernels */
+    const attn_kvarn_kernels *kvarn;
 } attn_block_kernels;
 
 /* The widest level this CPU runs (scalar when KVQ_FORCE_SCALAR=1). */

@@ -1,7 +1,9 @@
 /* attn_block_avx2.c - the chunked attention kernels (attn_block.inc) with
- * AVX2 + FMA (8 lanes), and the fused packed-row kernels (attn_codes.inc). */
+ * AVX2 + FMA (8 lanes), and the fused packed-row kernels (attn_codes.inc,
+ * attn_kvarn.inc). */
 #include "attn_block.h"
 #include "attn_codes_x86.h"
+#include "attn_kvarn_x86.h"
 #include "vec8.h"
 
 #include <immintrin.h>
@@ -45,6 +47,48 @@ static inline void vf_s8(const uint8_t *p, __m256 x[4]) {
 #define vhalf(p) vload_h(p)
 #define FUSED_V_HEADS 2
 #define FUSED_TABLE g_fused_avx2
+
+/* attn_kvarn.inc's float side: codes (int16, < 256) as floats, |x|, and
+ * rounding to int16 (cvtps rounds to nearest even, like lrintf). */
+/* 4-bit codes: bytes 0-7 and 8-15 zero-extended to 32 bits, low and high
+ * nibbles: x = even channels 0-14, even 16-30, odd 1-15, odd 17-31. */
+static inline __attribute__((always_inline)) void vf_kvarn(const kvd_x86 *d, const uint8_t *p, const int bits,
+                                                           __m256 x[4]) {
+    if (bits == 4) {
+        const __m256i m = _mm256_set1_epi32(15);
+        const __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+        const __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8)));
+        x[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b0, m));
+        x[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b1, m));
+        x[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4));
+        x[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4));
+        return;
+    }
+    const vw_x86 c = vw_kvarn(d, p, bits);
+    x[0] = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(c.lo)));
+    x[1] = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(c.lo, 1)));
+    x[2] = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(c.hi)));
+    x[3] = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(c.hi, 1)));
+}
+/* Interleave even e and odd o channels of 8 each into channels 0-15. */
+static inline void interleave8(__m256 e, __m256 o, __m256 *lo, __m256 *hi) {
+    const __m256 a = _mm256_unpacklo_ps(e, o), b = _mm256_unpackhi_ps(e, o);   /* 0-3 | 8-11, 4-7 | 12-15 */
+    *lo = _mm256_permute2f128_ps(a, b, 0x20);
+    *hi = _mm256_permute2f128_ps(a, b, 0x31);
+}
+static inline __attribute__((always_inline)) void vf_kvarn_order(__m256 a[4], const int bits) {
+    if (bits != 4) return;
+    __m256 n[4];
+    interleave8(a[0], a[2], &n[0], &n[1]);
+    interleave8(a[1], a[3], &n[2], &n[3]);
+    for (int j = 0; j < 4; j++) a[j] = n[j];
+}
+#define vabs(x) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), (x))
+static inline void vstore_i16(int16_t *p, __m256 x) {
+    const __m256i i = _mm256_cvtps_epi32(x);
+    _mm_storeu_si128((__m128i *)(void *)p, _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
+}
+#define KVARN_TABLE g_kvarn_avx2
 
 #include "attn_block.inc"
 

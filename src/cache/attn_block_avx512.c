@@ -4,6 +4,7 @@
  * attn_codes_x86.h). */
 #include "attn_block.h"
 #include "attn_codes_x86.h"
+#include "attn_kvarn_x86.h"
 #include "vec16.h"
 
 #include <immintrin.h>
@@ -58,6 +59,36 @@ static inline void vf_book(const uint8_t *p, const int8_t *book_codes, __m512 x[
 #define vhalf(p) vload_h(p)
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_avx512
+
+/* attn_kvarn.inc's float side: codes (int16, < 256) as floats, |x|, and
+ * rounding to int16 (cvtps rounds to nearest even, like lrintf). */
+/* 4-bit codes: the 16 bytes zero-extended to 32 bits, low nibbles (even
+ * channels) in x[0], high (odd) in x[1]. */
+static inline __attribute__((always_inline)) void vf_kvarn(const kvd_x86 *d, const uint8_t *p, const int bits,
+                                                           __m512 x[2]) {
+    if (bits == 4) {
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+        x[0] = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)));
+        x[1] = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+        return;
+    }
+    const vw_x86 c = vw_kvarn(d, p, bits);
+    x[0] = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(c.lo));
+    x[1] = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(c.hi));
+}
+static inline __attribute__((always_inline)) void vf_kvarn_order(__m512 a[2], const int bits) {
+    if (bits != 4) return;
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const __m512 n0 = _mm512_permutex2var_ps(a[0], lo, a[1]), n1 = _mm512_permutex2var_ps(a[0], hi, a[1]);
+    a[0] = n0;
+    a[1] = n1;
+}
+#define vabs(x) _mm512_abs_ps(x)
+static inline void vstore_i16(int16_t *p, __m512 x) {
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(x)));
+}
+#define KVARN_TABLE g_kvarn_avx512
 
 #include "attn_block.inc"
 

@@ -14,12 +14,18 @@
  *   V (rows = tokens t, cols = channels c): v_t[c] = (q S_t + Z_t) O_c, so
  *     sum_t p_t v_t[c] = O_c (sum_t (p_t S_t) code + sum_t p_t Z_t): O is
  *     applied once per run of keys.
- * Codes of a run are unpacked once and shared by every query head.
+ * At a level with KVarN kernels (attn_kvarn.inc) the codes are read in
+ * place: K by integer dot products with the folded query q_c S_c rounded
+ * to int16 per 32 channels, V widened to floats in registers; each block
+ * of a key decoded once for every query head.  The "-tile" levels unpack
+ * a run's codes into f32 rows for the tile kernels (the float path).
  */
 #include "cache.h"
 #include "format_row.h"
 #include "row_hooks.h"
 #include "cache_tiles_simd.h"
+
+#include <math.h>
 
 enum { T = KVQ_KVARN_TILE, MAX_WIDTH = 128 };
 
@@ -114,11 +120,11 @@ static void run_codes(const tile_unpack *u, const kvq_cache_side *sd, const uint
  * stack); larger GQA groups go in several calls. */
 enum { HEADS = 16 };
 
-/* Runs of keys are at most one attention chunk (ATTN_BLOCK_KEYS), within
- * one tile; the products go through the level blk's kernels. */
-static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows *k, const uint8_t *const *unused,
-                            int nk, const attn_query *aq, int G, float scale, float *wts, int w_stride) {
-    (void)unused;
+/* ---- the tile path (levels without KVarN kernels, the "-tile" ones):
+ * a run's codes unpacked into f32 rows, then the level's tile kernels */
+
+static void tile_path_score(const attn_block_kernels *blk, const attn_block_rows *k, int nk, const attn_query *aq,
+                            int G, float scale, float *wts, int w_stride) {
     const kvq_cache_side *sd = k->sd;
     const int kv_head = k->kv_head, key0 = k->key0, q_stride = aq->stride;
     const float *q = aq->q;
@@ -155,9 +161,8 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
         for (int t = 0; t < nk; t++) wts[(size_t)j * w_stride + t] *= scale;
 }
 
-static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block_rows *v, const uint8_t *const *unused,
-                                 int nk, const float *wts, int w_stride, int G, float *acc, int acc_stride) {
-    (void)unused;
+static void tile_path_accumulate(const attn_block_kernels *blk, const attn_block_rows *v, int nk, const float *wts,
+                                 int w_stride, int G, float *acc, int acc_stride) {
     const kvq_cache_side *sd = v->sd;
     const int kv_head = v->kv_head, key0 = v->key0;
     const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
@@ -187,6 +192,97 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
                 float *out = acc + (size_t)(j0 + j) * acc_stride + (size_t)s * w;
                 for (int ch = 0; ch < w; ch++) out[ch] += O[ch] * (a[j * w + ch] + pz[j]);
             }
+        }
+    }
+}
+
+/* ---- fused: scores and V sums from the codes (attn_kvarn.inc) */
+
+/* n fp16 values as floats, 0 up to `pad` (the kernels read whole vectors). */
+static void halves_padded(const tile_unpack *u, const uint8_t *src, int n, int pad, float *out) {
+    u->halves(src, n, out);
+    for (int i = n; i < pad; i++) out[i] = 0.0f;
+}
+
+/* Runs of keys are at most one attention chunk (ATTN_BLOCK_KEYS), within
+ * one tile; per slice each head's folded query q_c S_c is rounded to
+ * int16 once (attn_block.h) and every key scored from its codes. */
+static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows *k, const uint8_t *const *unused,
+                            int nk, const attn_query *aq, int G, float scale, float *wts, int w_stride) {
+    (void)unused;
+    if (!blk->kvarn) { tile_path_score(blk, k, nk, aq, G, scale, wts, w_stride); return; }
+    const kvq_cache_side *sd = k->sd;
+    const int w = sd->tile.width, tile = k->key0 / T, t0 = k->key0 % T, bits = sd->tile.bits;
+    const size_t tok_bytes = (size_t)w * bits / 8;
+    const tile_unpack u = g_unpack[blk->isa];
+    float S[MAX_WIDTH], Z[MAX_WIDTH], O[ATTN_BLOCK_KEYS], qscale[HEADS * MAX_WIDTH / 32], qz[HEADS];
+    int16_t qi[HEADS * MAX_WIDTH];
+    int32_t qsub[HEADS * MAX_WIDTH / 32];
+    for (int j = 0; j < G; j++) memset(wts + (size_t)j * w_stride, 0, (size_t)nk * sizeof *wts);
+    for (int s = 0; s < sd->n_slices; s++) {
+        const uint8_t *rec = record_of(sd, k->kv_head, tile, s);
+        const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
+        u.halves(m.S, w, S);
+        u.halves(m.Z, w, Z);
+        halves_padded(&u, m.O + 2 * t0, nk, ATTN_BLOCK_KEYS, O);
+        for (int j0 = 0; j0 < G; j0 += HEADS) {
+            const int hg = KVQ_MIN(HEADS, G - j0);
+            blk->kvarn->fold_query(aq->q + (size_t)j0 * aq->stride + (size_t)s * w, aq->stride, hg, S, Z, w,
+                                   bits, qi, qscale, qsub, qz);
+            blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, qi, qscale, qsub, qz, O, hg,
+                               wts + (size_t)j0 * w_stride, w_stride);
+        }
+    }
+    for (int j = 0; j < G; j++)
+        for (int t = 0; t < nk; t++) wts[(size_t)j * w_stride + t] *= scale;
+}
+
+/* Keys weighted 0 by every head are not read, and a weight of 0 adds
+ * nothing (not 0 * S or 0 * Z: a non-finite record value stays out of the
+ * heads that do not weight it). */
+static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block_rows *v, const uint8_t *const *unused,
+                                 int nk, const float *wts, int w_stride, int G, float *acc, int acc_stride) {
+    (void)unused;
+    if (!blk->kvarn) { tile_path_accumulate(blk, v, nk, wts, w_stride, G, acc, acc_stride); return; }
+    const kvq_cache_side *sd = v->sd;
+    const int w = sd->tile.width, tile = v->key0 / T, t0 = v->key0 % T, bits = sd->tile.bits;
+    const size_t tok_bytes = (size_t)w * bits / 8;
+    const tile_unpack u = g_unpack[blk->isa];
+    float S[ATTN_BLOCK_KEYS], Z[ATTN_BLOCK_KEYS], O[MAX_WIDTH], ps[HEADS * ATTN_BLOCK_KEYS], pz[HEADS];
+    bool live[ATTN_BLOCK_KEYS] = { false };
+    for (int j = 0; j < G; j++)
+        for (int t = 0; t < nk; t++) live[t] |= wts[(size_t)j * w_stride + t] != 0.0f;
+    int n_live = 0;
+    for (int t = 0; t < nk; t++) n_live += live[t];
+    if (!n_live) return;
+    for (int s = 0; s < sd->n_slices; s++) {
+        const uint8_t *rec = record_of(sd, v->kv_head, tile, s);
+        const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
+        const uint8_t *rows[ATTN_BLOCK_KEYS];
+        for (int t = 0; t < nk; t++) rows[t] = live[t] ? rec + (size_t)(t0 + t) * tok_bytes : NULL;
+        u.halves(m.S + 2 * t0, nk, S);
+        u.halves(m.Z + 2 * t0, nk, Z);
+        u.halves(m.O, w, O);
+        bool finite = true;                         /* S, Z finite: 0 * S = 0 without a test */
+        for (int t = 0; t < nk; t++) finite &= isfinite(S[t]) && isfinite(Z[t]);
+        for (int j0 = 0; j0 < G; j0 += HEADS) {
+            const int hg = KVQ_MIN(HEADS, G - j0);
+            for (int j = 0; j < hg; j++) {          /* p_t S_t and sum p_t Z_t per head */
+                const float *pj = wts + (size_t)(j0 + j) * w_stride;
+                float *pp = ps + j * ATTN_BLOCK_KEYS, z = 0.0f;
+                if (finite) {
+                    for (int t = 0; t < nk; t++) { pp[t] = pj[t] * S[t]; z += pj[t] * Z[t]; }
+                } else {
+                    for (int t = 0; t < nk; t++) {
+                        const bool weighted = pj[t] != 0.0f;
+                        pp[t] = weighted ? pj[t] * S[t] : 0.0f;
+                        z += weighted ? pj[t] * Z[t] : 0.0f;
+                    }
+                }
+                pz[j] = z;
+            }
+            blk->kvarn->values(bits, rows, nk, w, ps, ATTN_BLOCK_KEYS, hg, O, pz,
+                               acc + (size_t)j0 * acc_stride + (size_t)s * w, acc_stride);
         }
     }
 }
