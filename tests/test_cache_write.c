@@ -10,21 +10,28 @@
 
 enum { LAYERS = 2, HEADS = 3, DIM = 128, CTX = 400, BATCH = 150 };
 
-static kvq_cache *filled(kvq_type tk, kvq_type tv, const float *kv, kvq_pool *pool) {
+/* A cache of heads x DIM rows, batches of BATCH, KVarN with 4 iterations
+ * (fast and still every code path); NULL when it cannot be created. */
+static kvq_cache *make_cache(int layers, int heads, int n_ctx, kvq_type tk, kvq_type tv, int tail) {
     kvq_cache_params p;
     kvq_cache_params_default(&p);
-    p.n_layer = LAYERS;
-    p.n_head_kv = HEADS;
+    p.n_layer = layers;
+    p.n_head_kv = heads;
     p.head_dim_k = p.head_dim_v = DIM;
-    p.n_ctx = CTX;
+    p.n_ctx = n_ctx;
     p.max_batch = BATCH;
     p.type_k = tk;
     p.type_v = tv;
     p.tail_type = KVQ_TYPE_F16;
-    p.tail_tokens = 64;
+    p.tail_tokens = tail;
     p.kvarn_iters = 4;
     kvq_cache *c = NULL;
-    if (kvq_cache_create(&p, &c, NULL) != KVQ_OK) return NULL;
+    return kvq_cache_create(&p, &c, NULL) == KVQ_OK ? c : NULL;
+}
+
+static kvq_cache *filled(kvq_type tk, kvq_type tv, const float *kv, kvq_pool *pool) {
+    kvq_cache *c = make_cache(LAYERS, HEADS, CTX, tk, tv, 64);
+    if (!c) return NULL;
     const size_t row = (size_t)HEADS * DIM;
     for (int pos = 0; pos < CTX; pos += BATCH) {
         const int n = KVQ_MIN(BATCH, CTX - pos);
@@ -71,21 +78,7 @@ TEST(cache_write_threads_store_the_same_bytes) {
 
 enum { FAIL_BATCH0 = 150, FAIL_CTX = 400 };   /* the second write completes KVarN tile 1 */
 
-static kvq_cache *fail_cache(void) {
-    kvq_cache_params p;
-    kvq_cache_params_default(&p);
-    p.n_layer = 1;
-    p.n_head_kv = 2;
-    p.head_dim_k = p.head_dim_v = DIM;
-    p.n_ctx = FAIL_CTX;
-    p.max_batch = BATCH;
-    p.type_k = KVQ_TYPE_KVARN4;
-    p.type_v = KVQ_TYPE_KVARN3;
-    p.tail_tokens = 16;
-    p.kvarn_iters = 4;
-    kvq_cache *c = NULL;
-    return kvq_cache_create(&p, &c, NULL) == KVQ_OK ? c : NULL;
-}
+static kvq_cache *fail_cache(void) { return make_cache(1, 2, FAIL_CTX, KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, 16); }
 
 static kvq_status write_span(kvq_cache *c, const float *kv, int pos, int n, kvq_pool *pool, kvq_error *err) {
     const size_t row = 2 * (size_t)DIM;
