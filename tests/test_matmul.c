@@ -238,3 +238,45 @@ TEST(matmul_caller_scratch_same_bits) {
     CHECK(guard, "scratch written past kvq_matmul_scratch_floats");
     CHECK(bad < 0, "output %lld off the reference", (long long)bad);
 }
+
+/* Decode tasks are sized in weight bytes (matmul.c, decode_task_rows):
+ * a matrix of many such tasks, the last one partial, gives every row its
+ * reference dot, the same bits for 1, 2 and 3 threads, and the same
+ * through the int8-activation path with 1 and 3 threads. */
+TEST(matmul_decode_byte_sized_tasks_cover_every_row) {
+    kvq_pool *pools[3] = { NULL, kvq_pool_create(2), kvq_pool_create(3) };
+    CHECK(pools[1] && pools[2], "pool creation failed");
+    case_data c;
+    const int64_t rows = 3001, cols = 1024;   /* q8_0: 1088-byte rows, ~5 tasks per thread */
+    const int ok = case_make(&c, KVQ_TYPE_Q8_0, rows, cols, 1, 777);
+    float *Y[3] = { malloc(rows * sizeof(float)), malloc(rows * sizeof(float)), malloc(rows * sizeof(float)) };
+    const size_t xq_bytes = kvq_matmul_act8_bytes(1, cols);
+    void *xq = malloc(xq_bytes);
+    float *A[2] = { malloc(rows * sizeof(float)), malloc(rows * sizeof(float)) };
+    bool all = ok && Y[0] && Y[1] && Y[2] && xq && A[0] && A[1];
+    int64_t bad = -1;
+    bool same = false, same8 = false, ran8 = false;
+    if (all) {
+        for (int p = 0; p < 3; p++) {
+            for (int64_t r = 0; r < rows; r++) Y[p][r] = NAN;   /* a row no task wrote stays NaN */
+            kvq_matmul(pools[p], KVQ_TYPE_Q8_0, c.W, rows, cols, c.X, 1, Y[p]);
+        }
+        bad = first_bad(&c, Y[0]);
+        same = !memcmp(Y[0], Y[1], rows * sizeof(float)) && !memcmp(Y[0], Y[2], rows * sizeof(float));
+        for (int p = 0; p < 2; p++) for (int64_t r = 0; r < rows; r++) A[p][r] = NAN;
+        ran8 = kvq_matmul_act8(NULL, 0, xq, xq_bytes, KVQ_TYPE_Q8_0, c.W, rows, cols, c.X, 1, A[0]) &&
+               kvq_matmul_act8(pools[2], 0, xq, xq_bytes, KVQ_TYPE_Q8_0, c.W, rows, cols, c.X, 1, A[1]);
+        same8 = ran8 && !memcmp(A[0], A[1], rows * sizeof(float));
+        for (int64_t r = 0; r < rows && same8; r++) same8 = isfinite(A[0][r]);
+    }
+    for (int p = 0; p < 3; p++) free(Y[p]);
+    free(A[0]); free(A[1]); free(xq);
+    case_free(&c);
+    kvq_pool_free(pools[1]);
+    kvq_pool_free(pools[2]);
+    CHECK(all, "out of memory");
+    CHECK(bad < 0, "row %lld off the reference (or never written)", (long long)bad);
+    CHECK(same, "2 or 3 threads differ from 1 thread");
+    CHECK(ran8, "the int8 path refused a q8_0 product");
+    CHECK(same8, "int8 activations: 3 threads differ from 1, or a row was not written");
+}
