@@ -15,6 +15,7 @@
 #include "vec1.h"
 
 #include <math.h>
+#include <string.h>
 
 /* ------------------------------------------------ the scalar instance */
 
@@ -330,8 +331,23 @@ const kvq_row_hooks attn_hooks_decode = { .name = "decode", .score = decode_scor
 
 /* The packed rows of V kept for the in-place / fused sums: a row set
  * aside (set_aside) is NULL. */
+/* Whether every head gives every key of the chunk a nonzero weight (the
+ * usual case: a weight is 0 only where exp underflowed); NaN counts as
+ * nonzero, as in heads_weighting.  One pass without branches, so the
+ * common chunk skips the per-key checks. */
+static bool all_weighted(const float *w, int ldw, int G, int nk) {
+    int zero = 0;
+    for (int g = 0; g < G; g++)
+        for (int t = 0; t < nk; t++) zero |= w[(size_t)g * ldw + t] == 0.0f;
+    return !zero;
+}
+
 static void keep_rows(const attn_block_rows *v, const attn_block_fused *fz, int kind, const uint8_t *const *rows,
                       int nk, const float *w, int ldw, int G, float *acc, int acc_stride, const uint8_t **keep) {
+    if (all_weighted(w, ldw, G, nk)) {   /* no row is set aside */
+        memcpy(keep, rows, (size_t)nk * sizeof *keep);
+        return;
+    }
     for (int t = 0; t < nk; t++)
         keep[t] = set_aside(v, fz, kind, rows[t], w, ldw, G, t, acc, acc_stride) ? NULL : rows[t];
 }

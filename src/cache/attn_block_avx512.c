@@ -55,6 +55,61 @@ static inline void vf_book(const uint8_t *p, const int8_t *book_codes, __m512 x[
     x[0] = _mm512_permutexvar_ps(bytes, book);
     x[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), book);
 }
+/* attn_codes.inc's 16-key integer sums: a block's 32 codes as int16 in
+ * one register. */
+#define VWZ __m512i
+#define vwz_load(p) _mm512_loadu_si512((const void *)(p))
+static inline __m512i vwz_widen(__m256i c) { return _mm512_cvtepi8_epi16(c); }
+static inline __m512i vwz_s8(const uint8_t *p) {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
+/* 16 bytes of a 4-bit plane: codes 0-15 the low nibbles, 16-31 the high. */
+static inline __m512i vwz_nib(const uint8_t *p) {
+    const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, _mm256_set1_epi16(15))),
+                              _mm256_srli_epi16(x, 4), 1);
+}
+/* 16 int32 partial sums of one key's block (|pair| <= 2 * 128 * 32767). */
+#define vwz_madd(c, q) _mm512_madd_epi16((c), (q))
+
+/* A transposing add tree over 16 keys' partial-sum registers, pushed in
+ * key order t = 0..15 (t a constant after unrolling).  Each fold adds two
+ * registers' halves so that one register carries twice as many keys at
+ * half the lanes each: 2 keys x 8 lanes, 4 x 4, 8 x 2, 16 x 1.  The last
+ * fold leaves key 4m + i... in lane 4i + m; vwz_tree_store permutes them
+ * into key order. */
+typedef struct vwz_tree { __m512i p, r1, r2, r3, out; } vwz_tree;
+static inline __m512i vwz_fold_256(__m512i a, __m512i b) {   /* 2 keys: a in lanes 0-7, b in 8-15 */
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                            _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+static inline __m512i vwz_fold_128(__m512i a, __m512i b) {   /* 4 keys: key j in 128-bit chunk j */
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+static inline __m512i vwz_fold_64(__m512i a, __m512i b) {    /* 8 keys: chunk j = keys j, 4 + j */
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+static inline __m512i vwz_fold_32(__m512i a, __m512i b) {    /* 16 keys: lane 4j + m = key j + 4m */
+    const __m512 x = _mm512_castsi512_ps(a), y = _mm512_castsi512_ps(b);
+    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0))),
+                            _mm512_castps_si512(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1))));
+}
+static inline __attribute__((always_inline)) void vwz_tree_push(vwz_tree *tr, __m512i p, const int t) {
+    if (!(t & 1)) { tr->p = p; return; }
+    __m512i r = vwz_fold_256(tr->p, p);
+    if (!(t & 2)) { tr->r1 = r; return; }
+    r = vwz_fold_128(tr->r1, r);
+    if (!(t & 4)) { tr->r2 = r; return; }
+    r = vwz_fold_64(tr->r2, r);
+    if (!(t & 8)) { tr->r3 = r; return; }
+    tr->out = vwz_fold_32(tr->r3, r);
+}
+/* s[t] = sum of key t - sub, t < 16. */
+static inline void vwz_tree_store(const vwz_tree *tr, int32_t sub, int32_t *s) {
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_si512((void *)s, _mm512_sub_epi32(_mm512_permutexvar_epi32(order, tr->out), _mm512_set1_epi32(sub)));
+}
 #define vcvt_i32(p) _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(p)))
 #define vhalf(p) vload_h(p)
 #define FUSED_V_HEADS 4
