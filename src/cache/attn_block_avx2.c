@@ -31,6 +31,52 @@ static inline void vsum_lanes(const __m256 acc[8], float *s) {
     _mm256_storeu_ps(s, _mm256_permute_ps(e, _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
+/* attn_codes.inc's 8-key integer sums: a block's 32 codes as int16 in two
+ * registers (attn_codes_x86.h's vw_x86), 8 int32 partial sums per key. */
+#define VWZ vw_x86
+static inline vw_x86 vwz_load(const int16_t *p) {
+    const vw_x86 w = { _mm256_loadu_si256((const __m256i *)(const void *)p),
+                       _mm256_loadu_si256((const __m256i *)(const void *)(p + 16)) };
+    return w;
+}
+#define vwz_widen(c) vb_widen(c)
+#define vwz_s8(p) vw_s8(p)
+#define vwz_nib(p) vw_nib(p)
+static inline __m256i vwz_madd(vw_x86 c, vw_x86 q) {
+    return _mm256_add_epi32(_mm256_madd_epi16(c.lo, q.lo), _mm256_madd_epi16(c.hi, q.hi));
+}
+
+/* A transposing add tree over 8 keys' partial-sum registers, pushed in key
+ * order t = 0..7 (a constant after unrolling): 2 keys x 4 lanes, 4 x 2,
+ * 8 x 1; the last fold leaves keys 0 2 4 6 1 3 5 7, put in order by
+ * vwz_tree_store. */
+typedef struct vwz_tree { __m256i p, r1, r2, out; } vwz_tree;
+static inline __m256i vwz_fold_128(__m256i a, __m256i b) {   /* a in lanes 0-3, b in 4-7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+static inline __m256i vwz_fold_64(__m256i a, __m256i b) {    /* 128-bit lane j: keys j, 2 + j */
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+}
+static inline __m256i vwz_fold_32(__m256i a, __m256i b) {    /* keys 0 2 4 6 | 1 3 5 7 */
+    const __m256 x = _mm256_castsi256_ps(a), y = _mm256_castsi256_ps(b);
+    return _mm256_add_epi32(_mm256_castps_si256(_mm256_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0))),
+                            _mm256_castps_si256(_mm256_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1))));
+}
+static inline __attribute__((always_inline)) void vwz_tree_push(vwz_tree *tr, __m256i p, const int t) {
+    if (!(t & 1)) { tr->p = p; return; }
+    __m256i r = vwz_fold_128(tr->p, p);
+    if (!(t & 2)) { tr->r1 = r; return; }
+    r = vwz_fold_64(tr->r1, r);
+    if (!(t & 4)) { tr->r2 = r; return; }
+    tr->out = vwz_fold_32(tr->r2, r);
+}
+/* s[t] = sum of key t - sub, t < 8. */
+static inline void vwz_tree_store(const vwz_tree *tr, int32_t sub, int32_t *s) {
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    _mm256_storeu_si256((__m256i *)(void *)s,
+                        _mm256_sub_epi32(_mm256_permutevar8x32_epi32(tr->out, order), _mm256_set1_epi32(sub)));
+}
+
 /* attn_codes.inc's float side (the int8 code primitives: attn_codes_x86.h). */
 static inline void vb_floats(__m256i c, __m256 x[4]) {
     const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
