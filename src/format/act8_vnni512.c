@@ -24,6 +24,15 @@ static inline __m256i a8_fold(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
 
+/* The pshufb indices picking sub-block 2p's int16 scale (lower 256 bits)
+ * and 2p + 1's (upper) from the 8 scales in every 128-bit lane: loaded
+ * from memory, not rebuilt in registers on every call. */
+#define A8_W16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
+static const _Alignas(64) uint16_t k_pick45[4][32] = {
+    { A8_W16(0x0100), A8_W16(0x0302) }, { A8_W16(0x0504), A8_W16(0x0706) },
+    { A8_W16(0x0908), A8_W16(0x0b0a) }, { A8_W16(0x0d0c), A8_W16(0x0f0e) },
+};
+
 /* Q4_K / Q5_K: qs chunk c = s/2 holds sub-block s in its low nibbles and
  * s + 1 in its high ones, so the chunk in both halves, the upper half
  * shifted by 4, gives steps s, s + 1 (kq_codes32_q45_K's codes); Q5_K's
@@ -43,9 +52,7 @@ static inline __m256i a8_kq_lanes_q45_K(const uint8_t *b, bool has_qh, uint64_t 
             u = _mm512_or_si512(u, _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, m), _mm512_set1_epi8(0x10)));
         }
         const __m512i p = _mm512_maddubs_epi16(u, _mm512_loadu_si512((const void *)(xq + 32 * s)));
-        const __m512i sc = _mm512_shuffle_epi8(
-            sc16, _mm512_inserti64x4(_mm512_set1_epi16((short)(0x0100 + 0x0202 * s)),
-                                     _mm256_set1_epi16((short)(0x0100 + 0x0202 * (s + 1))), 1));
+        const __m512i sc = _mm512_shuffle_epi8(sc16, _mm512_load_si512((const void *)k_pick45[s / 2]));
         if (s & 2) S1 = _mm512_dpwssd_epi32(S1, p, sc);
         else S0 = _mm512_dpwssd_epi32(S0, p, sc);
     }
