@@ -12,9 +12,15 @@
 #include <immintrin.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 static inline __m256i a8_u8s8(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 static inline __m256i a8_i16(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
+
+/* act8_dot.inc's kernels, with the K-quant integer parts defined below */
+#define A8_KQ_LANES
+#define A8_INSTALL kvq_act8_install_vnni512
+#include "act8_dot.inc"
 
 /* 32 bytes at p in both halves. */
 static inline __m512i a8_bcast32(const uint8_t *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
@@ -24,22 +30,40 @@ static inline __m256i a8_fold(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
 
-/* The pshufb indices picking sub-block 2p's int16 scale (lower 256 bits)
- * and 2p + 1's (upper) from the 8 scales in every 128-bit lane: loaded
+/* The 12 scale bytes of a Q4_K / Q5_K super-block as 16: sc0..3, m0..3,
+ * sc4..7, m4..7 (kvq_kq_scales_words's rule on two 64-bit words: the low
+ * 6 bits of bytes 0..7, then the nibbles of bytes 8..11 with the top two
+ * bits of bytes 0..7 above them). */
+static inline __m128i a8_scales_q45_K(const uint8_t *b) {
+    uint64_t w01;
+    uint32_t w2;
+    memcpy(&w01, b + 4, sizeof w01);
+    memcpy(&w2, b + 12, sizeof w2);
+    const uint64_t lo = w01 & 0x3f3f3f3f3f3f3f3fu;
+    const uint64_t hi = (((uint64_t)w2 | (uint64_t)w2 << 28) & 0x0f0f0f0f0f0f0f0fu) | ((w01 >> 6) & 0x0303030303030303u) << 4;
+    return _mm_set_epi64x((long long)hi, (long long)lo);
+}
+
+/* pshufb indices into a8_scales_q45_K's 16 bytes (in every 128-bit lane)
+ * making int16 words (0x80: a zero high byte): k_pick45[p] sub-block
+ * 2p's scale in the lower 256 bits, 2p + 1's in the upper; k_mins45 the
+ * min of sub-block g/2 in word g (what multiplies x->sum[g]).  Loaded
  * from memory, not rebuilt in registers on every call. */
 #define A8_W16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
 static const _Alignas(64) uint16_t k_pick45[4][32] = {
-    { A8_W16(0x0100), A8_W16(0x0302) }, { A8_W16(0x0504), A8_W16(0x0706) },
-    { A8_W16(0x0908), A8_W16(0x0b0a) }, { A8_W16(0x0d0c), A8_W16(0x0f0e) },
+    { A8_W16(0x8000), A8_W16(0x8001) }, { A8_W16(0x8002), A8_W16(0x8003) },
+    { A8_W16(0x8008), A8_W16(0x8009) }, { A8_W16(0x800a), A8_W16(0x800b) },
 };
+static const _Alignas(32) uint16_t k_mins45[16] = { 0x8004, 0x8004, 0x8005, 0x8005, 0x8006, 0x8006, 0x8007, 0x8007,
+                                                    0x800c, 0x800c, 0x800d, 0x800d, 0x800e, 0x800e, 0x800f, 0x800f };
 
 /* Q4_K / Q5_K: qs chunk c = s/2 holds sub-block s in its low nibbles and
  * s + 1 in its high ones, so the chunk in both halves, the upper half
  * shifted by 4, gives steps s, s + 1 (kq_codes32_q45_K's codes); Q5_K's
- * bit 4 of sub-block s is bit s of qh.  Scales: sub-block s's int16 in
- * the lower two 128-bit lanes, s + 1's in the upper two. */
-static inline __m256i a8_kq_lanes_q45_K(const uint8_t *b, bool has_qh, uint64_t scw, const int8_t *xq) {
-    const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)scw)));
+ * bit 4 of sub-block s is bit s of qh. */
+static inline __m256i a8_kq_lanes_q45_K(const uint8_t *b, bool has_qh, const kvq_xq256 *x, int32_t *M) {
+    const __m128i sc = a8_scales_q45_K(b);
+    const __m512i sc4 = _mm512_broadcast_i32x4(sc);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const __m512i qh = has_qh ? a8_bcast32(b + 16) : _mm512_setzero_si512();
     __m512i S0 = _mm512_setzero_si512(), S1 = _mm512_setzero_si512();
@@ -51,11 +75,13 @@ static inline __m256i a8_kq_lanes_q45_K(const uint8_t *b, bool has_qh, uint64_t 
             const __m512i m = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << s)), _mm256_set1_epi8((char)(2 << s)), 1);
             u = _mm512_or_si512(u, _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, m), _mm512_set1_epi8(0x10)));
         }
-        const __m512i p = _mm512_maddubs_epi16(u, _mm512_loadu_si512((const void *)(xq + 32 * s)));
-        const __m512i sc = _mm512_shuffle_epi8(sc16, _mm512_load_si512((const void *)k_pick45[s / 2]));
-        if (s & 2) S1 = _mm512_dpwssd_epi32(S1, p, sc);
-        else S0 = _mm512_dpwssd_epi32(S0, p, sc);
+        const __m512i p = _mm512_maddubs_epi16(u, _mm512_loadu_si512((const void *)(x->q + 32 * s)));
+        const __m512i w = _mm512_shuffle_epi8(sc4, _mm512_load_si512((const void *)k_pick45[s / 2]));
+        if (s & 2) S1 = _mm512_dpwssd_epi32(S1, p, w);
+        else S0 = _mm512_dpwssd_epi32(S0, p, w);
     }
+    const __m256i mins = _mm256_shuffle_epi8(_mm512_castsi512_si256(sc4), _mm256_load_si256((const __m256i *)k_mins45));
+    *M = a8_isum(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)x->sum)));
     return a8_fold(_mm512_add_epi32(S0, S1));
 }
 
@@ -91,7 +117,3 @@ static inline __m256i a8_kq_lanes_q6_K(const uint8_t *b, const int8_t *xq) {
     }
     return a8_fold(_mm512_add_epi32(S0, S1));
 }
-
-#define A8_KQ_LANES
-#define A8_INSTALL kvq_act8_install_vnni512
-#include "act8_dot.inc"
