@@ -66,7 +66,7 @@ static inline __m256i a8_kq_lanes_q45_K(const uint8_t *b, bool has_qh, const kvq
     const __m512i sc4 = _mm512_broadcast_i32x4(sc);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const __m512i qh = has_qh ? a8_bcast32(b + 16) : _mm512_setzero_si512();
-    __m512i S0 = _mm512_setzero_si512(), S1 = _mm512_setzero_si512();
+    __m512i S0, S1;
     _Pragma("GCC unroll 4")
     for (int s = 0; s < 8; s += 2) {
         const __m512i q = a8_bcast32(b + (has_qh ? 48 : 16) + 16 * s);
@@ -77,7 +77,8 @@ static inline __m256i a8_kq_lanes_q45_K(const uint8_t *b, bool has_qh, const kvq
         }
         const __m512i p = _mm512_maddubs_epi16(u, _mm512_loadu_si512((const void *)(x->q + 32 * s)));
         const __m512i w = _mm512_shuffle_epi8(sc4, _mm512_load_si512((const void *)k_pick45[s / 2]));
-        if (s & 2) S1 = _mm512_dpwssd_epi32(S1, p, w);
+        if (s < 4) *(s ? &S1 : &S0) = _mm512_madd_epi16(p, w);   /* the chains' first terms: no zero to copy */
+        else if (s & 2) S1 = _mm512_dpwssd_epi32(S1, p, w);
         else S0 = _mm512_dpwssd_epi32(S0, p, w);
     }
     const __m256i mins = _mm256_shuffle_epi8(_mm512_castsi512_si256(sc4), _mm256_load_si256((const __m256i *)k_mins45));
@@ -100,7 +101,7 @@ static inline __m256i a8_kq_lanes_q6_K(const uint8_t *b, const int8_t *xq) {
                                                0x0504050405040504, 0x0302030203020302, 0x0302030203020302,
                                                0x0100010001000100, 0x0100010001000100);
     const __m512i pick_odd = _mm512_add_epi8(pick_even, _mm512_set1_epi8(8));
-    __m512i S0 = _mm512_setzero_si512(), S1 = _mm512_setzero_si512();
+    __m512i S0, S1;
     _Pragma("GCC unroll 4")
     for (int s = 0; s < 8; s += 2) {
         const int n = s / 4, k = s % 4;
@@ -112,7 +113,8 @@ static inline __m256i a8_kq_lanes_q6_K(const uint8_t *b, const int8_t *xq) {
         const __m512i u = _mm512_or_si512(nib, _mm512_and_si512(top, bits45));
         const __m512i p = _mm512_maddubs_epi16(u, _mm512_loadu_si512((const void *)(xq + 32 * s)));
         const __m512i sc = _mm512_shuffle_epi8(s < 4 ? sc_lo : sc_hi, s % 4 ? pick_odd : pick_even);
-        if (s & 2) S1 = _mm512_dpwssd_epi32(S1, p, sc);
+        if (s < 4) *(s ? &S1 : &S0) = _mm512_madd_epi16(p, sc);
+        else if (s & 2) S1 = _mm512_dpwssd_epi32(S1, p, sc);
         else S0 = _mm512_dpwssd_epi32(S0, p, sc);
     }
     return a8_fold(_mm512_add_epi32(S0, S1));
