@@ -5,8 +5,9 @@
  * folded to the 8 the float side uses by exact integer adds (lane l of
  * both halves is lane l of a 32-value step, and the scalar S_l sums all
  * steps in int32, so the order of the adds changes nothing).  The float
- * side, the prefill and the 32-block kernels are act8_dot.inc's as they
- * stand, so every output has the bits of the other levels.  Compiled with
+ * side, the prefill and the q8_0 kernels are act8_dot.inc's as they
+ * stand (q4_0's too, but for the integers of a pair of blocks below), so
+ * every output has the bits of the other levels.  Compiled with
  * -mavx512vnni (the Makefile's *_vnni*.c rule); reached only when
  * kvq_cpu_features() has avx512 (F, BW, VL, DQ) and avx512vnni. */
 #include <immintrin.h>
@@ -19,6 +20,7 @@ static inline __m256i a8_i16(__m256i acc, __m256i a, __m256i b) { return _mm256_
 
 /* act8_dot.inc's kernels, with the K-quant integer parts defined below */
 #define A8_KQ_LANES
+#define A8_PAIR_Q4_0
 #define A8_INSTALL kvq_act8_install_vnni512
 #include "act8_dot.inc"
 
@@ -28,6 +30,22 @@ static inline __m512i a8_bcast32(const uint8_t *p) { return _mm512_broadcast_i64
 /* The 16 int32 lanes of two steps folded to one step's 8 (exact). */
 static inline __m256i a8_fold(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+/* Q4_0, two blocks: each one's 16 bytes in two 128-bit lanes, the upper
+ * one shifted by 4, give its codes u = c + 8 (0..15, a8_codes_q4_0's
+ * order); a lane's sum of (u - 8) * x is vpdpbusd(u, x) - vpdpbusd(8, x),
+ * both exact. */
+static inline void a8_pair_q4_0(const uint8_t *b, const kvq_xq32 *x, __m256i l[2]) {
+    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b + 2)))),
+                                         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b + 2 + KVQ_BYTES_Q4_0))), 1);
+    const __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(q, (__mmask32)0xff00ff00u, q, 4), _mm512_set1_epi8(0x0f));
+    const __m512i xv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[0].q)),
+                                          _mm256_loadu_si256((const __m256i *)x[1].q), 1);
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i v = _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, u, xv), _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), xv));
+    l[0] = _mm512_castsi512_si256(v);
+    l[1] = _mm512_extracti64x4_epi64(v, 1);
 }
 
 /* The 12 scale bytes of a Q4_K / Q5_K super-block as 16: sc0..3, m0..3,
