@@ -44,8 +44,8 @@ typedef struct kvq_xq256 { float d; int16_t sum[16]; int8_t q[256]; } kvq_xq256;
 
 /* The kernel levels of the int8 dots, in order; VNNI is the AVX-512 level
  * on a CPU with AVX512_VNNI (vpdpbusd / vpdpwssd) on 256-bit vectors,
- * VNNI512 the same with the K-quant decode dots' integer work in 512-bit
- * registers (the one a VNNI CPU runs; VNNI stays as a second kernel the
+ * VNNI512 the same with the integer work of the K-quant and q4_0 decode
+ * dots in 512-bit registers (the one a VNNI CPU runs; VNNI stays as a second kernel the
  * tests compare).  An AVX-512 CPU without VNNI runs the AVX2 kernels. */
 typedef enum kvq_act8_level {
     KVQ_ACT8_SCALAR = 0, KVQ_ACT8_AVX2, KVQ_ACT8_VNNI, KVQ_ACT8_VNNI512, KVQ_ACT8_LEVELS
