@@ -18,7 +18,7 @@
 #   model   GGUF, models, the forward pass, matmul, tokenizers, sampler
 #   eval    KLD and base files, statistics, sweep, ladder, plots, planner, drift
 # Sources are found by wildcard: a new src/LAYER/*.c needs no Makefile edit.
-# Files named *_avx2.c / *_avx512.c / *_vnni.c (AVX-512 + AVX512_VNNI) are
+# Files named *_avx2.c / *_avx512.c / *_vnni*.c (AVX-512 + AVX512_VNNI) are
 # compiled with those ISA flags and only called after run-time CPU
 # detection (src/base/cpu.c).
 

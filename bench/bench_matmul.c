@@ -121,6 +121,30 @@ static void print_break_even(kvq_pool *const pools[2], int reps) {
     free(W); free(X); free(Y);
 }
 
+/* --levels: every int8 dot level this CPU has on the same weights and
+ * activations, one thread, no pool (the dot alone, rows x cols chosen by
+ * the caller: small ones stay in cache), median of reps, so the kernel
+ * levels compare in one binary and one run. */
+static void print_act8_levels(kvq_type ty, const uint8_t *W, int64_t rows, int64_t cols, const float *X, void *xq,
+                              float *Y, int reps) {
+    const size_t rb = kvq_row_bytes(ty, cols);
+    kvq_act8_quantize(ty, X, cols, xq);
+    for (int lv = 0; lv < KVQ_ACT8_LEVELS; lv++) {
+        const kvq_act8_dot_fn f = kvq_act8_dot_level(ty, (kvq_act8_level)lv);
+        if (!f) continue;
+        double t[64];
+        for (int i = -1; i < reps; i++) {
+            const double t0 = now_s();
+            for (int64_t r = 0; r < rows; r++) Y[r] = f(W + rb * (size_t)r, xq, cols);
+            if (i >= 0) t[i] = now_s() - t0;
+        }
+        qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+        printf("%-8s %-16s %10.3f %8.2f %8.3f %9.2f\n", kvq_type_name(ty), kvq_act8_level_name((kvq_act8_level)lv),
+               1e3 * t[reps / 2], (double)rb * (double)rows / t[reps / 2] * 1e-9, 1e3 * t[0],
+               (double)rb * (double)rows / t[0] * 1e-9);
+    }
+}
+
 static bool type_selected(const char *list, const char *name) {
     if (!list) return true;
     size_t n = strlen(name);
@@ -135,6 +159,7 @@ int bench_matmul(int argc, char **argv) {
     const char *types = NULL;
     size_t n_toks = 2;   /* --decode: the 1-token product only */
     const char *act = "both";   /* --act f32|int8|both: activations of the covered types */
+    bool levels = false;        /* --levels: the int8 dot of every kernel level instead */
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--rows") && v) rows = atoll(argv[++i]);
@@ -142,6 +167,7 @@ int bench_matmul(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && v) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && v) types = argv[++i];
         else if (!strcmp(argv[i], "--decode")) n_toks = 1;
+        else if (!strcmp(argv[i], "--levels")) levels = true;
         else if (!strcmp(argv[i], "--act") && v) act = argv[++i];
         else if (!strcmp(argv[i], "--break-even")) types = "";   /* no type: the break-even table only */
         else { fprintf(stderr, "bench_matmul: unknown option '%s'\n", argv[i]); return 1; }
@@ -166,8 +192,10 @@ int bench_matmul(int argc, char **argv) {
     }
     uint64_t s = 7;
     for (int64_t i = 0; i < cols * 64; i++) X[i] = rng_float(&s);
-    printf("matmul %lldx%lld, simd %s, median of %d (GFLOP/s = 2*rows*cols*n_tok / time)\n",
-           (long long)rows, (long long)cols, kvq_simd_level(), reps);
+    printf("matmul %lldx%lld, simd %s, int8 dots %s, median of %d (GFLOP/s = 2*rows*cols*n_tok / time)\n",
+           (long long)rows, (long long)cols, kvq_simd_level(), kvq_act8_level_name(kvq_act8_level_best()), reps);
+    if (levels) printf("%-8s %-16s %10s %8s %8s %9s\n", "type", "int8 level", "ms", "GB/s", "best ms", "best GB/s");
+    else
     printf("%-8s %5s %6s %7s %10s %9s %8s %8s %9s\n", "type", "act", "n_tok", "threads", "ms", "GFLOP/s", "GB/s",
            "best ms", "best GB/s");
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
@@ -176,6 +204,11 @@ int bench_matmul(int argc, char **argv) {
         uint8_t *W = make_weights((kvq_type)ty, rows, cols);
         if (!W) { fprintf(stderr, "bench_matmul: out of memory\n"); continue; }
         const double bytes = (double)kvq_row_bytes((kvq_type)ty, cols) * (double)rows;   /* weights read */
+        if (levels) {
+            if (kvq_act8_dot((kvq_type)ty)) print_act8_levels((kvq_type)ty, W, rows, cols, X, xq, Y, reps);
+            free(W);
+            continue;
+        }
         for (size_t k = 0; k < n_toks; k++)
             for (size_t p = 0; p < 2; p++)
                 for (int a = 0; a < 2; a++) {   /* f32 then int8 activations, side by side */
@@ -193,7 +226,7 @@ int bench_matmul(int argc, char **argv) {
         free(W);
     }
     free(X); free(Y); free(xq);
-    if (!types || !types[0]) print_break_even(pools, reps < 9 ? 9 : reps);
+    if ((!types || !types[0]) && !levels) print_break_even(pools, reps < 9 ? 9 : reps);
     kvq_pool_free(pools[0]);
     kvq_pool_free(pools[1]);
     return 0;

@@ -91,6 +91,39 @@ TEST(act8_every_level_matches_scalar_bits) {
     CHECK(compared > 0 || kvq_act8_level_best() == KVQ_ACT8_SCALAR, "no SIMD level compared");
 }
 
+/* The 512-bit VNNI level (act8_vnni512.c) exists exactly where the CPU
+ * has AVX-512 with AVX512_VNNI, is then the one that runs, and the dots
+ * it changes (K-quant decode, q4_0) give the scalar bits on 1, 3, 5 and 9
+ * blocks (main loops and tails) with modest and extreme scales;
+ * elsewhere this skips. */
+TEST(act8_vnni512_level_matches_scalar_bits) {
+    const bool cpu_has = kvq_isa_best() >= KVQ_ISA_AVX512 && kvq_cpu_features()->avx512vnni;
+    const bool level_has = kvq_act8_dot_level(KVQ_TYPE_Q4_K, KVQ_ACT8_VNNI512) != NULL;
+    CHECK(cpu_has == level_has, "CPU AVX512_VNNI %d, 512-bit int8 level %d", cpu_has, level_has);
+    if (!level_has) SKIP("this CPU (or KVQ_FORCE_*) has no AVX-512 + AVX512_VNNI: the avx512-vnni-zmm dots are not run");
+    CHECK(kvq_act8_level_best() == KVQ_ACT8_VNNI512, "best level %s", kvq_act8_level_name(kvq_act8_level_best()));
+    static const kvq_type types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_K, KVQ_TYPE_Q5_K, KVQ_TYPE_Q6_K };
+    static const int blocks[] = { 1, 3, 5, 9 };
+    static uint8_t row[9 * 210];
+    static float x[9 * 256];
+    static kvq_xq256 xq[9];
+    test_rng rng = { 512, 0, 0 };
+    for (size_t ti = 0; ti < KVQ_ARRAY_LEN(types); ti++)
+        for (size_t bi = 0; bi < KVQ_ARRAY_LEN(blocks); bi++)
+            for (int mode = 0; mode < 2; mode++)
+                for (int rep = 0; rep < 8; rep++) {
+                    const kvq_type ty = types[ti];
+                    const int64_t n = (int64_t)blocks[bi] * kvq_act8_block(ty);
+                    random_row(ty, &rng, n, mode, row);
+                    random_x(&rng, n, mode, x);
+                    kvq_act8_quantize(ty, x, n, xq);
+                    const float want = kvq_act8_dot_level(ty, KVQ_ACT8_SCALAR)(row, xq, n);
+                    const float got = kvq_act8_dot_level(ty, KVQ_ACT8_VNNI512)(row, xq, n);
+                    CHECK(same_float(got, want), "%s n %lld mode %d rep %d: zmm %.9g, scalar %.9g", kvq_type_name(ty),
+                          (long long)n, mode, rep, got, want);
+                }
+}
+
 /* The 4-token prefill kernels give, per token, the scalar dot's bits. */
 TEST(act8_dot4_matches_scalar_bits) {
     enum { N = 1280 };

@@ -221,7 +221,8 @@ static void fill_tables(void) {
     }
     if (isa >= KVQ_ISA_AVX512 && kvq_cpu_features()->avx512vnni) {
         kvq_act8_install_vnni(g_tables[KVQ_ACT8_VNNI], g_tables4[KVQ_ACT8_VNNI]);
-        g_best = KVQ_ACT8_VNNI;
+        kvq_act8_install_vnni512(g_tables[KVQ_ACT8_VNNI512], g_tables4[KVQ_ACT8_VNNI512]);
+        g_best = KVQ_ACT8_VNNI512;
     }
 #endif
 }
@@ -248,6 +249,6 @@ kvq_act8_dot4_fn kvq_act8_dot4_level(kvq_type t, kvq_act8_level level) {
 kvq_act8_dot4_fn kvq_act8_dot4(kvq_type t) { return kvq_act8_dot4_level(t, kvq_act8_level_best()); }
 
 const char *kvq_act8_level_name(kvq_act8_level level) {
-    static const char *const names[KVQ_ACT8_LEVELS] = { "scalar", "avx2", "avx512-vnni" };
+    static const char *const names[KVQ_ACT8_LEVELS] = { "scalar", "avx2", "avx512-vnni", "avx512-vnni-zmm" };
     return (unsigned)level < KVQ_ACT8_LEVELS ? names[level] : "?";
 }

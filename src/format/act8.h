@@ -43,9 +43,13 @@ typedef struct kvq_xq32 { float d; int8_t q[32]; } kvq_xq32;
 typedef struct kvq_xq256 { float d; int16_t sum[16]; int8_t q[256]; } kvq_xq256;
 
 /* The kernel levels of the int8 dots, in order; VNNI is the AVX-512 level
- * on a CPU with AVX512_VNNI (vpdpbusd / vpdpwssd).  An AVX-512 CPU without
- * VNNI runs the AVX2 kernels (the int8 work is 256-bit at every level). */
-typedef enum kvq_act8_level { KVQ_ACT8_SCALAR = 0, KVQ_ACT8_AVX2, KVQ_ACT8_VNNI, KVQ_ACT8_LEVELS } kvq_act8_level;
+ * on a CPU with AVX512_VNNI (vpdpbusd / vpdpwssd) on 256-bit vectors,
+ * VNNI512 the same with the integer work of the K-quant and q4_0 decode
+ * dots in 512-bit registers (the one a VNNI CPU runs; VNNI stays as a second kernel the
+ * tests compare).  An AVX-512 CPU without VNNI runs the AVX2 kernels. */
+typedef enum kvq_act8_level {
+    KVQ_ACT8_SCALAR = 0, KVQ_ACT8_AVX2, KVQ_ACT8_VNNI, KVQ_ACT8_VNNI512, KVQ_ACT8_LEVELS
+} kvq_act8_level;
 const char *kvq_act8_level_name(kvq_act8_level level);
 
 /* Dot of a weight row (n values, whole blocks) with a quantised row. */
@@ -76,9 +80,10 @@ typedef void (*kvq_act8_dot4_fn)(const void *row, const void *const *xq, int64_t
 kvq_act8_dot4_fn kvq_act8_dot4(kvq_type t);
 kvq_act8_dot4_fn kvq_act8_dot4_level(kvq_type t, kvq_act8_level level);
 
-/* The SIMD tables (act8_avx2.c, act8_vnni.c): kernels per type. */
+/* The SIMD tables (act8_avx2.c, act8_vnni.c, act8_vnni512.c): kernels per type. */
 void kvq_act8_install_avx2(kvq_act8_dot_fn table[KVQ_TYPE_COUNT], kvq_act8_dot4_fn table4[KVQ_TYPE_COUNT]);
 void kvq_act8_install_vnni(kvq_act8_dot_fn table[KVQ_TYPE_COUNT], kvq_act8_dot4_fn table4[KVQ_TYPE_COUNT]);
+void kvq_act8_install_vnni512(kvq_act8_dot_fn table[KVQ_TYPE_COUNT], kvq_act8_dot4_fn table4[KVQ_TYPE_COUNT]);
 
 /* The 6-bit scales and mins of Q4_K/Q5_K's 8 sub-blocks, byte j of *sc
  * and *m for sub-block j (the rule of kvq_kq_scale_min, word operations). */
