@@ -42,6 +42,7 @@ static inline vw_x86 vwz_load(const int16_t *p) {
 #define vwz_widen(c) vb_widen(c)
 #define vwz_s8(p) vw_s8(p)
 #define vwz_nib(p) vw_nib(p)
+#define vwz_of_vw(c) (c)
 static inline __m256i vwz_madd(vw_x86 c, vw_x86 q) {
     return _mm256_add_epi32(_mm256_madd_epi16(c.lo, q.lo), _mm256_madd_epi16(c.hi, q.hi));
 }

@@ -69,6 +69,8 @@ static inline __m512i vwz_nib(const uint8_t *p) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, _mm256_set1_epi16(15))),
                               _mm256_srli_epi16(x, 4), 1);
 }
+/* attn_kvarn_x86.h's two-register codes as one register. */
+static inline __m512i vwz_of_vw(vw_x86 c) { return _mm512_inserti64x4(_mm512_castsi256_si512(c.lo), c.hi, 1); }
 /* 16 int32 partial sums of one key's block (|pair| <= 2 * 128 * 32767). */
 #define vwz_madd(c, q) _mm512_madd_epi16((c), (q))
 
