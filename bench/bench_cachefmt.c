@@ -6,7 +6,8 @@
  *   2. KVarN tile quantisation: one 128-token x 128-channel tile (K and V
  *      orientation), cost per token and head slice;
  *   3. TurboQuant encode: one 128-value row (rotated input, as the cache
- *      writes it), per type.
+ *      writes it), per type; iq4_nl's scale search against its exact
+ *      search (cost per row, and the search's error over the optimum's).
  * Times: the calling thread's CPU time (bench_time: 1-thread decode,
  * quantisation, encode) or wall-clock medians (2-thread decode); the
  * machine may be shared, so the numbers are noisy, the wall-clock ones most.
@@ -14,6 +15,7 @@
 #include "bench.h"
 #include "cache.h"
 #include "kvarn.h"
+#include "quant_block.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -189,7 +191,7 @@ static void row_once(void *ctx) {
 }
 
 static void bench_turbo_encode(void) {
-    static const kvq_type types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_TURBO2, KVQ_TYPE_TURBO3, KVQ_TYPE_TURBO4,
+    static const kvq_type types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_IQ4_NL, KVQ_TYPE_TURBO2, KVQ_TYPE_TURBO3, KVQ_TYPE_TURBO4,
                                       KVQ_TYPE_TURBO2_TCQ, KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO4_TCQ };
     float x[HEAD_DIM];
     uint8_t row[256];
@@ -205,6 +207,58 @@ static void bench_turbo_encode(void) {
     printf("\n");
 }
 
+/* iq4_nl: the cache's scale search against the exact search, on ROWS
+ * distinct Gaussian rows (one row repeated would let the exact search's
+ * branches be learnt), cost and error (docs/formats.md). */
+enum { IQ4_ROWS = 2000 };
+typedef struct iq4_job { const float *x; uint8_t *out; bool exact; } iq4_job;
+static void iq4_rows_once(void *ctx) {
+    const iq4_job *j = ctx;
+    const int64_t n = (int64_t)IQ4_ROWS * HEAD_DIM;
+    if (j->exact) kvq_iq4_nl_quantize_exact(j->x, j->out, n);
+    else kvq_quantize_row(KVQ_TYPE_IQ4_NL, j->x, j->out, n);
+    bench_consume(j->out[2]);
+}
+
+static double iq4_row_sse(const float *x, const uint8_t *row) {
+    float y[HEAD_DIM];
+    kvq_dequantize_row(KVQ_TYPE_IQ4_NL, row, y, HEAD_DIM);
+    double e = 0;
+    for (int i = 0; i < HEAD_DIM; i++) e += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+    return e;
+}
+
+static void bench_iq4_search(void) {
+    enum { ROW_BYTES = KVQ_BYTES_IQ4_NL * HEAD_DIM / KVQ_BLOCK };
+    float *x = malloc(sizeof(float) * IQ4_ROWS * HEAD_DIM);
+    uint8_t *a = malloc((size_t)IQ4_ROWS * ROW_BYTES), *b = malloc((size_t)IQ4_ROWS * ROW_BYTES);
+    if (!x || !a || !b) {
+        fprintf(stderr, "kvq-bench cachefmt: out of memory\n");
+        free(x); free(a); free(b);
+        return;
+    }
+    uint64_t seed = 9;
+    for (int i = 0; i < IQ4_ROWS * HEAD_DIM; i++) x[i] = gauss(&seed);
+    iq4_job js = { x, a, false }, je = { x, b, true };
+    const double ts = bench_time(iq4_rows_once, &js, 3, 0.1), te = bench_time(iq4_rows_once, &je, 3, 0.1);
+    double ratio = 0, worst = 1;
+    int optimum = 0;
+    for (int r = 0; r < IQ4_ROWS; r++) {
+        const double sa = iq4_row_sse(x + r * HEAD_DIM, a + r * ROW_BYTES), sb = iq4_row_sse(x + r * HEAD_DIM, b + r * ROW_BYTES);
+        ratio += sa / sb;
+        worst = fmax(worst, sa / sb);
+        optimum += sa <= sb * (1 + 1e-9);
+    }
+    printf("## iq4_nl: the scale search (cache writes) against the exact search, %d Gaussian rows of %d\n\n",
+           IQ4_ROWS, HEAD_DIM);
+    printf("| encoder | us / row | row error / the optimum's, mean | worst row | rows at the optimum |\n");
+    printf("|---|---:|---:|---:|---:|\n");
+    printf("| search (%s) | %.3f | %.5f | %.4f | %.1f %% |\n", kvq_simd_level(), 1e6 * ts / IQ4_ROWS, ratio / IQ4_ROWS,
+           worst, 100.0 * optimum / IQ4_ROWS);
+    printf("| exact | %.3f | 1 | 1 | 100 %% |\n\n", 1e6 * te / IQ4_ROWS);
+    free(x); free(a); free(b);
+}
+
 /* kvq-bench cachefmt [decode|tiles|encode]: all parts, or the one named. */
 int bench_cachefmt(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -215,6 +269,9 @@ int bench_cachefmt(int argc, char **argv) {
     printf("# Format cache types (simd %s)\n\n", kvq_simd_level());
     if (!only || !strcmp(only, "decode")) bench_decode();
     if (!only || !strcmp(only, "tiles")) bench_tiles();
-    if (!only || !strcmp(only, "encode")) bench_turbo_encode();
+    if (!only || !strcmp(only, "encode")) {
+        bench_turbo_encode();
+        bench_iq4_search();
+    }
     return 0;
 }

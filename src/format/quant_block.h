@@ -65,7 +65,27 @@ static inline int kvq_code_clamp(float v, int lo, int hi, int nan_code) {
     return (int)v;
 }
 
-/* The iq4_nl codebook (docs/spec/formats.md §2; ggml's kvalues_iq4nl). */
+/* The iq4_nl codebook (docs/spec/formats.md §2; ggml's kvalues_iq4nl) and
+ * the midpoints between neighbouring entries. */
 extern const int8_t kvq_iq4nl_values[16];
+extern const float kvq_iq4nl_mids[15];
+
+/* iq4_nl's scale search (quant_iq4nl.c): 16 candidate scales in lanes, one
+ * pass over the block per refinement, the pass written once per vector
+ * width (iq4nl_search.inc).  ad: each candidate's |d| (an fp16 value, 0 for
+ * an unused lane); sg: its sign (+-1); sse, sxt, stt: the pass's sums. */
+#define KVQ_IQ4NL_LANES 16
+typedef struct kvq_iq4nl_lanes {
+    float ad[KVQ_IQ4NL_LANES], sg[KVQ_IQ4NL_LANES];
+    float sse[KVQ_IQ4NL_LANES], sxt[KVQ_IQ4NL_LANES], stt[KVQ_IQ4NL_LANES];
+} kvq_iq4nl_lanes;
+typedef void (*kvq_iq4nl_pass_fn)(const float *x, kvq_iq4nl_lanes *lanes);
+
+/* The encoder with a level's pass (every pass gives the same bytes). */
+void kvq_iq4nl_quantize_with(const float *x, void *dst, int64_t n, kvq_iq4nl_pass_fn pass);
+/* The exact scale search: the fp16 scale of least squared error, ~10x
+ * slower; the search's yardstick (tests, kvq-bench) and its fallback for
+ * blocks whose float sums would overflow. */
+void kvq_iq4_nl_quantize_exact(const float *x, void *dst, int64_t n);
 
 #endif

@@ -109,6 +109,14 @@ static void simd_q8_0_quantize(const float *x, void *dst, int64_t n) {
     }
 }
 
+/* iq4_nl encoder: the scale search's pass (iq4nl_search.inc) on this
+ * level's vectors; the same bytes as the scalar pass. */
+#define IQ4NL_PASS simd_iq4nl_pass
+#include "iq4nl_search.inc"
+static void simd_iq4_nl_quantize(const float *x, void *dst, int64_t n) {
+    kvq_iq4nl_quantize_with(x, dst, n, simd_iq4nl_pass);
+}
+
 /* ------------------------------------------------------------ plain types */
 /* Whole vectors in the loop, the remainder (n need not be a multiple of
  * anything for block size 1) through the scalar kernel. */
@@ -189,4 +197,5 @@ static void simd_install_kernels(kvq_type_traits table[KVQ_TYPE_COUNT]) {
     table[KVQ_TYPE_F16].quantize = simd_f16_quantize;
     table[KVQ_TYPE_BF16].quantize = simd_bf16_quantize;
     table[KVQ_TYPE_Q8_0].quantize = simd_q8_0_quantize;
+    table[KVQ_TYPE_IQ4_NL].quantize = simd_iq4_nl_quantize;
 }
