@@ -338,8 +338,14 @@ const kvq_row_hooks attn_hooks_decode = { .name = "decode", .score = decode_scor
  * common chunk skips the per-key checks. */
 static bool all_weighted(const float *w, int ldw, int G, int nk) {
     int zero = 0;
-    for (int g = 0; g < G; g++)
-        for (int t = 0; t < nk; t++) zero |= w[(size_t)g * ldw + t] == 0.0f;
+    for (int g = 0; g < G; g++) {
+        const float *wg = w + (size_t)g * ldw;
+        if (nk == ATTN_BLOCK_KEYS) {       /* a fixed count: the compiler vectorises it */
+            for (int t = 0; t < ATTN_BLOCK_KEYS; t++) zero |= wg[t] == 0.0f;
+        } else {
+            for (int t = 0; t < nk; t++) zero |= wg[t] == 0.0f;
+        }
+    }
     return !zero;
 }
 
