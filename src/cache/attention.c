@@ -106,6 +106,7 @@ typedef struct row_state {
     float *q_group, *qi_scale_group;
     int32_t *qi_sum_group;
     int16_t *qi_group;
+    attn_run_memo *memo;   /* the task's: what record hooks keep between chunks */
 } row_state;
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -174,6 +175,7 @@ static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, i
     k.tile = st->k_tile;
     k.kv_head = kv_head;
     k.key0 = c0;
+    k.memo = st->memo;
     attn_query q = *aq;
     if (!ks->rounded) q.qi = NULL;
     else if (q_hat) q.q = q_hat;
@@ -189,6 +191,7 @@ static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_
     v.zero = st->zero;
     v.kv_head = kv_head;
     v.key0 = c0;
+    v.memo = st->memo;
     vs->hooks->accumulate(jb->level, &v, rows, nk, st->w, KEY_CHUNK, G, st->acc, jb->acc_stride);
 }
 
@@ -197,6 +200,7 @@ static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_
  * of keys stop where a body's hooks ask (run_keys: KVarN's tile ends). */
 static void attend_keys(const attn_job *jb, const attn_source *ks, const attn_source *vs, int kv_head, int p0,
                         int p1, const attn_query *q, const float *q_hat, int nq, row_state *st) {
+    if (st->memo) st->memo->k_rec = st->memo->v_rec = NULL;   /* new query vectors */
     for (int c0 = p0; c0 < p1;) {
         int nk = KVQ_MIN(KEY_CHUNK, p1 - c0);
         if (jb->run_k) nk = KVQ_MIN(nk, jb->run_k - c0 % jb->run_k);
@@ -350,6 +354,9 @@ static void attn_task(void *ctx, int task, int thread) {
     float *s = jb->scratch + (size_t)thread * jb->scratch_floats;
     row_state st;
     memset(&st, 0, sizeof st);
+    attn_run_memo memo;
+    memo.k_rec = memo.v_rec = NULL;
+    st.memo = &memo;
     st.acc = s;
     st.m = st.acc + nq * jb->acc_stride;
     st.l = st.m + nq;

@@ -178,6 +178,24 @@ float attn_block_exp(float x);
 
 /* One chunk of keys of one copy (body, ring, sink, stage) of a side, as
  * the row hooks (row_hooks.h) read it. */
+/* What a record type's hooks keep between the chunks of one run of keys
+ * (KVarN: the query folded with a tile's column scales S and Z, and the
+ * tile's V column scales O, each the same for the tile's four chunks).
+ * The pass gives each task one and empties it (k_rec = v_rec = NULL)
+ * wherever the query vectors change (attend_keys), so an entry is only
+ * ever reused for the same record and the same queries. */
+enum { ATTN_MEMO_HEADS = 16, ATTN_MEMO_WIDTH = 128 };
+typedef struct attn_run_memo {
+    const void *k_rec;                                 /* the record qi..qz belong to */
+    int k_heads;                                       /* and their query vectors    */
+    int16_t qi[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH];
+    float qscale[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH / 32];
+    int32_t qsub[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH / 32];
+    float qz[ATTN_MEMO_HEADS];
+    const void *v_rec;                                 /* the record o belongs to    */
+    float o[ATTN_MEMO_WIDTH];
+} attn_run_memo;
+
 typedef struct attn_block_rows {
     const kvq_type_traits *tr;   /* the rows' traits: its dequantize unpacks them */
     kvq_type type;               /* the rows' type (its fused kernels at a level)  */
@@ -188,6 +206,7 @@ typedef struct attn_block_rows {
     /* record types (tiles, calibrated rows): where the chunk's keys are */
     const struct kvq_cache_side *sd;
     int kv_head, key0;
+    attn_run_memo *memo;         /* NULL: none (the hooks compute per chunk)     */
 } attn_block_rows;
 
 /* The level's fused kernels for these rows (a 32-value block type of at

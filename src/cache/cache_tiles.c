@@ -28,6 +28,7 @@
 #include <math.h>
 
 enum { T = KVQ_KVARN_TILE, MAX_WIDTH = 128 };
+_Static_assert((int)MAX_WIDTH == (int)ATTN_MEMO_WIDTH, "attn_run_memo holds one slice");
 
 void kvq_tiles_codes_scalar(const uint8_t *tok, int width, int bits, float *out) {
     uint8_t codes[MAX_WIDTH];
@@ -119,6 +120,7 @@ static void run_codes(const tile_unpack *u, const kvq_cache_side *sd, const uint
 /* Heads handled per block call (their scaled queries / weights sit on the
  * stack); larger GQA groups go in several calls. */
 enum { HEADS = 16 };
+_Static_assert((int)HEADS == (int)ATTN_MEMO_HEADS, "attn_run_memo holds one group of heads");
 
 /* ---- the tile path (levels without KVarN kernels, the "-tile" ones):
  * a run's codes unpacked into f32 rows, then the level's tile kernels */
@@ -204,6 +206,19 @@ static void halves_padded(const tile_unpack *u, const uint8_t *src, int n, int p
     for (int i = n; i < pad; i++) out[i] = 0.0f;
 }
 
+/* A head's records lie one after the other, tile by tile, so decode reads
+ * each side as one stream.  The hardware prefetchers restart at every 4
+ * KiB page, and a record (8-9 KiB at 128 channels, 4 bits) spans several:
+ * at a tile's first chunk the next tile's records of this slice are
+ * fetched while this tile is read.  A hint only (uintptr_t arithmetic: no
+ * pointer is formed past the body; a fetch past it is wasted, never a
+ * fault). */
+static void prefetch_next_record(const kvq_cache_side *sd, const uint8_t *rec, int t0) {
+    if (t0 != 0) return;
+    const uintptr_t from = (uintptr_t)rec + (uintptr_t)sd->n_slices * sd->record_bytes;
+    for (uintptr_t a = from & ~(uintptr_t)63; a < from + sd->record_bytes; a += 64) __builtin_prefetch((const void *)a);
+}
+
 /* Runs of keys are at most one attention chunk (ATTN_BLOCK_KEYS), within
  * one tile; per slice each head's folded query q_c S_c is rounded to
  * int16 once (attn_block.h) and every key scored from its codes. */
@@ -219,12 +234,29 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
     int16_t qi[HEADS * MAX_WIDTH];
     int32_t qsub[HEADS * MAX_WIDTH / 32];
     for (int j = 0; j < G; j++) memset(wts + (size_t)j * w_stride, 0, (size_t)nk * sizeof *wts);
+    /* one slice, one group of heads: the folded query is the same for the
+     * tile's every chunk, made once per tile (k->memo) */
+    attn_run_memo *memo = sd->n_slices == 1 && G <= HEADS ? k->memo : NULL;
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, k->kv_head, tile, s);
         const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
+        prefetch_next_record(sd, rec, t0);
+        halves_padded(&u, m.O + 2 * t0, nk, ATTN_BLOCK_KEYS, O);
+        if (memo) {
+            if (memo->k_rec != rec || memo->k_heads != G) {
+                u.halves(m.S, w, S);
+                u.halves(m.Z, w, Z);
+                blk->kvarn->fold_query(aq->q, aq->stride, G, S, Z, w, bits, memo->qi, memo->qscale, memo->qsub,
+                                       memo->qz);
+                memo->k_rec = rec;
+                memo->k_heads = G;
+            }
+            blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, memo->qi, memo->qscale, memo->qsub,
+                               memo->qz, O, G, wts, w_stride);
+            continue;
+        }
         u.halves(m.S, w, S);
         u.halves(m.Z, w, Z);
-        halves_padded(&u, m.O + 2 * t0, nk, ATTN_BLOCK_KEYS, O);
         for (int j0 = 0; j0 < G; j0 += HEADS) {
             const int hg = KVQ_MIN(HEADS, G - j0);
             blk->kvarn->fold_query(aq->q + (size_t)j0 * aq->stride + (size_t)s * w, aq->stride, hg, S, Z, w,
@@ -301,11 +333,21 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, v->kv_head, tile, s);
         const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
+        prefetch_next_record(sd, rec, t0);
         const uint8_t *rows[ATTN_BLOCK_KEYS];
         for (int t = 0; t < nk; t++) rows[t] = live[t] ? rec + (size_t)(t0 + t) * tok_bytes : NULL;
         u.halves(m.S + 2 * t0, nk, S);
         u.halves(m.Z + 2 * t0, nk, Z);
-        u.halves(m.O, w, O);
+        const float *Ow = O;                        /* the tile's column scales, once per tile */
+        if (sd->n_slices == 1 && v->memo) {
+            if (v->memo->v_rec != rec) {
+                u.halves(m.O, w, v->memo->o);
+                v->memo->v_rec = rec;
+            }
+            Ow = v->memo->o;
+        } else {
+            u.halves(m.O, w, O);
+        }
         bool finite = true;                         /* S, Z finite: 0 * S = 0 without a test */
         for (int t = 0; t < nk; t++) finite &= isfinite(S[t]) && isfinite(Z[t]);
         for (int j0 = 0; j0 < G; j0 += HEADS) {
@@ -325,7 +367,7 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
                 }
                 pz[j] = z;
             }
-            blk->kvarn->values(bits, rows, nk, w, ps, ATTN_BLOCK_KEYS, hg, O, pz,
+            blk->kvarn->values(bits, rows, nk, w, ps, ATTN_BLOCK_KEYS, hg, Ow, pz,
                                acc + (size_t)j0 * acc_stride + (size_t)s * w, acc_stride);
         }
     }
