@@ -330,17 +330,15 @@ static void decode_values(const attn_block_kernels *kr, const attn_block_rows *v
 
 const kvq_row_hooks attn_hooks_decode = { .name = "decode", .score = decode_scores, .accumulate = decode_values };
 
-/* The packed rows of V kept for the in-place / fused sums: a row set
- * aside (set_aside) is NULL. */
-/* Whether every head gives every key of the chunk a nonzero weight (the
- * usual case: a weight is 0 only where exp underflowed); NaN counts as
- * nonzero, as in heads_weighting.  One pass without branches, so the
- * common chunk skips the per-key checks. */
-static bool all_weighted(const float *w, int ldw, int G, int nk) {
+/* attn_block.h.  One pass without branches, so the common chunk skips the
+ * per-key checks; over a full chunk the count is fixed and the compiler
+ * vectorises it (a weight is 0 only where exp underflowed; NaN counts as
+ * nonzero, as in heads_weighting). */
+bool attn_block_all_weighted(const float *w, int ldw, int G, int nk) {
     int zero = 0;
     for (int g = 0; g < G; g++) {
         const float *wg = w + (size_t)g * ldw;
-        if (nk == ATTN_BLOCK_KEYS) {       /* a fixed count: the compiler vectorises it */
+        if (nk == ATTN_BLOCK_KEYS) {
             for (int t = 0; t < ATTN_BLOCK_KEYS; t++) zero |= wg[t] == 0.0f;
         } else {
             for (int t = 0; t < nk; t++) zero |= wg[t] == 0.0f;
@@ -349,9 +347,11 @@ static bool all_weighted(const float *w, int ldw, int G, int nk) {
     return !zero;
 }
 
+/* The packed rows of V kept for the in-place / fused sums: a row set
+ * aside (set_aside) is NULL. */
 static void keep_rows(const attn_block_rows *v, const attn_block_fused *fz, int kind, const uint8_t *const *rows,
                       int nk, const float *w, int ldw, int G, float *acc, int acc_stride, const uint8_t **keep) {
-    if (all_weighted(w, ldw, G, nk)) {   /* no row is set aside */
+    if (attn_block_all_weighted(w, ldw, G, nk)) {   /* no row is set aside */
         memcpy(keep, rows, (size_t)nk * sizeof *keep);
         return;
     }

@@ -213,6 +213,11 @@ typedef struct attn_block_rows {
  * most ATTN_FUSED_MAX_BLOCKS blocks), or NULL. */
 const attn_block_fused *attn_block_fused_for(const attn_block_kernels *kr, const attn_block_rows *src);
 
+/* Whether every one of G heads gives every one of nk keys a nonzero
+ * weight (w[g*ldw + t]; NaN counts as nonzero): the usual chunk, whose V
+ * rows then need no per-key check for keys to set aside. */
+bool attn_block_all_weighted(const float *w, int ldw, int G, int nk);
+
 /* The level's in-place kernel kind for these rows (f32, or f16/bf16 rows
  * at a level that converts them), or -1: unpack. */
 int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src);

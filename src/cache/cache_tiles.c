@@ -270,19 +270,9 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
 }
 
 /* Which of the chunk's keys some head weights (live[t]), and how many.
- * The usual chunk has no zero weight at all: that is checked first, in a
- * loop of fixed count the compiler vectorises. */
+ * The usual chunk has no zero weight at all: that is checked first. */
 static int live_keys(const float *wts, int w_stride, int G, int nk, bool *live) {
-    int zero = 0;
-    for (int j = 0; j < G; j++) {
-        const float *wj = wts + (size_t)j * w_stride;
-        if (nk == ATTN_BLOCK_KEYS) {
-            for (int t = 0; t < ATTN_BLOCK_KEYS; t++) zero |= wj[t] == 0.0f;
-        } else {
-            for (int t = 0; t < nk; t++) zero |= wj[t] == 0.0f;
-        }
-    }
-    if (!zero) {
+    if (attn_block_all_weighted(wts, w_stride, G, nk)) {
         for (int t = 0; t < nk; t++) live[t] = true;
         return nk;
     }
