@@ -6,8 +6,9 @@
  * minimising the block's plain (unweighted) squared error:
  *   - the scale search (kvq_iq4_nl_quantize, every cache write): 16
  *     candidate scales around the reference's max|x|/127, of both signs,
- *     each refined twice by least squares; the reference's own scale is
- *     one of them, so the result is never worse than the reference's.
+ *     each refined twice by least squares; the max-magnitude rule
+ *     d = m / -127 is one of them, so the result is never worse than it
+ *     (the golden test compares llama.cpp's own output row by row).
  *     Within 0.1 % of the exact optimum's error on average (most blocks:
  *     the optimum itself), at a fraction of its cost (docs/formats.md);
  *   - the exact search (kvq_iq4_nl_quantize_exact): the fp16 scale of
@@ -253,7 +254,7 @@ static float stored_scale(float ad) {
  * least-squares scale sxt/stt for the indices it chose (rounded to fp16).
  * The block keeps the lowest error seen (ties: the earlier pass and lane;
  * d = 0 when nothing beats storing zeros).  Lane 2 of the first pass is
- * the reference's rule, d = fp16(m / -127).
+ * the max-magnitude rule, d = fp16(m / -127).
  */
 static void search_block(const float *x, uint8_t *dst, kvq_iq4nl_pass_fn pass) {
     if (!kvq_block_is_finite(x)) { store_poisoned(dst); return; }
