@@ -12,7 +12,6 @@
  *   vmin_hi(hi, x)           min, x returned when x is NaN
  *   vmax_skip(x, m)          max, m returned when x is NaN
  *   vzero_below(x, lo, y)    x < lo ? 0 : y (NaN x keeps y)
- *   vadd_gt(acc, a, b, inc)  a > b ? acc + inc : acc (false when either is NaN)
  *   vpow2(n)                 2^n for integral n in [-126, 127] (anything
  *                            else may give any value: callers mask it)
  *   vhsum(v) vhmax(v)        horizontal sum (one fixed order) and max
@@ -38,7 +37,6 @@
 #define vmin_hi(hi, x) ((x) > (hi) ? (hi) : (x))
 #define vmax_skip(x, m) ((x) > (m) ? (x) : (m))
 #define vzero_below(x, lo, y) ((x) < (lo) ? 0.0f : (y))
-#define vadd_gt(acc, a, b, inc) ((a) > (b) ? (acc) + (inc) : (acc))
 #define vhsum(v) (v)
 #define vhmax(v) (v)
 #define vload_h(p) kvq_half_to_float(*(p))

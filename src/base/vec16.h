@@ -20,7 +20,6 @@
 #define vmin_hi(hi, x) _mm512_min_ps(hi, x)        /* second operand on NaN */
 #define vmax_skip(x, m) _mm512_max_ps(x, m)
 #define vzero_below(x, lo, y) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), y)
-#define vadd_gt(acc, a, b, inc) _mm512_mask_add_ps(acc, _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), acc, inc)
 #define vpow2(n) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
 #define vhsum(v) kvq_v16_hsum(v)
 #define vhmax(v) kvq_v16_hmax(v)

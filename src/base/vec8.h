@@ -20,7 +20,6 @@
 #define vmin_hi(hi, x) _mm256_min_ps(hi, x)        /* second operand on NaN */
 #define vmax_skip(x, m) _mm256_max_ps(x, m)
 #define vzero_below(x, lo, y) _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y)
-#define vadd_gt(acc, a, b, inc) _mm256_add_ps(acc, _mm256_and_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ), inc))
 #define vpow2(n) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
 #define vhsum(v) kvq_v8_hsum(v)
 #define vhmax(v) kvq_v8_hmax(v)
