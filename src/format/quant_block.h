@@ -66,9 +66,9 @@ static inline int kvq_code_clamp(float v, int lo, int hi, int nan_code) {
 }
 
 /* The iq4_nl codebook (docs/spec/formats.md §2; ggml's kvalues_iq4nl) and
- * the midpoints between neighbouring entries. */
+ * the 15 midpoints between neighbouring entries, then +inf. */
 extern const int8_t kvq_iq4nl_values[16];
-extern const float kvq_iq4nl_mids[15];
+extern const float kvq_iq4nl_mids[16];
 
 /* iq4_nl's scale search (quant_iq4nl.c): 16 candidate scales in lanes, one
  * pass over the block per refinement, the pass written once per vector
@@ -83,8 +83,8 @@ typedef void (*kvq_iq4nl_pass_fn)(const float *x, kvq_iq4nl_lanes *lanes);
 
 /* The encoder with a level's pass (every pass gives the same bytes). */
 void kvq_iq4nl_quantize_with(const float *x, void *dst, int64_t n, kvq_iq4nl_pass_fn pass);
-/* The exact scale search: the fp16 scale of least squared error, ~10x
- * slower; the search's yardstick (tests, kvq-bench) and its fallback for
+/* The exact scale search: the fp16 scale of least squared error, 3-6x
+ * slower than the search at AVX2/AVX-512; the search's yardstick (tests, kvq-bench) and its fallback for
  * blocks whose float sums would overflow. */
 void kvq_iq4_nl_quantize_exact(const float *x, void *dst, int64_t n);
 

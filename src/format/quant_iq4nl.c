@@ -24,9 +24,11 @@ const int8_t kvq_iq4nl_values[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
 
-/* Midpoints between neighbouring codebook entries (exact halves). */
-const float kvq_iq4nl_mids[15] = {
+/* Midpoints between neighbouring codebook entries (exact halves), and +inf
+ * past the last: "no midpoint" for the SIMD searches' table look-up. */
+const float kvq_iq4nl_mids[16] = {
     -115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f, 7.0f, 19.0f, 31.5f, 45.5f, 61.0f, 79.0f, 101.0f,
+    INFINITY,
 };
 
 /* Index k minimising (x - d*T[k])^2 for d != 0: x lies above d*mid_i for
