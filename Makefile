@@ -18,7 +18,8 @@
 #   model   GGUF, models, the forward pass, matmul, tokenizers, sampler
 #   eval    KLD and base files, statistics, sweep, ladder, plots, planner, drift
 # Sources are found by wildcard: a new src/LAYER/*.c needs no Makefile edit.
-# Files named *_avx2.c / *_avx512.c / *_vnni*.c (AVX-512 + AVX512_VNNI) are
+# Files named *_avx2.c / *_avx512.c / *_vnni*.c (AVX-512 + AVX512_VNNI) /
+# *_vbmi.c (AVX-512 + AVX512_VBMI) are
 # compiled with those ISA flags and only called after run-time CPU
 # detection (src/base/cpu.c).
 
@@ -38,6 +39,9 @@ AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2
 # *_vnni.c: the AVX-512 level's kernels that need AVX512_VNNI (vpdpbusd),
 # reached only when kvq_cpu_features()->avx512vnni says the CPU has it.
 VNNI_FLAGS   = $(AVX512_FLAGS) -mavx512vnni
+# *_vbmi.c: AVX-512 kernels that need AVX512_VBMI (vpermb, vpermi2b,
+# vpmultishiftqb), reached only when kvq_cpu_features()->avx512vbmi says so.
+VBMI_FLAGS   = $(AVX512_FLAGS) -mavx512vbmi
 
 LIB_SRC   := $(sort $(wildcard $(LAYERS:%=src/%/*.c)))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
@@ -62,7 +66,7 @@ EXAMPLES = $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 .PHONY: all test sanitize bench demo install clean coverage check-layers check-clang
 all: $(STATIC) $(SHARED) $(KVQ) $(TESTS) $(BENCH) $(EXAMPLES)
 
-isa_flags = $(if $(findstring _vnni,$1),$(VNNI_FLAGS),$(if $(findstring _avx512,$1),$(AVX512_FLAGS),$(if $(findstring _avx2,$1),$(AVX2_FLAGS),)))
+isa_flags = $(if $(findstring _vbmi,$1),$(VBMI_FLAGS),$(if $(findstring _vnni,$1),$(VNNI_FLAGS),$(if $(findstring _avx512,$1),$(AVX512_FLAGS),$(if $(findstring _avx2,$1),$(AVX2_FLAGS),))))
 
 # Library objects hide every symbol not marked KVQ_API (include/kvq.h).
 lib_flags = $(if $(filter src/%,$1),-fvisibility=hidden,)

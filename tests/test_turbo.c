@@ -516,6 +516,78 @@ TEST(turbo_chunk_kernels_match_per_key) {
 
 /* --------------------------------------------------- determinism, edges */
 
+/* The trellis look-up kernels (src/format/turbo_tcq64.inc): their scalar
+ * instance, which runs on every machine, against the scalar level's
+ * reference kernels to float rounding (it reads the codes by byte
+ * tables, its own order of sums); the AVX-512 VBMI instance, where the
+ * CPU has it, against the scalar instance bit for bit.  Rows as in
+ * turbo_chunk_kernels_match_per_key: a zero key, an infinite norm, a
+ * NULL value row, zero weights. */
+static double tcq64_worst(const float *got, const float *want, int n, int *mismatch) {
+    double worst = 0.0;
+    for (int i = 0; i < n; i++) {
+        if (isfinite(want[i])) worst = fmax(worst, fabs(got[i] - want[i]) / (fabs(want[i]) + 1.0));
+        else *mismatch += isfinite(got[i]) != 0;
+    }
+    return worst;
+}
+
+static int tcq64_bits_differ(const float *a, const float *b, int n) {
+    int differ = 0;
+    for (int i = 0; i < n; i++) differ += !(a[i] == b[i] || (isnan(a[i]) && isnan(b[i])));
+    return differ;
+}
+
+TEST(turbo_tcq64_lookup_kernels_match) {
+    static uint8_t rows[CK_NK][256];
+    static float q[CK_MAXG * MAX_DIM], w[CK_MAXG * CK_NK], ref[CK_MAXG * MAX_DIM], emu[CK_MAXG * MAX_DIM],
+        simd[CK_MAXG * MAX_DIM];
+    static const int dims[] = { 64, 128, 256 }, gs[] = { 1, 2, 3, 5 }, nks[] = { CK_NK, 32, 7, 1 };
+    test_rng r = { 777, 0, 0 };
+    int checked = 0, vbmi_checked = 0;
+    for (kvq_turbo_type ty = KVQ_TURBO2_TCQ; ty <= KVQ_TURBO4_TCQ; ty++)
+        for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
+            const int d = dims[di];
+            chunk_rows(ty, d, &r, rows);
+            for (size_t gi = 0; gi < KVQ_ARRAY_LEN(gs); gi++) for (size_t ni = 0; ni < KVQ_ARRAY_LEN(nks); ni++) {
+                const int G = gs[gi], nk = nks[ni];
+                const uint8_t *rp[CK_NK], *vp[CK_NK];
+                for (int key = 0; key < nk; key++) rp[key] = vp[key] = rows[key];
+                if (nk > 5) vp[5] = NULL;
+                gauss_vec(&r, q, G * d);
+                for (int i = 0; i < G * CK_NK; i++) w[i] = i % 4 == 1 ? 0.0f : (float)test_rng_uniform(&r);
+                int mismatch = 0;
+                kvq_turbo_chunk_scores(KVQ_ISA_SCALAR, ty, rp, nk, q, G, d, d, 0.125f, ref, CK_NK);
+                CHECK(kvq_turbo_tcq64_scores(false, ty, rp, nk, q, G, d, d, 0.125f, emu, CK_NK), "scalar instance refused");
+                for (int g = 0; g < G; g++) {
+                    const double e = tcq64_worst(emu + g * CK_NK, ref + g * CK_NK, nk, &mismatch);
+                    CHECK(e < 1e-5 && !mismatch, "%s d=%d G=%d nk=%d head %d: scores vs reference rel err %.3g, %d not finite",
+                          kvq_turbo_name(ty), d, G, nk, g, e, mismatch);
+                }
+                if (kvq_turbo_tcq64_scores(true, ty, rp, nk, q, G, d, d, 0.125f, simd, CK_NK)) {
+                    for (int g = 0; g < G; g++)
+                        CHECK(!tcq64_bits_differ(simd + g * CK_NK, emu + g * CK_NK, nk),
+                              "%s d=%d G=%d nk=%d head %d: VBMI scores differ from the scalar instance", kvq_turbo_name(ty),
+                              d, G, nk, g);
+                    vbmi_checked++;
+                }
+                for (int i = 0; i < G * d; i++) ref[i] = emu[i] = simd[i] = 0.01f * (float)(i % 13);
+                kvq_turbo_chunk_values(KVQ_ISA_SCALAR, ty, vp, nk, w, CK_NK, G, ref, d, d);
+                kvq_turbo_tcq64_values(false, ty, vp, nk, w, CK_NK, G, emu, d, d);
+                const double e = tcq64_worst(emu, ref, G * d, &mismatch);
+                CHECK(e < 1e-5 && !mismatch, "%s d=%d G=%d nk=%d: values vs reference rel err %.3g, %d not finite",
+                      kvq_turbo_name(ty), d, G, nk, e, mismatch);
+                if (kvq_turbo_tcq64_values(true, ty, vp, nk, w, CK_NK, G, simd, d, d))
+                    CHECK(!tcq64_bits_differ(simd, emu, G * d), "%s d=%d G=%d nk=%d: VBMI values differ from the scalar instance",
+                          kvq_turbo_name(ty), d, G, nk);
+                if (t->result == TEST_FAIL) return;
+                checked++;
+            }
+        }
+    CHECK(checked == 3 * 3 * 4 * 4, "%d configurations", checked);
+    CHECK(vbmi_checked == (kvq_cpu_features()->avx512vbmi ? checked : 0), "VBMI ran %d of %d", vbmi_checked, checked);
+}
+
 TEST(turbo_deterministic_bytes) {
     test_rng r = { 10, 0, 0 };
     float x[MAX_DIM];

@@ -31,6 +31,7 @@ static void detect(void) {
     const char *avx2_only = getenv("KVQ_FORCE_AVX2");
     if (avx2_only && *avx2_only && *avx2_only != '0') g_cpu.avx512 = false;
     g_cpu.avx512vnni = g_cpu.avx512 && __builtin_cpu_supports("avx512vnni");
+    g_cpu.avx512vbmi = g_cpu.avx512 && __builtin_cpu_supports("avx512vbmi");
 #endif
     g_isa = g_cpu.avx512 ? KVQ_ISA_AVX512 : g_cpu.avx2 && g_cpu.fma && g_cpu.f16c ? KVQ_ISA_AVX2 : KVQ_ISA_SCALAR;
 }

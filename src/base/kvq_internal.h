@@ -69,8 +69,10 @@ static inline void kvq_wr64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++
 
 /* ---- CPU features (src/base/cpu.c) ---- */
 /* avx512vnni: AVX512_VNNI with AVX-512 (vpdpbusd/vpdpwssd, the int8
- * activation kernels of src/format/act8_vnni.c); false when avx512 is. */
-typedef struct kvq_cpu { bool avx2, fma, f16c, avx512, avx512vnni; } kvq_cpu;
+ * activation kernels of src/format/act8_vnni.c); avx512vbmi: AVX512_VBMI
+ * with AVX-512 (byte permutes, the trellis look-ups of
+ * src/format/turbo_tcq64_vbmi.c); both false when avx512 is. */
+typedef struct kvq_cpu { bool avx2, fma, f16c, avx512, avx512vnni, avx512vbmi; } kvq_cpu;
 /* Detected once (thread-safe); forced scalar when KVQ_FORCE_SCALAR=1. */
 const kvq_cpu *kvq_cpu_features(void);
 

@@ -3,6 +3,7 @@
  * all six types.  The trellis code lives in turbo_tcq.c, the SIMD kernels
  * in turbo_avx2.c and turbo_avx512.c (turbo_lanes.inc).  Formats: see turbo.h and docs/turbo.md. */
 #include "turbo_internal.h"
+#include "turbo_tcq64.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -237,11 +238,11 @@ static void block_scales_ref(const uint8_t *const *rows, int nk, size_t at, floa
 }
 
 static const turbo_kernels g_scalar_kernels = {
-    turbo_scalar_dot_ref, turbo_tcq_dot_ref,
-    turbo_scalar_axpy_ref, turbo_tcq_axpy_ref,
+    turbo_scalar_dot_ref, { turbo_tcq_dot_ref, turbo_tcq_dot_ref, turbo_tcq_dot_ref },
+    turbo_scalar_axpy_ref, { turbo_tcq_axpy_ref, turbo_tcq_axpy_ref, turbo_tcq_axpy_ref },
     kvq_turbo_tcq_viterbi_scalar,
-    scalar_dot_heads_ref, tcq_dot_heads_ref,
-    scalar_axpy_keys_ref, tcq_axpy_keys_ref,
+    scalar_dot_heads_ref, { tcq_dot_heads_ref, tcq_dot_heads_ref, tcq_dot_heads_ref },
+    scalar_axpy_keys_ref, { tcq_axpy_keys_ref, tcq_axpy_keys_ref, tcq_axpy_keys_ref },
     block_scales_ref,
 };
 static turbo_kernels g_level_kernels[KVQ_ISA_COUNT];
@@ -253,9 +254,15 @@ static void choose_kernels(void) {
     for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) g_level_kernels[isa] = g_scalar_kernels;
     const kvq_isa best = kvq_isa_best();
     if (best >= KVQ_ISA_AVX2) turbo_install_avx2(&g_level_kernels[KVQ_ISA_AVX2]);
-    if (best >= KVQ_ISA_AVX512) {      /* over the AVX2 kernels: the trellis codes stay 8-lane */
+    if (best >= KVQ_ISA_AVX512) {      /* over the AVX2 kernels: the trellis codes stay 8-lane ... */
         g_level_kernels[KVQ_ISA_AVX512] = g_level_kernels[KVQ_ISA_AVX2];
         turbo_install_avx512(&g_level_kernels[KVQ_ISA_AVX512]);
+        /* ... unless VBMI's byte look-ups can read their codebook: for
+         * k = 2 and 3 (2 and 4 tables of 128 entries per byte plane).  At
+         * k = 4 the 8 look-ups and 7 blends per plane and 64 values cost
+         * more than the scalar loads (Zen 5: 9.4 against 8.9 ms for a
+         * step over 16384 keys, docs/benchmarks.md). */
+        if (kvq_cpu_features()->avx512vbmi) tcq64_install_vbmi(&g_level_kernels[KVQ_ISA_AVX512], 3);
     }
 }
 
@@ -357,7 +364,7 @@ static float dot_with(const turbo_kernels *kern, kvq_turbo_type t, const void *r
                       const float *q_rot, int head_dim) {
     const uint8_t *blk = row;
     const float *c = codebook_of(t);
-    turbo_dot_fn dot = g_formats[t].tcq ? kern->tcq_dot : kern->scalar_dot;
+    turbo_dot_fn dot = g_formats[t].tcq ? kern->tcq_dot[g_formats[t].bits - 2] : kern->scalar_dot;
     float sum = 0.0f;
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
         int d = block_dim_at(head_dim, off);
@@ -375,7 +382,7 @@ static void axpy_with(const turbo_kernels *kern, kvq_turbo_type t, float w, cons
                       float *acc_rot, int head_dim) {
     const uint8_t *blk = row;
     const float *c = codebook_of(t);
-    turbo_axpy_fn axpy = g_formats[t].tcq ? kern->tcq_axpy : kern->scalar_axpy;
+    turbo_axpy_fn axpy = g_formats[t].tcq ? kern->tcq_axpy[g_formats[t].bits - 2] : kern->scalar_axpy;
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
         int d = block_dim_at(head_dim, off);
         float scale = block_scale(blk, d);
@@ -428,7 +435,7 @@ static void block_scales(const turbo_kernels *kern, const uint8_t *const *rows, 
 static void chunk_scores_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
                               const float *q_rot, int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
     const float *c = codebook_of(t);
-    turbo_dot_heads_fn dot = g_formats[t].tcq ? kern->tcq_dot_heads : kern->scalar_dot_heads;
+    turbo_dot_heads_fn dot = g_formats[t].tcq ? kern->tcq_dot_heads[g_formats[t].bits - 2] : kern->scalar_dot_heads;
     float bs[CHUNK_KEYS];
     const uint8_t *codes[CHUNK_KEYS];
     for (int g = 0; g < G; g++)
@@ -460,18 +467,22 @@ static void prefetch_next(const uint8_t *const *rows, int nk, size_t row_bytes) 
     for (uintptr_t p = from & ~(uintptr_t)63; p < to; p += 64) __builtin_prefetch((const void *)p);
 }
 
-void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
-                            int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
+static void chunk_scores_with(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
+                              const float *q_rot, int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
     if (!valid_type(t)) {
         for (int g = 0; g < G; g++)
             for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = NAN;
         return;
     }
-    const turbo_kernels *kern = turbo_level_kernels(isa);
     prefetch_next(rows, nk, kvq_turbo_row_bytes(t, head_dim));
     for (int i = 0; i < nk; i += CHUNK_KEYS)
         chunk_scores_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), q_rot, G, q_stride, head_dim, scale, w + i,
                           ldw);
+}
+
+void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
+                            int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
+    chunk_scores_with(turbo_level_kernels(isa), t, rows, nk, q_rot, G, q_stride, head_dim, scale, w, ldw);
 }
 
 /* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS), every head: per block the weights
@@ -480,7 +491,7 @@ void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
 static void chunk_values_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
                               const float *w, int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
     const float *c = codebook_of(t);
-    turbo_axpy_keys_fn axpy = g_formats[t].tcq ? kern->tcq_axpy_keys : kern->scalar_axpy_keys;
+    turbo_axpy_keys_fn axpy = g_formats[t].tcq ? kern->tcq_axpy_keys[g_formats[t].bits - 2] : kern->scalar_axpy_keys;
     float bs[CHUNK_KEYS];
     const uint8_t *codes[CHUNK_KEYS];
     size_t at = 0;
@@ -492,14 +503,45 @@ static void chunk_values_part(const turbo_kernels *kern, kvq_turbo_type t, const
     }
 }
 
-void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
-                            int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
+static void chunk_values_with(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
+                              const float *w, int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
     if (!valid_type(t)) return;
-    const turbo_kernels *kern = turbo_level_kernels(isa);
     prefetch_next(rows, nk, kvq_turbo_row_bytes(t, head_dim));
     for (int i = 0; i < nk; i += CHUNK_KEYS)
         chunk_values_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), w + i, ldw, G, acc_rot, acc_stride,
                           head_dim);
+}
+
+void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
+                            int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
+    chunk_values_with(turbo_level_kernels(isa), t, rows, nk, w, ldw, G, acc_rot, acc_stride, head_dim);
+}
+
+/* The scalar level's kernels with the look-up trellis kernels of
+ * turbo_tcq64.inc, their scalar or VBMI instance; false where the CPU
+ * cannot run the VBMI one. */
+static bool tcq64_kernels(bool vbmi, turbo_kernels *kern) {
+    if (vbmi && !kvq_cpu_features()->avx512vbmi) return false;
+    *kern = g_scalar_kernels;
+    if (vbmi) tcq64_install_vbmi(kern, 4);
+    else tcq64_install_scalar(kern, 4);
+    return true;
+}
+
+bool kvq_turbo_tcq64_scores(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
+                            int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
+    turbo_kernels kern;
+    if (!tcq64_kernels(vbmi, &kern)) return false;
+    chunk_scores_with(&kern, t, rows, nk, q_rot, G, q_stride, head_dim, scale, w, ldw);
+    return true;
+}
+
+bool kvq_turbo_tcq64_values(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
+                            int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
+    turbo_kernels kern;
+    if (!tcq64_kernels(vbmi, &kern)) return false;
+    chunk_values_with(&kern, t, rows, nk, w, ldw, G, acc_rot, acc_stride, head_dim);
+    return true;
 }
 
 /* Decoding is axpy with weight 1 into a zeroed rotated buffer, rotated back. */

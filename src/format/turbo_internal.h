@@ -39,12 +39,16 @@ typedef void (*turbo_axpy_keys_fn)(const uint8_t *const *codes, int nk, const fl
  * root (root = sqrt(d)), 0 for a NULL row. */
 typedef void (*turbo_scales_fn)(const uint8_t *const *rows, int nk, size_t at, float root, float *bs);
 
+/* A level's kernels.  The trellis kernels are per k (index k - 2): a
+ * level may read some widths one way and others another (AVX-512 with
+ * VBMI: table look-ups for k = 2, 3, scalar loads for k = 4). */
+enum { TURBO_TCQ_WIDTHS = 3 };
 typedef struct turbo_kernels {
-    turbo_dot_fn  scalar_dot, tcq_dot;
-    turbo_axpy_fn scalar_axpy, tcq_axpy;
+    turbo_dot_fn  scalar_dot, tcq_dot[TURBO_TCQ_WIDTHS];
+    turbo_axpy_fn scalar_axpy, tcq_axpy[TURBO_TCQ_WIDTHS];
     turbo_viterbi_fn viterbi;
-    turbo_dot_heads_fn scalar_dot_heads, tcq_dot_heads;
-    turbo_axpy_keys_fn scalar_axpy_keys, tcq_axpy_keys;
+    turbo_dot_heads_fn scalar_dot_heads, tcq_dot_heads[TURBO_TCQ_WIDTHS];
+    turbo_axpy_keys_fn scalar_axpy_keys, tcq_axpy_keys[TURBO_TCQ_WIDTHS];
     turbo_scales_fn scales;
 } turbo_kernels;
 

@@ -1,0 +1,133 @@
+/* turbo_tcq64.c - the byte tables of the trellis look-up kernels, and the
+ * kernels' scalar instance: turbo_tcq64.inc with every vector primitive
+ * written out on arrays (64 bytes, 16 floats), one statement per lane, so
+ * the logic of the AVX-512 VBMI kernels (spreading the codes, the
+ * multishifts, the table look-ups and blends, the plane interleave and
+ * the transposes) runs on every machine.  Its float operations are the
+ * VBMI instance's, lane for lane (fmaf per lane, the same add tree), so
+ * the two give the same bits; the tests compare them, and this instance
+ * with the reference kernels of turbo_tcq.c to float rounding.  It is
+ * not installed at any level: the scalar level's reference is faster in
+ * plain C. */
+#include "turbo_tcq64.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ tables */
+
+static tcq64_tables g_tables[3];
+static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
+
+static void make_tables(void) {
+    for (int k = 2; k <= 4; k++) {
+        tcq64_tables *tb = &g_tables[k - 2];
+        for (int i = 0; i < 8; i++)
+            for (int j = 0; j < 8; j++) {
+                tb->word_bytes[8 * i + j] = (uint8_t)(k * i + j);
+                tb->shift_lo[8 * i + j] = (uint8_t)(j * k);
+                tb->shift_hi[8 * i + j] = (uint8_t)(j * k + 7);
+            }
+        const float *c = kvq_turbo_tcq_codebook(k);
+        for (int e = 0; e < 1 << (KVQ_TURBO_TCQ_CONTEXT + k); e++) {
+            const uint32_t u = kvq_f32_bits(c[e]);
+            for (int b = 0; b < 4; b++) tb->planes[b][e >> 7][e & 127] = (uint8_t)(u >> (8 * b));
+        }
+    }
+}
+
+const tcq64_tables *tcq64_tables_for(int k) {
+    pthread_once(&g_tables_once, make_tables);
+    return &g_tables[k < 2 ? 0 : k > 4 ? 2 : k - 2];
+}
+
+/* ---------------------------------------- the primitives, lane by lane */
+
+#define ALWAYS_INLINE static inline
+#define UNROLL64
+
+typedef struct bv_scalar { uint8_t b[64]; } BV;
+typedef uint64_t BM;
+
+static inline BV bv_load(const uint8_t *p) { BV r; memcpy(r.b, p, 64); return r; }
+static inline BV bv_load_n(const uint8_t *p, int n) {
+    BV r;
+    memset(r.b, 0, sizeof r.b);
+    memcpy(r.b, p, (size_t)n);
+    return r;
+}
+static inline BV bv_permute(BV idx, BV a) {
+    BV r;
+    for (int i = 0; i < 64; i++) r.b[i] = a.b[idx.b[i] & 63];
+    return r;
+}
+static inline BV bv_multishift(BV c, BV a) {
+    BV r;
+    for (int w = 0; w < 8; w++) {
+        const uint64_t x = kvq_rd64(a.b + 8 * w);
+        for (int j = 0; j < 8; j++) {
+            const unsigned s = c.b[8 * w + j] & 63u;
+            r.b[8 * w + j] = (uint8_t)(s ? x >> s | x << (64 - s) : x);
+        }
+    }
+    return r;
+}
+static inline BV bv_lookup2(BV t0, BV idx, BV t1) {
+    BV r;
+    for (int i = 0; i < 64; i++) r.b[i] = (idx.b[i] & 64 ? t1 : t0).b[idx.b[i] & 63];
+    return r;
+}
+static inline BM bv_test(BV a, int bit) {
+    BM m = 0;
+    for (int i = 0; i < 64; i++) m |= (BM)((a.b[i] & bit) != 0) << i;
+    return m;
+}
+static inline BV bv_blend(BM m, BV a, BV b) {
+    BV r;
+    for (int i = 0; i < 64; i++) r.b[i] = (m >> i & 1) ? b.b[i] : a.b[i];
+    return r;
+}
+
+typedef struct lf_scalar { float f[16]; } LF;
+static inline LF lf_zero(void) { LF r; for (int l = 0; l < 16; l++) r.f[l] = 0.0f; return r; }
+static inline LF lf_load(const float *p) { LF r; memcpy(r.f, p, sizeof r.f); return r; }
+static inline void lf_store(float *p, LF v) { memcpy(p, v.f, sizeof v.f); }
+static inline LF lf_set1(float x) { LF r; for (int l = 0; l < 16; l++) r.f[l] = x; return r; }
+static inline LF lf_fma(LF a, LF b, LF c) {
+    LF r;
+    for (int l = 0; l < 16; l++) r.f[l] = fmaf(a.f[l], b.f[l], c.f[l]);
+    return r;
+}
+static inline void lf_from_planes(const BV *p, LF *v) {
+    for (int m = 0; m < 4; m++)
+        for (int l = 0; l < 16; l++) {
+            const int at = 16 * (l / 4) + 4 * m + l % 4;
+            v[m].f[l] = kvq_bits_f32((uint32_t)p[0].b[at] | (uint32_t)p[1].b[at] << 8 | (uint32_t)p[2].b[at] << 16 |
+                                     (uint32_t)p[3].b[at] << 24);
+        }
+}
+static inline void lf_transpose4(LF *v) {
+    for (int m = 0; m < 4; m++)
+        for (int q = m + 1; q < 4; q++)
+            for (int j = 0; j < 4; j++) {
+                const float x = v[m].f[4 * q + j];
+                v[m].f[4 * q + j] = v[q].f[4 * m + j];
+                v[q].f[4 * m + j] = x;
+            }
+}
+typedef struct f4_scalar { float f[4]; } F4;
+/* The VBMI instance's tree: lane j of each quarter pair first, then the
+ * quarters, then the 4 lanes in pairs. */
+static inline float lanes_sum(LF a) {
+    float x[4];
+    for (int j = 0; j < 4; j++) x[j] = (a.f[j] + a.f[8 + j]) + (a.f[4 + j] + a.f[12 + j]);
+    return (x[0] + x[1]) + (x[2] + x[3]);
+}
+static inline F4 lanes_reduce4(LF a, LF b, LF c, LF d) {
+    F4 r = { { lanes_sum(a), lanes_sum(b), lanes_sum(c), lanes_sum(d) } };
+    return r;
+}
+
+#define TCQ64_NAME(x) tcq64_##x##_scalar
+#include "turbo_tcq64.inc"

@@ -1,0 +1,33 @@
+/* turbo_tcq64.h - the byte tables of the trellis codes' look-up kernels
+ * (turbo_tcq64.inc) and their instances; internal to src/format. */
+#ifndef KVQ_TURBO_TCQ64_H
+#define KVQ_TURBO_TCQ64_H
+
+#include "turbo_internal.h"
+
+/* What the kernels of one k read besides the codes, made once from the
+ * committed codebook (kvq_turbo_tcq_codebook):
+ *   word_bytes  byte 8i + b = k*i + b: 64-bit word i of the spread codes
+ *               starts at the code byte of value 8i's window;
+ *   shift_lo    byte 8i + j = j*k: value 8i+j's window in word i;
+ *   shift_hi    j*k + 7: the window's bits 7.. (the table it reads);
+ *   planes      planes[b][s][e] = byte b of the float codebook[128 s + e]
+ *               (little-endian), s < 2^(k-1). */
+typedef struct tcq64_tables {
+    _Alignas(64) uint8_t word_bytes[64];
+    _Alignas(64) uint8_t shift_lo[64];
+    _Alignas(64) uint8_t shift_hi[64];
+    _Alignas(64) uint8_t planes[4][8][128];
+} tcq64_tables;
+
+/* The tables of k = 2..4 (made at first use, thread-safe). */
+const tcq64_tables *tcq64_tables_for(int k);
+
+/* Put the look-up kernels (tcq_dot, tcq_axpy, tcq_dot_heads,
+ * tcq_axpy_keys) of k = 2 .. k_max into kern: the scalar instance (any
+ * machine; the same bits as the VBMI one, its test oracle), or the
+ * AVX-512 VBMI one (call only where kvq_cpu_features()->avx512vbmi). */
+void tcq64_install_scalar(turbo_kernels *kern, int k_max);
+void tcq64_install_vbmi(turbo_kernels *kern, int k_max);
+
+#endif

@@ -1,0 +1,76 @@
+/* turbo_tcq64_vbmi.c - the trellis codes' look-up kernels (turbo_tcq64.inc)
+ * with AVX-512 VBMI: vpermb spreads the codes, vpmultishiftqb cuts the
+ * windows, vpermi2b looks up 64 bytes in a 128-entry table.  Compiled
+ * with the AVX-512 and VBMI flags; installed by turbo.c at the AVX-512
+ * level only where the CPU has VBMI (Ice Lake, Zen 4 and later).  Its
+ * scalar instance (turbo_tcq64.c) gives the same bits on any machine. */
+#include "turbo_tcq64.h"
+
+#include <immintrin.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#define UNROLL64 _Pragma("GCC unroll 8")
+
+#define BV __m512i
+#define BM __mmask64
+#define bv_load(p) _mm512_load_si512((const void *)(p))
+#define bv_load_n(p, n) _mm512_maskz_loadu_epi8((__mmask64)(((uint64_t)1 << (n)) - 1), (p))
+#define bv_permute(idx, a) _mm512_permutexvar_epi8(idx, a)
+#define bv_multishift(c, a) _mm512_multishift_epi64_epi8(c, a)
+#define bv_lookup2(t0, idx, t1) _mm512_permutex2var_epi8(t0, idx, t1)
+#define bv_test(a, bit) _mm512_test_epi8_mask(a, _mm512_set1_epi8(bit))
+#define bv_blend(m, a, b) _mm512_mask_blend_epi8(m, a, b)
+
+#define LF __m512
+#define lf_zero _mm512_setzero_ps
+#define lf_load _mm512_loadu_ps
+#define lf_store _mm512_storeu_ps
+#define lf_set1 _mm512_set1_ps
+#define lf_fma _mm512_fmadd_ps
+
+/* Bytes 16L + 4m + j of the planes (lane L, j < 4) as the floats of lane
+ * 4L + j of v[m]: bytes of planes 0 and 1 paired into words, 2 and 3
+ * likewise, then the word pairs into dwords, all within 128-bit lanes. */
+ALWAYS_INLINE void lf_from_planes(const BV *p, LF *v) {
+    const __m512i w01l = _mm512_unpacklo_epi8(p[0], p[1]), w01h = _mm512_unpackhi_epi8(p[0], p[1]);
+    const __m512i w23l = _mm512_unpacklo_epi8(p[2], p[3]), w23h = _mm512_unpackhi_epi8(p[2], p[3]);
+    v[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01l, w23l));
+    v[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01l, w23l));
+    v[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01h, w23h));
+    v[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01h, w23h));
+}
+
+/* Quarter Q of v[m] <-> quarter m of v[Q]: pairs of quarters first, then
+ * the pairs. */
+ALWAYS_INLINE void lf_transpose4(LF *v) {
+    const __m512 t0 = _mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 t1 = _mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512 t2 = _mm512_shuffle_f32x4(v[2], v[3], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 t3 = _mm512_shuffle_f32x4(v[2], v[3], _MM_SHUFFLE(3, 2, 3, 2));
+    v[0] = _mm512_shuffle_f32x4(t0, t2, _MM_SHUFFLE(2, 0, 2, 0));
+    v[1] = _mm512_shuffle_f32x4(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
+    v[2] = _mm512_shuffle_f32x4(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
+    v[3] = _mm512_shuffle_f32x4(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+/* Lane sums of 4 vectors in one tree (the scalar instance's lanes_sum):
+ * quarters 0 + 2 and 1 + 3 of a and b, of c and d, then those pairs,
+ * then the 4 lanes of each quarter in pairs. */
+typedef struct f4_vbmi { float f[4]; } F4;
+ALWAYS_INLINE F4 lanes_reduce4(LF a, LF b, LF c, LF d) {
+    const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    F4 r;
+    _mm_storeu_ps(r.f, _mm512_castps512_ps128(_mm512_permutexvar_ps(first, s)));
+    return r;
+}
+
+#define TCQ64_NAME(x) tcq64_##x##_vbmi
+#include "turbo_tcq64.inc"
