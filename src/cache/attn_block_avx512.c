@@ -97,15 +97,50 @@ static inline __m512i vwz_fold_32(__m512i a, __m512i b) {    /* 16 keys: lane 4j
     return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0))),
                             _mm512_castps_si512(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1))));
 }
-static inline __attribute__((always_inline)) void vwz_tree_push(vwz_tree *tr, __m512i p, const int t) {
-    if (!(t & 1)) { tr->p = p; return; }
-    __m512i r = vwz_fold_256(tr->p, p);
+/* Keys t-1 and t (t odd) already folded: key t-1's partial sums in
+ * lanes 0-7 of r, key t's in 8-15 (what vwz_fold_256 makes). */
+static inline __attribute__((always_inline)) void vwz_tree_push_pair(vwz_tree *tr, __m512i r, const int t) {
     if (!(t & 2)) { tr->r1 = r; return; }
     r = vwz_fold_128(tr->r1, r);
     if (!(t & 4)) { tr->r2 = r; return; }
     r = vwz_fold_64(tr->r2, r);
     if (!(t & 8)) { tr->r3 = r; return; }
     tr->out = vwz_fold_32(tr->r3, r);
+}
+static inline __attribute__((always_inline)) void vwz_tree_push(vwz_tree *tr, __m512i p, const int t) {
+    if (!(t & 1)) { tr->p = p; return; }
+    vwz_tree_push_pair(tr, vwz_fold_256(tr->p, p), t);
+}
+/* attn_codes.inc's paired K sums of the one-4-bit-plane types: two keys'
+ * block codes as int16, codes 0-15 of key t then of key t+1 in lo, codes
+ * 16-31 likewise in hi (the 16 bytes of each key's plane widened in one
+ * instruction: low nibbles are codes 0-15, high nibbles 16-31). */
+typedef struct vwz_pair { __m512i lo, hi; } vwz_pair;
+#define VWZ_PAIR vwz_pair
+static inline __m256i vwzp_bytes(const uint8_t *p0, const uint8_t *p1) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p0)),
+                                   _mm_loadu_si128((const __m128i *)(const void *)p1), 1);
+}
+static inline vwz_pair vwzp_nib(const uint8_t *p0, const uint8_t *p1) {
+    const __m512i x = _mm512_cvtepu8_epi16(vwzp_bytes(p0, p1));
+    return (vwz_pair){ _mm512_and_si512(x, _mm512_set1_epi16(15)), _mm512_srli_epi16(x, 4) };
+}
+/* the nibbles as indices of a 16-entry int8 book (iq4_nl) */
+static inline vwz_pair vwzp_nib_book(const uint8_t *p0, const uint8_t *p1, const int8_t *book) {
+    const __m256i x = vwzp_bytes(p0, p1), m = _mm256_set1_epi8(15);
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)book));
+    const __m256i lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(x, m));
+    const __m256i hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(x, 4), m));
+    return (vwz_pair){ _mm512_cvtepi8_epi16(lo), _mm512_cvtepi8_epi16(hi) };
+}
+/* a query block's 32 int16: 0-15 in both halves of lo, 16-31 of hi */
+static inline vwz_pair vwzp_query(const int16_t *q) {
+    return (vwz_pair){ _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)q)),
+                       _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(q + 16))) };
+}
+/* lanes 0-7: key t's partial sums, 8-15: key t+1's */
+static inline __m512i vwzp_madd(vwz_pair c, vwz_pair q) {
+    return _mm512_add_epi32(_mm512_madd_epi16(c.lo, q.lo), _mm512_madd_epi16(c.hi, q.hi));
 }
 /* s[t] = sum of key t - sub, t < 16. */
 static inline void vwz_tree_store(const vwz_tree *tr, int32_t sub, int32_t *s) {

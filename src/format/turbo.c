@@ -257,12 +257,9 @@ static void choose_kernels(void) {
     if (best >= KVQ_ISA_AVX512) {      /* over the AVX2 kernels: the trellis codes stay 8-lane ... */
         g_level_kernels[KVQ_ISA_AVX512] = g_level_kernels[KVQ_ISA_AVX2];
         turbo_install_avx512(&g_level_kernels[KVQ_ISA_AVX512]);
-        /* ... unless VBMI's byte look-ups can read their codebook: for
-         * k = 2 and 3 (2 and 4 tables of 128 entries per byte plane).  At
-         * k = 4 the 8 look-ups and 7 blends per plane and 64 values cost
-         * more than the scalar loads (Zen 5: 9.4 against 8.9 ms for a
-         * step over 16384 keys, docs/benchmarks.md). */
-        if (kvq_cpu_features()->avx512vbmi) tcq64_install_vbmi(&g_level_kernels[KVQ_ISA_AVX512], 3);
+        /* ... where VBMI's byte look-ups read the codebook instead (k = 2
+         * and 3, turbo_tcq64.h) */
+        if (kvq_cpu_features()->avx512vbmi) tcq64_install_vbmi(&g_level_kernels[KVQ_ISA_AVX512]);
     }
 }
 
@@ -518,20 +515,19 @@ void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
 }
 
 /* The scalar level's kernels with the look-up trellis kernels of
- * turbo_tcq64.inc, their scalar or VBMI instance; false where the CPU
- * cannot run the VBMI one. */
-static bool tcq64_kernels(bool vbmi, turbo_kernels *kern) {
-    if (vbmi && !kvq_cpu_features()->avx512vbmi) return false;
+ * turbo_tcq64.inc, their scalar or VBMI instance; false where that
+ * instance does not read type t (not a trellis type, a k it is not built
+ * for) or the CPU cannot run it. */
+static bool tcq64_kernels(bool vbmi, kvq_turbo_type t, turbo_kernels *kern) {
+    if (!valid_type(t) || !g_formats[t].tcq || (vbmi && !kvq_cpu_features()->avx512vbmi)) return false;
     *kern = g_scalar_kernels;
-    if (vbmi) tcq64_install_vbmi(kern, 4);
-    else tcq64_install_scalar(kern, 4);
-    return true;
+    return g_formats[t].bits <= (vbmi ? tcq64_install_vbmi(kern) : tcq64_install_scalar(kern));
 }
 
 bool kvq_turbo_tcq64_scores(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
                             int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
     turbo_kernels kern;
-    if (!tcq64_kernels(vbmi, &kern)) return false;
+    if (!tcq64_kernels(vbmi, t, &kern)) return false;
     chunk_scores_with(&kern, t, rows, nk, q_rot, G, q_stride, head_dim, scale, w, ldw);
     return true;
 }
@@ -539,7 +535,7 @@ bool kvq_turbo_tcq64_scores(bool vbmi, kvq_turbo_type t, const uint8_t *const *r
 bool kvq_turbo_tcq64_values(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
                             int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
     turbo_kernels kern;
-    if (!tcq64_kernels(vbmi, &kern)) return false;
+    if (!tcq64_kernels(vbmi, t, &kern)) return false;
     chunk_values_with(&kern, t, rows, nk, w, ldw, G, acc_rot, acc_stride, head_dim);
     return true;
 }

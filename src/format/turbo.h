@@ -112,10 +112,11 @@ void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
 
 /* The chunk kernels above with the trellis types' look-up kernels
  * (src/format/turbo_tcq64.inc: 64 values per table look-up, what the
- * AVX-512 level runs where the CPU has VBMI): vbmi false runs their
- * scalar instance (every machine; the scalar types' kernels are the
- * scalar level's), true the VBMI one, which gives the same bits; false
- * is returned, and nothing done, where the CPU lacks VBMI. */
+ * AVX-512 level runs for turbo2_tcq and turbo3_tcq where the CPU has
+ * VBMI): vbmi false runs their scalar instance (every machine, every
+ * trellis type), true the VBMI one, which gives the same bits; false is
+ * returned, and nothing done, for a type the instance does not read
+ * (scalar codes; turbo4_tcq with VBMI) or where the CPU lacks VBMI. */
 bool kvq_turbo_tcq64_scores(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
                             int G, int q_stride, int head_dim, float scale, float *w, int ldw);
 bool kvq_turbo_tcq64_values(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,

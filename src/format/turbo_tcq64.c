@@ -130,4 +130,5 @@ static inline F4 lanes_reduce4(LF a, LF b, LF c, LF d) {
 }
 
 #define TCQ64_NAME(x) tcq64_##x##_scalar
+#define TCQ64_K_MAX 4
 #include "turbo_tcq64.inc"
