@@ -11,11 +11,13 @@
  *                 entries, so the permute's low 4 index bits pick the
  *                 value whatever the bits above it hold (no mask);
  * The trellis codes keep the 8-lane kernels of the AVX2 level (turbo.c
- * installs them at this level too): their cost is the 256-1024 entry
- * codebook look-up, one per value, and every 16-lane form measured here
- * ran slower than 8 scalar loads per 8 values (two such halves and an
- * insert: 1.05-1.4x the time; the state windows taken apart in one vector,
- * stored and loaded back: 1.7x; a 16-lane gather: about 2.5x). */
+ * installs them at this level too, and the VBMI look-ups of
+ * turbo_tcq64_vbmi.c over them for k = 2, 3): their cost is the 256-1024
+ * entry codebook look-up, and every 16-lane form measured here ran slower
+ * than 8 scalar loads per 8 values, the AVX2 kernels' way before they read
+ * pairs of values (two such halves and an insert: 1.05-1.4x the time; the
+ * state windows taken apart in one vector, stored and loaded back: 1.7x;
+ * a 16-lane gather: about 2.5x). */
 #include "turbo_internal.h"
 
 #include <immintrin.h>

@@ -81,6 +81,14 @@ void  turbo_tcq_axpy_ref(const uint8_t *codes, const float *codebook, int k,
  * sum of squares of the chosen unit-variance reconstruction values. */
 double turbo_tcq_encode(int k, const float *x, int d, uint8_t *codes, turbo_viterbi_fn viterbi);
 
+/* The committed trellis codebook of k (2..4) by pairs of neighbouring
+ * values: entry i = { c[i & (2^L - 1)], c[i >> k] } for the L + k bit
+ * window i of a stream at value t's bit (L = 6 + k): the states of values
+ * t and t+1.  One 64-bit load gives both floats (the 8-lane kernels read
+ * the codebook this way: half the loads and inserts of one per value).
+ * 8 / 32 / 128 KiB, made once (thread-safe). */
+const float *turbo_tcq_pairs(int k);
+
 /* Viterbi back-pointers -> states: back[t][column[ctx]] (column NULL:
  * back[t][ctx]) is the low k bits of the best predecessor of any state
  * with context ctx at step t. */

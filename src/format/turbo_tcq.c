@@ -15,6 +15,7 @@
 #include "turbo_internal.h"
 
 #include <math.h>
+#include <pthread.h>
 
 #define CTX_BITS KVQ_TURBO_TCQ_CONTEXT
 #define CTX_MASK ((1 << CTX_BITS) - 1)
@@ -43,6 +44,26 @@ void turbo_tcq_backtrack(int k, const uint8_t (*back)[N_CTX], const uint8_t *col
         s = (ctx << k) | back[t][column ? column[ctx] : ctx];
         states[t - 1] = (uint16_t)s;
     }
+}
+
+static float g_pairs2[2 << (CTX_BITS + 4)], g_pairs3[2 << (CTX_BITS + 6)], g_pairs4[2 << (CTX_BITS + 8)];
+static pthread_once_t g_pairs_once = PTHREAD_ONCE_INIT;
+
+static void make_pairs(void) {
+    float *const tables[3] = { g_pairs2, g_pairs3, g_pairs4 };
+    for (int k = 2; k <= 4; k++) {
+        const float *c = kvq_turbo_tcq_codebook(k);
+        const uint32_t mask = (1u << (CTX_BITS + k)) - 1;
+        for (uint32_t i = 0; i < 1u << (CTX_BITS + 2 * k); i++) {
+            tables[k - 2][2 * i] = c[i & mask];
+            tables[k - 2][2 * i + 1] = c[i >> k];
+        }
+    }
+}
+
+const float *turbo_tcq_pairs(int k) {
+    pthread_once(&g_pairs_once, make_pairs);
+    return k == 2 ? g_pairs2 : k == 3 ? g_pairs3 : g_pairs4;
 }
 
 static int argmin_first(const float *v, int n) {

@@ -28,7 +28,7 @@ const tcq64_tables *tcq64_tables_for(int k);
  * the scalar instance (k = 2..4, any machine; the same bits as the VBMI
  * one, its test oracle), or the AVX-512 VBMI one (k = 2, 3: at k = 4 the
  * 8 look-ups and 7 blends per plane and 64 values cost more than the
- * scalar loads of the 8-lane kernels; call only where
+ * 8-lane kernels' loads from the pair table; call only where
  * kvq_cpu_features()->avx512vbmi). */
 int tcq64_install_scalar(turbo_kernels *kern);
 int tcq64_install_vbmi(turbo_kernels *kern);
