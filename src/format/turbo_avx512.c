@@ -19,6 +19,7 @@
  * state windows taken apart in one vector, stored and loaded back: 1.7x;
  * a 16-lane gather: about 2.5x). */
 #include "turbo_internal.h"
+#include "simd512.h"
 
 #include <immintrin.h>
 
@@ -57,22 +58,8 @@ ALWAYS_INLINE __m512 group_values(code_family f, const LUT *l, const uint8_t *co
     return _mm512_permutexvar_ps(group_codes(codes, g, bits, 2 * bits), l->v);
 }
 
-/* Lane sums of 4 vectors in one tree: the 128-bit quarters of a and b
- * folded pairwise (q0 + q2, q1 + q3), of c and d the same, then the two
- * halves of each, then the 4 lanes of each quarter; every position summed
- * alike. */
-ALWAYS_INLINE __m128 lanes_reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-    const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                                    _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
-                                    _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
-    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
-    s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_castps512_ps128(_mm512_permutexvar_ps(first, s));
-}
+/* Lane sums of 4 vectors in one tree (simd512.h). */
+ALWAYS_INLINE __m128 lanes_reduce4(__m512 a, __m512 b, __m512 c, __m512 d) { return kvq_v16_hsum4(a, b, c, d); }
 
 /* The scalar codes' scores of 128-blocks (below, after the shared loops). */
 static void dot128_scores(const uint8_t *const *codes, int nk, const float *codebook, int bits, const float *q_rot,

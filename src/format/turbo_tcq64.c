@@ -117,8 +117,9 @@ static inline void lf_transpose4(LF *v) {
             }
 }
 typedef struct f4_scalar { float f[4]; } F4;
-/* The VBMI instance's tree: lane j of each quarter pair first, then the
- * quarters, then the 4 lanes in pairs. */
+/* The VBMI instance's tree (kvq_v16_hsum4, src/base/simd512.h): lane j
+ * of quarters 0 + 2 and 1 + 3 first, then those two, then the 4 lanes in
+ * pairs. */
 static inline float lanes_sum(LF a) {
     float x[4];
     for (int j = 0; j < 4; j++) x[j] = (a.f[j] + a.f[8 + j]) + (a.f[4 + j] + a.f[12 + j]);

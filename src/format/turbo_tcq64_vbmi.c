@@ -6,6 +6,7 @@
  * k = 2 and 3.  Its scalar instance (turbo_tcq64.c) gives the same bits
  * on any machine. */
 #include "turbo_tcq64.h"
+#include "simd512.h"
 
 #include <immintrin.h>
 
@@ -66,22 +67,12 @@ ALWAYS_INLINE void lf_transpose4(LF *v) {
     v[3] = _mm512_shuffle_f32x4(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
 }
 
-/* Lane sums of 4 vectors in one tree (the scalar instance's lanes_sum):
- * quarters 0 + 2 and 1 + 3 of a and b, of c and d, then those pairs,
- * then the 4 lanes of each quarter in pairs. */
+/* Lane sums of 4 vectors in one tree (simd512.h; the scalar instance's
+ * lanes_sum is its twin). */
 typedef struct f4_vbmi { float f[4]; } F4;
 ALWAYS_INLINE F4 lanes_reduce4(LF a, LF b, LF c, LF d) {
-    const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                                    _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
-                                    _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
-    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
-    s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     F4 r;
-    _mm_storeu_ps(r.f, _mm512_castps512_ps128(_mm512_permutexvar_ps(first, s)));
+    _mm_storeu_ps(r.f, kvq_v16_hsum4(a, b, c, d));
     return r;
 }
 
