@@ -63,13 +63,58 @@ static inline __m256i vwz_fold_32(__m256i a, __m256i b) {    /* keys 0 2 4 6 | 1
     return _mm256_add_epi32(_mm256_castps_si256(_mm256_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0))),
                             _mm256_castps_si256(_mm256_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1))));
 }
-static inline __attribute__((always_inline)) void vwz_tree_push(vwz_tree *tr, __m256i p, const int t) {
-    if (!(t & 1)) { tr->p = p; return; }
-    __m256i r = vwz_fold_128(tr->p, p);
+/* Keys t-1 and t (t odd) already folded: key t-1's partial sums in
+ * lanes 0-3 of r, key t's in 4-7 (what vwz_fold_128 makes). */
+static inline __attribute__((always_inline)) void vwz_tree_push_pair(vwz_tree *tr, __m256i r, const int t) {
     if (!(t & 2)) { tr->r1 = r; return; }
     r = vwz_fold_64(tr->r1, r);
     if (!(t & 4)) { tr->r2 = r; return; }
     tr->out = vwz_fold_32(tr->r2, r);
+}
+static inline __attribute__((always_inline)) void vwz_tree_push(vwz_tree *tr, __m256i p, const int t) {
+    if (!(t & 1)) { tr->p = p; return; }
+    vwz_tree_push_pair(tr, vwz_fold_128(tr->p, p), t);
+}
+/* attn_codes.inc's paired K sums of the one-4-bit-plane types: two keys'
+ * block codes as int16, each register key t's 8 codes in its low 128-bit
+ * lane and key t+1's in its high one: codes 0-7 (x_lo), 16-23 (x_hi),
+ * 8-15 (y_lo), 24-31 (y_hi); bytes 0-7 of both keys widened in one
+ * instruction, bytes 8-15 in another. */
+typedef struct vwz_pair { __m256i x_lo, x_hi, y_lo, y_hi; } vwz_pair;
+#define VWZ_PAIR vwz_pair
+static inline void vwzp_bytes(const uint8_t *p0, const uint8_t *p1, __m128i *x, __m128i *y) {
+    const __m128i a = _mm_loadu_si128((const __m128i *)(const void *)p0);
+    const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p1);
+    *x = _mm_unpacklo_epi64(a, b);
+    *y = _mm_unpackhi_epi64(a, b);
+}
+static inline vwz_pair vwzp_nib(const uint8_t *p0, const uint8_t *p1) {
+    __m128i x8, y8;
+    vwzp_bytes(p0, p1, &x8, &y8);
+    const __m256i x = _mm256_cvtepu8_epi16(x8), y = _mm256_cvtepu8_epi16(y8), m = _mm256_set1_epi16(15);
+    return (vwz_pair){ _mm256_and_si256(x, m), _mm256_srli_epi16(x, 4), _mm256_and_si256(y, m), _mm256_srli_epi16(y, 4) };
+}
+/* the nibbles as indices of a 16-entry int8 book (iq4_nl) */
+static inline vwz_pair vwzp_nib_book(const uint8_t *p0, const uint8_t *p1, const int8_t *book) {
+    __m128i x8, y8;
+    vwzp_bytes(p0, p1, &x8, &y8);
+    const __m128i tbl = _mm_loadu_si128((const __m128i *)(const void *)book), m = _mm_set1_epi8(15);
+#define BOOK(v) _mm256_cvtepi8_epi16(_mm_shuffle_epi8(tbl, (v)))
+    return (vwz_pair){ BOOK(_mm_and_si128(x8, m)), BOOK(_mm_and_si128(_mm_srli_epi16(x8, 4), m)),
+                       BOOK(_mm_and_si128(y8, m)), BOOK(_mm_and_si128(_mm_srli_epi16(y8, 4), m)) };
+#undef BOOK
+}
+/* a query block's 32 int16, each 8-value quarter in both 128-bit lanes in
+ * the order of vwz_pair's registers */
+static inline vwz_pair vwzp_query(const int16_t *q) {
+#define QUARTER(o) _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(q + (o))))
+    return (vwz_pair){ QUARTER(0), QUARTER(16), QUARTER(8), QUARTER(24) };
+#undef QUARTER
+}
+/* lanes 0-3: key t's partial sums, 4-7: key t+1's */
+static inline __m256i vwzp_madd(vwz_pair c, vwz_pair q) {
+    return _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(c.x_lo, q.x_lo), _mm256_madd_epi16(c.x_hi, q.x_hi)),
+                            _mm256_add_epi32(_mm256_madd_epi16(c.y_lo, q.y_lo), _mm256_madd_epi16(c.y_hi, q.y_hi)));
 }
 /* s[t] = sum of key t - sub, t < 8. */
 static inline void vwz_tree_store(const vwz_tree *tr, int32_t sub, int32_t *s) {
