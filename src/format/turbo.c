@@ -26,6 +26,8 @@ static const turbo_format g_formats[KVQ_TURBO_COUNT] = {
 #define FP16_MAX 65504.0
 
 static bool valid_type(kvq_turbo_type t) { return (unsigned)t < KVQ_TURBO_COUNT; }
+/* A trellis type's slot in the kernels' per-k arrays (turbo_kernels). */
+static int tcq_width(kvq_turbo_type t) { return g_formats[t].bits - 2; }
 
 const char *kvq_turbo_name(kvq_turbo_type t) { return valid_type(t) ? g_formats[t].name : "?"; }
 int kvq_turbo_bits(kvq_turbo_type t) { return valid_type(t) ? g_formats[t].bits : 0; }
@@ -194,9 +196,6 @@ void turbo_scalar_axpy_ref(const uint8_t *codes, const float *codebook, int bits
 
 /* The scalar block kernels of attention: the dot and axpy per head and
  * key (what the per-key reference pass does). */
-/* The coefficient of a key and head in the V sums: 0 where the weight or
- * the block scale is 0 (0 * inf would poison the sum). */
-static float value_coef(float w, float bs) { return w != 0.0f && bs != 0.0f ? w * bs : 0.0f; }
 
 static void scalar_dot_heads_ref(const uint8_t *const *codes, int nk, const float *codebook, int bits,
                                  const float *q_rot, int G, int q_stride, int d, const float *bs, float *sum, int lds) {
@@ -220,7 +219,7 @@ static void scalar_axpy_keys_ref(const uint8_t *const *codes, int nk, const floa
                                  const float *w, int ldw, const float *bs, int G, float *acc_rot, int acc_stride, int d) {
     for (int t = 0; t < nk; t++)
         for (int g = 0; g < G; g++) {
-            const float c = codes[t] ? value_coef(w[g * ldw + t], bs[t]) : 0.0f;
+            const float c = codes[t] ? turbo_value_coef(w[g * ldw + t], bs[t]) : 0.0f;
             if (c != 0.0f) turbo_scalar_axpy_ref(codes[t], codebook, bits, c, acc_rot + (size_t)g * acc_stride, d);
         }
 }
@@ -228,7 +227,7 @@ static void tcq_axpy_keys_ref(const uint8_t *const *codes, int nk, const float *
                               const float *w, int ldw, const float *bs, int G, float *acc_rot, int acc_stride, int d) {
     for (int t = 0; t < nk; t++)
         for (int g = 0; g < G; g++) {
-            const float c = codes[t] ? value_coef(w[g * ldw + t], bs[t]) : 0.0f;
+            const float c = codes[t] ? turbo_value_coef(w[g * ldw + t], bs[t]) : 0.0f;
             if (c != 0.0f) turbo_tcq_axpy_ref(codes[t], codebook, k, c, acc_rot + (size_t)g * acc_stride, d);
         }
 }
@@ -361,7 +360,7 @@ static float dot_with(const turbo_kernels *kern, kvq_turbo_type t, const void *r
                       const float *q_rot, int head_dim) {
     const uint8_t *blk = row;
     const float *c = codebook_of(t);
-    turbo_dot_fn dot = g_formats[t].tcq ? kern->tcq_dot[g_formats[t].bits - 2] : kern->scalar_dot;
+    turbo_dot_fn dot = g_formats[t].tcq ? kern->tcq_dot[tcq_width(t)] : kern->scalar_dot;
     float sum = 0.0f;
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
         int d = block_dim_at(head_dim, off);
@@ -379,7 +378,7 @@ static void axpy_with(const turbo_kernels *kern, kvq_turbo_type t, float w, cons
                       float *acc_rot, int head_dim) {
     const uint8_t *blk = row;
     const float *c = codebook_of(t);
-    turbo_axpy_fn axpy = g_formats[t].tcq ? kern->tcq_axpy[g_formats[t].bits - 2] : kern->scalar_axpy;
+    turbo_axpy_fn axpy = g_formats[t].tcq ? kern->tcq_axpy[tcq_width(t)] : kern->scalar_axpy;
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
         int d = block_dim_at(head_dim, off);
         float scale = block_scale(blk, d);
@@ -432,7 +431,7 @@ static void block_scales(const turbo_kernels *kern, const uint8_t *const *rows, 
 static void chunk_scores_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
                               const float *q_rot, int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
     const float *c = codebook_of(t);
-    turbo_dot_heads_fn dot = g_formats[t].tcq ? kern->tcq_dot_heads[g_formats[t].bits - 2] : kern->scalar_dot_heads;
+    turbo_dot_heads_fn dot = g_formats[t].tcq ? kern->tcq_dot_heads[tcq_width(t)] : kern->scalar_dot_heads;
     float bs[CHUNK_KEYS];
     const uint8_t *codes[CHUNK_KEYS];
     for (int g = 0; g < G; g++)
@@ -488,7 +487,7 @@ void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
 static void chunk_values_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
                               const float *w, int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
     const float *c = codebook_of(t);
-    turbo_axpy_keys_fn axpy = g_formats[t].tcq ? kern->tcq_axpy_keys[g_formats[t].bits - 2] : kern->scalar_axpy_keys;
+    turbo_axpy_keys_fn axpy = g_formats[t].tcq ? kern->tcq_axpy_keys[tcq_width(t)] : kern->scalar_axpy_keys;
     float bs[CHUNK_KEYS];
     const uint8_t *codes[CHUNK_KEYS];
     size_t at = 0;

@@ -216,8 +216,7 @@ ALWAYS_INLINE void axpy128_fixed(const uint8_t *const *codes, int nk, const floa
         float c[DOT128_HEADS];
         bool any = false;
         UNROLL for (int h = 0; h < nh; h++) {
-            const float wt = w[(size_t)h * ldw + t];
-            c[h] = wt != 0.0f && bs[t] != 0.0f ? wt * bs[t] : 0.0f;
+            c[h] = turbo_value_coef(w[(size_t)h * ldw + t], bs[t]);
             any |= c[h] != 0.0f;
         }
         if (!any) continue;

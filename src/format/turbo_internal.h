@@ -52,6 +52,28 @@ typedef struct turbo_kernels {
     turbo_scales_fn scales;
 } turbo_kernels;
 
+/* A key's V-sum coefficient for one head: the weight times the block
+ * scale, 0 where either is 0 (0 * inf would poison the sums). */
+static inline float turbo_value_coef(float w, float bs) { return w != 0.0f && bs != 0.0f ? w * bs : 0.0f; }
+
+/* The keys t0..t0+n-1 that add something to nh heads' V sums, in order
+ * (keys[u]), and their coefficients (cf[u * cf_stride + h]); a NULL key,
+ * or one whose coefficients are all 0, is left out.  Returns how many. */
+static inline int turbo_live_keys(const uint8_t *const *codes, int t0, int n, const float *w, int ldw, const float *bs,
+                                  int nh, float *cf, int cf_stride, int *keys) {
+    int nu = 0;
+    for (int t = t0; t < t0 + n; t++) {
+        if (!codes[t]) continue;
+        bool any = false;
+        for (int h = 0; h < nh; h++) {
+            cf[nu * cf_stride + h] = turbo_value_coef(w[(size_t)h * ldw + t], bs[t]);
+            any |= cf[nu * cf_stride + h] != 0.0f;
+        }
+        if (any) keys[nu++] = t;
+    }
+    return nu;
+}
+
 /* The kernels in use (the best level this CPU runs, kvq_isa_best). */
 const turbo_kernels *turbo_active_kernels(void);
 /* The kernels of one level (clamped to kvq_isa_best). */
