@@ -13,10 +13,10 @@
 
 enum { N = 512, BLOCK = 32 };
 
-typedef enum { ROW_GAUSS, ROW_MIXED_SCALES, ROW_ZEROS, ROW_HUGE, ROW_F16_EDGE, ROW_DENORMAL,
+typedef enum { ROW_GAUSS, ROW_MIXED_SCALES, ROW_SCALE_EDGES, ROW_ZEROS, ROW_HUGE, ROW_F16_EDGE, ROW_DENORMAL,
                ROW_TINY, ROW_NONFINITE, ROW_TIES, ROW_RANDOM_BITS, ROW_KINDS } row_kind;
 static const char *const row_names[ROW_KINDS] = {
-    "gauss", "mixed-scales", "zeros", "one 1e30", "one 6e4", "denormals", "1e-30 scaled", "nan/inf", "q8 ties", "random bit patterns",
+    "gauss", "mixed-scales", "fp16-scale edges", "zeros", "one 1e30", "one 6e4", "denormals", "1e-30 scaled", "nan/inf", "q8 ties", "random bit patterns",
 };
 
 static void make_row(row_kind kind, test_rng *r, float *x) {
@@ -25,6 +25,9 @@ static void make_row(row_kind kind, test_rng *r, float *x) {
     case ROW_GAUSS: break;
     case ROW_MIXED_SCALES:
         for (int i = 0; i < N; i++) x[i] *= (float)pow(10.0, (double)((i / BLOCK) % 9) - 4);
+        break;
+    case ROW_SCALE_EDGES: /* blocks whose scales round to fp16 subnormals, 0 or past 65504 */
+        for (int i = 0; i < N; i++) x[i] *= (float)pow(10.0, (double)((i / BLOCK) % 2 ? 5 + (i / BLOCK) % 4 : -9 + (i / BLOCK) % 5));
         break;
     case ROW_ZEROS: memset(x, 0, sizeof(float) * N); break;
     case ROW_HUGE: x[N / 3] = 1e30f; x[7] = -3e38f; break;

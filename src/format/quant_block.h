@@ -71,18 +71,34 @@ extern const int8_t kvq_iq4nl_values[16];
 extern const float kvq_iq4nl_mids[16];
 
 /* iq4_nl's scale search (quant_iq4nl.c): 16 candidate scales in lanes, one
- * pass over the block per refinement, the pass written once per vector
+ * pass over the block per refinement, the steps written once per vector
  * width (iq4nl_search.inc).  ad: each candidate's |d| (an fp16 value, 0 for
- * an unused lane); sg: its sign (+-1); sse, sxt, stt: the pass's sums. */
+ * an unused lane); sg: its sign (+-1); best_*: the lane's lowest error so
+ * far, its signed scale and the pass that found it. */
 #define KVQ_IQ4NL_LANES 16
 typedef struct kvq_iq4nl_lanes {
     float ad[KVQ_IQ4NL_LANES], sg[KVQ_IQ4NL_LANES];
-    float sse[KVQ_IQ4NL_LANES], sxt[KVQ_IQ4NL_LANES], stt[KVQ_IQ4NL_LANES];
+    float best_sse[KVQ_IQ4NL_LANES], best_d[KVQ_IQ4NL_LANES], best_pass[KVQ_IQ4NL_LANES];
 } kvq_iq4nl_lanes;
-typedef void (*kvq_iq4nl_pass_fn)(const float *x, kvq_iq4nl_lanes *lanes);
 
-/* The encoder with a level's pass (every pass gives the same bytes). */
-void kvq_iq4nl_quantize_with(const float *x, void *dst, int64_t n, kvq_iq4nl_pass_fn pass);
+/* A level's steps of the search, each giving the same floats and bytes at
+ * every level:
+ *   pass:    the sums of every lane's candidate over the block, the lane's
+ *            best updated with them (pass p) and, when refine, its scale
+ *            moved to the least-squares one (fp16);
+ *   scales:  ad[i] = want[i] rounded to its fp16 value (the largest finite
+ *            one above that range), 0 where want[i] is not > 0: the lanes'
+ *            first scales;
+ *   indices: idx[j] = the entry nearest to x[j] / d (d != 0, an fp16
+ *            value), the block's 32 stored indices. */
+typedef struct kvq_iq4nl_ops {
+    void (*pass)(const float *x, kvq_iq4nl_lanes *lanes, int p, bool refine);
+    void (*scales)(const float *want, float *ad);
+    void (*indices)(const float *x, float d, uint8_t *idx);
+} kvq_iq4nl_ops;
+
+/* The encoder with a level's steps (every level stores the same bytes). */
+void kvq_iq4nl_quantize_with(const float *x, void *dst, int64_t n, const kvq_iq4nl_ops *ops);
 /* The exact scale search: the fp16 scale of least squared error, 3-6x
  * slower than the search at AVX2/AVX-512; the search's yardstick (tests, kvq-bench) and its fallback for
  * blocks whose float sums would overflow. */

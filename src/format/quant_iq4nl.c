@@ -184,12 +184,18 @@ static double block_sse(const float *x, float d) {
     return sse;
 }
 
-/* The block stored with scale d: the best index per value (0 for d = 0). */
+/* The block stored with scale d and its indices. */
+static void pack_block(float d, const uint8_t idx[KVQ_BLOCK], uint8_t *dst) {
+    kvq_wr16(dst, kvq_float_to_half(d));
+    for (int j = 0; j < 16; j++) dst[2 + j] = (uint8_t)(idx[j] | (idx[j + 16] << 4));
+}
+
+/* The block stored with scale d: the best index per value (8, the entry
+ * nearest 0, for d = 0). */
 static void store_block(const float *x, float d, uint8_t *dst) {
     uint8_t idx[KVQ_BLOCK];
     for (int j = 0; j < KVQ_BLOCK; j++) idx[j] = d != 0.0f ? (uint8_t)best_index(x[j], d) : 8;
-    kvq_wr16(dst, kvq_float_to_half(d));
-    for (int j = 0; j < 16; j++) dst[2 + j] = (uint8_t)(idx[j] | (idx[j + 16] << 4));
+    pack_block(d, idx, dst);
 }
 
 /* docs/formats.md: a block holding NaN or +-inf decodes to NaN everywhere */
@@ -239,15 +245,7 @@ void kvq_iq4_nl_quantize_exact(const float *x, void *dst, int64_t n) {
  * often at 0.9-1.2; of the 8-value sets tried, refined twice, this one
  * came closest to the optimum (docs/formats.md). */
 static const float search_ratio[8] = { 0.90f, 0.96f, 1.0f, 1.04f, 1.09f, 1.15f, 1.25f, 1.42f };
-enum { SEARCH_REF_LANE = 2, SEARCH_PASSES = 3 };
-
-/* ad as a stored scale: its fp16 value, the largest finite one above
- * that range, 0 when it rounds to 0 (the lane is then unused). */
-static float stored_scale(float ad) {
-    uint16_t h = kvq_float_to_half(ad);
-    if (h >= 0x7c00u) h = 0x7bffu;
-    return kvq_half_to_float(h);
-}
+enum { SEARCH_PASSES = 3 };
 
 /*
  * Lanes 0-7 take the sign that maps the largest-magnitude value m onto the
@@ -256,10 +254,20 @@ static float stored_scale(float ad) {
  * least-squares scale sxt/stt for the indices it chose (rounded to fp16).
  * The block keeps the lowest error seen (ties: the earlier pass and lane;
  * d = 0 when nothing beats storing zeros).  Lane 2 of the first pass is
- * the max-magnitude rule, d = fp16(m / -127).
+ * the max-magnitude rule, d = fp16(m / -127).  The level's steps (ops)
+ * score the lanes, round their scales and find the stored indices; the
+ * choices between them are made here, once for every level.
  */
-static void search_block(const float *x, uint8_t *dst, kvq_iq4nl_pass_fn pass) {
-    if (!kvq_block_is_finite(x)) { store_poisoned(dst); return; }
+typedef struct block_search {
+    float sxx;              /* the error of storing zeros               */
+    kvq_iq4nl_lanes L;      /* the candidates and each lane's best      */
+} block_search;
+
+/* Store the blocks that need no search (non-finite, all zeros, too large
+ * for float sums), or set up the lanes of one that does: returns whether
+ * it does. */
+static bool search_start(const float *x, uint8_t *dst, const kvq_iq4nl_ops *ops, block_search *bs) {
+    if (!kvq_block_is_finite(x)) { store_poisoned(dst); return false; }
     float amax = 0.0f, m = 0.0f, sxx = 0.0f;
     for (int j = 0; j < KVQ_BLOCK; j++) {
         const float xx = x[j] * x[j];
@@ -268,43 +276,74 @@ static void search_block(const float *x, uint8_t *dst, kvq_iq4nl_pass_fn pass) {
     }
     /* the lanes sum in float: a block anywhere near FLT_MAX goes to the
      * exact search, which sums in double */
-    if (!(sxx < 1e30f)) { encode_block_exact(x, dst); return; }
-    float best_d = 0.0f, best_sse = sxx;
-    if (amax > 0.0f) {
-        kvq_iq4nl_lanes L;
-        const float ref = amax / 127.0f;
-        for (int i = 0; i < KVQ_IQ4NL_LANES; i++) {
-            const int r = i % 8;
-            L.ad[i] = stored_scale(r == SEARCH_REF_LANE ? ref : ref * search_ratio[r]);
-            L.sg[i] = (i < 8) == (m > 0.0f) ? -1.0f : 1.0f;
+    if (!(sxx < 1e30f)) { encode_block_exact(x, dst); return false; }
+    if (!(amax > 0.0f)) { store_block(x, 0.0f, dst); return false; }
+    kvq_iq4nl_lanes *L = &bs->L;
+    float want[KVQ_IQ4NL_LANES];
+    const float ref = amax / 127.0f;
+    for (int i = 0; i < KVQ_IQ4NL_LANES; i++) {
+        want[i] = ref * search_ratio[i % 8];
+        L->sg[i] = (i < 8) == (m > 0.0f) ? -1.0f : 1.0f;
+        L->best_sse[i] = sxx;
+        L->best_d[i] = 0.0f;
+        L->best_pass[i] = (float)SEARCH_PASSES;
+    }
+    ops->scales(want, L->ad);
+    bs->sxx = sxx;
+    return true;
+}
+
+/* After the passes: the best lane (the first of the lowest errors in
+ * (pass, lane) order, each lane having kept its own first lowest), its
+ * indices, the block. */
+static void search_finish(const float *x, uint8_t *dst, const kvq_iq4nl_ops *ops, const block_search *bs) {
+    const kvq_iq4nl_lanes *L = &bs->L;
+    float best_d = 0.0f, best_sse = bs->sxx, best_p = (float)SEARCH_PASSES;
+    for (int i = 0; i < KVQ_IQ4NL_LANES; i++)
+        if (L->best_sse[i] < best_sse || (L->best_sse[i] == best_sse && L->best_pass[i] < best_p)) {
+            best_sse = L->best_sse[i];
+            best_d = L->best_d[i];
+            best_p = L->best_pass[i];
         }
-        for (int p = 0; p < SEARCH_PASSES; p++) {
-            pass(x, &L);
-            for (int i = 0; i < KVQ_IQ4NL_LANES; i++)
-                if (L.ad[i] != 0.0f && L.sse[i] < best_sse) { best_sse = L.sse[i]; best_d = L.sg[i] * L.ad[i]; }
-            if (p + 1 == SEARCH_PASSES) break;
-            for (int i = 0; i < KVQ_IQ4NL_LANES; i++) {
-                const float ls = L.ad[i] != 0.0f ? L.sxt[i] / L.stt[i] : 0.0f;   /* stt >= 32 */
-                const float next = ls > 0.0f ? stored_scale(ls) : 0.0f;
-                if (next != 0.0f) L.ad[i] = next;
-            }
+    uint8_t idx[KVQ_BLOCK];
+    if (best_d != 0.0f) ops->indices(x, best_d, idx);
+    else memset(idx, 8, sizeof idx);
+    pack_block(best_d, idx, dst);
+}
+
+/* Blocks are searched in groups, pass by pass: the passes of different
+ * blocks are independent, so one block's pass overlaps the next one's in
+ * the CPU, where a block's own passes wait for each other (each starts
+ * from the scales the previous one refined). */
+enum { SEARCH_GROUP = 8 };
+
+void kvq_iq4nl_quantize_with(const float *x, void *dst, int64_t n, const kvq_iq4nl_ops *ops) {
+    uint8_t *out = dst;
+    for (int64_t g = 0; g < n; g += SEARCH_GROUP * KVQ_BLOCK) {
+        const int nb = (int)KVQ_MIN((int64_t)SEARCH_GROUP, (n - g) / KVQ_BLOCK);
+        block_search bs[SEARCH_GROUP];
+        int live[SEARCH_GROUP], nlive = 0;
+        for (int b = 0; b < nb; b++) {
+            const int64_t i = g + (int64_t)b * KVQ_BLOCK;
+            if (search_start(x + i, out + i / KVQ_BLOCK * KVQ_BYTES_IQ4_NL, ops, &bs[b])) live[nlive++] = b;
+        }
+        for (int p = 0; p < SEARCH_PASSES; p++)
+            for (int k = 0; k < nlive; k++)
+                ops->pass(x + g + (int64_t)live[k] * KVQ_BLOCK, &bs[live[k]].L, p, p + 1 < SEARCH_PASSES);
+        for (int k = 0; k < nlive; k++) {
+            const int64_t i = g + (int64_t)live[k] * KVQ_BLOCK;
+            search_finish(x + i, out + i / KVQ_BLOCK * KVQ_BYTES_IQ4_NL, ops, &bs[live[k]]);
         }
     }
-    store_block(x, best_d, dst);
 }
 
-void kvq_iq4nl_quantize_with(const float *x, void *dst, int64_t n, kvq_iq4nl_pass_fn pass) {
-    uint8_t *out = dst;
-    for (int64_t i = 0; i < n; i += KVQ_BLOCK, out += KVQ_BYTES_IQ4_NL) search_block(x + i, out, pass);
-}
-
-/* The scalar level's pass: the same source as the SIMD levels', one lane
+/* The scalar level's steps: the same source as the SIMD levels', one lane
  * per "vector". */
-#define IQ4NL_PASS iq4nl_pass_scalar
+#define IQ4NL_OPS iq4nl_ops_scalar
 #include "iq4nl_search.inc"
 
 void kvq_iq4_nl_quantize(const float *x, void *dst, int64_t n) {
-    kvq_iq4nl_quantize_with(x, dst, n, iq4nl_pass_scalar);
+    kvq_iq4nl_quantize_with(x, dst, n, &iq4nl_ops_scalar);
 }
 
 void kvq_iq4_nl_dequantize(const void *src, float *y, int64_t n) {

@@ -109,12 +109,12 @@ static void simd_q8_0_quantize(const float *x, void *dst, int64_t n) {
     }
 }
 
-/* iq4_nl encoder: the scale search's pass (iq4nl_search.inc) on this
- * level's vectors; the same bytes as the scalar pass. */
-#define IQ4NL_PASS simd_iq4nl_pass
+/* iq4_nl encoder: the scale search's steps (iq4nl_search.inc) on this
+ * level's vectors; the same bytes as the scalar steps. */
+#define IQ4NL_OPS simd_iq4nl_ops
 #include "iq4nl_search.inc"
 static void simd_iq4_nl_quantize(const float *x, void *dst, int64_t n) {
-    kvq_iq4nl_quantize_with(x, dst, n, simd_iq4nl_pass);
+    kvq_iq4nl_quantize_with(x, dst, n, &simd_iq4nl_ops);
 }
 
 /* ------------------------------------------------------------ plain types */
