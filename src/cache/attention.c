@@ -115,11 +115,6 @@ static int lcm(int a, int b) { return a / gcd(a, b) * b; }
 
 /* ------------------------------------------------------------ the pass */
 
-static const uint8_t *source_row(const attn_source *src, int kv_head, int pos) {
-    const int slot = src->ring ? pos % src->ring : pos - src->first;
-    return src->rows + (size_t)kv_head * src->head + (size_t)slot * src->stride;
-}
-
 /* Fold a chunk's scores of one head into its softmax state: raise the
  * running max (rescaling what was accumulated) and turn scores into
  * weights exp(s - max). */
@@ -159,7 +154,19 @@ static void softmax_update(const attn_job *jb, row_state *st, int j, int n_keys,
  * its side's records instead. */
 static const uint8_t *const *source_rows(const attn_source *src, int kv_head, int c0, int nk, const uint8_t **rows) {
     if (!src->rows) return NULL;
-    for (int t = 0; t < nk; t++) rows[t] = source_row(src, kv_head, c0 + t);
+    /* one row's address, then steps of one row (wrapping at the ring's
+     * end): no division or multiply per key, and nothing re-read from
+     * *src between the stores */
+    const uint8_t *const head = src->rows + (size_t)kv_head * src->head;
+    const size_t stride = src->stride;
+    const int ring = src->ring;
+    int slot = ring ? c0 % ring : c0 - src->first;
+    const uint8_t *p = head + (size_t)slot * stride;
+    for (int t = 0; t < nk; t++) {
+        rows[t] = p;
+        p += stride;
+        if (ring && ++slot == ring) { slot = 0; p = head; }
+    }
     return rows;
 }
 
