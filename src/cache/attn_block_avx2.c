@@ -132,7 +132,8 @@ static inline void vb_floats(__m256i c, __m256 x[4]) {
     x[3] = kvq_v8_s8_to_f32(_mm_srli_si128(hi, 8));
 }
 static inline void vf_s8(const uint8_t *p, __m256 x[4]) {
-    for (int k = 0; k < 4; k++)
+    /* unrolled, or gcc keeps x in memory: a store and reload per vector */
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
         x[k] = kvq_v8_s8_to_f32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8 * k)));
 }
 /* A 4-bit plane's codes minus off as floats, without the int8 step: the
