@@ -122,6 +122,34 @@ static void run_codes(const tile_unpack *u, const kvq_cache_side *sd, const uint
 enum { HEADS = 16 };
 _Static_assert((int)HEADS == (int)ATTN_MEMO_HEADS, "attn_run_memo holds one group of heads");
 
+/* The chunk's per-key loops, four keys at a step so that the compiler
+ * turns each step into one vector operation (as a plain loop over n it
+ * stayed scalar: these loops were a fifth of KVarN's decode time). */
+static void scale_keys(float *x, int n, float s) {
+    int t = 0;
+    for (; t + 4 <= n; t += 4)
+        for (int k = 0; k < 4; k++) x[t + k] *= s;
+    for (; t < n; t++) x[t] *= s;
+}
+static void multiply_keys(const float *a, const float *b, int n, float *out) {
+    int t = 0;
+    for (; t + 4 <= n; t += 4)
+        for (int k = 0; k < 4; k++) out[t + k] = a[t + k] * b[t + k];
+    for (; t < n; t++) out[t] = a[t] * b[t];
+}
+/* Whether a[0..n) and b[0..n) are all finite: no exponent field all ones
+ * (compares and ors, which SSE2 has, so this too is one vector step). */
+static bool keys_finite(const float *a, const float *b, int n) {
+    enum { EXP = 0x7f800000 };
+    uint32_t bad[4] = { 0, 0, 0, 0 };
+    int t = 0;
+    for (; t + 4 <= n; t += 4)
+        for (int k = 0; k < 4; k++)
+            bad[k] |= ((kvq_f32_bits(a[t + k]) & EXP) == EXP) | ((kvq_f32_bits(b[t + k]) & EXP) == EXP);
+    for (; t < n; t++) bad[0] |= ((kvq_f32_bits(a[t]) & EXP) == EXP) | ((kvq_f32_bits(b[t]) & EXP) == EXP);
+    return !(bad[0] | bad[1] | bad[2] | bad[3]);
+}
+
 /* ---- the tile path (levels without KVarN kernels, the "-tile" ones):
  * a run's codes unpacked into f32 rows, then the level's tile kernels */
 
@@ -159,8 +187,7 @@ static void tile_path_score(const attn_block_kernels *blk, const attn_block_rows
             }
         }
     }
-    for (int j = 0; j < G; j++)
-        for (int t = 0; t < nk; t++) wts[(size_t)j * w_stride + t] *= scale;
+    for (int j = 0; j < G; j++) scale_keys(wts + (size_t)j * w_stride, nk, scale);
 }
 
 static void tile_path_accumulate(const attn_block_kernels *blk, const attn_block_rows *v, int nk, const float *wts,
@@ -265,8 +292,7 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
                                wts + (size_t)j0 * w_stride, w_stride);
         }
     }
-    for (int j = 0; j < G; j++)
-        for (int t = 0; t < nk; t++) wts[(size_t)j * w_stride + t] *= scale;
+    for (int j = 0; j < G; j++) scale_keys(wts + (size_t)j * w_stride, nk, scale);
 }
 
 /* Which of the chunk's keys some head weights (live[t]), and how many.
@@ -324,8 +350,8 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
         const uint8_t *rec = record_of(sd, v->kv_head, tile, s);
         const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
         prefetch_next_record(sd, rec, t0);
-        const uint8_t *rows[ATTN_BLOCK_KEYS];
-        for (int t = 0; t < nk; t++) rows[t] = live[t] ? rec + (size_t)(t0 + t) * tok_bytes : NULL;
+        const uint8_t *rows[ATTN_BLOCK_KEYS], *row = rec + (size_t)t0 * tok_bytes;
+        for (int t = 0; t < nk; t++, row += tok_bytes) rows[t] = live[t] ? row : NULL;
         u.halves(m.S + 2 * t0, nk, S);
         u.halves(m.Z + 2 * t0, nk, Z);
         const float *Ow = O;                        /* the tile's column scales, once per tile */
@@ -338,15 +364,14 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
         } else {
             u.halves(m.O, w, O);
         }
-        bool finite = true;                         /* S, Z finite: 0 * S = 0 without a test */
-        for (int t = 0; t < nk; t++) finite &= isfinite(S[t]) && isfinite(Z[t]);
+        const bool finite = keys_finite(S, Z, nk);  /* S, Z finite: 0 * S = 0 without a test */
         for (int j0 = 0; j0 < G; j0 += HEADS) {
             const int hg = KVQ_MIN(HEADS, G - j0);
             for (int j = 0; j < hg; j++) {          /* p_t S_t and sum p_t Z_t per head */
                 const float *pj = wts + (size_t)(j0 + j) * w_stride;
                 float *pp = ps + j * ATTN_BLOCK_KEYS, z = 0.0f;
                 if (finite) {
-                    for (int t = 0; t < nk; t++) pp[t] = pj[t] * S[t];
+                    multiply_keys(pj, S, nk, pp);
                     z = weighted_sum(pj, Z, nk);
                 } else {
                     for (int t = 0; t < nk; t++) {
