@@ -137,16 +137,17 @@ static void multiply_keys(const float *a, const float *b, int n, float *out) {
         for (int k = 0; k < 4; k++) out[t + k] = a[t + k] * b[t + k];
     for (; t < n; t++) out[t] = a[t] * b[t];
 }
-/* Whether a[0..n) and b[0..n) are all finite: no exponent field all ones
- * (compares and ors, which SSE2 has, so this too is one vector step). */
+/* 1 when v is inf or NaN (its exponent field all ones), else 0. */
+static inline uint32_t non_finite(float v) { return (kvq_f32_bits(v) & 0x7f800000u) == 0x7f800000u; }
+
+/* Whether a[0..n) and b[0..n) are all finite (compares and ors, which
+ * SSE2 has, so this too is one vector step). */
 static bool keys_finite(const float *a, const float *b, int n) {
-    enum { EXP = 0x7f800000 };
     uint32_t bad[4] = { 0, 0, 0, 0 };
     int t = 0;
     for (; t + 4 <= n; t += 4)
-        for (int k = 0; k < 4; k++)
-            bad[k] |= ((kvq_f32_bits(a[t + k]) & EXP) == EXP) | ((kvq_f32_bits(b[t + k]) & EXP) == EXP);
-    for (; t < n; t++) bad[0] |= ((kvq_f32_bits(a[t]) & EXP) == EXP) | ((kvq_f32_bits(b[t]) & EXP) == EXP);
+        for (int k = 0; k < 4; k++) bad[k] |= non_finite(a[t + k]) | non_finite(b[t + k]);
+    for (; t < n; t++) bad[0] |= non_finite(a[t]) | non_finite(b[t]);
     return !(bad[0] | bad[1] | bad[2] | bad[3]);
 }
 
