@@ -136,21 +136,20 @@ static inline void vf_s8(const uint8_t *p, __m256 x[4]) {
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
         x[k] = kvq_v8_s8_to_f32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8 * k)));
 }
-/* A 4-bit plane's codes minus off as floats, without the int8 step: the
- * 16 bytes zero-extended to int32 in two halves, low nibbles masked and
- * high ones shifted down, converted (exact), off subtracted (exact: the
- * same floats as converting the int8 code - off).  2 shuffles per block
- * instead of 8. */
+/* A 4-bit plane's codes as floats, without the int8 step: the 16 bytes
+ * zero-extended to int32 in two halves, low nibbles masked and high ones
+ * shifted down, converted (exact).  2 shuffles per block instead of 8;
+ * q4_0's offset is not subtracted here but added once per block
+ * (attn_codes.inc, folds_offset). */
 #define VF_NIB 1
-static inline void vf_nib(const uint8_t *p, float off, __m256 x[4]) {
+static inline void vf_nib(const uint8_t *p, __m256 x[4]) {
     const __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
     const __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8)));
     const __m256i m = _mm256_set1_epi32(15);
-    const __m256 o = _mm256_set1_ps(off);
-    x[0] = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b0, m)), o);    /* codes 0-7   */
-    x[1] = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b1, m)), o);    /* codes 8-15  */
-    x[2] = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4)), o);   /* codes 16-23 */
-    x[3] = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)), o);   /* codes 24-31 */
+    x[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b0, m));    /* codes 0-7   */
+    x[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b1, m));    /* codes 8-15  */
+    x[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4));   /* codes 16-23 */
+    x[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4));   /* codes 24-31 */
 }
 #define vcvt_i32(p) _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define vhalf(p) vload_h(p)
