@@ -131,19 +131,33 @@ extern const double kvq_turbo_tcq_mse2, kvq_turbo_tcq_mse3, kvq_turbo_tcq_mse4;
 /* ---- bit streams: groups of 8 values ----
  * Group g of a scalar b-bit stream is the b bytes at g*b: value j of the
  * group is bits j*b..j*b+b-1 of their little-endian word. */
+/* n = 1..5 bytes at p as a little-endian integer, in as few loads as the
+ * host allows (the bytewise form compiled to one byte load, shift and or
+ * per byte: a third of a 3-bit group's decode in the scalar TurboQuant
+ * lanes). */
+static inline uint64_t turbo_read_le(const uint8_t *p, const int n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint32_t w4 = 0;
+    uint16_t w2 = 0;
+    if (n >= 4) { memcpy(&w4, p, 4); return (uint64_t)w4 | (n == 5 ? (uint64_t)p[4] << 32 : 0u); }
+    if (n >= 2) { memcpy(&w2, p, 2); return (uint64_t)w2 | (n == 3 ? (uint64_t)p[2] << 16 : 0u); }
+    return p[0];
+#else
+    uint64_t w = 0;
+    for (int i = 0; i < n; i++) w |= (uint64_t)p[i] << 8 * i;
+    return w;
+#endif
+}
+
+/* Group g of a scalar code stream (values 8g..8g+7: bits each). */
 static inline uint32_t turbo_scalar_group(const uint8_t *codes, int bits, int g) {
-    const uint8_t *p = codes + g * bits;     /* bits = 2..4; written out so that
-                                                constant bits fold into one load */
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (bits >= 3 ? (uint32_t)p[2] << 16 : 0u) |
-           (bits >= 4 ? (uint32_t)p[3] << 24 : 0u);
+    return (uint32_t)turbo_read_le(codes + g * bits, bits);     /* bits = 2..4 */
 }
 
 /* Group g of a trellis stream (values 8g..8g+7): the state of value 8g+j
  * is bits j*k .. j*k+5+k of the k+1 bytes starting at byte g*k. */
 static inline uint64_t turbo_tcq_group(const uint8_t *codes, int k, int g) {
-    const uint8_t *p = codes + g * k;        /* k = 2..4: k + 1 = 3..5 bytes */
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 |
-           (k >= 3 ? (uint64_t)p[3] << 24 : 0u) | (k >= 4 ? (uint64_t)p[4] << 32 : 0u);
+    return turbo_read_le(codes + g * k, k + 1);   /* k = 2..4: k + 1 = 3..5 bytes */
 }
 
 /* splitmix64 + Box-Muller for training data (deterministic everywhere). */
