@@ -131,22 +131,13 @@ extern const double kvq_turbo_tcq_mse2, kvq_turbo_tcq_mse3, kvq_turbo_tcq_mse4;
 /* ---- bit streams: groups of 8 values ----
  * Group g of a scalar b-bit stream is the b bytes at g*b: value j of the
  * group is bits j*b..j*b+b-1 of their little-endian word. */
-/* n = 1..5 bytes at p as a little-endian integer, in as few loads as the
- * host allows (the bytewise form compiled to one byte load, shift and or
- * per byte: a third of a 3-bit group's decode in the scalar TurboQuant
- * lanes). */
+/* n = 2..5 bytes at p as a little-endian integer, as the 2- and 4-byte
+ * reads kvq_rd16 / kvq_rd32 (which compile to one load each) plus a byte:
+ * the bytewise form of 3 and 5 bytes compiled to one byte load, shift and
+ * or per byte, a third of a 3-bit group's decode in the TurboQuant lanes. */
 static inline uint64_t turbo_read_le(const uint8_t *p, const int n) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    uint32_t w4 = 0;
-    uint16_t w2 = 0;
-    if (n >= 4) { memcpy(&w4, p, 4); return (uint64_t)w4 | (n == 5 ? (uint64_t)p[4] << 32 : 0u); }
-    if (n >= 2) { memcpy(&w2, p, 2); return (uint64_t)w2 | (n == 3 ? (uint64_t)p[2] << 16 : 0u); }
-    return p[0];
-#else
-    uint64_t w = 0;
-    for (int i = 0; i < n; i++) w |= (uint64_t)p[i] << 8 * i;
-    return w;
-#endif
+    if (n >= 4) return (uint64_t)kvq_rd32(p) | (n == 5 ? (uint64_t)p[4] << 32 : 0u);
+    return (uint64_t)kvq_rd16(p) | (n == 3 ? (uint64_t)p[2] << 16 : 0u);
 }
 
 /* Group g of a scalar code stream (values 8g..8g+7: bits each). */
