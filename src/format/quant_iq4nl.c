@@ -305,9 +305,9 @@ static void search_finish(const float *x, uint8_t *dst, const kvq_iq4nl_ops *ops
             best_d = L->best_d[i];
             best_p = L->best_pass[i];
         }
+    if (best_d == 0.0f) { store_block(x, 0.0f, dst); return; }   /* nothing beat storing zeros */
     uint8_t idx[KVQ_BLOCK];
-    if (best_d != 0.0f) ops->indices(x, best_d, idx);
-    else memset(idx, 8, sizeof idx);
+    ops->indices(x, best_d, idx);
     pack_block(best_d, idx, dst);
 }
 
