@@ -162,6 +162,10 @@ static const uint8_t *const *source_rows(const attn_source *src, int kv_head, in
     const int ring = src->ring;
     int slot = ring ? c0 % ring : c0 - src->first;
     const uint8_t *p = head + (size_t)slot * stride;
+    if (!ring || slot + nk <= ring) {   /* no wrap: the usual case, a loop without a branch */
+        for (int t = 0; t < nk; t++) rows[t] = p + (size_t)t * stride;
+        return rows;
+    }
     for (int t = 0; t < nk; t++) {
         rows[t] = p;
         p += stride;
