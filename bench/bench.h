@@ -29,6 +29,7 @@ int bench_formats(int argc, char **argv);
 int bench_cachefmt(int argc, char **argv);
 int bench_attention(int argc, char **argv);
 int bench_decode_step(int argc, char **argv);
+int bench_chunk(int argc, char **argv);
 int bench_engine(int argc, char **argv);
 int bench_cachewrite(int argc, char **argv);
 

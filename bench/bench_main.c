@@ -14,6 +14,7 @@ static const bench_group g_groups[] = {
     { "matmul", "kvq_matmul GFLOP/s per weight type, decode and prefill, 1-2 threads", bench_matmul },
     { "attention", "decode attention over 4k/32k cached tokens per cache type, vs f16", bench_attention },
     { "decode", "one decode step at depth per cache type and kernel level vs the bandwidth bound (-c -t --types --levels)", bench_decode_step },
+    { "chunk", "the chunk kernels alone (K scores, V sums) on rows in L1, ns per key, per type and level", bench_chunk },
     { "cachefmt", "KVarN/TurboQuant: decode attention over 32k tokens vs q4_0/f16, tile and row encode cost", bench_cachefmt },
     { "cachewrite", "cache writes per type (rows, KVarN tiles, TurboQuant trellis) vs the model's prefill, 1 and N threads", bench_cachewrite },
     { "engine", "kvq bench on the synth qwen3 q8_0/q4_k models: prompt and generation t/s, 1 and 2 threads", bench_engine },

@@ -1,0 +1,177 @@
+/*
+ * bench_chunk.c - the chunk kernels alone: one chunk's K scores and V sums
+ * (attn_block_scores / attn_block_values, the path the decode step takes)
+ * per cache type and kernel level, over rows that stay in L1.
+ *
+ *   kvq-bench chunk [--types LIST] [--levels LIST] [--gqa G]
+ *                   [--head-dim D] [--rows N] [-r ROUNDS]
+ *
+ * Why: the decode step (`kvq-bench decode`) reads a cache of megabytes, so
+ * on a shared machine its time moves with what the neighbours do to the
+ * L3 and the memory bus; a kernel change of a few % is lost in that.
+ * Here the same kernels run on N rows (default 64: two chunks, a few KiB)
+ * read over and over, so the figure is the kernels' own work: ns per key
+ * for the scores of the GQA group and for the V sums, the thread's CPU
+ * time, best of ROUNDS.  The rows are followed by padding, so the
+ * kernels' software prefetch (a few chunks ahead) reads mapped memory
+ * as it does in a cache.  Not a bound, not a model: a kernel's cost.
+ */
+#include "bench.h"
+#include "attn_block.h"
+#include "format_row.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { CHUNK = ATTN_BLOCK_KEYS, PAD_CHUNKS = 8, MAX_DIM = 512, MAX_GQA = 8 };
+
+typedef struct chunk_opts {
+    const char *types, *levels;
+    int gqa, head_dim, rows, rounds;
+} chunk_opts;
+
+typedef struct chunk_run {
+    const attn_block_kernels *kr;
+    attn_block_rows src;
+    const uint8_t *const *rows;   /* every row, then padding               */
+    int n_rows;                   /* a multiple of CHUNK                   */
+    int gqa, len;
+    const attn_query *q;
+    float *w, *acc;
+} chunk_run;
+
+static void run_scores(void *ctx) {
+    const chunk_run *r = ctx;
+    for (int c = 0; c < r->n_rows; c += CHUNK)
+        attn_block_scores(r->kr, &r->src, r->rows + c, CHUNK, r->q, r->gqa, 0.1f, r->w, CHUNK);
+}
+
+static void run_values(void *ctx) {
+    const chunk_run *r = ctx;
+    for (int c = 0; c < r->n_rows; c += CHUNK)
+        attn_block_values(r->kr, &r->src, r->rows + c, CHUNK, r->w, CHUNK, r->gqa, r->acc, r->len);
+}
+
+static int parse(chunk_opts *o, int argc, char **argv) {
+    for (int i = 1; i < argc; i += 2) {   /* every flag takes a value */
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) { fprintf(stderr, "chunk: %s needs a value\n", a); return 1; }
+        int *dst = !strcmp(a, "--gqa") ? &o->gqa : !strcmp(a, "--head-dim") ? &o->head_dim
+                 : !strcmp(a, "--rows") ? &o->rows : !strcmp(a, "-r") ? &o->rounds : NULL;
+        if (dst) *dst = atoi(v);
+        else if (!strcmp(a, "--types")) o->types = v;
+        else if (!strcmp(a, "--levels")) o->levels = v;
+        else { fprintf(stderr, "chunk: unknown flag %s\n", a); return 1; }
+    }
+    if (o->gqa < 1 || o->gqa > MAX_GQA || o->head_dim < 32 || o->head_dim > MAX_DIM || o->head_dim % 32 ||
+        o->rows < 1 || o->rows > 1 << 16 || o->rounds < 1) {
+        fprintf(stderr, "chunk: bad sizes (--gqa 1-%d, --head-dim a multiple of 32 up to %d, --rows 1-65536)\n",
+                MAX_GQA, MAX_DIM);
+        return 1;
+    }
+    return 0;
+}
+
+/* Whether name is one of the comma-separated words of list. */
+static int in_list(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return 1;
+        p = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+/* One type at every chosen level: a table row per level. */
+/* The types whose rows a chunk's hooks read by themselves: f32, f16,
+ * bf16 and the 32-value block types (records and TurboQuant codes read
+ * their cache side's state). */
+static bool chunk_type(kvq_type ty) {
+    const kvq_type_traits *tr = kvq_type_get(ty);
+    return tr && tr->is_cache_type && tr->quantize && !tr->row_bytes;
+}
+
+static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *levels, int n_levels) {
+    const kvq_type_traits *tr = kvq_type_get(ty);
+    const int len = o->head_dim, G = o->gqa;
+    const int n_rows = (o->rows + CHUNK - 1) / CHUNK * CHUNK, total = n_rows + PAD_CHUNKS * CHUNK;
+    const size_t rb = kvq_row_bytes(ty, len);
+    uint8_t *packed = malloc((size_t)total * rb);
+    const uint8_t **rows = malloc((size_t)total * sizeof *rows);
+    float *x = malloc((size_t)len * sizeof *x), *tile = malloc((size_t)CHUNK * len * sizeof *tile);
+    float *zero = calloc((size_t)len, sizeof *zero);
+    static float q[MAX_GQA * MAX_DIM], acc[MAX_GQA * MAX_DIM], w[MAX_GQA * CHUNK], qscale[MAX_GQA * MAX_DIM / 32];
+    static int16_t qi[MAX_GQA * MAX_DIM];
+    static int32_t qsum[MAX_GQA * MAX_DIM / 32];
+    int status = !packed || !rows || !x || !tile || !zero;
+    uint64_t seed = 11;
+    for (int t = 0; !status && t < total; t++) {
+        for (int d = 0; d < len; d++) x[d] = bench_gauss(&seed);
+        tr->quantize(x, packed + (size_t)t * rb, len);
+        rows[t] = packed + (size_t)t * rb;
+    }
+    for (int i = 0; i < G * len; i++) q[i] = bench_gauss(&seed), acc[i] = 0.0f;
+    for (int g = 0; g < G; g++) attn_block_round_query(q + g * len, len, qi + g * len, qscale + g * len / 32, qsum + g * len / 32);
+    for (int i = 0; i < G * CHUNK; i++) w[i] = 0.01f + 0.5f * fabsf(bench_gauss(&seed));   /* weights, all nonzero */
+    const attn_query aq = { q, qi, qscale, qsum, len };
+    for (int l = 0; !status && l < n_levels; l++) {
+        const attn_block_kernels *kr = attn_block_level(levels[l]);
+        if (!kr) continue;
+        chunk_run r = { kr, { .tr = tr, .type = ty, .f32 = ty == KVQ_TYPE_F32, .len = len, .tile = tile, .zero = zero },
+                        rows, n_rows, G, len, &aq, w, acc };
+        double k_best = INFINITY, v_best = INFINITY;
+        for (int round = 0; round < o->rounds; round++) {   /* K and V alternated, the best of each */
+            k_best = fmin(k_best, bench_time(run_scores, &r, 3, 0.02));
+            v_best = fmin(v_best, bench_time(run_values, &r, 3, 0.02));
+        }
+        const double k_ns = k_best * 1e9 / n_rows, v_ns = v_best * 1e9 / n_rows;
+        printf("| %s | %s | %.2f | %.2f | %.2f | %.2f |\n", tr->name, kr->level, k_ns, v_ns, k_ns + v_ns,
+               (k_ns + v_ns) / G);
+    }
+    bench_consume(acc[0] + w[0]);
+    free(packed);
+    free(rows);
+    free(x);
+    free(tile);
+    free(zero);
+    if (status) fprintf(stderr, "chunk: out of memory\n");
+    return status;
+}
+
+int bench_chunk(int argc, char **argv) {
+    chunk_opts o = { "f16,q8_0,q4_0,iq4_nl,q3_0", NULL, 2, 128, 2 * CHUNK, 3 };
+    if (parse(&o, argc, argv)) return 1;
+    static const char *all_levels[] = { "scalar", "avx2", "avx512" };
+    const char *levels[3];
+    int n_levels = 0;
+    for (int l = 0; l < 3; l++) {
+        if (!attn_block_level(all_levels[l])) continue;
+        if (o.levels ? in_list(o.levels, all_levels[l]) : strcmp(all_levels[l], "scalar") != 0)
+            levels[n_levels++] = all_levels[l];
+    }
+    kvq_type types[KVQ_TYPE_COUNT];
+    int n_types = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", o.types);
+    for (char *sv = NULL, *tok = strtok_r(buf, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
+        const kvq_type t = kvq_type_from_name(tok);
+        if (t == KVQ_TYPE_COUNT) { fprintf(stderr, "chunk: unknown type %s\n", tok); return 1; }
+        if (!chunk_type(t)) {
+            fprintf(stderr, "chunk: %s is not read by the chunk kernels alone (f32, f16, bf16 and the 32-value block types are)\n", tok);
+            return 1;
+        }
+        if (n_types < KVQ_TYPE_COUNT) types[n_types++] = t;
+    }
+    printf("## chunk kernels alone: GQA %d, head_dim %d, %d rows in L1, 1 thread, CPU time, best of %d rounds\n\n"
+           "| type | level | K scores ns/key | V sums ns/key | K+V ns/key | per query head |\n"
+           "|---|---|---:|---:|---:|---:|\n",
+           o.gqa, o.head_dim, (o.rows + CHUNK - 1) / CHUNK * CHUNK, o.rounds);
+    int status = 0;
+    for (int i = 0; i < n_types && !status; i++) status = bench_type(&o, types[i], levels, n_levels);
+    return status;
+}
