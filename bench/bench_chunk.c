@@ -87,7 +87,6 @@ static int in_list(const char *list, const char *name) {
     return 0;
 }
 
-/* One type at every chosen level: a table row per level. */
 /* The types whose rows a chunk's hooks read by themselves: f32, f16,
  * bf16 and the 32-value block types (records and TurboQuant codes read
  * their cache side's state). */
@@ -96,6 +95,7 @@ static bool chunk_type(kvq_type ty) {
     return tr && tr->is_cache_type && tr->quantize && !tr->row_bytes;
 }
 
+/* One type at every chosen level: a table row per level. */
 static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *levels, int n_levels) {
     const kvq_type_traits *tr = kvq_type_get(ty);
     const int len = o->head_dim, G = o->gqa;
