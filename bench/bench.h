@@ -15,6 +15,9 @@
 #ifndef KVQ_BENCH_H
 #define KVQ_BENCH_H
 
+#include "kvq.h"
+
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,5 +57,11 @@ void bench_consume(double v);
  * (sum of four uniforms, unit variance) from it. */
 uint64_t bench_rng_next(uint64_t *s);
 float bench_gauss(uint64_t *s);
+/* Whether word is one of list's comma-separated words (whole words only:
+ * "avx2" is not in "avx2-tile"). */
+bool bench_in_list(const char *list, const char *word);
+/* list's comma-separated type names into types[]: their number, or -1
+ * after "GROUP: unknown type NAME" (or more than max) on stderr. */
+int bench_parse_types(const char *group, const char *list, kvq_type *types, int max);
 
 #endif

@@ -110,14 +110,8 @@ int bench_cachewrite(int argc, char **argv) {
     }
     if (n_tok < BATCH || threads < 1 || rounds < 1) { fprintf(stderr, "cachewrite: bad -n/-t/-r\n"); return 1; }
     kvq_type types[MAX_TYPES];
-    int nt = 0;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", types_arg);
-    for (char *sv = NULL, *tok = strtok_r(buf, ",", &sv); tok && nt < MAX_TYPES; tok = strtok_r(NULL, ",", &sv))
-        if ((types[nt++] = kvq_type_from_name(tok)) == KVQ_TYPE_COUNT) {
-            fprintf(stderr, "cachewrite: unknown type %s\n", tok);
-            return 1;
-        }
+    const int nt = bench_parse_types("cachewrite", types_arg, types, MAX_TYPES);
+    if (nt < 0) return 1;
 
     shape sh = { 28, 8, 128 };
     kvq_model *m = NULL;

@@ -75,18 +75,6 @@ static int parse(chunk_opts *o, int argc, char **argv) {
     return 0;
 }
 
-/* Whether name is one of the comma-separated words of list. */
-static int in_list(const char *list, const char *name) {
-    const size_t n = strlen(name);
-    for (const char *p = list; p && *p;) {
-        const char *e = strchr(p, ',');
-        const size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && !strncmp(p, name, n)) return 1;
-        p = e ? e + 1 : NULL;
-    }
-    return 0;
-}
-
 /* The types whose rows a chunk's hooks read by themselves: f32, f16,
  * bf16 and the 32-value block types (records and TurboQuant codes read
  * their cache side's state). */
@@ -151,22 +139,18 @@ int bench_chunk(int argc, char **argv) {
     int n_levels = 0;
     for (int l = 0; l < 3; l++) {
         if (!attn_block_level(all_levels[l])) continue;
-        if (o.levels ? in_list(o.levels, all_levels[l]) : strcmp(all_levels[l], "scalar") != 0)
+        if (o.levels ? bench_in_list(o.levels, all_levels[l]) : strcmp(all_levels[l], "scalar") != 0)
             levels[n_levels++] = all_levels[l];
     }
     kvq_type types[KVQ_TYPE_COUNT];
-    int n_types = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", o.types);
-    for (char *sv = NULL, *tok = strtok_r(buf, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
-        const kvq_type t = kvq_type_from_name(tok);
-        if (t == KVQ_TYPE_COUNT) { fprintf(stderr, "chunk: unknown type %s\n", tok); return 1; }
-        if (!chunk_type(t)) {
-            fprintf(stderr, "chunk: %s is not read by the chunk kernels alone (f32, f16, bf16 and the 32-value block types are)\n", tok);
+    const int n_types = bench_parse_types("chunk", o.types, types, KVQ_TYPE_COUNT);
+    if (n_types < 0) return 1;
+    for (int i = 0; i < n_types; i++)
+        if (!chunk_type(types[i])) {
+            fprintf(stderr, "chunk: %s is not read by the chunk kernels alone (f32, f16, bf16 and the 32-value block types are)\n",
+                    kvq_type_name(types[i]));
             return 1;
         }
-        if (n_types < KVQ_TYPE_COUNT) types[n_types++] = t;
-    }
     printf("## chunk kernels alone: GQA %d, head_dim %d, %d rows in L1, 1 thread, CPU time, best of %d rounds\n\n"
            "| type | level | K scores ns/key | V sums ns/key | K+V ns/key | per query head |\n"
            "|---|---|---:|---:|---:|---:|\n",

@@ -103,22 +103,14 @@ int bench_decode_step(int argc, char **argv) {
     static const char *all_levels[] = { "scalar", "avx2-tile", "avx2", "avx512-tile", "avx512" };
     decode_cfg cfg[MAX_CFG];
     int n = 0;
-    char tbuf[256];
-    snprintf(tbuf, sizeof tbuf, "%s", o.types);
-    for (char *sv = NULL, *tok = strtok_r(tbuf, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
-        const kvq_type t = kvq_type_from_name(tok);
-        if (t == KVQ_TYPE_COUNT) { fprintf(stderr, "decode: unknown type %s\n", tok); return 1; }
+    kvq_type types[KVQ_TYPE_COUNT];
+    const int n_types = bench_parse_types("decode", o.types, types, KVQ_TYPE_COUNT);
+    if (n_types < 0) return 1;
+    for (int ti = 0; ti < n_types; ti++) {
+        const kvq_type t = types[ti];
         for (size_t l = 0; l < KVQ_ARRAY_LEN(all_levels); l++) {
             const attn_block_kernels *k = attn_block_level(all_levels[l]);
-            if (!k || (o.levels ? !strstr(o.levels, all_levels[l]) : !strcmp(all_levels[l], "scalar"))) continue;
-            if (o.levels) {   /* whole names only ("avx2" must not pick "avx2-tile") */
-                char lbuf[256];
-                snprintf(lbuf, sizeof lbuf, "%s", o.levels);
-                bool found = false;
-                for (char *s2 = NULL, *w = strtok_r(lbuf, ",", &s2); w; w = strtok_r(NULL, ",", &s2))
-                    found |= !strcmp(w, all_levels[l]);
-                if (!found) continue;
-            }
+            if (!k || (o.levels ? !bench_in_list(o.levels, all_levels[l]) : !strcmp(all_levels[l], "scalar"))) continue;
             if (n == MAX_CFG) break;
             cfg[n++] = (decode_cfg){ t, k, NULL, INFINITY };
         }

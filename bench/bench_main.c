@@ -81,6 +81,38 @@ float bench_gauss(uint64_t *s) {
     return (acc - 2.0f) * 1.7320508f;
 }
 
+bool bench_in_list(const char *list, const char *word) {
+    const size_t n = strlen(word);
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, word, n)) return true;
+        p = e ? e + 1 : NULL;
+    }
+    return false;
+}
+
+int bench_parse_types(const char *group, const char *list, kvq_type *types, int max) {
+    int n = 0;
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
+        p = e ? e + 1 : NULL;
+        if (!len) continue;   /* ",," and a trailing comma, as strtok */
+        if (n == max) {
+            fprintf(stderr, "%s: more than %d types\n", group, max);
+            return -1;
+        }
+        if ((types[n++] = kvq_type_from_name(name)) == KVQ_TYPE_COUNT) {
+            fprintf(stderr, "%s: unknown type %s\n", group, name);
+            return -1;
+        }
+    }
+    return n;
+}
+
 static void usage(FILE *out) {
     fprintf(out, "usage: kvq-bench [GROUP [ARGS...]] | --list | -h\n"
                  "Runs every benchmark group, or the one named (ARGS go to it; GROUP -h for its flags).\n");
