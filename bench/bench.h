@@ -60,8 +60,9 @@ float bench_gauss(uint64_t *s);
 /* Whether word is one of list's comma-separated words (whole words only:
  * "avx2" is not in "avx2-tile"). */
 bool bench_in_list(const char *list, const char *word);
-/* list's comma-separated type names into types[]: their number, or -1
- * after "GROUP: unknown type NAME" (or more than max) on stderr. */
+/* list's comma-separated cache type names into types[]: their number,
+ * or -1 after an error on stderr (cli_parse_type's, naming the known
+ * types, or more than max). */
 int bench_parse_types(const char *group, const char *list, kvq_type *types, int max);
 
 #endif

@@ -2,6 +2,7 @@
 #include "bench.h"
 #include "bench_matmul.h"
 #include "kvq.h"
+#include "../tools/cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,10 +106,7 @@ int bench_parse_types(const char *group, const char *list, kvq_type *types, int 
             fprintf(stderr, "%s: more than %d types\n", group, max);
             return -1;
         }
-        if ((types[n++] = kvq_type_from_name(name)) == KVQ_TYPE_COUNT) {
-            fprintf(stderr, "%s: unknown type %s\n", group, name);
-            return -1;
-        }
+        if (!cli_parse_type(group, name, true, &types[n++])) return -1;
     }
     return n;
 }
