@@ -35,6 +35,7 @@ int bench_decode_step(int argc, char **argv);
 int bench_chunk(int argc, char **argv);
 int bench_engine(int argc, char **argv);
 int bench_cachewrite(int argc, char **argv);
+int bench_vecops(int argc, char **argv);
 
 /* ---- helpers shared by groups (bench_main.c) ---- */
 
@@ -57,6 +58,9 @@ void bench_consume(double v);
  * (sum of four uniforms, unit variance) from it. */
 uint64_t bench_rng_next(uint64_t *s);
 float bench_gauss(uint64_t *s);
+/* The core's clock in Hz, estimated by a chain of dependent adds (one
+ * cycle each on x86); 0 where it cannot be estimated. */
+double bench_clock_hz(void);
 /* Whether word is one of list's comma-separated words (whole words only:
  * "avx2" is not in "avx2-tile"). */
 bool bench_in_list(const char *list, const char *word);

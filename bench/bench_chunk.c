@@ -12,7 +12,8 @@
  * Here the same kernels run on N rows (default 64: two chunks, a few KiB)
  * read over and over, so the figure is the kernels' own work: ns per key
  * for the scores of the GQA group and for the V sums, the thread's CPU
- * time, best of ROUNDS.  The rows are followed by padding, so the
+ * time, best of ROUNDS, and K+V in cycles at the clock bench_clock_hz
+ * estimates (to set against `kvq-bench vecops`' instructions per cycle).  The rows are followed by padding, so the
  * kernels' software prefetch (a few chunks ahead) reads mapped memory
  * as it does in a cache.  Not a bound, not a model: a kernel's cost.
  */
@@ -84,7 +85,7 @@ static bool chunk_type(kvq_type ty) {
 }
 
 /* One type at every chosen level: a table row per level. */
-static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *levels, int n_levels) {
+static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *levels, int n_levels, double hz) {
     const kvq_type_traits *tr = kvq_type_get(ty);
     const int len = o->head_dim, G = o->gqa;
     const int n_rows = (o->rows + CHUNK - 1) / CHUNK * CHUNK, total = n_rows + PAD_CHUNKS * CHUNK;
@@ -118,8 +119,8 @@ static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *level
             v_best = fmin(v_best, bench_time(run_values, &r, 3, 0.02));
         }
         const double k_ns = k_best * 1e9 / n_rows, v_ns = v_best * 1e9 / n_rows;
-        printf("| %s | %s | %.2f | %.2f | %.2f | %.2f |\n", tr->name, kr->level, k_ns, v_ns, k_ns + v_ns,
-               (k_ns + v_ns) / G);
+        printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.0f |\n", tr->name, kr->level, k_ns, v_ns, k_ns + v_ns,
+               (k_ns + v_ns) / G, (k_ns + v_ns) * 1e-9 * hz);
     }
     bench_consume(acc[0] + w[0]);
     free(packed);
@@ -151,11 +152,13 @@ int bench_chunk(int argc, char **argv) {
                     kvq_type_name(types[i]));
             return 1;
         }
-    printf("## chunk kernels alone: GQA %d, head_dim %d, %d rows in L1, 1 thread, CPU time, best of %d rounds\n\n"
-           "| type | level | K scores ns/key | V sums ns/key | K+V ns/key | per query head |\n"
-           "|---|---|---:|---:|---:|---:|\n",
-           o.gqa, o.head_dim, (o.rows + CHUNK - 1) / CHUNK * CHUNK, o.rounds);
+    const double hz = bench_clock_hz();
+    printf("## chunk kernels alone: GQA %d, head_dim %d, %d rows in L1, 1 thread, CPU time, best of %d rounds; "
+           "clock ~%.2f GHz\n\n"
+           "| type | level | K scores ns/key | V sums ns/key | K+V ns/key | per query head | K+V cycles/key |\n"
+           "|---|---|---:|---:|---:|---:|---:|\n",
+           o.gqa, o.head_dim, (o.rows + CHUNK - 1) / CHUNK * CHUNK, o.rounds, hz * 1e-9);
     int status = 0;
-    for (int i = 0; i < n_types && !status; i++) status = bench_type(&o, types[i], levels, n_levels);
+    for (int i = 0; i < n_types && !status; i++) status = bench_type(&o, types[i], levels, n_levels, hz);
     return status;
 }

@@ -18,6 +18,7 @@ static const bench_group g_groups[] = {
     { "chunk", "the chunk kernels alone (K scores, V sums) on rows in L1, ns per key, per type and level", bench_chunk },
     { "cachefmt", "KVarN/TurboQuant: decode attention over 32k tokens vs q4_0/f16, tile and row encode cost", bench_cachefmt },
     { "cachewrite", "cache writes per type (rows, KVarN tiles, TurboQuant trellis) vs the model's prefill, 1 and N threads", bench_cachewrite },
+    { "vecops", "throughput of the vector instructions the attention kernels use, per level, per cycle", bench_vecops },
     { "engine", "kvq bench on the synth qwen3 q8_0/q4_k models: prompt and generation t/s, 1 and 2 threads", bench_engine },
 };
 enum { N_GROUPS = sizeof g_groups / sizeof g_groups[0] };
@@ -109,6 +110,30 @@ int bench_parse_types(const char *group, const char *list, kvq_type *types, int 
         if (!cli_parse_type(group, name, true, &types[n++])) return -1;
     }
     return n;
+}
+
+/* A chain of dependent integer adds runs at one per cycle on every x86
+ * core: 8 x 10^7 of them, best of 3 (the CPU time of the fastest is the
+ * least disturbed by the host). */
+double bench_clock_hz(void) {
+#if defined(__x86_64__)
+    enum { ITERS = 10000000 };
+    double best = 0.0;
+    for (int r = 0; r < 3; r++) {
+        unsigned long x = 0;
+        const double t0 = bench_cpu_now();
+        for (long i = 0; i < ITERS; i++)
+            __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                             "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
+                             : "+r"(x));
+        const double dt = bench_cpu_now() - t0;
+        bench_consume((double)x);
+        if (dt > 0 && 8.0 * ITERS / dt > best) best = 8.0 * ITERS / dt;
+    }
+    return best;
+#else
+    return 0.0;
+#endif
 }
 
 static void usage(FILE *out) {
