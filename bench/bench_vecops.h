@@ -3,7 +3,8 @@
  * of, timed alone (kvq-bench vecops): each level's file times
  * independent chains of one instruction and reports seconds per
  * instruction.  Built with that level's flags (the Makefile's *_avx2.c,
- * *_avx512.c, *_vnni.c rule) and called only where the CPU has it.
+ * *_avx512.c, *_vnni.c rule; their table: bench_vecops.inc) and called
+ * only where the CPU has it.
  */
 #ifndef KVQ_BENCH_VECOPS_H
 #define KVQ_BENCH_VECOPS_H
