@@ -58,6 +58,14 @@ void bench_consume(double v);
  * (sum of four uniforms, unit variance) from it. */
 uint64_t bench_rng_next(uint64_t *s);
 float bench_gauss(uint64_t *s);
+/* A flag's integer value v (NULL: missing) in [lo, hi] into *out, or one
+ * error line naming the group, the flag and the range, and false. */
+bool bench_flag_int(const char *group, const char *flag, const char *v, int lo, int hi, int *out);
+/* The attention kernel levels to run: those of list (comma-separated;
+ * NULL: every level this CPU runs but "scalar") in the order of known[];
+ * their number, or -1 after one error line for a name not in known[], a
+ * level this CPU does not run, or nothing chosen. */
+int bench_levels(const char *group, const char *list, const char *const *known, int n_known, const char **out);
 /* The core's clock in Hz, estimated by a chain of dependent adds (one
  * cycle each on x86); 0 where it cannot be estimated. */
 double bench_clock_hz(void);

@@ -59,26 +59,28 @@ static void run_values(void *ctx) {
 static int parse(chunk_opts *o, int argc, char **argv) {
     for (int i = 1; i < argc; i += 2) {   /* every flag takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) { fprintf(stderr, "chunk: %s needs a value\n", a); return 1; }
-        int *dst = !strcmp(a, "--gqa") ? &o->gqa : !strcmp(a, "--head-dim") ? &o->head_dim
-                 : !strcmp(a, "--rows") ? &o->rows : !strcmp(a, "-r") ? &o->rounds : NULL;
-        if (dst) *dst = atoi(v);
-        else if (!strcmp(a, "--types")) o->types = v;
-        else if (!strcmp(a, "--levels")) o->levels = v;
-        else { fprintf(stderr, "chunk: unknown flag %s\n", a); return 1; }
+        bool ok = true;
+        if (!strcmp(a, "--gqa")) ok = bench_flag_int("chunk", a, v, 1, MAX_GQA, &o->gqa);
+        else if (!strcmp(a, "--head-dim")) ok = bench_flag_int("chunk", a, v, 32, MAX_DIM, &o->head_dim);
+        else if (!strcmp(a, "--rows")) ok = bench_flag_int("chunk", a, v, 1, 1 << 16, &o->rows);
+        else if (!strcmp(a, "-r")) ok = bench_flag_int("chunk", a, v, 1, 100, &o->rounds);
+        else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
+            if (!v) { fprintf(stderr, "chunk: %s needs a value\n", a); return 1; }
+            *(a[2] == 't' ? &o->types : &o->levels) = v;
+        } else { fprintf(stderr, "chunk: unknown flag %s\n", a); return 1; }
+        if (!ok) return 1;
     }
-    if (o->gqa < 1 || o->gqa > MAX_GQA || o->head_dim < 32 || o->head_dim > MAX_DIM || o->head_dim % 32 ||
-        o->rows < 1 || o->rows > 1 << 16 || o->rounds < 1) {
-        fprintf(stderr, "chunk: bad sizes (--gqa 1-%d, --head-dim a multiple of 32 up to %d, --rows 1-65536)\n",
-                MAX_GQA, MAX_DIM);
+    if (o->head_dim % 32) {
+        fprintf(stderr, "chunk: --head-dim %d is not a multiple of 32\n", o->head_dim);
         return 1;
     }
     return 0;
 }
 
 /* The types whose rows a chunk's hooks read by themselves: f32, f16,
- * bf16 and the 32-value block types (records and TurboQuant codes read
- * their cache side's state). */
+ * bf16 and the 32-value block types (KVarN records and TurboQuant rows,
+ * written through a cache's rotation and tiles, are timed by `decode`,
+ * whose cache writes them as the engine does). */
 static bool chunk_type(kvq_type ty) {
     const kvq_type_traits *tr = kvq_type_get(ty);
     return tr && tr->is_cache_type && tr->quantize && !tr->row_bytes;
@@ -119,8 +121,9 @@ static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *level
             v_best = fmin(v_best, bench_time(run_values, &r, 3, 0.02));
         }
         const double k_ns = k_best * 1e9 / n_rows, v_ns = v_best * 1e9 / n_rows;
-        printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.0f |\n", tr->name, kr->level, k_ns, v_ns, k_ns + v_ns,
-               (k_ns + v_ns) / G, (k_ns + v_ns) * 1e-9 * hz);
+        printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | ", tr->name, kr->level, k_ns, v_ns, k_ns + v_ns, (k_ns + v_ns) / G);
+        if (hz > 0) printf("%.0f |\n", (k_ns + v_ns) * 1e-9 * hz);
+        else printf("- |\n");
     }
     bench_consume(acc[0] + w[0]);
     free(packed);
@@ -135,17 +138,14 @@ static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *level
 int bench_chunk(int argc, char **argv) {
     chunk_opts o = { "f16,q8_0,q4_0,iq4_nl,q3_0", NULL, 2, 128, 2 * CHUNK, 3 };
     if (parse(&o, argc, argv)) return 1;
-    static const char *all_levels[] = { "scalar", "avx2", "avx512" };
+    static const char *const all_levels[] = { "scalar", "avx2", "avx512" };
     const char *levels[3];
-    int n_levels = 0;
-    for (int l = 0; l < 3; l++) {
-        if (!attn_block_level(all_levels[l])) continue;
-        if (o.levels ? bench_in_list(o.levels, all_levels[l]) : strcmp(all_levels[l], "scalar") != 0)
-            levels[n_levels++] = all_levels[l];
-    }
+    const int n_levels = bench_levels("chunk", o.levels, all_levels, 3, levels);
+    if (n_levels < 0) return 1;
     kvq_type types[KVQ_TYPE_COUNT];
     const int n_types = bench_parse_types("chunk", o.types, types, KVQ_TYPE_COUNT);
     if (n_types < 0) return 1;
+    if (!n_types) { fprintf(stderr, "chunk: --types names no type\n"); return 1; }
     for (int i = 0; i < n_types; i++)
         if (!chunk_type(types[i])) {
             fprintf(stderr, "chunk: %s is not read by the chunk kernels alone (f32, f16, bf16 and the 32-value block types are)\n",

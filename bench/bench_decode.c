@@ -7,12 +7,13 @@
  *
  * Default: the qwen3-0.6B attention shape (8 KV heads x 128, GQA 2) at
  * 16384 cached tokens, types f16 q8_0 q4_0, every kernel level this CPU
- * runs.  All (type, level) configurations are timed round-robin, ROUNDS
+ * runs but scalar.  All (type, level) configurations are timed round-robin, ROUNDS
  * times, and the best step of all rounds is printed (the machine is
  * shared: the fastest step is the one least disturbed); the thread's CPU
  * time with 1 thread (waiting for a core is not counted), wall clock with
- * THREADS > 1.  "% bound" = (K + V body bytes of every key / the
- * read bandwidth measured with the same threads) / step time.
+ * THREADS > 1.  "% bound" = (the K and V bytes the step reads, exact
+ * rows included, kvq_cache_query_bytes_all / the read bandwidth measured
+ * with the same threads) / step time.
  */
 #include "bench.h"
 #include "attn_block.h"
@@ -31,8 +32,13 @@ typedef struct decode_opts {
 } decode_opts;
 
 
-/* DISTINCT written rows repeated to n_ctx (quantising every row would
- * dominate; attention reads the same bytes either way). */
+/* One layer holding n_ctx positions, written through kvq_cache_write as
+ * the engine writes them, so that every type's rows, KVarN tiles and
+ * exact regions are what a decode step at that depth reads: DISTINCT
+ * Gaussian rows repeated, in calls of DISTINCT positions, then the last
+ * position alone (a decode step's own write, left in the stage).
+ * Quantising every row costs seconds for the trellis types, nothing
+ * next to the timed rounds. */
 static kvq_cache *make_cache(const decode_opts *o, kvq_type t) {
     kvq_cache_params p;
     kvq_cache_params_default(&p);
@@ -46,19 +52,20 @@ static kvq_cache *make_cache(const decode_opts *o, kvq_type t) {
     if (kvq_cache_create(&p, &c, &err)) { fprintf(stderr, "decode: %s\n", err.msg); return NULL; }
     const size_t n = (size_t)DISTINCT * o->kv_heads * o->head_dim;
     float *kv = malloc(2 * n * sizeof(float));
+    if (!kv) { fprintf(stderr, "decode: out of memory\n"); kvq_cache_free(c); return NULL; }
     uint64_t seed = 1;
-    for (size_t i = 0; kv && i < 2 * n; i++) kv[i] = bench_gauss(&seed);
-    if (!kv || kvq_cache_write(c, 0, 0, DISTINCT, kv, kv + n, &err)) { free(kv); kvq_cache_free(c); return NULL; }
-    free(kv);
-    const kvq_cache_side *sides[2] = { &c->k[0], &c->v[0] };
-    for (int s = 0; s < 2; s++)
-        for (int h = 0; h < o->kv_heads; h++) {
-            uint8_t *head = sides[s]->body + (size_t)h * o->n_ctx * sides[s]->row_bytes;
-            for (int p0 = DISTINCT; p0 < o->n_ctx; p0 += DISTINCT)
-                memcpy(head + (size_t)p0 * sides[s]->row_bytes, head,
-                       (size_t)KVQ_MIN(DISTINCT, o->n_ctx - p0) * sides[s]->row_bytes);
+    for (size_t i = 0; i < 2 * n; i++) kv[i] = bench_gauss(&seed);
+    for (int pos = 0; pos < o->n_ctx;) {
+        const int rows = pos + 1 == o->n_ctx ? 1 : KVQ_MIN(DISTINCT, o->n_ctx - 1 - pos);
+        if (kvq_cache_write(c, 0, pos, rows, kv, kv + n, &err)) {
+            fprintf(stderr, "decode: writing %s at %d: %s\n", kvq_type_name(t), pos, err.msg);
+            free(kv);
+            kvq_cache_free(c);
+            return NULL;
         }
-    c->n_stored[0] = o->n_ctx;
+        pos += rows;
+    }
+    free(kv);
     return c;
 }
 
@@ -69,89 +76,117 @@ typedef struct decode_cfg {
     double best;
 } decode_cfg;
 
+/* One decode step's time in seconds, or -1 after an error line. */
 static double step(const decode_opts *o, decode_cfg *c, const float *q, float *out, kvq_pool *pool) {
     const kvq_attend_loop loop = { KVQ_PASS_CHUNKED, c->level, false };
     double (*clock)(void) = pool ? bench_now : bench_cpu_now;
+    kvq_error err;
     const double t0 = clock();
-    kvq_cache_attend_loop(c->cache, 0, o->n_ctx - 1, 1, o->kv_heads * o->gqa, q, 1.0f / sqrtf((float)o->head_dim),
-                          out, pool, NULL, &loop, NULL);
-    return clock() - t0;
+    const kvq_status st = kvq_cache_attend_loop(c->cache, 0, o->n_ctx - 1, 1, o->kv_heads * o->gqa, q,
+                                                1.0f / sqrtf((float)o->head_dim), out, pool, NULL, &loop, &err);
+    const double t = clock() - t0;
+    if (st == KVQ_OK) return t;
+    fprintf(stderr, "decode: %s at %s: %s\n", kvq_type_name(c->type), c->level->level, err.msg);
+    return -1;
 }
 
 static int parse(decode_opts *o, int argc, char **argv) {
     for (int i = 1; i < argc; i += 2) {   /* every flag takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int *dst = !strcmp(a, "-c") ? &o->n_ctx : !strcmp(a, "--kv-heads") ? &o->kv_heads
-                 : !strcmp(a, "--gqa") ? &o->gqa : !strcmp(a, "--head-dim") ? &o->head_dim
-                 : !strcmp(a, "-t") ? &o->threads : !strcmp(a, "-r") ? &o->rounds : NULL;
-        if (!v) { fprintf(stderr, "decode: %s needs a value\n", a); return 1; }
-        if (dst) *dst = atoi(v);
-        else if (!strcmp(a, "--types")) o->types = v;
-        else if (!strcmp(a, "--levels")) o->levels = v;
-        else { fprintf(stderr, "decode: unknown flag %s\n", a); return 1; }
-    }
-    if (o->n_ctx < 1 || o->kv_heads < 1 || o->gqa < 1 || o->head_dim < 8 || o->threads < 1 || o->rounds < 1) {
-        fprintf(stderr, "decode: bad sizes\n");
-        return 1;
+        bool ok = true;
+        if (!strcmp(a, "-c")) ok = bench_flag_int("decode", a, v, 1, 1 << 20, &o->n_ctx);
+        else if (!strcmp(a, "--kv-heads")) ok = bench_flag_int("decode", a, v, 1, 64, &o->kv_heads);
+        else if (!strcmp(a, "--gqa")) ok = bench_flag_int("decode", a, v, 1, 16, &o->gqa);
+        else if (!strcmp(a, "--head-dim")) ok = bench_flag_int("decode", a, v, 8, KVQ_MAX_HEAD_DIM, &o->head_dim);
+        else if (!strcmp(a, "-t")) ok = bench_flag_int("decode", a, v, 1, 256, &o->threads);
+        else if (!strcmp(a, "-r")) ok = bench_flag_int("decode", a, v, 1, 100, &o->rounds);
+        else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
+            if (!v) { fprintf(stderr, "decode: %s needs a value\n", a); return 1; }
+            *(a[2] == 't' ? &o->types : &o->levels) = v;
+        } else { fprintf(stderr, "decode: unknown flag %s\n", a); return 1; }
+        if (!ok) return 1;
     }
     return 0;
 }
 
-int bench_decode_step(int argc, char **argv) {
-    decode_opts o = { 16384, 8, 2, 128, 1, 3, "f16,q8_0,q4_0", NULL };
-    if (parse(&o, argc, argv)) return 1;
-    static const char *all_levels[] = { "scalar", "avx2-tile", "avx2", "avx512-tile", "avx512" };
-    decode_cfg cfg[MAX_CFG];
-    int n = 0;
-    kvq_type types[KVQ_TYPE_COUNT];
-    const int n_types = bench_parse_types("decode", o.types, types, KVQ_TYPE_COUNT);
-    if (n_types < 0) return 1;
-    for (int ti = 0; ti < n_types; ti++) {
-        const kvq_type t = types[ti];
-        for (size_t l = 0; l < KVQ_ARRAY_LEN(all_levels); l++) {
-            const attn_block_kernels *k = attn_block_level(all_levels[l]);
-            if (!k || (o.levels ? !bench_in_list(o.levels, all_levels[l]) : !strcmp(all_levels[l], "scalar"))) continue;
-            if (n == MAX_CFG) break;
-            cfg[n++] = (decode_cfg){ t, k, NULL, INFINITY };
-        }
-    }
-    kvq_pool *pool = o.threads > 1 ? kvq_pool_create(o.threads) : NULL;
-    const double gbs = bench_read_bandwidth(o.threads);
-    for (int i = 0; i < n; i++) {
-        int same = -1;
-        for (int j = 0; j < i && same < 0; j++) same = cfg[j].type == cfg[i].type ? j : -1;
-        cfg[i].cache = same >= 0 ? cfg[same].cache : make_cache(&o, cfg[i].type);
-        if (!cfg[i].cache) return 1;
-    }
-    const int n_head = o.kv_heads * o.gqa;
-    float *q = malloc((size_t)n_head * o.head_dim * sizeof *q), *out = malloc((size_t)n_head * o.head_dim * sizeof *out);
-    uint64_t seed = 7;
-    for (int i = 0; i < n_head * o.head_dim; i++) q[i] = bench_gauss(&seed);
-    for (int r = 0; r < o.rounds; r++)
-        for (int i = 0; i < n; i++) {
-            step(&o, &cfg[i], q, out, pool);   /* warm */
-            for (int s = 0; s < 5; s++) cfg[i].best = fmin(cfg[i].best, step(&o, &cfg[i], q, out, pool));
-        }
-    printf("## decode attention: %d KV heads x %d, GQA %d, %d cached tokens, %d thread%s, best of %d rounds x 5 steps\n\n"
-           "Read bandwidth %.1f GB/s (%d threads).\n\n| type | level | ms | GB/s | %% bound | vs f16 (same level) |\n"
-           "|---|---|---:|---:|---:|---:|\n",
-           o.kv_heads, o.head_dim, o.gqa, o.n_ctx, o.threads, o.threads == 1 ? "" : "s", o.rounds, gbs, o.threads);
-    for (int i = 0; i < n; i++) {
-        const double bytes = 2.0 * (double)kvq_cache_row_bytes(cfg[i].type, o.kv_heads, o.head_dim) * o.n_ctx;
-        double f16 = 0;
-        for (int j = 0; j < n; j++)
-            if (cfg[j].type == KVQ_TYPE_F16 && cfg[j].level == cfg[i].level) f16 = cfg[j].best;
-        printf("| %s | %s | %.3f | %.1f | %.0f%% | %s%.2f |\n", kvq_type_name(cfg[i].type), cfg[i].level->level,
-               1e3 * cfg[i].best, bytes / cfg[i].best * 1e-9, 100.0 * bytes / (gbs * 1e9) / cfg[i].best,
-               f16 > 0 ? "" : "-", f16 > 0 ? f16 / cfg[i].best : 0.0);
-    }
+static void free_caches(decode_cfg *cfg, int n) {
     for (int i = 0; i < n; i++) {
         bool first = true;
         for (int j = 0; j < i; j++) first &= cfg[j].cache != cfg[i].cache;
         if (first) kvq_cache_free(cfg[i].cache);
     }
+}
+
+/* Every configuration timed round-robin, the best step of each kept;
+ * false after an error line. */
+static bool time_all(const decode_opts *o, decode_cfg *cfg, int n, kvq_pool *pool) {
+    const int n_head = o->kv_heads * o->gqa;
+    float *q = malloc((size_t)n_head * o->head_dim * sizeof *q), *out = malloc((size_t)n_head * o->head_dim * sizeof *out);
+    bool ok = q && out;
+    if (!ok) fprintf(stderr, "decode: out of memory\n");
+    uint64_t seed = 7;
+    for (int i = 0; ok && i < n_head * o->head_dim; i++) q[i] = bench_gauss(&seed);
+    for (int r = 0; ok && r < o->rounds; r++)
+        for (int i = 0; ok && i < n; i++)
+            for (int s = 0; ok && s < 6; s++) {   /* a warm-up step, then 5 timed */
+                const double t = step(o, &cfg[i], q, out, pool);
+                ok = t >= 0;
+                if (s > 0) cfg[i].best = fmin(cfg[i].best, t);
+            }
     free(q);
     free(out);
+    return ok;
+}
+
+int bench_decode_step(int argc, char **argv) {
+    decode_opts o = { 16384, 8, 2, 128, 1, 3, "f16,q8_0,q4_0", NULL };
+    if (parse(&o, argc, argv)) return 1;
+    static const char *const all_levels[] = { "scalar", "avx2-tile", "avx2", "avx512-tile", "avx512" };
+    const char *levels[KVQ_ARRAY_LEN(all_levels)];
+    const int n_levels = bench_levels("decode", o.levels, all_levels, (int)KVQ_ARRAY_LEN(all_levels), levels);
+    if (n_levels < 0) return 1;
+    kvq_type types[KVQ_TYPE_COUNT];
+    const int n_types = bench_parse_types("decode", o.types, types, KVQ_TYPE_COUNT);
+    if (n_types < 0) return 1;
+    if (!n_types) { fprintf(stderr, "decode: --types names no type\n"); return 1; }
+    if (n_types * n_levels > MAX_CFG) {
+        fprintf(stderr, "decode: %d types x %d levels: at most %d configurations\n", n_types, n_levels, MAX_CFG);
+        return 1;
+    }
+    decode_cfg cfg[MAX_CFG];
+    int n = 0;
+    for (int ti = 0; ti < n_types; ti++) {
+        kvq_cache *cache = make_cache(&o, types[ti]);   /* one cache per type, shared by its levels */
+        if (!cache) { free_caches(cfg, n); return 1; }
+        for (int l = 0; l < n_levels; l++) cfg[n++] = (decode_cfg){ types[ti], attn_block_level(levels[l]), cache, INFINITY };
+    }
+    kvq_pool *pool = o.threads > 1 ? kvq_pool_create(o.threads) : NULL;
+    if (o.threads > 1 && !pool) {
+        fprintf(stderr, "decode: cannot start %d threads\n", o.threads);
+        free_caches(cfg, n);
+        return 1;
+    }
+    const double gbs = bench_read_bandwidth(o.threads);
+    const bool ok = time_all(&o, cfg, n, pool);
+    if (ok) {
+        printf("## decode attention: %d KV heads x %d, GQA %d, %d cached tokens, %d thread%s, best of %d rounds x 5 steps\n\n"
+               "Read bandwidth %.1f GB/s (%d threads).\n\n| type | level | ms | GB/s | %% bound | vs f16 (same level) |\n"
+               "|---|---|---:|---:|---:|---:|\n",
+               o.kv_heads, o.head_dim, o.gqa, o.n_ctx, o.threads, o.threads == 1 ? "" : "s", o.rounds, gbs, o.threads);
+        for (int i = 0; i < n; i++) {
+            const double bytes = kvq_cache_query_bytes_all(cfg[i].cache, o.n_ctx - 1);   /* K and V, exact rows too */
+            double f16 = 0;
+            for (int j = 0; j < n; j++)
+                if (cfg[j].type == KVQ_TYPE_F16 && cfg[j].level == cfg[i].level) f16 = cfg[j].best;
+            printf("| %s | %s | %.3f | %.1f | ", kvq_type_name(cfg[i].type), cfg[i].level->level, 1e3 * cfg[i].best,
+                   bytes / cfg[i].best * 1e-9);
+            if (gbs > 0) printf("%.0f%% | ", 100.0 * bytes / (gbs * 1e9) / cfg[i].best);
+            else printf("- | ");
+            if (f16 > 0) printf("%.2f |\n", f16 / cfg[i].best);
+            else printf("- |\n");
+        }
+    }
+    free_caches(cfg, n);
     kvq_pool_free(pool);
-    return 0;
+    return ok ? 0 : 1;
 }

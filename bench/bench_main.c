@@ -1,6 +1,7 @@
 /* bench_main.c - runs the named benchmark groups of bench.h's table. */
 #include "bench.h"
 #include "bench_matmul.h"
+#include "attn_block.h"
 #include "kvq.h"
 #include "../tools/cli.h"
 
@@ -110,6 +111,45 @@ int bench_parse_types(const char *group, const char *list, kvq_type *types, int 
         if (!cli_parse_type(group, name, true, &types[n++])) return -1;
     }
     return n;
+}
+
+bool bench_flag_int(const char *group, const char *flag, const char *v, int lo, int hi, int *out) {
+    long x;
+    if (!v) fprintf(stderr, "%s: %s needs a value\n", group, flag);
+    else if (cli_parse_long(v, lo, hi, &x)) {
+        *out = (int)x;
+        return true;
+    } else fprintf(stderr, "%s: %s: '%s' is not an integer in %d..%d\n", group, flag, v, lo, hi);
+    return false;
+}
+
+int bench_levels(const char *group, const char *list, const char *const *known, int n_known, const char **out) {
+    for (const char *p = list; p && *p;) {   /* every named level must exist and run here */
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
+        p = e ? e + 1 : NULL;
+        if (!len) continue;
+        int k = 0;
+        while (k < n_known && strcmp(known[k], name)) k++;
+        if (k == n_known) {
+            fprintf(stderr, "%s: unknown level '%s' (levels:", group, name);
+            for (int i = 0; i < n_known; i++) fprintf(stderr, " %s", known[i]);
+            fprintf(stderr, ")\n");
+            return -1;
+        }
+        if (!attn_block_level(name)) {
+            fprintf(stderr, "%s: level '%s' does not run on this CPU (best: %s)\n", group, name, kvq_simd_level());
+            return -1;
+        }
+    }
+    int n = 0;
+    for (int i = 0; i < n_known; i++)
+        if (attn_block_level(known[i]) && (list ? bench_in_list(list, known[i]) : strcmp(known[i], "scalar") != 0))
+            out[n++] = known[i];
+    if (!n) fprintf(stderr, "%s: no kernel level chosen\n", group);
+    return n ? n : -1;
 }
 
 /* A chain of dependent integer adds runs at one per cycle on every x86

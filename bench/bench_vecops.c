@@ -43,17 +43,14 @@ static void print_rows(const char *level, const vecop_time *t, int n, double hz)
 }
 
 int bench_vecops(int argc, char **argv) {
-    long iters = 20000000;
-    int rounds = 3;
-    for (int i = 1; i < argc; i += 2) {
+    int iters = 20000000, rounds = 3;
+    for (int i = 1; i < argc; i += 2) {   /* every flag takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) { fprintf(stderr, "vecops: %s needs a value\n", a); return 1; }
-        char *end;
-        const long x = strtol(v, &end, 10);
-        if (*end || x < 1) { fprintf(stderr, "vecops: %s wants a positive integer, got '%s'\n", a, v); return 1; }
-        if (!strcmp(a, "-n")) iters = x;
-        else if (!strcmp(a, "-r") && x <= 100) rounds = (int)x;
-        else { fprintf(stderr, "vecops: unknown flag or value %s %s (-n ITERS, -r 1-100)\n", a, v); return 1; }
+        bool ok;
+        if (!strcmp(a, "-n")) ok = bench_flag_int("vecops", a, v, 1000, 1000000000, &iters);
+        else if (!strcmp(a, "-r")) ok = bench_flag_int("vecops", a, v, 1, 100, &rounds);
+        else { fprintf(stderr, "vecops: unknown flag %s (-n ITERS, -r ROUNDS)\n", a); return 1; }
+        if (!ok) return 1;
     }
     const double hz = bench_clock_hz();
     printf("\n## vector instruction throughput: %d chains each, 1 thread, CPU time, best of %d; clock ~%.2f GHz\n\n",

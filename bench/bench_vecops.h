@@ -14,7 +14,7 @@ enum { VECOPS_MAX = 16 };
 typedef struct vecop_time {
     const char *name;    /* the instruction and its register width */
     const char *used;    /* which kernels use it                    */
-    double seconds;      /* per instruction, 8 chains in flight     */
+    double seconds;      /* per instruction, VECOPS_CHAINS in flight */
 } vecop_time;
 
 /* Fill up to VECOPS_MAX rows, `iters` iterations of VECOPS_CHAINS
