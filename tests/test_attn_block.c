@@ -289,7 +289,7 @@ TEST(attn_block_fused_kernels_match_double) {
                       worst);
                 /* the integer sums are exact and the float steps (vector
                  * FMAs) one order, so AVX-512's 16-key add trees score with
-                 * the bits of AVX2's 4-key ones */
+                 * the bits of AVX2's 8-key ones */
                 const attn_block_kernels *avx2 = attn_block_level("avx2");
                 if (!strcmp(kr->level, "avx512") && avx2) {
                     static float w_avx2[MAXG * NK];

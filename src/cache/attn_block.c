@@ -2,7 +2,7 @@
  * attn_block.c - the chunked key loop of attention (attn_block.h): the
  * scalar instance of the kernels (the same kernel source as the SIMD
  * levels, attn_block.inc and attn_codes.inc, so their logic runs on every
- * machine), the query's rounding to int8, the choice of ISA, and the row
+ * machine), the query's rounding to int16, the choice of ISA, and the row
  * hooks (row_hooks.h) of the plain and block types: the two steps the
  * attention pass calls per chunk (scores of the K rows, weighted sum of
  * the V rows) through the level's fused kernels (the 32-value block
@@ -172,7 +172,7 @@ bool attn_block_int_type(kvq_type t) { return (unsigned)t < KVQ_TYPE_COUNT && g_
 
 /* ------------------------------------------------------- ISA choice */
 
-/* The levels by ISA: index kvq_isa; [1] tile variants. */
+/* The kernels of an ISA level, or of its -tile variant. */
 static const attn_block_kernels *level_of(kvq_isa isa, bool tile) {
 #if defined(__x86_64__)
     if (isa == KVQ_ISA_AVX512) return tile ? attn_block_avx512_tile() : attn_block_avx512();

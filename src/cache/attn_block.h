@@ -73,8 +73,9 @@ typedef struct attn_query {
 
 /* Round one query row of len values (whole 32-blocks) to int16 per block,
  * the one rounding every level uses: scale[b] = max|q_b| / 32767 (0 for a
- * zero block, NaN for a block holding NaN or inf), qi = q / scale[b]
- * rounded to nearest (ties away from 0), sum[b] = sum of qi over b. */
+ * zero block, NaN for a block holding NaN or inf), qi = q * (32767 /
+ * max|q_b|) rounded to nearest (ties away from 0; within an ulp of
+ * q / scale[b]), sum[b] = sum of qi over b. */
 void attn_block_round_query(const float *q, int64_t len, int16_t *qi, float *scale, int32_t *sum);
 /* The values the integer kernels score with: qhat[i] = scale[b] * qi[i]. */
 void attn_block_rounded_values(const float *q, int64_t len, float *qhat);
@@ -176,8 +177,6 @@ const attn_block_kernels *attn_block_avx512_tile(void);
 /* Scalar exp with the same algorithm and bound as the vector ones. */
 float attn_block_exp(float x);
 
-/* One chunk of keys of one copy (body, ring, sink, stage) of a side, as
- * the row hooks (row_hooks.h) read it. */
 /* What a record type's hooks keep between the chunks of one run of keys
  * (KVarN: the query folded with a tile's column scales S and Z, and the
  * tile's V column scales O, each the same for the tile's four chunks).
@@ -196,6 +195,8 @@ typedef struct attn_run_memo {
     float o[ATTN_MEMO_WIDTH];
 } attn_run_memo;
 
+/* One chunk of keys of one copy (body, ring, sink, stage) of a side, as
+ * the row hooks (row_hooks.h) read it. */
 typedef struct attn_block_rows {
     const kvq_type_traits *tr;   /* the rows' traits: its dequantize unpacks them */
     kvq_type type;               /* the rows' type (its fused kernels at a level)  */

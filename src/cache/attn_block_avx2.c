@@ -41,11 +41,7 @@ static inline vw_x86 vwz_load(const int16_t *p) {
 }
 #define vwz_widen(c) vb_widen(c)
 #define vwz_s8(p) vw_s8(p)
-#define vwz_nib(p) vw_nib(p)
-#define vwz_of_vw(c) (c)
-static inline __m256i vwz_madd(vw_x86 c, vw_x86 q) {
-    return _mm256_add_epi32(_mm256_madd_epi16(c.lo, q.lo), _mm256_madd_epi16(c.hi, q.hi));
-}
+#define vwz_madd(c, q) vw_partial((c), (q).lo, (q).hi)
 
 /* A transposing add tree over 8 keys' partial-sum registers, pushed in key
  * order t = 0..7 (a constant after unrolling): 2 keys x 4 lanes, 4 x 2,
@@ -162,14 +158,8 @@ static inline void vf_nib(const uint8_t *p, __m256 x[4]) {
  * nibbles: x = even channels 0-14, even 16-30, odd 1-15, odd 17-31. */
 static inline __attribute__((always_inline)) void vf_kvarn(const kvd_x86 *d, const uint8_t *p, const int bits,
                                                            __m256 x[4]) {
-    if (bits == 4) {
-        const __m256i m = _mm256_set1_epi32(15);
-        const __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
-        const __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8)));
-        x[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b0, m));
-        x[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b1, m));
-        x[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4));
-        x[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4));
+    if (bits == 4) {   /* the same nibble split as the block types' vf_nib */
+        vf_nib(p, x);
         return;
     }
     const vw_x86 c = vw_kvarn(d, p, bits);

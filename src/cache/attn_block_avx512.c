@@ -63,12 +63,6 @@ static inline __m512i vwz_widen(__m256i c) { return _mm512_cvtepi8_epi16(c); }
 static inline __m512i vwz_s8(const uint8_t *p) {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)p));
 }
-/* 16 bytes of a 4-bit plane: codes 0-15 the low nibbles, 16-31 the high. */
-static inline __m512i vwz_nib(const uint8_t *p) {
-    const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, _mm256_set1_epi16(15))),
-                              _mm256_srli_epi16(x, 4), 1);
-}
 /* attn_kvarn_x86.h's two-register codes as one register. */
 static inline __m512i vwz_of_vw(vw_x86 c) { return _mm512_inserti64x4(_mm512_castsi256_si512(c.lo), c.hi, 1); }
 /* 16 int32 partial sums of one key's block (|pair| <= 2 * 128 * 32767). */

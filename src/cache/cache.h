@@ -185,8 +185,9 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
 /* Attention with explicit kernels: `table` is a whole trait table
  * (indexed by kvq_type, e.g. one filled by kvq_simd_table) whose row
  * kernels are used, NULL for the active one (kvq_type_get); key_splits > 0
- * forces that many key ranges (merged by log-sum-exp), 0 lets the kernel
- * choose from the thread count. */
+ * asks for that many key ranges (merged by log-sum-exp; at most one per
+ * key, and equal ranges can make fewer), 0 lets the pass choose them from
+ * the shapes (never the thread count: the same bits for any threads). */
 typedef struct kvq_attend_opts {
     const kvq_type_traits *table;
     int key_splits;
@@ -200,7 +201,7 @@ kvq_status kvq_cache_attend_opts(kvq_cache *c, int layer, int pos, int n, int n_
 typedef enum kvq_attend_pass {
     KVQ_PASS_DEFAULT = 0,  /* chunked without a table; per key with one (its dot/axpy) */
     KVQ_PASS_PER_KEY,      /* the reference: the type's dot and axpy per key and head */
-    KVQ_PASS_CHUNKED,      /* chunks of keys: the type's dequantize into f32 tiles, attn_block.h */
+    KVQ_PASS_CHUNKED,      /* chunks of keys through the row hooks (fused, in place, records or f32 tiles), attn_block.h */
 } kvq_attend_pass;
 
 struct attn_block_kernels;
@@ -211,7 +212,7 @@ typedef struct kvq_attend_loop {
     kvq_attend_pass pass;
     const struct attn_block_kernels *block;
     /* per-key pass: score body rows of the 32-value block types with the
-     * query rounded to int8 per block, as the chunked pass's integer
+     * query rounded to int16 per block, as the chunked pass's integer
      * kernels do (attn_block.h), so that the two can be compared closely */
     bool round_query;
 } kvq_attend_loop;

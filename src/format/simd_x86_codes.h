@@ -16,6 +16,7 @@
 #include "quant_block.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 static inline __m256i codes_join(__m128i lo, __m128i hi) {
     return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
