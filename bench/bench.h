@@ -58,6 +58,13 @@ void bench_consume(double v);
  * (sum of four uniforms, unit variance) from it. */
 uint64_t bench_rng_next(uint64_t *s);
 float bench_gauss(uint64_t *s);
+/* A cache of params p whose layer 0 holds positions 0..n_pos-1, written
+ * through kvq_cache_write as the engine writes them, so that every
+ * type's rows, KVarN tiles and exact regions are what a step at that
+ * depth reads: p->max_batch Gaussian rows repeated, in calls of that many
+ * positions, then the last position alone (a decode step's own write,
+ * left in the stage).  NULL after an error line naming the group. */
+kvq_cache *bench_written_cache(const char *group, const kvq_cache_params *p, int n_pos);
 /* A flag's integer value v (NULL: missing) in [lo, hi] into *out, or one
  * error line naming the group, the flag and the range, and false. */
 bool bench_flag_int(const char *group, const char *flag, const char *v, int lo, int hi, int *out);

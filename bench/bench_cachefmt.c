@@ -32,23 +32,7 @@ static float gauss(uint64_t *s) {          /* splitmix64 + Box-Muller */
     return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
 }
 
-/* The first DISTINCT tokens really written; their stored bytes repeated
- * up to CTX (rows: body rows; tiles: the one quantised tile's records),
- * so the attention reads real data without quantising 32k tokens. */
-static void repeat_body(kvq_cache *c, const kvq_cache_side *sd) {
-    for (int h = 0; h < HEADS_KV; h++) {
-        uint8_t *head = sd->body + (size_t)h * sd->body_head_bytes;
-        if (sd->layout == KVQ_LAYOUT_TILES) {
-            const size_t tile_bytes = (size_t)sd->n_slices * sd->record_bytes;
-            for (int t = 1; t < sd->n_tiles; t++) memcpy(head + (size_t)t * tile_bytes, head, tile_bytes);
-            continue;
-        }
-        for (int p0 = DISTINCT; p0 < CTX; p0 += DISTINCT)
-            memcpy(head + (size_t)p0 * sd->row_bytes, head, (size_t)KVQ_MIN(DISTINCT, CTX - p0) * sd->row_bytes);
-    }
-    (void)c;
-}
-
+/* CTX positions written as the engine writes them (bench_written_cache). */
 static kvq_cache *make_cache(kvq_type t) {
     kvq_cache_params p;
     kvq_cache_params_default(&p);
@@ -58,27 +42,7 @@ static kvq_cache *make_cache(kvq_type t) {
     p.max_batch = DISTINCT;
     p.type_k = p.type_v = t;
     p.tail_type = KVQ_TYPE_F16;
-    kvq_cache *c = NULL;
-    kvq_error err;
-    if (kvq_cache_create(&p, &c, &err) != KVQ_OK) {
-        fprintf(stderr, "bench cachefmt: %s\n", err.msg);
-        return NULL;
-    }
-    const size_t n = (size_t)DISTINCT * HEADS_KV * HEAD_DIM;
-    float *kv = malloc(2 * n * sizeof(float));
-    uint64_t seed = 1;
-    if (kv)
-        for (size_t i = 0; i < 2 * n; i++) kv[i] = gauss(&seed);
-    if (!kv || kvq_cache_write(c, 0, 0, DISTINCT, kv, kv + n, &err) != KVQ_OK) {
-        free(kv);
-        kvq_cache_free(c);
-        return NULL;
-    }
-    free(kv);
-    repeat_body(c, &c->k[0]);
-    repeat_body(c, &c->v[0]);
-    c->n_stored[0] = CTX;   /* the ring is never read: every tile of 0..CTX-1 is complete */
-    return c;
+    return bench_written_cache("cachefmt", &p, CTX);
 }
 
 static double time_decode(kvq_cache *c, const float *q, float *out, kvq_pool *pool) {
@@ -94,10 +58,11 @@ static double time_decode(kvq_cache *c, const float *q, float *out, kvq_pool *po
     return bench_median(times, reps);
 }
 
-typedef struct decode_job { kvq_cache *c; const float *q; float *out; } decode_job;
+typedef struct decode_job { kvq_cache *c; const float *q; float *out; bool failed; } decode_job;
 static void decode_once(void *ctx) {
     decode_job *j = ctx;
-    kvq_cache_attend(j->c, 0, CTX - 1, 1, HEADS_KV * GQA, j->q, 1.0f / sqrtf((float)HEAD_DIM), j->out, NULL, NULL);
+    j->failed |= kvq_cache_attend(j->c, 0, CTX - 1, 1, HEADS_KV * GQA, j->q, 1.0f / sqrtf((float)HEAD_DIM), j->out,
+                                  NULL, NULL) != KVQ_OK;
     bench_consume(j->out[0]);
 }
 
@@ -115,9 +80,10 @@ static void bench_decode(void) {
     size_t bytes[NT];
     for (int i = 0; i < NT; i++) {
         kvq_cache *c = make_cache(types[i]);
-        decode_job j = { c, q, out };
+        decode_job j = { c, q, out, false };
         t1[i] = c ? bench_time(decode_once, &j, 5, 0.1) : -1.0;   /* 1 thread: its CPU time */
-        t2[i] = c && pool2 ? time_decode(c, q, out, pool2) : t1[i];
+        if (j.failed) t1[i] = -1.0;
+        t2[i] = c && pool2 ? time_decode(c, q, out, pool2) : -1.0;
         kvq_cache_bytes b;
         kvq_cache_memory(c, &b);
         bytes[i] = b.k + b.v;
@@ -129,8 +95,15 @@ static void bench_decode(void) {
            "|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < NT; i++) {
         if (t1[i] <= 0.0) { printf("| %s | failed |\n", kvq_type_name(types[i])); continue; }
-        printf("| %s | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f |\n", kvq_type_name(types[i]), bytes[i] / 1048576.0,
-               1e3 * t1[i], 1e3 * t2[i], t1[0] / t1[i], t1[1] / t1[i], t2[0] / t2[i]);
+        printf("| %s | %.2f | %.3f | ", kvq_type_name(types[i]), bytes[i] / 1048576.0, 1e3 * t1[i]);
+        if (t2[i] > 0) printf("%.3f | ", 1e3 * t2[i]);
+        else printf("- | ");
+        if (t1[0] > 0) printf("%.2f | ", t1[0] / t1[i]);   /* types[0]: f16, types[1]: q4_0 */
+        else printf("- | ");
+        if (t1[1] > 0) printf("%.2f | ", t1[1] / t1[i]);
+        else printf("- | ");
+        if (t2[0] > 0 && t2[i] > 0) printf("%.2f |\n", t2[0] / t2[i]);
+        else printf("- |\n");
     }
     printf("\n");
     kvq_pool_free(pool2);
@@ -262,8 +235,8 @@ static void bench_iq4_search(void) {
 /* kvq-bench cachefmt [decode|tiles|encode]: all parts, or the one named. */
 int bench_cachefmt(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
-    if (only && strcmp(only, "decode") && strcmp(only, "tiles") && strcmp(only, "encode")) {
-        fprintf(stderr, "kvq-bench cachefmt: error: unknown part '%s' (decode, tiles, encode)\n", only);
+    if (argc > 2 || (only && strcmp(only, "decode") && strcmp(only, "tiles") && strcmp(only, "encode"))) {
+        fprintf(stderr, "kvq-bench cachefmt: error: one part at most: decode, tiles or encode\n");
         return 1;
     }
     printf("# Format cache types (simd %s)\n\n", kvq_simd_level());

@@ -32,13 +32,9 @@ typedef struct decode_opts {
 } decode_opts;
 
 
-/* One layer holding n_ctx positions, written through kvq_cache_write as
- * the engine writes them, so that every type's rows, KVarN tiles and
- * exact regions are what a decode step at that depth reads: DISTINCT
- * Gaussian rows repeated, in calls of DISTINCT positions, then the last
- * position alone (a decode step's own write, left in the stage).
- * Quantising every row costs seconds for the trellis types, nothing
- * next to the timed rounds. */
+/* One layer holding n_ctx positions, written as the engine writes them
+ * (bench_written_cache: quantising every row costs seconds for the
+ * trellis types, nothing next to the timed rounds). */
 static kvq_cache *make_cache(const decode_opts *o, kvq_type t) {
     kvq_cache_params p;
     kvq_cache_params_default(&p);
@@ -47,26 +43,7 @@ static kvq_cache *make_cache(const decode_opts *o, kvq_type t) {
     p.n_ctx = o->n_ctx;
     p.max_batch = DISTINCT;
     p.type_k = p.type_v = t;
-    kvq_cache *c = NULL;
-    kvq_error err;
-    if (kvq_cache_create(&p, &c, &err)) { fprintf(stderr, "decode: %s\n", err.msg); return NULL; }
-    const size_t n = (size_t)DISTINCT * o->kv_heads * o->head_dim;
-    float *kv = malloc(2 * n * sizeof(float));
-    if (!kv) { fprintf(stderr, "decode: out of memory\n"); kvq_cache_free(c); return NULL; }
-    uint64_t seed = 1;
-    for (size_t i = 0; i < 2 * n; i++) kv[i] = bench_gauss(&seed);
-    for (int pos = 0; pos < o->n_ctx;) {
-        const int rows = pos + 1 == o->n_ctx ? 1 : KVQ_MIN(DISTINCT, o->n_ctx - 1 - pos);
-        if (kvq_cache_write(c, 0, pos, rows, kv, kv + n, &err)) {
-            fprintf(stderr, "decode: writing %s at %d: %s\n", kvq_type_name(t), pos, err.msg);
-            free(kv);
-            kvq_cache_free(c);
-            return NULL;
-        }
-        pos += rows;
-    }
-    free(kv);
-    return c;
+    return bench_written_cache("decode", &p, o->n_ctx);
 }
 
 typedef struct decode_cfg {

@@ -113,6 +113,30 @@ int bench_parse_types(const char *group, const char *list, kvq_type *types, int 
     return n;
 }
 
+kvq_cache *bench_written_cache(const char *group, const kvq_cache_params *p, int n_pos) {
+    kvq_cache *c = NULL;
+    kvq_error err;
+    if (kvq_cache_create(p, &c, &err)) { fprintf(stderr, "%s: %s\n", group, err.msg); return NULL; }
+    const int batch = KVQ_MIN(p->max_batch, n_pos);
+    const size_t nk = (size_t)batch * p->n_head_kv * p->head_dim_k, nv = (size_t)batch * p->n_head_kv * p->head_dim_v;
+    float *kv = malloc((nk + nv) * sizeof(float));
+    if (!kv) { fprintf(stderr, "%s: out of memory\n", group); kvq_cache_free(c); return NULL; }
+    uint64_t seed = 1;
+    for (size_t i = 0; i < nk + nv; i++) kv[i] = bench_gauss(&seed);
+    for (int pos = 0; pos < n_pos;) {
+        const int rows = pos + 1 == n_pos ? 1 : KVQ_MIN(batch, n_pos - 1 - pos);
+        if (kvq_cache_write(c, 0, pos, rows, kv, kv + nk, &err)) {
+            fprintf(stderr, "%s: writing %s at %d: %s\n", group, kvq_type_name(p->type_k), pos, err.msg);
+            free(kv);
+            kvq_cache_free(c);
+            return NULL;
+        }
+        pos += rows;
+    }
+    free(kv);
+    return c;
+}
+
 bool bench_flag_int(const char *group, const char *flag, const char *v, int lo, int hi, int *out) {
     long x;
     if (!v) fprintf(stderr, "%s: %s needs a value\n", group, flag);
