@@ -161,3 +161,29 @@ TEST(bench_json_rows_and_bytes) {
     CHECK(cache_bytes[0][1] == 8 * keys0 * 36 && cache_bytes[1][1] == 8 * keys40 * 36, "q4_0 cache bytes %.0f %.0f",
           cache_bytes[0][1], cache_bytes[1][1]);
 }
+
+/* -n 0 times no generation: the tg fields are null in --json and '-' in
+ * the table, never a bound made of the weights alone. */
+TEST(bench_without_generation_prints_no_tg_figures) {
+    const char *bin = test_kvq_bin();
+    if (!bin) SKIP("KVQ_BIN not set");
+    char path[128], cmd[512];
+    snprintf(path, sizeof path, "/tmp/kvq_test_bench_n0_%d.gguf", (int)getpid());
+    const synth_shape *s = synth_find_shape("tiny-qwen3");
+    kvq_error err = { 0 };
+    CHECK(!synth_write(s, SYNTH_W_Q8_0, 1, path, &err), "%s", err.msg);
+    static char out[16384];
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -t 1 -p 8 -n 0 -r 1 -d 0 --types f16 --json 2>/dev/null", bin, path);
+    int rc = test_run(cmd, out, sizeof out);
+    CHECK(rc == 0, "kvq bench -n 0 --json exited %d: %s", rc, out);
+    double v;
+    CHECK(json_number(out, "pp_tps", &v) && v > 0, "no pp_tps in %s", out);
+    static const char *nulls[] = { "\"tg_tps\": null", "\"tg_bound_tps\": null", "\"tg_bound_fraction\": null",
+                                   "\"tg_bytes_per_token\": null" };
+    for (size_t i = 0; i < sizeof nulls / sizeof nulls[0]; i++) CHECK(strstr(out, nulls[i]), "no %s in %s", nulls[i], out);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -t 1 -p 8 -n 0 -r 1 -d 0 --types f16 2>/dev/null", bin, path);
+    rc = test_run(cmd, out, sizeof out);
+    remove(path);
+    CHECK(rc == 0, "kvq bench -n 0 exited %d: %s", rc, out);
+    CHECK(strstr(out, "| - | - | - | - | - | - |"), "tg columns not '-': %s", out);
+}

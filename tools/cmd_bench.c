@@ -328,10 +328,14 @@ static void print_table(const bench_opts *o, bench_config *cfg, int n_cfg, int d
         ratio(tr, sizeof tr, ref[1], med[1]);
         ratio(tcr, sizeof tcr, ref[3], med[3]);
         printf("| %s/%s | %s |", kvq_type_name(cfg[c].cache.type_k), kvq_type_name(cfg[c].cache.type_v), rot);
-        for (int f = 0; f < 4; f++) printf(" %.1f |", per_second(tokens[f], med[f]));
+        for (int f = 0; f < 4; f++)
+            if (tokens[f]) printf(" %.1f |", per_second(tokens[f], med[f]));
+            else printf(" - |");   /* -n 0: no generation was timed */
         const row_bound b = bound_of(o, &cfg[c], med[1]);
-        printf(" %s | %s | %s | %.1f | %.1f | %.1f | %.0f%% |\n", pr, tr, tcr, b.best_tps, b.bytes / 1e6, b.tps,
-               100.0 * b.fraction);
+        if (o->run.n_gen)
+            printf(" %s | %s | %s | %.1f | %.1f | %.1f | %.0f%% |\n", pr, tr, tcr, b.best_tps, b.bytes / 1e6, b.tps,
+                   100.0 * b.fraction);
+        else printf(" %s | - | - | - | - | - | - |\n", pr);
     }
 }
 
@@ -344,18 +348,26 @@ static void print_json(const bench_opts *o, bench_config *cfg, int n_cfg, int de
                                           offsetof(bench_times, pp_cpu_s), offsetof(bench_times, tg_cpu_s) };
         for (int f = 0; f < 4; f++) med[f] = median_of(&cfg[c], o->reps, fields[f]);
         const row_bound b = bound_of(o, &cfg[c], med[1]);
-        char rot[48];
+        char rot[48], tg[6][32];
         plan_name(&cfg[c], rot, sizeof rot);
+        /* -n 0 times no generation: its fields are null, not a number */
+        const double tg_v[6] = { per_second(o->run.n_gen, med[1]), per_second(o->run.n_gen, med[3]), b.best_tps,
+                                 cfg[c].t[0].tg_cache_bytes, b.bytes, b.tps };
+        for (int f = 0; f < 6; f++)
+            if (o->run.n_gen) snprintf(tg[f], sizeof tg[f], f == 3 || f == 4 ? "%.0f" : f == 5 ? "%.4f" : "%.3f", tg_v[f]);
+            else snprintf(tg[f], sizeof tg[f], "null");
+        char frac[32];
+        if (o->run.n_gen) snprintf(frac, sizeof frac, "%.4f", b.fraction);
+        else snprintf(frac, sizeof frac, "null");
         printf("{\"model\": \"%s\", \"threads\": %d, \"act\": \"%s\", \"cache_k\": \"%s\", \"cache_v\": \"%s\", \"rotation\": \"%s\", "
-               "\"depth\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, \"pp_tps\": %.3f, \"tg_tps\": %.3f, "
-               "\"pp_cpu_tps\": %.3f, \"tg_cpu_tps\": %.3f, \"tg_best_tps\": %.3f, \"bandwidth_gbs\": %.3f, "
-               "\"tg_weight_bytes\": %.0f, \"tg_cache_bytes\": %.0f, \"tg_bytes_per_token\": %.0f, "
-               "\"tg_bound_tps\": %.4f, \"tg_bound_fraction\": %.4f}\n",
+               "\"depth\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, \"pp_tps\": %.3f, \"tg_tps\": %s, "
+               "\"pp_cpu_tps\": %.3f, \"tg_cpu_tps\": %s, \"tg_best_tps\": %s, \"bandwidth_gbs\": %.3f, "
+               "\"tg_weight_bytes\": %.0f, \"tg_cache_bytes\": %s, \"tg_bytes_per_token\": %s, "
+               "\"tg_bound_tps\": %s, \"tg_bound_fraction\": %s}\n",
                base ? base + 1 : o->model, n_threads, cli_act_name(o->run.act), kvq_type_name(cfg[c].cache.type_k),
                kvq_type_name(cfg[c].cache.type_v), rot, depth, o->run.n_prompt, o->run.n_gen, o->reps,
-               per_second(o->run.n_prompt, med[0]), per_second(o->run.n_gen, med[1]),
-               per_second(o->run.n_prompt, med[2]), per_second(o->run.n_gen, med[3]), b.best_tps, o->bandwidth_gbs,
-               cfg[c].t[0].tg_weight_bytes, cfg[c].t[0].tg_cache_bytes, b.bytes, b.tps, b.fraction);
+               per_second(o->run.n_prompt, med[0]), tg[0], per_second(o->run.n_prompt, med[2]), tg[1], tg[2],
+               o->bandwidth_gbs, cfg[c].t[0].tg_weight_bytes, tg[3], tg[4], tg[5], frac);
     }
 }
 
