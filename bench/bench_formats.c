@@ -87,11 +87,16 @@ int bench_formats(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout, 0);
         else if (!strcmp(a, "--values")) { if (!parse_long(a, v, 32, 1L << 26, &values)) return 1; i++; }
-        else if (!strcmp(a, "--dim")) { if (!parse_long(a, v, 32, 1L << 20, &dim)) return 1; i++; }
+        else if (!strcmp(a, "--dim")) { if (!parse_long(a, v, 32, KVQ_MAX_HEAD_DIM, &dim)) return 1; i++; }
         else if (!strcmp(a, "--reps")) { if (!parse_long(a, v, 1, 101, &reps)) return 1; i++; }
         else if (!strcmp(a, "--type")) {
             only = v ? kvq_type_from_name(v) : KVQ_TYPE_COUNT;
             if (only == KVQ_TYPE_COUNT) { fprintf(stderr, "kvq-bench formats: error: unknown type '%s'\n", v ? v : ""); return 1; }
+            const kvq_type_traits *tr = kvq_type_get_scalar(only);
+            if (!tr || !tr->quantize) {
+                fprintf(stderr, "kvq-bench formats: error: %s has no row quantiser to time (KVarN tiles: cachefmt tiles)\n", v);
+                return 1;
+            }
             i++;
         } else { fprintf(stderr, "kvq-bench formats: error: unknown flag '%s'\n", a); return usage(stderr, 1); }
     }
@@ -136,6 +141,10 @@ int bench_formats(int argc, char **argv) {
         const kvq_type_traits *ref = kvq_type_get_scalar((kvq_type)t);
         if (!ref || !ref->quantize || (only != KVQ_TYPE_COUNT && only != (kvq_type)t)) continue;
         const size_t rb = kvq_row_bytes((kvq_type)t, dim);
+        if (!rb) {   /* a row of dim values this type does not store (e.g. not its block multiple) */
+            printf("| %s | - | rows of %ld values not stored by this type |\n", ref->name, dim);
+            continue;
+        }
         const double packed_bytes = (double)rb * (double)(n / dim);
         for (int64_t r = 0; r < n / dim; r++) ref->quantize(x + r * dim, packed + (size_t)r * rb, dim);
         for (int op = 0; op < OP_COUNT; op++) {

@@ -162,15 +162,43 @@ int bench_matmul(int argc, char **argv) {
     bool levels = false;        /* --levels: the int8 dot of every kernel level instead */
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--rows") && v) rows = atoll(argv[++i]);
-        else if (!strcmp(argv[i], "--cols") && v) cols = atoll(argv[++i]);
-        else if (!strcmp(argv[i], "--reps") && v) reps = atoi(argv[++i]);
+        int x = 0;
+        bool ok = true;
+        if (!strcmp(argv[i], "--rows")) {
+            ok = bench_flag_int("matmul", argv[i], v, 1, 1 << 20, &x);
+            rows = x;
+            i++;
+        } else if (!strcmp(argv[i], "--cols")) {
+            ok = bench_flag_int("matmul", argv[i], v, 256, 1 << 20, &x);
+            cols = x;
+            i++;
+        } else if (!strcmp(argv[i], "--reps")) {
+            ok = bench_flag_int("matmul", argv[i], v, 1, 64, &reps);
+            i++;
+        }
         else if (!strcmp(argv[i], "--types") && v) types = argv[++i];
         else if (!strcmp(argv[i], "--decode")) n_toks = 1;
         else if (!strcmp(argv[i], "--levels")) levels = true;
         else if (!strcmp(argv[i], "--act") && v) act = argv[++i];
         else if (!strcmp(argv[i], "--break-even")) types = "";   /* no type: the break-even table only */
-        else { fprintf(stderr, "bench_matmul: unknown option '%s'\n", argv[i]); return 1; }
+        else { fprintf(stderr, "bench_matmul: unknown option or missing value '%s'\n", argv[i]); return 1; }
+        if (!ok) return 1;
+    }
+    /* every named type must be a weight type the product runs (no silent drop) */
+    for (const char *p = types; p && *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
+        p = e ? e + 1 : NULL;
+        if (!len) continue;
+        const kvq_type t = kvq_type_from_name(name);
+        const kvq_type_traits *tr = t < KVQ_TYPE_COUNT ? kvq_type_get(t) : NULL;
+        if (!tr || !tr->dequantize || cols % tr->block_size) {
+            fprintf(stderr, "bench_matmul: '%s' is not a weight type this product runs at %lld columns\n", name,
+                    (long long)cols);
+            return 1;
+        }
     }
     if (rows < 1 || cols < 256 || cols % 256 || reps < 1 || reps > 64) {
         fprintf(stderr, "bench_matmul: need rows >= 1, cols a multiple of 256, 1 <= reps <= 64\n");
@@ -194,6 +222,8 @@ int bench_matmul(int argc, char **argv) {
     for (int64_t i = 0; i < cols * 64; i++) X[i] = rng_float(&s);
     printf("matmul %lldx%lld, simd %s, int8 dots %s, median of %d (GFLOP/s = 2*rows*cols*n_tok / time)\n",
            (long long)rows, (long long)cols, kvq_simd_level(), kvq_act8_level_name(kvq_act8_level_best()), reps);
+    printf("the same weights every repetition: GB/s is from memory only when they exceed the last-level cache\n"
+           "(the default 2048x2048 does not; docs/benchmarks.md 3a uses --rows 16384 --cols 4096)\n");
     if (levels) printf("%-8s %-16s %10s %8s %8s %9s\n", "type", "int8 level", "ms", "GB/s", "best ms", "best GB/s");
     else
     printf("%-8s %5s %6s %7s %10s %9s %8s %8s %9s\n", "type", "act", "n_tok", "threads", "ms", "GFLOP/s", "GB/s",

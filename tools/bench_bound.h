@@ -10,7 +10,8 @@
 /* Read bandwidth from memory in GB/s (1e9 bytes/s): n_threads threads each
  * sum their part of a buffer far larger than the caches; the best of
  * several passes (the machine may be shared: the best pass is the one
- * least disturbed).  0 on allocation failure. */
+ * least disturbed).  0 when its buffer or threads cannot be had (callers
+ * print no bound then). */
 double bench_read_bandwidth(int n_threads);
 
 /* Bytes of weights one decode step reads: every matrix of every layer and

@@ -332,10 +332,12 @@ static void print_table(const bench_opts *o, bench_config *cfg, int n_cfg, int d
             if (tokens[f]) printf(" %.1f |", per_second(tokens[f], med[f]));
             else printf(" - |");   /* -n 0: no generation was timed */
         const row_bound b = bound_of(o, &cfg[c], med[1]);
-        if (o->run.n_gen)
+        if (!o->run.n_gen) printf(" %s | - | - | - | - | - | - |\n", pr);
+        else if (b.tps > 0)
             printf(" %s | %s | %s | %.1f | %.1f | %.1f | %.0f%% |\n", pr, tr, tcr, b.best_tps, b.bytes / 1e6, b.tps,
                    100.0 * b.fraction);
-        else printf(" %s | - | - | - | - | - | - |\n", pr);
+        else   /* the bandwidth could not be measured: no bound */
+            printf(" %s | %s | %s | %.1f | %.1f | - | - |\n", pr, tr, tcr, b.best_tps, b.bytes / 1e6);
     }
 }
 
@@ -357,8 +359,9 @@ static void print_json(const bench_opts *o, bench_config *cfg, int n_cfg, int de
             if (o->run.n_gen) snprintf(tg[f], sizeof tg[f], f == 3 || f == 4 ? "%.0f" : f == 5 ? "%.4f" : "%.3f", tg_v[f]);
             else snprintf(tg[f], sizeof tg[f], "null");
         char frac[32];
-        if (o->run.n_gen) snprintf(frac, sizeof frac, "%.4f", b.fraction);
+        if (o->run.n_gen && b.tps > 0) snprintf(frac, sizeof frac, "%.4f", b.fraction);
         else snprintf(frac, sizeof frac, "null");
+        if (!(b.tps > 0)) snprintf(tg[5], sizeof tg[5], "null");   /* no bandwidth measured: no bound */
         printf("{\"model\": \"%s\", \"threads\": %d, \"act\": \"%s\", \"cache_k\": \"%s\", \"cache_v\": \"%s\", \"rotation\": \"%s\", "
                "\"depth\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, \"pp_tps\": %.3f, \"tg_tps\": %s, "
                "\"pp_cpu_tps\": %.3f, \"tg_cpu_tps\": %s, \"tg_best_tps\": %s, \"bandwidth_gbs\": %.3f, "
