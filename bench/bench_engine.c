@@ -50,6 +50,12 @@ int bench_engine(int argc, char **argv) {
     if (argc > MAX_ARGS - 8) { fprintf(stderr, "bench engine: too many flags\n"); return 1; }
     char **flags = argv + 1;
     int n_flags = argc - 1;
+    for (int i = 0; i < n_flags; i++)   /* the group sets these itself: a user's would replace them silently */
+        if (!strcmp(flags[i], "-m") || !strcmp(flags[i], "--model") || !strcmp(flags[i], "-t") ||
+            !strcmp(flags[i], "--threads")) {
+            fprintf(stderr, "bench engine: %s is set by the group (its models, 1 and 2 threads)\n", flags[i]);
+            return 1;
+        }
     char *defaults[sizeof DEFAULT_FLAGS / sizeof DEFAULT_FLAGS[0]];
     if (n_flags == 0) {
         for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) defaults[i] = (char *)DEFAULT_FLAGS[i];
