@@ -4,7 +4,7 @@
  * per cache type and kernel level, over rows that stay in L1.
  *
  *   kvq-bench chunk [--types LIST] [--levels LIST] [--gqa G]
- *                   [--head-dim D] [--rows N] [-r ROUNDS]
+ *                   [--head-dim D] [--rows N] [--query int16|int8] [-r ROUNDS]
  *
  * Why: the decode step (`kvq-bench decode`) reads a cache of megabytes, so
  * on a shared machine its time moves with what the neighbours do to the
@@ -32,6 +32,7 @@ enum { CHUNK = ATTN_BLOCK_KEYS, PAD_CHUNKS = 8, MAX_DIM = 512, MAX_GQA = 8 };
 typedef struct chunk_opts {
     const char *types, *levels;
     int gqa, head_dim, rows, rounds;
+    bool q8;   /* --query int8: the query rounded to int8 (kvq_attend_opts.int8_query) */
 } chunk_opts;
 
 typedef struct chunk_run {
@@ -64,7 +65,13 @@ static int parse(chunk_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--head-dim")) ok = bench_flag_int("chunk", a, v, 32, MAX_DIM, &o->head_dim);
         else if (!strcmp(a, "--rows")) ok = bench_flag_int("chunk", a, v, 1, 1 << 16, &o->rows);
         else if (!strcmp(a, "-r")) ok = bench_flag_int("chunk", a, v, 1, 100, &o->rounds);
-        else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
+        else if (!strcmp(a, "--query")) {
+            if (!v || (strcmp(v, "int16") && strcmp(v, "int8"))) {
+                fprintf(stderr, "chunk: --query wants int16 or int8\n");
+                return 1;
+            }
+            o->q8 = !strcmp(v, "int8");
+        } else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
             if (!v) { fprintf(stderr, "chunk: %s needs a value\n", a); return 1; }
             *(a[2] == 't' ? &o->types : &o->levels) = v;
         } else { fprintf(stderr, "chunk: unknown flag %s\n", a); return 1; }
@@ -107,9 +114,11 @@ static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *level
         rows[t] = packed + (size_t)t * rb;
     }
     for (int i = 0; i < G * len; i++) q[i] = bench_gauss(&seed), acc[i] = 0.0f;
-    for (int g = 0; g < G; g++) attn_block_round_query(q + g * len, len, qi + g * len, qscale + g * len / 32, qsum + g * len / 32);
+    for (int g = 0; g < G; g++)
+        (o->q8 ? attn_block_round_query8 : attn_block_round_query)(q + g * len, len, qi + g * len, qscale + g * len / 32,
+                                                                  qsum + g * len / 32);
     for (int i = 0; i < G * CHUNK; i++) w[i] = 0.01f + 0.5f * fabsf(bench_gauss(&seed));   /* weights, all nonzero */
-    const attn_query aq = { q, qi, qscale, qsum, len };
+    const attn_query aq = { q, qi, qscale, qsum, len, o->q8 };
     for (int l = 0; !status && l < n_levels; l++) {
         const attn_block_kernels *kr = attn_block_level(levels[l]);
         if (!kr) continue;
@@ -136,7 +145,7 @@ static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *level
 }
 
 int bench_chunk(int argc, char **argv) {
-    chunk_opts o = { "f16,q8_0,q4_0,iq4_nl,q3_0", NULL, 2, 128, 2 * CHUNK, 3 };
+    chunk_opts o = { "f16,q8_0,q4_0,iq4_nl,q3_0", NULL, 2, 128, 2 * CHUNK, 3, false };
     if (parse(&o, argc, argv)) return 1;
     static const char *const all_levels[] = { "scalar", "avx2", "avx512" };
     const char *levels[3];
@@ -153,11 +162,11 @@ int bench_chunk(int argc, char **argv) {
             return 1;
         }
     const double hz = bench_clock_hz();
-    printf("## chunk kernels alone: GQA %d, head_dim %d, %d rows in L1, 1 thread, CPU time, best of %d rounds; "
-           "clock ~%.2f GHz\n\n"
+    printf("## chunk kernels alone: GQA %d, head_dim %d, %d rows in L1, %s query, 1 thread, CPU time, best of %d "
+           "rounds; clock ~%.2f GHz\n\n"
            "| type | level | K scores ns/key | V sums ns/key | K+V ns/key | per query head | K+V cycles/key |\n"
            "|---|---|---:|---:|---:|---:|---:|\n",
-           o.gqa, o.head_dim, (o.rows + CHUNK - 1) / CHUNK * CHUNK, o.rounds, hz * 1e-9);
+           o.gqa, o.head_dim, (o.rows + CHUNK - 1) / CHUNK * CHUNK, o.q8 ? "int8" : "int16", o.rounds, hz * 1e-9);
     int status = 0;
     for (int i = 0; i < n_types && !status; i++) status = bench_type(&o, types[i], levels, n_levels, hz);
     return status;

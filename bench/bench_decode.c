@@ -3,7 +3,8 @@
  * cache type and kernel level, against the memory-bandwidth bound.
  *
  *   kvq-bench decode [-c CTX] [--kv-heads N] [--gqa G] [--head-dim D]
- *                    [--types LIST] [--levels LIST] [-t THREADS] [-r ROUNDS]
+ *                    [--types LIST] [--levels LIST] [--query int16|int8]
+ *                    [-t THREADS] [-r ROUNDS]
  *
  * Default: the qwen3-0.6B attention shape (8 KV heads x 128, GQA 2) at
  * 16384 cached tokens, types f16 q8_0 q4_0, every kernel level this CPU
@@ -29,6 +30,7 @@ enum { MAX_CFG = 64, DISTINCT = 256 };
 typedef struct decode_opts {
     int n_ctx, kv_heads, gqa, head_dim, threads, rounds;
     const char *types, *levels;
+    bool q8;   /* --query int8: kvq_attend_opts.int8_query */
 } decode_opts;
 
 
@@ -56,11 +58,12 @@ typedef struct decode_cfg {
 /* One decode step's time in seconds, or -1 after an error line. */
 static double step(const decode_opts *o, decode_cfg *c, const float *q, float *out, kvq_pool *pool) {
     const kvq_attend_loop loop = { KVQ_PASS_CHUNKED, c->level, false };
+    const kvq_attend_opts opts = { NULL, 0, o->q8 };
     double (*clock)(void) = pool ? bench_now : bench_cpu_now;
     kvq_error err;
     const double t0 = clock();
     const kvq_status st = kvq_cache_attend_loop(c->cache, 0, o->n_ctx - 1, 1, o->kv_heads * o->gqa, q,
-                                                1.0f / sqrtf((float)o->head_dim), out, pool, NULL, &loop, &err);
+                                                1.0f / sqrtf((float)o->head_dim), out, pool, &opts, &loop, &err);
     const double t = clock() - t0;
     if (st == KVQ_OK) return t;
     fprintf(stderr, "decode: %s at %s: %s\n", kvq_type_name(c->type), c->level->level, err.msg);
@@ -77,7 +80,13 @@ static int parse(decode_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--head-dim")) ok = bench_flag_int("decode", a, v, 8, KVQ_MAX_HEAD_DIM, &o->head_dim);
         else if (!strcmp(a, "-t")) ok = bench_flag_int("decode", a, v, 1, 256, &o->threads);
         else if (!strcmp(a, "-r")) ok = bench_flag_int("decode", a, v, 1, 100, &o->rounds);
-        else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
+        else if (!strcmp(a, "--query")) {
+            if (!v || (strcmp(v, "int16") && strcmp(v, "int8"))) {
+                fprintf(stderr, "decode: --query wants int16 or int8\n");
+                return 1;
+            }
+            o->q8 = !strcmp(v, "int8");
+        } else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
             if (!v) { fprintf(stderr, "decode: %s needs a value\n", a); return 1; }
             *(a[2] == 't' ? &o->types : &o->levels) = v;
         } else { fprintf(stderr, "decode: unknown flag %s\n", a); return 1; }
@@ -116,7 +125,7 @@ static bool time_all(const decode_opts *o, decode_cfg *cfg, int n, kvq_pool *poo
 }
 
 int bench_decode_step(int argc, char **argv) {
-    decode_opts o = { 16384, 8, 2, 128, 1, 3, "f16,q8_0,q4_0", NULL };
+    decode_opts o = { 16384, 8, 2, 128, 1, 3, "f16,q8_0,q4_0", NULL, false };
     if (parse(&o, argc, argv)) return 1;
     static const char *const all_levels[] = { "scalar", "avx2-tile", "avx2", "avx512-tile", "avx512" };
     const char *levels[KVQ_ARRAY_LEN(all_levels)];

@@ -539,9 +539,11 @@ KVQ_API int kvq_ctx_max_batch(const kvq_ctx *ctx);
  * product multiplies f32 activations.  KVQ_ACT_INT8: the input of each
  * product with q8_0, q4_0, q4_K, q5_K or q6_K weights is rounded once per
  * token to int8 blocks (32 values, or 256 for the K-quants, one float
- * scale each, as llama.cpp does) and multiplied with exact integer sums:
- * faster, results differ (docs/engine.md gives the KLD it costs); other
- * weight types keep f32.  Either gives the same bits for any thread
+ * scale each, as llama.cpp does) and multiplied with exact integer sums,
+ * and so is the query where it scores a q4_0 or q4_1 K cache (int16
+ * blocks otherwise, and for the other cache types, where bytes are not
+ * faster): faster, results differ (docs/engine.md gives the KLD it
+ * costs); other weight types keep f32.  Either gives the same bits for any thread
  * count.  Allocates the quantised rows on first use (KVQ_ERR_NOMEM). */
 typedef enum kvq_act { KVQ_ACT_F32 = 0, KVQ_ACT_INT8 = 1 } kvq_act;
 KVQ_API kvq_status kvq_ctx_set_activations(kvq_ctx *ctx, kvq_act act, kvq_error *err);

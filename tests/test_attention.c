@@ -435,7 +435,7 @@ TEST(attention_simd_levels_agree_with_scalar) {
         const char *worst_level = "";
         for (size_t i = 0; c && i < KVQ_ARRAY_LEN(levels); i++) {
             if (i > 0 && !kvq_simd_table(levels[i], level)) continue;   /* CPU lacks it */
-            kvq_attend_opts o = { i ? level : NULL, 0 };
+            kvq_attend_opts o = { i ? level : NULL, 0, false };
             double e = INFINITY;
             if (kvq_cache_attend_opts(c, 0, ac.pos, d.n_tok - ac.pos, d.n_head, d.q + (size_t)ac.pos * 8 * 128,
                                       1.0f / sqrtf(128.0f), out, NULL, &o, NULL) == KVQ_OK)

@@ -129,8 +129,8 @@ TEST(attn_block_zero_weight_skips_nonfinite_row) {
  * oracle), with tail and sink, decode and prefill rows, forced key ranges.
  * Returns the worst relative error (INFINITY on failure, the failure in
  * msg); *compared counts the runs. */
-static double chunked_vs_per_key(kvq_type ty, int g, int hd, uint64_t seed, char *msg, size_t msg_size,
-                                 int *compared) {
+static double chunked_vs_per_key(kvq_type ty, int g, int hd, uint64_t seed, bool int8_query, char *msg,
+                                 size_t msg_size, int *compared) {
     static kvq_type_traits scalar[KVQ_TYPE_COUNT];
     if (!kvq_simd_table("scalar", scalar)) { snprintf(msg, msg_size, "no scalar table"); return INFINITY; }
     const int n_tok = 101;
@@ -150,7 +150,7 @@ static double chunked_vs_per_key(kvq_type ty, int g, int hd, uint64_t seed, char
     const float scale = 1.0f / sqrtf((float)hd);
     const float *q = d.q + (size_t)pos * d.n_head * hd;
     float *ref_q8 = malloc(len * sizeof(float));
-    const kvq_attend_opts ref_opts = { scalar, 0 };
+    const kvq_attend_opts ref_opts = { scalar, 0, int8_query };
     /* the per-key pass with the float query (the "-tile" levels' reference)
      * and with the query rounded as the integer kernels round it */
     const kvq_attend_loop per_key = { KVQ_PASS_PER_KEY, NULL, false }, per_key_q8 = { KVQ_PASS_PER_KEY, NULL, true };
@@ -164,7 +164,7 @@ static double chunked_vs_per_key(kvq_type ty, int g, int hd, uint64_t seed, char
         if (!chunked.block) continue;
         const float *want = chunked.block->fused ? ref_q8 : ref;
         for (int splits = 0; splits <= 3; splits += 3) {
-            const kvq_attend_opts o = { NULL, splits };
+            const kvq_attend_opts o = { NULL, splits, int8_query };
             double e = INFINITY;
             if (kvq_cache_attend_loop(c, 0, pos, n, d.n_head, q, scale, out, NULL, &o, &chunked, &err) == KVQ_OK)
                 e = attn_rel_err(out, want, len);
@@ -190,10 +190,49 @@ TEST(attn_block_chunked_pass_equals_per_key_reference) {
         const kvq_type_traits *tr = kvq_type_get_scalar((kvq_type)ty);
         if (!tr || !tr->is_cache_type) continue;
         const int g = gqa[ty % 4], hd = dims[ty % 3];
-        const double worst = chunked_vs_per_key((kvq_type)ty, g, hd, 900 + (uint64_t)ty, msg, sizeof msg, &compared);
+        const double worst =
+            chunked_vs_per_key((kvq_type)ty, g, hd, 900 + (uint64_t)ty, false, msg, sizeof msg, &compared);
         CHECK(worst < 1e-5, "%s gqa %d hd %d: chunked (%s) vs per-key rel err %.3g", tr->name, g, hd, msg, worst);
     }
     CHECK(compared > 0, "nothing compared");
+}
+
+/* kvq_attend_opts.int8_query through the whole pass: the chunked pass
+ * (the byte kernels for q4_0/q4_1, the int16 ones with the int8 query
+ * elsewhere) against the per-key reference scoring with the same int8
+ * query, for the types that take it and one that does not (q8_0: the
+ * option leaves its query int16); and the option really changes q4_0's
+ * output (a query rounded to int8 is not the int16 one). */
+TEST(attn_block_int8_query_through_the_pass) {
+    static const kvq_type types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1, KVQ_TYPE_Q8_0 };
+    char msg[200] = "";
+    int compared = 0;
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(types); i++) {
+        const double worst = chunked_vs_per_key(types[i], 2, 128, 950 + i, true, msg, sizeof msg, &compared);
+        CHECK(worst < 1e-5, "%s: chunked (%s) vs per-key with the int8 query rel err %.3g", kvq_type_name(types[i]),
+              msg, worst);
+    }
+    CHECK(compared > 0, "nothing compared");
+    CHECK(attn_block_int8_type(KVQ_TYPE_Q4_0) && !attn_block_int8_type(KVQ_TYPE_Q8_0), "int8 types");
+    /* one decode row over a q4_0 cache: int8 and int16 queries differ */
+    attn_data d;
+    CHECK(attn_data_make(&d, 64, 4, 2, 128, 128, 31), "alloc");
+    kvq_cache_params p;
+    attn_params(&p, 2, 128, 128, 64, KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_0, KVQ_ROT_AUTO);
+    kvq_cache *c = NULL;
+    kvq_error err = { 0, "" };
+    CHECK(kvq_cache_create(&p, &c, &err) == KVQ_OK && attn_fill_upto(c, &d, 16, 63), "%s", err.msg);
+    static float o16[4 * 128], o8[4 * 128];
+    const kvq_attend_opts a16 = { NULL, 0, false }, a8 = { NULL, 0, true };
+    const float *q = d.q + (size_t)63 * d.n_head * 128;
+    CHECK(kvq_cache_attend_opts(c, 0, 63, 1, d.n_head, q, 0.1f, o16, NULL, &a16, &err) == KVQ_OK &&
+              kvq_cache_attend_opts(c, 0, 63, 1, d.n_head, q, 0.1f, o8, NULL, &a8, &err) == KVQ_OK,
+          "%s", err.msg);
+    CHECK(memcmp(o16, o8, sizeof o16) != 0, "int8_query changed nothing on a q4_0 cache");
+    const double e = attn_rel_err(o8, o16, 4 * 128);
+    CHECK(e < 2e-2, "int8 vs int16 query on q4_0: rel err %.3g", e);
+    kvq_cache_free(c);
+    attn_data_free(&d);
 }
 
 /* The fused kernels' types (attn_codes.inc) through whole attention:
@@ -210,7 +249,7 @@ TEST(attn_block_fused_pass_equals_per_key_reference) {
         if (!best->fused[ty].block_bytes) continue;
         for (int i = 0; i < per_type; i++) {
             const int g = 1 + (ty * 3 + i * 5) % 8, hd = dims[(ty + i) % 4];
-            const double worst = chunked_vs_per_key((kvq_type)ty, g, hd, 1700 + (uint64_t)(ty * 7 + i), msg,
+            const double worst = chunked_vs_per_key((kvq_type)ty, g, hd, 1700 + (uint64_t)(ty * 7 + i), false, msg,
                                                     sizeof msg, &compared);
             CHECK(worst < 1e-5, "%s gqa %d hd %d: fused (%s) vs per-key rel err %.3g", kvq_type_name((kvq_type)ty),
                   g, hd, msg, worst);
@@ -233,6 +272,67 @@ static bool packed_rows(kvq_type ty, int nk, int64_t len, test_rng *r, uint8_t *
         ref->dequantize(packed + (size_t)t * row_bytes, values + (size_t)t * len, len);
     }
     return true;
+}
+
+/* The int8 query (attn_query.q8, kvq_attend_opts.int8_query): the
+ * kernels that multiply it as bytes give the bits of the int16 kernels on
+ * the same int8-rounded query (the sums are exact integers either way),
+ * for every fused type at every level, head groups 1..9 (odd heads out),
+ * 1..16 blocks, partial chunks (the pairs of keys past nk); and those
+ * scores are within float rounding of double sums with the int8 query's
+ * values, whose rounding is at most half a step of max|q_b| / 127. */
+TEST(attn_block_int8_query_kernels_match_int16_ones) {
+    enum { NK = ATTN_BLOCK_KEYS, MAXG = 9, MAXLEN = 512 };
+    static uint8_t packed[NK * (MAXLEN / 32) * 40];
+    static float vals[NK * MAXLEN], q[MAXG * MAXLEN], w8[MAXG * NK], w16[MAXG * NK];
+    static float tile[NK * MAXLEN], zero[MAXLEN], qhat[MAXG * MAXLEN], qscale[MAXG * MAXLEN / 32];
+    static int16_t qi[MAXG * MAXLEN];
+    static int32_t qsum[MAXG * MAXLEN / 32];
+    static const int lens[] = { 32, 96, 128, 512 };
+    test_rng r = { 91, 0, 0 };
+    int checked = 0;
+    for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
+        const attn_block_kernels *kr = attn_block_level(k_levels[li]);
+        if (!kr || !kr->fused) continue;
+        for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++) {
+            if (!kr->fused[ty].block_bytes) continue;
+            const kvq_type_traits *tr = kvq_type_get((kvq_type)ty);
+            for (int G = 1; G <= MAXG; G++) {
+                const int len = lens[(G + ty) % 4], nk = 1 + (G * 13 + ty * 5) % NK;
+                const size_t row_bytes = (size_t)len / 32 * (size_t)tr->block_bytes;
+                CHECK(packed_rows((kvq_type)ty, nk, len, &r, packed, row_bytes, vals), "quantise");
+                for (int i = 0; i < G * len; i++) q[i] = (float)test_rng_gauss(&r) * (i % 5 == 0 ? 4.0f : 1.0f);
+                const uint8_t *rows[NK];
+                for (int t = 0; t < nk; t++) rows[t] = packed + (size_t)t * row_bytes;
+                const attn_block_rows src = { .tr = tr, .type = (kvq_type)ty, .len = len, .tile = tile, .zero = zero };
+                for (int g = 0; g < G; g++) {
+                    attn_block_round_query8(q + g * len, len, qi + g * len, qscale + g * len / 32, qsum + g * len / 32);
+                    attn_block_rounded_values8(q + g * len, len, qhat + g * len);
+                }
+                for (int i = 0; i < G * len; i++) CHECK(qi[i] >= -127 && qi[i] <= 127, "int8 level %d", qi[i]);
+                const attn_query q8 = { q, qi, qscale, qsum, len, true }, q16 = { q, qi, qscale, qsum, len, false };
+                attn_block_scores(kr, &src, rows, nk, &q8, G, 0.25f, w8, NK);
+                attn_block_scores(kr, &src, rows, nk, &q16, G, 0.25f, w16, NK);
+                for (int g = 0; g < G; g++)
+                    CHECK(!memcmp(w8 + g * NK, w16 + g * NK, sizeof(float) * (size_t)nk),
+                          "%s %s G %d len %d nk %d: head %d's int8-query scores differ from the int16 kernels'",
+                          kr->level, tr->name, G, len, nk, g);
+                double worst = 0.0;
+                for (int g = 0; g < G; g++)
+                    for (int t = 0; t < nk; t++) {
+                        double sum = 0.0, mag = 0.0;
+                        for (int d = 0; d < len; d++) {
+                            const double p = (double)qhat[g * len + d] * vals[t * len + d];
+                            sum += p, mag += fabs(p);
+                        }
+                        worst = fmax(worst, fabs(w8[g * NK + t] - 0.25 * sum) / (0.25 * mag + 1e-30));
+                    }
+                CHECK(worst < 2e-6, "%s %s G %d: int8-query scores rel err %.3g", kr->level, tr->name, G, worst);
+                checked++;
+            }
+        }
+    }
+    CHECK(checked > 0, "no fused level ran");
 }
 
 /* The fused kernels against double sums over the scalar dequantised rows,
@@ -273,7 +373,7 @@ TEST(attn_block_fused_kernels_match_double) {
                     attn_block_round_query(q + g * len, len, qi + g * len, qscale + g * len / 32, qsum + g * len / 32);
                     attn_block_rounded_values(q + g * len, len, qhat + g * len);
                 }
-                const attn_query aq = { q, qi, qscale, qsum, len };
+                const attn_query aq = { q, qi, qscale, qsum, len, false };
                 attn_block_scores(kr, &src, rows, nk, &aq, G, 0.25f, w, NK);
                 double worst = 0.0;
                 for (int g = 0; g < G; g++)
@@ -384,7 +484,7 @@ TEST(attn_block_chunked_pass_uses_the_tables_dequantize) {
     kvq_cache *c = NULL;
     CHECK(kvq_cache_create(&p, &c, NULL) == KVQ_OK && attn_fill(c, &d, 50), "create");
     float good[4 * 64], per_key[4 * 64], chunked[4 * 64];
-    const kvq_attend_opts o = { broken, 0 };
+    const kvq_attend_opts o = { broken, 0, false };
     const kvq_attend_loop lp_key = { KVQ_PASS_PER_KEY, NULL, false }, lp_chunk = { KVQ_PASS_CHUNKED, NULL, false };
     const float *q = d.q + (size_t)49 * 4 * 64;
     bool ok = kvq_cache_attend_loop(c, 0, 49, 1, 4, q, 0.125f, good, NULL, NULL, &lp_key, NULL) == KVQ_OK &&
@@ -452,7 +552,7 @@ TEST(attn_block_rounded_query_error_within_bound) {
         const uint8_t *rows[NK];
         for (int k = 0; k < NK; k++) rows[k] = packed + (size_t)k * row_bytes;
         const attn_block_rows src = { .tr = tr, .type = (kvq_type)ty, .len = LEN, .tile = tile, .zero = zero };
-        const attn_query aq = { q, qi, scale, sum, LEN }, fq = { q, NULL, NULL, NULL, LEN };
+        const attn_query aq = { q, qi, scale, sum, LEN, false }, fq = { q, NULL, NULL, NULL, LEN, false };
         attn_block_scores(kr, &src, rows, NK, &aq, 1, 1.0f, w, NK);
         attn_block_scores(kr, &src, rows, NK, &fq, 1, 1.0f, w_exact, NK);   /* float query: unpacked */
         for (int k = 0; k < NK; k++) {

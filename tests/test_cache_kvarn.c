@@ -569,7 +569,7 @@ TEST(kvarn_fused_kernels_match_references_every_level_width_and_group) {
                         attn_block_rows rk = { 0 }, rv = { 0 };
                         rk.sd = &c->k[0]; rk.type = c->k[0].type; rk.kv_head = h; rk.key0 = key0;
                         rv.sd = &c->v[0]; rv.type = c->v[0].type; rv.kv_head = h; rv.key0 = key0;
-                        const attn_query aq = { q, NULL, NULL, NULL, stride };
+                        const attn_query aq = { q, NULL, NULL, NULL, stride, false };
                         kvq_row_hooks_of(rk.type)->score(kr, &rk, NULL, nk, &aq, G, 0.088f, wts, ATTN_BLOCK_KEYS);
                         memcpy(acc, acc0, (size_t)G * acc_stride * sizeof *acc);
                         kvq_row_hooks_of(rv.type)->accumulate(kr, &rv, NULL, nk, pw, ATTN_BLOCK_KEYS, G, acc, acc_stride);

@@ -79,6 +79,7 @@ typedef struct attn_job {
     const int16_t *qi;
     const float *qi_scale, *q_hat;
     const int32_t *qi_sum;
+    bool q8;                          /* qi rounded to int8 levels (opts->int8_query) */
     int q_stride, acc_stride, head_dim_v;
     int rows_per_chunk, n_chunks, n_splits, split_len;
     int group_rows;                   /* query rows processed together (attend_group) */
@@ -256,7 +257,7 @@ static attn_query row_query(const attn_job *jb, int kv_head, int i, const float 
     const size_t head0 = (size_t)i * jb->n_head + (size_t)kv_head * jb->group, qb = (size_t)jb->q_stride / 32;
     const attn_query q = { jb->q + head0 * jb->q_stride, jb->qi ? jb->qi + head0 * jb->q_stride : NULL,
                            jb->qi ? jb->qi_scale + head0 * qb : NULL, jb->qi ? jb->qi_sum + head0 * qb : NULL,
-                           jb->q_stride };
+                           jb->q_stride, jb->q8 };
     *q_hat = jb->q_hat ? jb->q_hat + head0 * jb->q_stride : NULL;
     return q;
 }
@@ -295,7 +296,7 @@ static void attend_row(const attn_job *jb, int kv_head, int i, int lo, int hi, r
 static attn_query group_query(const attn_job *jb, int kv_head, int i0, int R, const row_state *st) {
     const size_t G = (size_t)jb->group, qs = (size_t)jb->q_stride, qb = qs / 32;
     attn_query g = { st->q_group, jb->qi ? st->qi_group : NULL, jb->qi ? st->qi_scale_group : NULL,
-                     jb->qi ? st->qi_sum_group : NULL, jb->q_stride };
+                     jb->qi ? st->qi_sum_group : NULL, jb->q_stride, jb->q8 };
     for (int r = 0; r < R; r++) {
         const float *unused;
         const attn_query q = row_query(jb, kv_head, i0 + r, &unused);
@@ -550,16 +551,18 @@ static void rotate_queries(const kvq_cache_side *sk, const float *q, int rows, i
     }
 }
 
-/* Every rotated query row rounded to int16 per block, once per call; mem
- * holds q_floats/2 floats of codes, then scales and sums. */
+/* Every rotated query row rounded to int16 per block (int8 levels with
+ * jb->q8), once per call; mem holds q_floats/2 floats of codes, then
+ * scales and sums. */
 static void round_queries(attn_job *jb, int rows, float *mem) {
     const size_t qb = (size_t)jb->q_stride / 32, n_blocks = (size_t)rows * qb;
     int16_t *qi = (int16_t *)(void *)mem;
     float *scale = mem + (size_t)rows * jb->q_stride / 2;
     int32_t *sum = (int32_t *)(void *)(scale + n_blocks);
     for (int r = 0; r < rows; r++)
-        attn_block_round_query(jb->q + (size_t)r * jb->q_stride, jb->q_stride, qi + (size_t)r * jb->q_stride,
-                               scale + (size_t)r * qb, sum + (size_t)r * qb);
+        (jb->q8 ? attn_block_round_query8 : attn_block_round_query)(jb->q + (size_t)r * jb->q_stride, jb->q_stride,
+                                                                    qi + (size_t)r * jb->q_stride,
+                                                                    scale + (size_t)r * qb, sum + (size_t)r * qb);
     jb->qi = qi;
     jb->qi_scale = scale;
     jb->qi_sum = sum;
@@ -624,10 +627,12 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     rotate_queries(k, q, n * n_head, n_head, jb.group, jb.q_stride, qr);
     jb.q = qr;
     float *qi_mem = jb.partial + part_floats + merge_floats;
+    jb.q8 = opts && opts->int8_query && attn_block_int8_type(k->type);
     if (want_qi) round_queries(&jb, n * n_head, qi_mem);
     if (want_qhat)
         for (int r = 0; r < n * n_head; r++)
-            attn_block_rounded_values(qr + (size_t)r * jb.q_stride, jb.q_stride, qi_mem + (size_t)r * jb.q_stride);
+            (jb.q8 ? attn_block_rounded_values8 : attn_block_rounded_values)(qr + (size_t)r * jb.q_stride, jb.q_stride,
+                                                                             qi_mem + (size_t)r * jb.q_stride);
     if (want_qhat) jb.q_hat = qi_mem;
 
     kvq_pool_run(pool, attn_task, &jb, c->p.n_head_kv * jb.n_chunks * jb.n_splits);

@@ -131,7 +131,9 @@ float attn_block_exp(float x) { return vexp(x); }
 
 /* ------------------------------------------------ the rounded query */
 
-void attn_block_round_query(const float *q, int64_t len, int16_t *qi, float *scale, int32_t *sum) {
+/* Round each 32-block of q to integers in [-top, top] (top = 32767 for
+ * int16, 127 for int8): qi = round(q * (top / max|q_b|)). */
+static void round_blocks(const float *q, int64_t len, const int top, int16_t *qi, float *scale, int32_t *sum) {
     for (int64_t b = 0; b < len / 32; b++) {
         const float *x = q + b * 32;
         float amax = 0.0f;
@@ -141,32 +143,45 @@ void attn_block_round_query(const float *q, int64_t len, int16_t *qi, float *sca
             amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
         }
         int32_t s = 0;
-        const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+        const float inv = amax > 0.0f ? (float)top / amax : 0.0f;
         /* amax below ~1e-34 overflows inv (and 0 * inf is NaN): such a
          * block is scaled in double instead */
         const bool tiny = !isfinite(inv);
         for (int i = 0; i < 32; i++) {
-            /* |x * inv| <= 32767 up to rounding: the clamp keeps it in int16 */
+            /* |x * inv| <= top up to rounding: the clamp keeps it there */
             const float r = !finite ? 0.0f
-                          : tiny    ? roundf((float)((double)x[i] / amax * 32767.0))
+                          : tiny    ? roundf((float)((double)x[i] / amax * top))
                                     : roundf(x[i] * inv);
-            qi[b * 32 + i] = (int16_t)(r > 32767.0f ? 32767 : r < -32767.0f ? -32767 : (int)r);
+            qi[b * 32 + i] = (int16_t)(r > (float)top ? top : r < (float)-top ? -top : (int)r);
             s += qi[b * 32 + i];
         }
-        scale[b] = finite ? amax / 32767.0f : NAN;
+        scale[b] = finite ? amax / (float)top : NAN;
         sum[b] = s;
     }
 }
 
-void attn_block_rounded_values(const float *q, int64_t len, float *qhat) {
+void attn_block_round_query(const float *q, int64_t len, int16_t *qi, float *scale, int32_t *sum) {
+    round_blocks(q, len, 32767, qi, scale, sum);
+}
+
+void attn_block_round_query8(const float *q, int64_t len, int16_t *qi, float *scale, int32_t *sum) {
+    round_blocks(q, len, 127, qi, scale, sum);
+}
+
+static void rounded_values(const float *q, int64_t len, const int top, float *qhat) {
     int16_t qi[32];
     float scale;
     int32_t sum;
     for (int64_t b = 0; b < len / 32; b++) {
-        attn_block_round_query(q + b * 32, 32, qi, &scale, &sum);
+        round_blocks(q + b * 32, 32, top, qi, &scale, &sum);
         for (int i = 0; i < 32; i++) qhat[b * 32 + i] = scale * (float)qi[i];
     }
 }
+
+void attn_block_rounded_values(const float *q, int64_t len, float *qhat) { rounded_values(q, len, 32767, qhat); }
+void attn_block_rounded_values8(const float *q, int64_t len, float *qhat) { rounded_values(q, len, 127, qhat); }
+
+bool attn_block_int8_type(kvq_type t) { return t == KVQ_TYPE_Q4_0 || t == KVQ_TYPE_Q4_1; }
 
 bool attn_block_int_type(kvq_type t) { return (unsigned)t < KVQ_TYPE_COUNT && g_fused_scalar[t].block_bytes; }
 

@@ -69,6 +69,8 @@ typedef struct attn_query {
     const float *scale;
     const int32_t *sum;
     int stride;
+    bool q8;    /* qi rounded to int8 (attn_block_round_query8, |qi| <= 127):
+                   the kernels may multiply it as bytes (the same sums) */
 } attn_query;
 
 /* Round one query row of len values (whole 32-blocks) to int16 per block,
@@ -79,9 +81,22 @@ typedef struct attn_query {
 void attn_block_round_query(const float *q, int64_t len, int16_t *qi, float *scale, int32_t *sum);
 /* The values the integer kernels score with: qhat[i] = scale[b] * qi[i]. */
 void attn_block_rounded_values(const float *q, int64_t len, float *qhat);
+/* The same rounding to int8 levels, stored in int16 (the option
+ * kvq_attend_opts.int8_query, llama.cpp's rounding of the query for a
+ * quantised K): scale[b] = max|q_b| / 127, |qi| <= 127; and its values.
+ * The error it adds to a score is at most sum_b (s_b / 2) sum_{i in b}
+ * |k_i|, s_b = max|q_b| / 127: a relative 0.4 % of the block's largest
+ * |q| per unit of |k|, 258x the int16 rounding's. */
+void attn_block_round_query8(const float *q, int64_t len, int16_t *qi, float *scale, int32_t *sum);
+void attn_block_rounded_values8(const float *q, int64_t len, float *qhat);
 /* Types whose rows the fused integer kernels score (the 32-value block
  * types): their scores use the rounded query at every level. */
 bool attn_block_int_type(kvq_type t);
+/* Of those, the types whose K kernels multiply an int8 query as bytes
+ * (q4_0, q4_1: attn_codes.inc int8_pays), where kvq_attend_opts.int8_query
+ * rounds the query to int8; for the others the byte kernels were slower
+ * than their int16 ones, so the query keeps int16 and its accuracy. */
+bool attn_block_int8_type(kvq_type t);
 
 /* Fused kernels for packed rows of one 32-value block type: scores and
  * V sums straight from the blocks, each block decoded once and used by

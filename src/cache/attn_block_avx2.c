@@ -112,6 +112,27 @@ static inline __m256i vwzp_madd(vwz_pair c, vwz_pair q) {
     return _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(c.x_lo, q.x_lo), _mm256_madd_epi16(c.x_hi, q.x_hi)),
                             _mm256_add_epi32(_mm256_madd_epi16(c.y_lo, q.y_lo), _mm256_madd_epi16(c.y_hi, q.y_hi)));
 }
+/* attn_codes.inc's int8-query sums of q4_0/q4_1 (VB8): two keys at a
+ * time, codes 0-15 of both in one register and 16-31 in another. */
+#define VB8 1
+typedef struct vb8_pair { __m256i lo, hi; } vb8_pair;
+static inline vb8_pair vb8_pair_nib(const uint8_t *p0, const uint8_t *p1) {
+    const __m256i x = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p0)),
+                                              _mm_loadu_si128((const __m128i *)(const void *)p1), 1);
+    const __m256i m = _mm256_set1_epi8(15);
+    return (vb8_pair){ _mm256_and_si256(x, m), _mm256_and_si256(_mm256_srli_epi16(x, 4), m) };
+}
+/* the query block's values 0-15 in both 128-bit lanes of lo, 16-31 of hi */
+static inline vb8_pair vb8_pair_query(__m256i q8) {
+    return (vb8_pair){ _mm256_permute2x128_si256(q8, q8, 0x00), _mm256_permute2x128_si256(q8, q8, 0x11) };
+}
+/* lanes 0-3: key t's partial sums, 4-7: key t+1's (codes < 16: the two
+ * halves' int16 sums add without overflow) */
+static inline __m256i vb8_pair_madd(vb8_pair c, vb8_pair q) {
+    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(c.lo, q.lo), _mm256_maddubs_epi16(c.hi, q.hi));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
 /* s[t] = sum of key t - sub, t < 8. */
 static inline void vwz_tree_store(const vwz_tree *tr, int32_t sub, int32_t *s) {
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);

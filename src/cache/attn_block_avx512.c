@@ -136,6 +136,25 @@ static inline vwz_pair vwzp_query(const int16_t *q) {
 static inline __m512i vwzp_madd(vwz_pair c, vwz_pair q) {
     return _mm512_add_epi32(_mm512_madd_epi16(c.lo, q.lo), _mm512_madd_epi16(c.hi, q.hi));
 }
+/* attn_codes.inc's int8-query sums of q4_0/q4_1 (VB8): two keys at a
+ * time in one 512-bit register, each key's 16 code bytes twice, the
+ * second copy shifted down a nibble (codes 0-15 | 16-31 | key t+1's). */
+#define VB8 1
+typedef struct vb8_pair { __m512i v; } vb8_pair;
+static inline vb8_pair vb8_pair_nib(const uint8_t *p0, const uint8_t *p1) {
+    const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p0));
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p1));
+    const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+    return (vb8_pair){ _mm512_and_si512(_mm512_srlv_epi64(x, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)),
+                                        _mm512_set1_epi8(15)) };
+}
+/* the query block's 32 values twice: one copy per key */
+static inline vb8_pair vb8_pair_query(__m256i q8) { return (vb8_pair){ _mm512_broadcast_i64x4(q8) }; }
+/* lanes 0-7: key t's partial sums, 8-15: key t+1's */
+static inline __m512i vb8_pair_madd(vb8_pair c, vb8_pair q) {
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(c.v, q.v), _mm512_set1_epi16(1));
+}
+
 /* s[t] = sum of key t - sub, t < 16. */
 static inline void vwz_tree_store(const vwz_tree *tr, int32_t sub, int32_t *s) {
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);

@@ -53,6 +53,14 @@ static inline vw_x86 vw_s8(const uint8_t *p) {
     return w;
 }
 
+/* The int8 query (attn_query.q8): a block's 32 values, int8 levels
+ * stored as int16, packed to 32 int8 in order. */
+static inline __m256i vb_query8(const int16_t *q) {
+    const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)q);
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(q + 16));
+    return _mm256_permute4x64_epi64(_mm256_packs_epi16(a, b), _MM_SHUFFLE(3, 1, 2, 0));
+}
+
 /* 8 int32 partial sums of one key (pairs of int16 products by madd:
  * |pair| <= 2 * 128 * 32767 fits int32). */
 static inline __m256i vw_partial(vw_x86 c, __m256i q_lo, __m256i q_hi) {

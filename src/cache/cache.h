@@ -191,6 +191,11 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
 typedef struct kvq_attend_opts {
     const kvq_type_traits *table;
     int key_splits;
+    /* score q4_0/q4_1 K rows with the query rounded to int8 per block
+     * instead of int16 (attn_block_round_query8, attn_block_int8_type; the
+     * forward pass with KVQ_ACT_INT8): the kernels multiply bytes, the
+     * scores move by up to 0.4 % of a block's largest |q| per unit |k| */
+    bool int8_query;
 } kvq_attend_opts;
 
 kvq_status kvq_cache_attend_opts(kvq_cache *c, int layer, int pos, int n, int n_head,

@@ -13,7 +13,8 @@
  *   logits = (rmsnorm(x) * output_norm) Woutput   (only the rows asked for)
  * Activations are f32 throughout by default; kvq_ctx_set_activations(ctx,
  * KVQ_ACT_INT8) rounds the input of every q8_0/q4_0/q4_K/q5_K/q6_K
- * product to int8 blocks, as llama.cpp does (src/format/act8.h,
+ * product to int8 blocks, and the query that scores a q4_0/q4_1 K, as
+ * llama.cpp does (src/format/act8.h, kvq_attend_opts.int8_query,
  * docs/engine.md).
  */
 #include "cache.h"
@@ -165,8 +166,11 @@ static kvq_status attention_block(kvq_ctx *c, int il, int pos, int n, kvq_error 
     if (st) return st;
     /* each of the n queries of every head reads up to pos + n keys and values */
     const double attn_macs = (double)n * (double)(pos + n) * in->n_head * (dk + dv);
-    st = kvq_cache_attend(c->cache, il, pos, n, in->n_head, c->q, 1.0f / sqrtf((float)dk), c->attn,
-                          pool_for(c, attn_macs), err);
+    /* int8 activations round the query to int8 for a q4_0/q4_1 K too, as
+     * they do the weights' inputs (kvq_ctx_set_activations) */
+    const kvq_attend_opts ao = { NULL, 0, c->act == KVQ_ACT_INT8 };
+    st = kvq_cache_attend_opts(c->cache, il, pos, n, in->n_head, c->q, 1.0f / sqrtf((float)dk), c->attn,
+                               pool_for(c, attn_macs), &ao, err);
     if (st) return st;
     matmul(c, &L->wo, c->attn, n, c->h);
     add_into(c->x, c->h, (size_t)n * in->n_embd);
