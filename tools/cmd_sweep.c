@@ -76,9 +76,10 @@ static void usage(FILE *f) {
         "                        (default median_kld; the drift ones need --drift)\n"
         "  --calib FILE          the model's calibration (kvq calibrate): the calibrated types\n"
         "                        cal225 ... cal425 join the default types (docs/calibration.md)\n"
-        "  --act f32|int8        activations of the q8_0/q4_0/K-quant weight products, the\n"
-        "                        reference's too (default f32; int8 results are kept apart in\n"
-        "                        OUTDIR, not mixed with f32 ones; not with --drift)\n",
+        "  --act f32|int8        activations of the q8_0/q4_0/K-quant weight products and a\n"
+        "                        q4_0/q4_1 K's query, the reference's too (default f32; int8\n"
+        "                        results are kept apart in OUTDIR, not mixed with f32 ones;\n"
+        "                        not with --drift)\n",
         SWEEP_DRIFT_WINDOWS, SWEEP_DRIFT_WINDOW_TOKENS);
 }
 
