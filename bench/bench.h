@@ -76,6 +76,9 @@ int bench_levels(const char *group, const char *list, const char *const *known, 
 /* The core's clock in Hz, estimated by a chain of dependent adds (one
  * cycle each on x86); 0 where it cannot be estimated. */
 double bench_clock_hz(void);
+/* The comma-separated word at p into word (at most cap - 1 bytes; empty
+ * for ",,"); returns where the next word starts, NULL after the last. */
+const char *bench_list_word(const char *p, char *word, size_t cap);
 /* Whether word is one of list's comma-separated words (whole words only:
  * "avx2" is not in "avx2-tile"). */
 bool bench_in_list(const char *list, const char *word);

@@ -95,15 +95,19 @@ bool bench_in_list(const char *list, const char *word) {
     return false;
 }
 
+const char *bench_list_word(const char *p, char *word, size_t cap) {
+    const char *e = strchr(p, ',');
+    const size_t len = e ? (size_t)(e - p) : strlen(p);
+    snprintf(word, cap, "%.*s", (int)(len < cap ? len : cap - 1), p);
+    return e ? e + 1 : NULL;
+}
+
 int bench_parse_types(const char *group, const char *list, kvq_type *types, int max) {
     int n = 0;
     for (const char *p = list; p && *p;) {
-        const char *e = strchr(p, ',');
-        const size_t len = e ? (size_t)(e - p) : strlen(p);
         char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
-        p = e ? e + 1 : NULL;
-        if (!len) continue;   /* ",," and a trailing comma, as strtok */
+        p = bench_list_word(p, name, sizeof name);
+        if (!*name) continue;   /* ",," and a trailing comma, as strtok */
         if (n == max) {
             fprintf(stderr, "%s: more than %d types\n", group, max);
             return -1;
@@ -149,12 +153,9 @@ bool bench_flag_int(const char *group, const char *flag, const char *v, int lo, 
 
 int bench_levels(const char *group, const char *list, const char *const *known, int n_known, const char **out) {
     for (const char *p = list; p && *p;) {   /* every named level must exist and run here */
-        const char *e = strchr(p, ',');
-        const size_t len = e ? (size_t)(e - p) : strlen(p);
         char name[32];
-        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
-        p = e ? e + 1 : NULL;
-        if (!len) continue;
+        p = bench_list_word(p, name, sizeof name);
+        if (!*name) continue;
         int k = 0;
         while (k < n_known && strcmp(known[k], name)) k++;
         if (k == n_known) {

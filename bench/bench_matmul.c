@@ -186,12 +186,9 @@ int bench_matmul(int argc, char **argv) {
     }
     /* every named type must be a weight type the product runs (no silent drop) */
     for (const char *p = types; p && *p;) {
-        const char *e = strchr(p, ',');
-        const size_t len = e ? (size_t)(e - p) : strlen(p);
         char name[32];
-        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
-        p = e ? e + 1 : NULL;
-        if (!len) continue;
+        p = bench_list_word(p, name, sizeof name);
+        if (!*name) continue;
         const kvq_type t = kvq_type_from_name(name);
         const kvq_type_traits *tr = t < KVQ_TYPE_COUNT ? kvq_type_get(t) : NULL;
         if (!tr || !tr->dequantize || cols % tr->block_size) {
