@@ -99,7 +99,9 @@ int bench_attention(int argc, char **argv) {
     kvq_pool *pool2 = kvq_pool_create(2);
     printf("attention decode: %d KV heads x %d, GQA %d, simd %s\n", BENCH_HEADS_KV, BENCH_HEAD_DIM, BENCH_GQA,
            kvq_simd_level());
-    printf("streaming read from memory, 1 thread: %.2f GB/s (the memory bound of a 1T step)\n", read_bandwidth());
+    printf("streaming read from memory, 1 thread: %.2f GB/s (the memory bound of a 1T step whose cache is\n"
+           "larger than the last-level cache; the same step is repeated, so a smaller cache is read from it)\n",
+           read_bandwidth());
     /* The f32-tile path of the same level (no fused kernels): AVX-512 only. */
     const attn_block_kernels *best = attn_block_best(), *tile = best->fused ? attn_block_level("avx512-tile") : NULL;
     printf("chunked key loop (%s): ms(1T) CPU time, ms(2T) wall; per-key: the reference loop, 1T CPU time;\n"
