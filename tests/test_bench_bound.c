@@ -187,3 +187,28 @@ TEST(bench_without_generation_prints_no_tg_figures) {
     CHECK(rc == 0, "kvq bench -n 0 exited %d: %s", rc, out);
     CHECK(strstr(out, "| - | - | - | - | - | - |"), "tg columns not '-': %s", out);
 }
+
+/* The bandwidth buffer: 4x every level-3 cache, at least 256 MiB, at
+ * most 4 GiB, whole lines per task (a 384 MiB L3 of a many-CCD part must
+ * not let the best pass read from it); and this machine's L3, where
+ * sysfs has one, is counted. */
+TEST(bench_bound_buffer_outgrows_the_caches) {
+    const size_t mib = (size_t)1 << 20;
+    CHECK(bench_bandwidth_bytes(0) == 256 * mib, "no cache known: %zu", bench_bandwidth_bytes(0));
+    CHECK(bench_bandwidth_bytes(32 * mib) == 256 * mib, "32 MiB L3: %zu", bench_bandwidth_bytes(32 * mib));
+    CHECK(bench_bandwidth_bytes(384 * mib) == 1536 * mib, "384 MiB L3: %zu", bench_bandwidth_bytes(384 * mib));
+    CHECK(bench_bandwidth_bytes((size_t)8 << 30) == (size_t)4 << 30, "capped: %zu",
+          bench_bandwidth_bytes((size_t)8 << 30));
+    CHECK(bench_bandwidth_bytes(100 * mib + 7) % (64 * 64) == 0, "not whole lines per task");
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/level", "r");
+    int level = 0;
+    const bool l3 = f && fscanf(f, "%d", &level) == 1 && level == 3;
+    if (f) fclose(f);
+    if (!l3) SKIP("no level-3 cache at /sys/devices/system/cpu/cpu0/cache/index3 here");
+    f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    unsigned long kib = 0;
+    const int got = f ? fscanf(f, "%luK", &kib) : 0;
+    if (f) fclose(f);
+    CHECK(got == 1 && kib > 0, "cpu0's L3 size unreadable");
+    CHECK(bench_llc_bytes() >= (size_t)kib << 10, "L3 total %zu below cpu0's own %lu KiB", bench_llc_bytes(), kib);
+}

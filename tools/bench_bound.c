@@ -3,12 +3,60 @@
 #include "bench_bound.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
-/* 256 MiB: eight times the largest last-level cache of the machines this
- * runs on (32 MiB), so every pass streams from memory. */
-enum { BW_BYTES = 256 << 20, BW_PASSES = 5, BW_TASKS = 64 };
+enum { BW_PASSES = 5, BW_TASKS = 64 };
+#define BW_MIN_BYTES ((size_t)256 << 20)
+#define BW_MAX_BYTES ((size_t)4 << 30)
+
+size_t bench_bandwidth_bytes(size_t llc_bytes) {
+    size_t b = llc_bytes > BW_MAX_BYTES / 4 ? BW_MAX_BYTES : 4 * llc_bytes;
+    b = b < BW_MIN_BYTES ? BW_MIN_BYTES : b;
+    return b / (BW_TASKS * 64) * (BW_TASKS * 64);   /* whole 64-byte lines per task */
+}
+
+/* One "index" directory's value of cpu `cpu` (Linux sysfs), or false. */
+static bool cache_attr(int cpu, int index, const char *name, char *buf, size_t cap) {
+    char path[128];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/cache/index%d/%s", cpu, index, name);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    const bool ok = fgets(buf, (int)cap, f) != NULL;
+    fclose(f);
+    if (ok) buf[strcspn(buf, "\n")] = 0;
+    return ok;
+}
+
+size_t bench_llc_bytes(void) {
+    /* every level-3 cache once: the CPUs listed as sharing it are skipped
+     * (a multi-CCD part has one L3 per CCD, all counted) */
+    enum { MAX_CPUS = 1024, MAX_L3 = 64 };
+    char seen[MAX_L3][64];
+    int n_seen = 0;
+    size_t total = 0;
+    for (int cpu = 0; cpu < MAX_CPUS; cpu++) {
+        char buf[64];
+        if (!cache_attr(cpu, 0, "level", buf, sizeof buf)) break;   /* no such cpu (or no sysfs) */
+        for (int index = 0; index < 8; index++) {
+            char level[8], shared[64], size[32];
+            if (!cache_attr(cpu, index, "level", level, sizeof level)) break;
+            if (strcmp(level, "3") || !cache_attr(cpu, index, "shared_cpu_list", shared, sizeof shared) ||
+                !cache_attr(cpu, index, "size", size, sizeof size))
+                continue;
+            bool known = false;
+            for (int i = 0; i < n_seen && !known; i++) known = !strcmp(seen[i], shared);
+            if (known || n_seen == MAX_L3) continue;
+            snprintf(seen[n_seen++], sizeof seen[0], "%s", shared);
+            char *end;
+            const unsigned long long v = strtoull(size, &end, 10);
+            total += (size_t)v << (*end == 'K' ? 10 : *end == 'M' ? 20 : 0);
+        }
+    }
+    return total;
+}
 
 /* 16-byte vectors (plain x86-64, no dispatch): two loads a cycle are
  * several times what memory delivers to one core. */
@@ -44,12 +92,13 @@ static double now_s(void) {
 double bench_read_bandwidth(int n_threads) {
     kvq_pool *pool = n_threads > 1 ? kvq_pool_create(n_threads) : NULL;
     if (n_threads > 1 && !pool) return 0.0;   /* not the threads asked for: no figure rather than 1 thread's */
+    const size_t bytes = bench_bandwidth_bytes(bench_llc_bytes());
     bw_job *j = calloc(1, sizeof *j);
-    v2u *buf = j ? malloc(BW_BYTES) : NULL;
+    v2u *buf = j ? malloc(bytes) : NULL;
     double best = 0.0;
     if (buf) {
         j->buf = buf;
-        j->n_vec = BW_BYTES / sizeof(v2u);
+        j->n_vec = bytes / sizeof(v2u);
         for (size_t i = 0; i < j->n_vec; i++) buf[i] = (v2u){ i, ~i };   /* touch every page */
         /* BW_TASKS equal parts, whatever the thread count: the pool hands
          * them out, so a thread that gets its core late does less of the
@@ -57,7 +106,7 @@ double bench_read_bandwidth(int n_threads) {
         for (int p = 0; p < BW_PASSES; p++) {
             const double t0 = now_s();
             kvq_pool_run(pool, bw_task, j, BW_TASKS);
-            const double gbs = (double)BW_BYTES / (now_s() - t0) * 1e-9;
+            const double gbs = (double)bytes / (now_s() - t0) * 1e-9;
             best = gbs > best ? gbs : best;
         }
         volatile uint64_t sink = 0;

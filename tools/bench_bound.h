@@ -7,6 +7,13 @@
 
 #include "kvq.h"
 
+/* The buffer the bandwidth is measured on: 4 x the last-level caches
+ * (llc_bytes, all of them), at least 256 MiB, at most 4 GiB, so that no
+ * pass is served by a cache; and the machine's total level-3 cache in
+ * bytes (Linux sysfs; 0 where it cannot be read). */
+size_t bench_bandwidth_bytes(size_t llc_bytes);
+size_t bench_llc_bytes(void);
+
 /* Read bandwidth from memory in GB/s (1e9 bytes/s): n_threads threads each
  * sum their part of a buffer far larger than the caches; the best of
  * several passes (the machine may be shared: the best pass is the one
