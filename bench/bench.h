@@ -65,6 +65,9 @@ float bench_gauss(uint64_t *s);
  * positions, then the last position alone (a decode step's own write,
  * left in the stage).  NULL after an error line naming the group. */
 kvq_cache *bench_written_cache(const char *group, const kvq_cache_params *p, int n_pos);
+/* --query int16|int8 (the rounding of the query for the integer K
+ * kernels, kvq_attend_opts.int8_query) into *int8, or one error line. */
+bool bench_flag_query(const char *group, const char *v, bool *int8);
 /* A flag's integer value v (NULL: missing) in [lo, hi] into *out, or one
  * error line naming the group, the flag and the range, and false. */
 bool bench_flag_int(const char *group, const char *flag, const char *v, int lo, int hi, int *out);

@@ -65,13 +65,8 @@ static int parse(chunk_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--head-dim")) ok = bench_flag_int("chunk", a, v, 32, MAX_DIM, &o->head_dim);
         else if (!strcmp(a, "--rows")) ok = bench_flag_int("chunk", a, v, 1, 1 << 16, &o->rows);
         else if (!strcmp(a, "-r")) ok = bench_flag_int("chunk", a, v, 1, 100, &o->rounds);
-        else if (!strcmp(a, "--query")) {
-            if (!v || (strcmp(v, "int16") && strcmp(v, "int8"))) {
-                fprintf(stderr, "chunk: --query wants int16 or int8\n");
-                return 1;
-            }
-            o->q8 = !strcmp(v, "int8");
-        } else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
+        else if (!strcmp(a, "--query")) ok = bench_flag_query("chunk", v, &o->q8);
+        else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
             if (!v) { fprintf(stderr, "chunk: %s needs a value\n", a); return 1; }
             *(a[2] == 't' ? &o->types : &o->levels) = v;
         } else { fprintf(stderr, "chunk: unknown flag %s\n", a); return 1; }

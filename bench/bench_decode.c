@@ -80,13 +80,8 @@ static int parse(decode_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--head-dim")) ok = bench_flag_int("decode", a, v, 8, KVQ_MAX_HEAD_DIM, &o->head_dim);
         else if (!strcmp(a, "-t")) ok = bench_flag_int("decode", a, v, 1, 256, &o->threads);
         else if (!strcmp(a, "-r")) ok = bench_flag_int("decode", a, v, 1, 100, &o->rounds);
-        else if (!strcmp(a, "--query")) {
-            if (!v || (strcmp(v, "int16") && strcmp(v, "int8"))) {
-                fprintf(stderr, "decode: --query wants int16 or int8\n");
-                return 1;
-            }
-            o->q8 = !strcmp(v, "int8");
-        } else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
+        else if (!strcmp(a, "--query")) ok = bench_flag_query("decode", v, &o->q8);
+        else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
             if (!v) { fprintf(stderr, "decode: %s needs a value\n", a); return 1; }
             *(a[2] == 't' ? &o->types : &o->levels) = v;
         } else { fprintf(stderr, "decode: unknown flag %s\n", a); return 1; }

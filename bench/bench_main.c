@@ -141,6 +141,15 @@ kvq_cache *bench_written_cache(const char *group, const kvq_cache_params *p, int
     return c;
 }
 
+bool bench_flag_query(const char *group, const char *v, bool *int8) {
+    if (v && (!strcmp(v, "int16") || !strcmp(v, "int8"))) {
+        *int8 = !strcmp(v, "int8");
+        return true;
+    }
+    fprintf(stderr, "%s: --query wants int16 or int8\n", group);
+    return false;
+}
+
 bool bench_flag_int(const char *group, const char *flag, const char *v, int lo, int hi, int *out) {
     long x;
     if (!v) fprintf(stderr, "%s: %s needs a value\n", group, flag);
