@@ -65,6 +65,15 @@ float bench_gauss(uint64_t *s);
  * positions, then the last position alone (a decode step's own write,
  * left in the stage).  NULL after an error line naming the group. */
 kvq_cache *bench_written_cache(const char *group, const kvq_cache_params *p, int n_pos);
+/* Push every cache level's contents out before a timed step, as the
+ * other layers' reads do in a model (one layer's quantised cache at
+ * depth, 10-40 MB, would otherwise be read from the L3 on every repeat
+ * of the step, and compared with an f16 cache that does not fit):
+ * reads one word per 64-byte line of a buffer twice the size of all
+ * level-3 caches sysfs lists (at least 64 MiB), written once so that
+ * its pages are real.  Untimed by the callers.  False, after an error
+ * line naming the group, when the buffer cannot be allocated. */
+bool bench_evict_caches(const char *group);
 /* --query int16|int8 (the rounding of the query for the integer K
  * kernels, kvq_attend_opts.int8_query) into *int8, or one error line. */
 bool bench_flag_query(const char *group, const char *v, bool *int8);

@@ -8,8 +8,9 @@
  *   3. TurboQuant encode: one 128-value row (rotated input, as the cache
  *      writes it), per type; iq4_nl's scale search against its exact
  *      search (cost per row, and the search's error over the optimum's).
- * Times: the calling thread's CPU time (bench_time: 1-thread decode,
+ * Times: the calling thread's CPU time (1-thread decode; bench_time:
  * quantisation, encode) or wall-clock medians (2-thread decode); the
+ * decode steps each read the cache from memory (bench_evict_caches); the
  * machine may be shared, so the numbers are noisy, the wall-clock ones most.
  */
 #include "bench.h"
@@ -45,25 +46,22 @@ static kvq_cache *make_cache(kvq_type t) {
     return bench_written_cache("cachefmt", &p, CTX);
 }
 
+/* Median time of one decode step: at least 5, more while under half a
+ * second, at most 30.  Without a pool: CPU time of this thread; with
+ * one: wall clock. */
 static double time_decode(kvq_cache *c, const float *q, float *out, kvq_pool *pool) {
     const float scale = 1.0f / sqrtf((float)HEAD_DIM);
+    double (*clock)(void) = pool ? bench_now : bench_cpu_now;
     double times[30], spent = 0.0;
     int reps = 0;
     while (reps < 30 && (reps < 5 || spent < 0.5)) {
-        const double t0 = bench_now();
+        if (!bench_evict_caches("cachefmt")) return -1.0;   /* each step from memory, as in a model */
+        const double t0 = clock();
         if (kvq_cache_attend(c, 0, CTX - 1, 1, HEADS_KV * GQA, q, scale, out, pool, NULL) != KVQ_OK) return -1.0;
-        times[reps] = bench_now() - t0;
+        times[reps] = clock() - t0;
         spent += times[reps++];
     }
     return bench_median(times, reps);
-}
-
-typedef struct decode_job { kvq_cache *c; const float *q; float *out; bool failed; } decode_job;
-static void decode_once(void *ctx) {
-    decode_job *j = ctx;
-    j->failed |= kvq_cache_attend(j->c, 0, CTX - 1, 1, HEADS_KV * GQA, j->q, 1.0f / sqrtf((float)HEAD_DIM), j->out,
-                                  NULL, NULL) != KVQ_OK;
-    bench_consume(j->out[0]);
 }
 
 static void bench_decode(void) {
@@ -80,9 +78,7 @@ static void bench_decode(void) {
     size_t bytes[NT];
     for (int i = 0; i < NT; i++) {
         kvq_cache *c = make_cache(types[i]);
-        decode_job j = { c, q, out, false };
-        t1[i] = c ? bench_time(decode_once, &j, 5, 0.1) : -1.0;   /* 1 thread: its CPU time */
-        if (j.failed) t1[i] = -1.0;
+        t1[i] = c ? time_decode(c, q, out, NULL) : -1.0;   /* 1 thread: its CPU time */
         t2[i] = c && pool2 ? time_decode(c, q, out, pool2) : -1.0;
         kvq_cache_bytes b;
         kvq_cache_memory(c, &b);
@@ -90,7 +86,8 @@ static void bench_decode(void) {
         kvq_cache_free(c);
     }
     printf("## Decode attention, %d tokens, %d KV heads x %d, GQA %d\n\n", CTX, HEADS_KV, HEAD_DIM, GQA);
-    printf("1T: the calling thread's CPU time (median of 5 batches); 2T: wall-clock median.\n\n");
+    printf("1T: the calling thread's CPU time; 2T: wall clock; medians of steps each read from memory (CPU caches\n"
+           "flushed before each).\n\n");
     printf("| type | K+V body MiB | ms 1T (CPU) | ms 2T (wall) | f16 / type (1T) | q4_0 / type (1T) | f16 / type (2T) |\n"
            "|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < NT; i++) {

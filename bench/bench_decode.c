@@ -10,7 +10,11 @@
  * 16384 cached tokens, types f16 q8_0 q4_0, every kernel level this CPU
  * runs but scalar.  All (type, level) configurations are timed round-robin, ROUNDS
  * times, and the best step of all rounds is printed (the machine is
- * shared: the fastest step is the one least disturbed); the thread's CPU
+ * shared: the fastest step is the one least disturbed).  Before every
+ * step the CPU caches are flushed (bench_evict_caches): in a model the
+ * other layers' reads evict a layer's cache rows, and one layer's q4_0
+ * rows at 16384 tokens (19 MB) would otherwise stay in a 32 MB L3 between
+ * repeats while f16's (67 MB) do not.  Times: the thread's CPU
  * time with 1 thread (waiting for a core is not counted), wall clock with
  * THREADS > 1.  "% bound" = (the K and V bytes the step reads, exact
  * rows included, kvq_cache_query_bytes_all / the read bandwidth measured
@@ -109,7 +113,8 @@ static bool time_all(const decode_opts *o, decode_cfg *cfg, int n, kvq_pool *poo
     for (int i = 0; ok && i < n_head * o->head_dim; i++) q[i] = bench_gauss(&seed);
     for (int r = 0; ok && r < o->rounds; r++)
         for (int i = 0; ok && i < n; i++)
-            for (int s = 0; ok && s < 6; s++) {   /* a warm-up step, then 5 timed */
+            for (int s = 0; ok && s < 6; s++) {   /* a warm-up step, then 5 timed, each from memory */
+                if (!bench_evict_caches("decode")) { ok = false; break; }
                 const double t = step(o, &cfg[i], q, out, pool);
                 ok = t >= 0;
                 if (s > 0) cfg[i].best = fmin(cfg[i].best, t);
@@ -150,7 +155,7 @@ int bench_decode_step(int argc, char **argv) {
     const double gbs = bench_read_bandwidth(o.threads);
     const bool ok = time_all(&o, cfg, n, pool);
     if (ok) {
-        printf("## decode attention: %d KV heads x %d, GQA %d, %d cached tokens, %d thread%s, best of %d rounds x 5 steps\n\n"
+        printf("## decode attention: %d KV heads x %d, GQA %d, %d cached tokens, %d thread%s, best of %d rounds x 5 steps, CPU caches flushed before each\n\n"
                "Read bandwidth %.1f GB/s (%d threads).\n\n| type | level | ms | GB/s | %% bound | vs f16 (same level) |\n"
                "|---|---|---:|---:|---:|---:|\n",
                o.kv_heads, o.head_dim, o.gqa, o.n_ctx, o.threads, o.threads == 1 ? "" : "s", o.rounds, gbs, o.threads);

@@ -3,6 +3,7 @@
 #include "bench_matmul.h"
 #include "attn_block.h"
 #include "kvq.h"
+#include "../tools/bench_bound.h"
 #include "../tools/cli.h"
 
 #include <stdio.h>
@@ -115,6 +116,26 @@ int bench_parse_types(const char *group, const char *list, kvq_type *types, int 
         if (!cli_parse_type(group, name, true, &types[n++])) return -1;
     }
     return n;
+}
+
+bool bench_evict_caches(const char *group) {
+    static uint64_t *buf;
+    static size_t words;
+    if (!buf) {
+        size_t bytes = 2 * bench_llc_bytes();
+        if (bytes < ((size_t)64 << 20)) bytes = (size_t)64 << 20;
+        words = bytes / sizeof *buf;
+        buf = malloc(words * sizeof *buf);
+        if (!buf) {
+            fprintf(stderr, "%s: out of memory for the %zu MiB cache-eviction buffer\n", group, bytes >> 20);
+            return false;
+        }
+        for (size_t i = 0; i < words; i++) buf[i] = i;   /* real pages, not the shared zero page */
+    }
+    uint64_t sum = 0;
+    for (size_t i = 0; i < words; i += 64 / sizeof *buf) sum += buf[i];
+    bench_consume((double)sum);
+    return true;
 }
 
 kvq_cache *bench_written_cache(const char *group, const kvq_cache_params *p, int n_pos) {

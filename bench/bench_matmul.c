@@ -69,6 +69,7 @@ static double time_matmul(kvq_pool *pool, kvq_type ty, const uint8_t *W, int64_t
     double t[64];
     run_matmul(pool, ty, W, rows, cols, X, n_tok, Y, xq, xq_bytes);
     for (int i = 0; i < reps; i++) {
+        bench_evict_caches("matmul");   /* the weights from memory, as in a model (allocated in bench_matmul) */
         double t0 = now_s();
         run_matmul(pool, ty, W, rows, cols, X, n_tok, Y, xq, xq_bytes);
         t[i] = now_s() - t0;
@@ -215,12 +216,16 @@ int bench_matmul(int argc, char **argv) {
         free(X); free(Y); free(xq); kvq_pool_free(pools[0]); kvq_pool_free(pools[1]);
         return 1;
     }
+    if (!levels && !bench_evict_caches("matmul")) {
+        free(X); free(Y); free(xq); kvq_pool_free(pools[0]); kvq_pool_free(pools[1]);
+        return 1;
+    }
     uint64_t s = 7;
     for (int64_t i = 0; i < cols * 64; i++) X[i] = rng_float(&s);
     printf("matmul %lldx%lld, simd %s, int8 dots %s, median of %d (GFLOP/s = 2*rows*cols*n_tok / time)\n",
            (long long)rows, (long long)cols, kvq_simd_level(), kvq_act8_level_name(kvq_act8_level_best()), reps);
-    printf("the same weights every repetition: GB/s is from memory only when they exceed the last-level cache\n"
-           "(the default 2048x2048 does not; docs/benchmarks.md 3a uses --rows 16384 --cols 4096)\n");
+    if (levels) printf("--levels: the same weights every repetition, read from the caches when they fit\n");
+    else printf("the CPU caches are flushed before every repetition: the weights are read from memory\n");
     if (levels) printf("%-8s %-16s %10s %8s %8s %9s\n", "type", "int8 level", "ms", "GB/s", "best ms", "best GB/s");
     else
     printf("%-8s %5s %6s %7s %10s %9s %8s %8s %9s\n", "type", "act", "n_tok", "threads", "ms", "GFLOP/s", "GB/s",
