@@ -18,6 +18,7 @@
  */
 #include "bench.h"
 #include "cache.h"
+#include "../tools/cache_fill.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -61,13 +62,9 @@ static float unit_gauss(uint64_t *s) {          /* splitmix64 + Box-Muller */
 static bool write_all(kvq_cache *c, shape sh, int n_tok, const float *kv, kvq_pool *pool) {
     const size_t half = (size_t)BATCH * sh.n_head_kv * sh.head_dim;
     kvq_error err;
-    for (int pos = 0; pos < n_tok; pos += BATCH)
-        for (int l = 0; l < sh.n_layer; l++)
-            if (kvq_cache_write_pool(c, l, pos, KVQ_MIN(BATCH, n_tok - pos), kv, kv + half, pool, &err) != KVQ_OK) {
-                fprintf(stderr, "cachewrite: %s\n", err.msg);
-                return false;
-            }
-    return true;
+    if (cli_fill_cache(c, sh.n_layer, n_tok, BATCH, kv, kv + half, false, pool, &err) == KVQ_OK) return true;
+    fprintf(stderr, "cachewrite: %s\n", err.msg);
+    return false;
 }
 
 /* A cache of the shape for type t, its memory touched by one untimed pass

@@ -4,6 +4,7 @@
 #include "attn_block.h"
 #include "kvq.h"
 #include "../tools/bench_bound.h"
+#include "../tools/cache_fill.h"
 #include "../tools/cli.h"
 
 #include <stdio.h>
@@ -146,17 +147,11 @@ kvq_cache *bench_written_cache(const char *group, const kvq_cache_params *p, int
     const size_t nk = (size_t)batch * p->n_head_kv * p->head_dim_k, nv = (size_t)batch * p->n_head_kv * p->head_dim_v;
     float *kv = malloc((nk + nv) * sizeof(float));
     if (!kv) { fprintf(stderr, "%s: out of memory\n", group); kvq_cache_free(c); return NULL; }
-    uint64_t seed = 1;
-    for (size_t i = 0; i < nk + nv; i++) kv[i] = bench_gauss(&seed);
-    for (int pos = 0; pos < n_pos;) {
-        const int rows = pos + 1 == n_pos ? 1 : KVQ_MIN(batch, n_pos - 1 - pos);
-        if (kvq_cache_write(c, 0, pos, rows, kv, kv + nk, &err)) {
-            fprintf(stderr, "%s: writing %s at %d: %s\n", group, kvq_type_name(p->type_k), pos, err.msg);
-            free(kv);
-            kvq_cache_free(c);
-            return NULL;
-        }
-        pos += rows;
+    cli_fill_noise(kv, nk + nv, 1);
+    if (cli_fill_cache(c, 1, n_pos, batch, kv, kv + nk, true, NULL, &err)) {
+        fprintf(stderr, "%s: writing %s: %s\n", group, kvq_type_name(p->type_k), err.msg);
+        kvq_cache_free(c);
+        c = NULL;
     }
     free(kv);
     return c;

@@ -1,6 +1,7 @@
 /* bench_run.c - one timed run of `kvq bench` (see bench_run.h). */
 #include "bench_run.h"
 #include "bench_bound.h"
+#include "cache_fill.h"
 #include "cli.h"
 
 #include <stdint.h>
@@ -28,36 +29,20 @@ static void fill_tokens(int32_t *buf, int first, int n, int n_vocab) {
     for (int i = 0; i < n; i++) buf[i] = bench_token(first + i, n_vocab);
 }
 
-/* Roughly unit-Gaussian values (sum of 4 uniforms): K/V of a normed model. */
-static float noise(uint64_t *s) {
-    float acc = 0.0f;
-    for (int i = 0; i < 4; i++) {
-        *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-        acc += (float)(*s >> 40) * (1.0f / 16777216.0f);
-    }
-    return (acc - 2.0f) * 1.7320508f;
-}
-
 /* The first `depth` positions of every layer from one block of random
- * rows, written `batch` positions at a time. */
+ * rows, written `batch` positions at a time; the run's threads share the
+ * writes, as in a prefill (the bytes do not depend on it; the quantisers
+ * of iq4_nl and the trellis types are what makes a deep fill take
+ * minutes). */
 static kvq_status fill_synthetic(kvq_ctx *ctx, const kvq_model_info *in, int depth, int batch, kvq_error *err) {
     if (depth == 0) return KVQ_OK;
     const size_t k_row = (size_t)in->n_head_kv * in->head_dim_k, v_row = (size_t)in->n_head_kv * in->head_dim_v;
     float *k = malloc((size_t)batch * (k_row + v_row) * sizeof(float));
     if (!k) return kvq_fail(err, KVQ_ERR_NOMEM, "bench: out of memory for %d synthetic cache rows", batch);
-    float *v = k + (size_t)batch * k_row;
-    uint64_t seed = 42;
-    for (size_t i = 0; i < (size_t)batch * (k_row + v_row); i++) k[i] = noise(&seed);
-    /* the run's threads share the writes, as in a prefill (the bytes do
-     * not depend on it; the quantisers of iq4_nl and the trellis types
-     * are what makes a deep fill take minutes) */
+    cli_fill_noise(k, (size_t)batch * (k_row + v_row), 42);
     kvq_pool *pool = kvq_ctx_threads(ctx) > 1 ? kvq_pool_create(kvq_ctx_threads(ctx)) : NULL;
-    kvq_status st = KVQ_OK;
-    for (int start = 0; !st && start < depth; start += batch) {
-        const int n = CLI_MIN(batch, depth - start);
-        for (int il = 0; !st && il < in->n_layer; il++)
-            st = kvq_cache_write_pool(kvq_ctx_cache(ctx), il, start, n, k, v, pool, err);
-    }
+    const kvq_status st = cli_fill_cache(kvq_ctx_cache(ctx), in->n_layer, depth, batch, k, k + (size_t)batch * k_row,
+                                         false, pool, err);
     kvq_pool_free(pool);
     free(k);
     return st;
