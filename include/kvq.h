@@ -543,9 +543,13 @@ KVQ_API int kvq_ctx_max_batch(const kvq_ctx *ctx);
  * and so is the query where it scores a q4_0 or q4_1 K cache (int16
  * blocks otherwise, and for the other cache types, where bytes are not
  * faster): faster, results differ (docs/engine.md gives the KLD it
- * costs); other weight types keep f32.  Either gives the same bits for any thread
- * count.  Allocates the quantised rows on first use (KVQ_ERR_NOMEM). */
-typedef enum kvq_act { KVQ_ACT_F32 = 0, KVQ_ACT_INT8 = 1 } kvq_act;
+ * costs); other weight types keep f32.  KVQ_ACT_QUERY8: the attention
+ * half alone: f32 weight products, the query of a q4_0/q4_1 K rounded to
+ * int8 (its KLD is within noise of int16's on the models measured,
+ * docs/benchmarks.md 3e; the K scores take 0.72x the time on AVX2).
+ * Each gives the same bits for any thread count.  KVQ_ACT_INT8 allocates
+ * the quantised rows on first use (KVQ_ERR_NOMEM). */
+typedef enum kvq_act { KVQ_ACT_F32 = 0, KVQ_ACT_INT8 = 1, KVQ_ACT_QUERY8 = 2 } kvq_act;
 KVQ_API kvq_status kvq_ctx_set_activations(kvq_ctx *ctx, kvq_act act, kvq_error *err);
 KVQ_API kvq_act kvq_ctx_activations(const kvq_ctx *ctx);
 /* kvq_cache_shift with the model's RoPE. */

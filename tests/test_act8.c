@@ -346,6 +346,71 @@ TEST(act8_context_option) {
     CHECK(kvq_ctx_set_activations(NULL, KVQ_ACT_INT8, &err) == KVQ_ERR_ARG, "NULL ctx accepted");
 }
 
+/* KVQ_ACT_QUERY8 on a tiny model with head_dim 32 (q4_0 cache rows of one
+ * block per head) and q8_0 attn_k weights: with a q4_0 cache the logits
+ * move a little from f32's (the query of the K scores is rounded to
+ * int8) and are KVQ_ACT_INT8's where no weight input is rounded; with a
+ * q8_0 cache (int16 query for every type but q4_0/q4_1) they are f32's
+ * bits, while int8 rounds the q8_0 weights' inputs and moves them. */
+static kvq_status eval_cache(const kvq_model *m, kvq_type cache, kvq_act act, float *logits, kvq_error *err) {
+    kvq_cache_params p;
+    kvq_cache_params_default(&p);
+    p.n_ctx = 32;
+    p.type_k = p.type_v = cache;
+    kvq_ctx *ctx = NULL;
+    static const int32_t toks[] = { 1, 40, 41, 42, 43, 44, 45, 46 };
+    kvq_status st = kvq_ctx_create(m, &p, 1, &ctx, err);
+    if (!st) st = kvq_ctx_set_activations(ctx, act, err);
+    if (!st && kvq_ctx_activations(ctx) != act) st = kvq_fail(err, KVQ_ERR_ARG, "activations not kept");
+    if (!st) st = kvq_ctx_eval(ctx, toks, 8, 0, logits, false, err);
+    kvq_ctx_free(ctx);
+    return st;
+}
+
+TEST(act8_query_alone) {
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/kvq_test_query8_%d.gguf", (int)getpid());
+    tm_spec s = tm_spec_default();
+    s.n_embd = 64;
+    s.n_head = 2;      /* head_dim 32 */
+    s.n_head_kv = 1;
+    tm_file f;
+    tm_write(&f, &s);
+    const bool saved = tm_save(&f, path);
+    tm_free(&f);
+    CHECK(saved, "cannot write %s", path);
+    kvq_model *m = NULL;
+    kvq_error err = { 0 };
+    kvq_status st = kvq_model_load(path, &m, &err);
+    remove(path);
+    CHECK(st == KVQ_OK, "load: %s", err.msg);
+    const size_t n = 8 * (size_t)kvq_model_get_info(m)->n_vocab;
+    float *buf = malloc(sizeof(float) * n * 6);
+    if (!buf) { kvq_model_free(m); CHECK(0, "out of memory"); }
+    float *q4_f32 = buf, *q4_q8 = buf + n, *q4_i8 = buf + 2 * n, *q8_f32 = buf + 3 * n, *q8_q8 = buf + 4 * n,
+          *q8_i8 = buf + 5 * n;
+    st = eval_cache(m, KVQ_TYPE_Q4_0, KVQ_ACT_F32, q4_f32, &err);
+    if (!st) st = eval_cache(m, KVQ_TYPE_Q4_0, KVQ_ACT_QUERY8, q4_q8, &err);
+    if (!st) st = eval_cache(m, KVQ_TYPE_Q4_0, KVQ_ACT_INT8, q4_i8, &err);
+    if (!st) st = eval_cache(m, KVQ_TYPE_Q8_0, KVQ_ACT_F32, q8_f32, &err);
+    if (!st) st = eval_cache(m, KVQ_TYPE_Q8_0, KVQ_ACT_QUERY8, q8_q8, &err);
+    if (!st) st = eval_cache(m, KVQ_TYPE_Q8_0, KVQ_ACT_INT8, q8_i8, &err);
+    double diff = 0, mag = 0;
+    for (size_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs((double)q4_f32[i] - q4_q8[i]));
+        mag = fmax(mag, fabs((double)q4_f32[i]));
+    }
+    const bool q8_same = !memcmp(q8_f32, q8_q8, sizeof(float) * n), i8_moves = memcmp(q8_f32, q8_i8, sizeof(float) * n);
+    const bool q4_not_i8 = memcmp(q4_q8, q4_i8, sizeof(float) * n) != 0;
+    free(buf);
+    kvq_model_free(m);
+    CHECK(st == KVQ_OK, "%s", err.msg);
+    CHECK(diff > 0 && diff < 0.05 * mag, "q4_0 cache, query8 vs f32: max difference %.3g (largest logit %.3g)", diff,
+          mag);
+    CHECK(q8_same, "q8_0 cache: query8 changed the logits (only a q4_0/q4_1 K takes the int8 query)");
+    CHECK(i8_moves && q4_not_i8, "int8 gave query8's logits: the q8_0 weights' inputs were not rounded");
+}
+
 /* --act on the engine commands: a bad value is one error line naming the
  * flag and exit status 1; with the shared q8_0 model, int8 activations
  * give a perplexity near the f32 one but not the same. */
@@ -359,7 +424,7 @@ TEST(act8_cli_flag) {
         const int rc = test_run(cmd, out, sizeof out);
         int lines = 0;
         for (const char *p = out; *p; p++) lines += *p == '\n';
-        CHECK(rc == 1 && lines == 1 && strstr(out, "--act") && strstr(out, "f32 or int8"), "'%s' exited %d: %s", cmd, rc,
+        CHECK(rc == 1 && lines == 1 && strstr(out, "--act") && strstr(out, "f32, int8 or query8"), "'%s' exited %d: %s", cmd, rc,
               out);
     }
     char model[1024], text[1024];

@@ -76,10 +76,10 @@ static void usage(FILE *f) {
         "                        (default median_kld; the drift ones need --drift)\n"
         "  --calib FILE          the model's calibration (kvq calibrate): the calibrated types\n"
         "                        cal225 ... cal425 join the default types (docs/calibration.md)\n"
-        "  --act f32|int8        activations of the q8_0/q4_0/K-quant weight products and a\n"
-        "                        q4_0/q4_1 K's query, the reference's too (default f32; int8\n"
-        "                        results are kept apart in OUTDIR, not mixed with f32 ones;\n"
-        "                        not with --drift)\n",
+        "  --act f32|int8|query8 activations of the q8_0/q4_0/K-quant weight products and a\n"
+        "                        q4_0/q4_1 K's query (query8: that query alone), the\n"
+        "                        reference's too (default f32; int8 and query8 results are\n"
+        "                        kept apart in OUTDIR, not mixed with f32 ones; not with --drift)\n",
         SWEEP_DRIFT_WINDOWS, SWEEP_DRIFT_WINDOW_TOKENS);
 }
 
@@ -233,9 +233,12 @@ static void path_in(char *buf, const sweep *s, const char *rel) {
 
 /* A calibrated configuration's result belongs to its calibration too:
  * its file name carries the calibration's checksum. */
-/* Results with int8 activations carry ".act-int8" (the reference's file
- * too), so that a sweep with the other activations never reuses them. */
-static const char *act_suffix(const sweep *s) { return s->o->act == KVQ_ACT_INT8 ? ".act-int8" : ""; }
+/* Results with int8 activations carry ".act-int8", with the int8 query
+ * alone ".act-query8" (the reference's file too), so that a sweep with
+ * other activations never reuses them. */
+static const char *act_suffix(const sweep *s) {
+    return s->o->act == KVQ_ACT_INT8 ? ".act-int8" : s->o->act == KVQ_ACT_QUERY8 ? ".act-query8" : "";
+}
 
 static void run_path(char *buf, const sweep *s, const kvq_sweep_config *c) {
     const bool cal = kvq_type_get(c->type_k)->calib_rate || kvq_type_get(c->type_v)->calib_rate;

@@ -29,7 +29,8 @@ int cli_model_flag(const char *cmd, const cli_model_flags *f, int argc, char **a
         if (!(v = cli_value(cmd, argc, argv, i))) return -1;
         if (!strcmp(v, "f32")) *f->act = KVQ_ACT_F32;
         else if (!strcmp(v, "int8")) *f->act = KVQ_ACT_INT8;
-        else { cli_error(cmd, "--act: expected f32 or int8, not '%s'", v); return -1; }
+        else if (!strcmp(v, "query8")) *f->act = KVQ_ACT_QUERY8;
+        else { cli_error(cmd, "--act: expected f32, int8 or query8, not '%s'", v); return -1; }
         return 1;
     }
     else return 0;
@@ -40,7 +41,9 @@ int cli_model_flag(const char *cmd, const cli_model_flags *f, int argc, char **a
     return 1;
 }
 
-const char *cli_act_name(kvq_act act) { return act == KVQ_ACT_INT8 ? "int8" : "f32"; }
+const char *cli_act_name(kvq_act act) {
+    return act == KVQ_ACT_INT8 ? "int8" : act == KVQ_ACT_QUERY8 ? "query8" : "f32";
+}
 
 bool cli_set_act(const char *cmd, kvq_ctx *ctx, kvq_act act) {
     kvq_error err = { 0 };

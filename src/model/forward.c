@@ -15,7 +15,7 @@
  * KVQ_ACT_INT8) rounds the input of every q8_0/q4_0/q4_K/q5_K/q6_K
  * product to int8 blocks, and the query that scores a q4_0/q4_1 K, as
  * llama.cpp does (src/format/act8.h, kvq_attend_opts.int8_query,
- * docs/engine.md).
+ * docs/engine.md); KVQ_ACT_QUERY8 rounds that query alone.
  */
 #include "cache.h"
 #include "matmul.h"
@@ -167,8 +167,9 @@ static kvq_status attention_block(kvq_ctx *c, int il, int pos, int n, kvq_error 
     /* each of the n queries of every head reads up to pos + n keys and values */
     const double attn_macs = (double)n * (double)(pos + n) * in->n_head * (dk + dv);
     /* int8 activations round the query to int8 for a q4_0/q4_1 K too, as
-     * they do the weights' inputs (kvq_ctx_set_activations) */
-    const kvq_attend_opts ao = { NULL, 0, c->act == KVQ_ACT_INT8 };
+     * they do the weights' inputs; KVQ_ACT_QUERY8 only the query
+     * (kvq_ctx_set_activations) */
+    const kvq_attend_opts ao = { NULL, 0, c->act == KVQ_ACT_INT8 || c->act == KVQ_ACT_QUERY8 };
     st = kvq_cache_attend_opts(c->cache, il, pos, n, in->n_head, c->q, 1.0f / sqrtf((float)dk), c->attn,
                                pool_for(c, attn_macs), &ao, err);
     if (st) return st;
@@ -316,8 +317,9 @@ static int64_t widest_input(const kvq_model_info *in) {
 
 kvq_status kvq_ctx_set_activations(kvq_ctx *c, kvq_act act, kvq_error *err) {
     if (!c) return kvq_fail(err, KVQ_ERR_ARG, "kvq_ctx_set_activations: ctx is NULL");
-    if (act != KVQ_ACT_F32 && act != KVQ_ACT_INT8)
-        return kvq_fail(err, KVQ_ERR_ARG, "activations %d: expected KVQ_ACT_F32 or KVQ_ACT_INT8", (int)act);
+    if (act != KVQ_ACT_F32 && act != KVQ_ACT_INT8 && act != KVQ_ACT_QUERY8)
+        return kvq_fail(err, KVQ_ERR_ARG, "activations %d: expected KVQ_ACT_F32, KVQ_ACT_INT8 or KVQ_ACT_QUERY8",
+                        (int)act);
     if (act == KVQ_ACT_INT8 && !c->xq) {
         const size_t bytes = kvq_matmul_act8_bytes(c->max_batch, widest_input(&c->m->info));
         c->xq = kvq_malloc(bytes);
