@@ -315,19 +315,27 @@ static kvq_status eval_logits(const kvq_model *m, int threads, kvq_act act, floa
     return st;
 }
 
-TEST(act8_context_option) {
+/* The tiny model of spec s, written to a temporary file and loaded; the
+ * load's status (KVQ_ERR_IO with a message when the file cannot be
+ * written). */
+static kvq_status load_tiny(const tm_spec *s, kvq_model **m, kvq_error *err) {
     char path[128];
     snprintf(path, sizeof path, "/tmp/kvq_test_act8_%d.gguf", (int)getpid());
-    tm_spec s = tm_spec_default();
     tm_file f;
-    tm_write(&f, &s);
+    tm_write(&f, s);
     const bool saved = tm_save(&f, path);
     tm_free(&f);
-    CHECK(saved, "cannot write %s", path);
+    if (!saved) return kvq_fail(err, KVQ_ERR_IO, "cannot write %s", path);
+    const kvq_status st = kvq_model_load(path, m, err);
+    remove(path);
+    return st;
+}
+
+TEST(act8_context_option) {
+    const tm_spec s = tm_spec_default();
     kvq_model *m = NULL;
     kvq_error err = { 0 };
-    kvq_status st = kvq_model_load(path, &m, &err);
-    remove(path);
+    kvq_status st = load_tiny(&s, &m, &err);
     CHECK(st == KVQ_OK, "load: %s", err.msg);
     const int nv = kvq_model_get_info(m)->n_vocab;
     float *a = malloc(sizeof(float) * 8 * (size_t)nv * 3), *b = a ? a + 8 * nv : NULL, *c = a ? b + 8 * nv : NULL;
@@ -368,21 +376,13 @@ static kvq_status eval_cache(const kvq_model *m, kvq_type cache, kvq_act act, fl
 }
 
 TEST(act8_query_alone) {
-    char path[128];
-    snprintf(path, sizeof path, "/tmp/kvq_test_query8_%d.gguf", (int)getpid());
     tm_spec s = tm_spec_default();
     s.n_embd = 64;
     s.n_head = 2;      /* head_dim 32 */
     s.n_head_kv = 1;
-    tm_file f;
-    tm_write(&f, &s);
-    const bool saved = tm_save(&f, path);
-    tm_free(&f);
-    CHECK(saved, "cannot write %s", path);
     kvq_model *m = NULL;
     kvq_error err = { 0 };
-    kvq_status st = kvq_model_load(path, &m, &err);
-    remove(path);
+    kvq_status st = load_tiny(&s, &m, &err);
     CHECK(st == KVQ_OK, "load: %s", err.msg);
     const size_t n = 8 * (size_t)kvq_model_get_info(m)->n_vocab;
     float *buf = malloc(sizeof(float) * n * 6);
