@@ -100,7 +100,7 @@ TEST(cache_fill_writes_every_layer_as_by_hand) {
     free(o1);
 }
 
-TEST(cache_fill_stops_at_the_failing_write) {
+TEST(cache_fill_stops_at_the_failing_write_and_refuses_batch_0) {
     float k[BATCH * HEADS_KV * DIM], v[BATCH * HEADS_KV * DIM];
     cli_fill_noise(k, sizeof k / sizeof k[0], 1);
     cli_fill_noise(v, sizeof v / sizeof v[0], 2);
@@ -111,6 +111,12 @@ TEST(cache_fill_stops_at_the_failing_write) {
     /* 0-31 fit every layer, 32-49 does not fit a 40-position cache */
     const int held = kvq_cache_n_stored(c, 0), last = kvq_cache_n_stored(c, LAYERS - 1);
     kvq_cache_free(c);
+    kvq_cache *e = make_cache(KVQ_TYPE_Q8_0, 40);
+    kvq_error err0 = { 0 };
+    const kvq_status st0 = e ? cli_fill_cache(e, LAYERS, 10, 0, k, v, false, NULL, &err0) : KVQ_OK;
+    const int held0 = e ? kvq_cache_n_stored(e, 0) : -1;
+    kvq_cache_free(e);
     CHECK(st != KVQ_OK && err.msg[0], "50 positions into 40 accepted (status %d)", (int)st);
+    CHECK(st0 == KVQ_ERR_ARG && err0.msg[0] && held0 == 0, "batch 0: status %d, %d positions written", (int)st0, held0);
     CHECK(held == 32 && last == 32, "after the failure layer 0 holds %d, the last %d (want 32)", held, last);
 }

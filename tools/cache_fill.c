@@ -14,6 +14,7 @@ void cli_fill_noise(float *x, size_t n, uint64_t seed) {
 
 kvq_status cli_fill_cache(kvq_cache *c, int n_layer, int n_pos, int batch, const float *k, const float *v,
                           bool lone_last, kvq_pool *pool, kvq_error *err) {
+    if (batch < 1) return kvq_fail(err, KVQ_ERR_ARG, "cache fill: batch %d, want at least 1", batch);
     const int body = lone_last && n_pos > 0 ? n_pos - 1 : n_pos;
     for (int pos = 0; pos < n_pos;) {
         const int n = pos < body ? (body - pos < batch ? body - pos : batch) : 1;

@@ -20,7 +20,8 @@ void cli_fill_noise(float *x, size_t n, uint64_t seed);
  * layer before the next one (a prefill's order), every batch from the
  * same rows k and v (`batch` rows each).  With lone_last the last
  * position is written alone, as a decode step writes its own row (what
- * stays in a staged type's stage).  The first failing write's status. */
+ * stays in a staged type's stage).  The first failing write's status
+ * (KVQ_ERR_ARG for a batch below 1). */
 kvq_status cli_fill_cache(kvq_cache *c, int n_layer, int n_pos, int batch, const float *k, const float *v,
                           bool lone_last, kvq_pool *pool, kvq_error *err);
 
