@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_levels[] = { "scalar",      "scalar-tile", "avx2",           "avx2-tile",
-                                        "avx512",      "avx512-tile", "avx512-vnni",    "avx512-vnni-tile" };
+static const char *const k_levels[] = { "scalar", "scalar-tile", "avx2", "avx2-tile", "avx512", "avx512-tile" };
 
 /* |a - b| in units of b's float ulp. */
 static double ulps(float a, double b) {
@@ -352,7 +351,7 @@ TEST(attn_block_fused_kernels_match_double) {
     static int32_t qsum[MAXG * MAXLEN / 32];
     static const int lens[] = { 32, 96, 128, 512 };
     test_rng r = { 77, 0, 0 };
-    int fused_levels = 0, checked = 0, bitwise = 0, bitwise_vnni = 0;
+    int fused_levels = 0, checked = 0, bitwise = 0;
     for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
         const attn_block_kernels *kr = attn_block_level(k_levels[li]);
         if (!kr || !kr->fused) continue;
@@ -389,11 +388,10 @@ TEST(attn_block_fused_kernels_match_double) {
                 CHECK(worst < 2e-6, "%s %s G %d len %d nk %d: scores rel err %.3g", kr->level, tr->name, G, len, nk,
                       worst);
                 /* the integer sums are exact and the float steps (vector
-                 * FMAs) one order, so AVX-512's 16-key add trees (with or
-                 * without VNNI's dot instructions) score with the bits of
-                 * AVX2's 8-key ones */
+                 * FMAs) one order, so AVX-512's 16-key add trees score with
+                 * the bits of AVX2's 8-key ones */
                 const attn_block_kernels *avx2 = attn_block_level("avx2");
-                if ((!strcmp(kr->level, "avx512") || !strcmp(kr->level, "avx512-vnni")) && avx2) {
+                if (!strcmp(kr->level, "avx512") && avx2) {
                     static float w_avx2[MAXG * NK];
                     attn_block_scores(avx2, &src, rows, nk, &aq, G, 0.25f, w_avx2, NK);
                     for (int g = 0; g < G; g++)
@@ -401,7 +399,6 @@ TEST(attn_block_fused_kernels_match_double) {
                               "%s G %d len %d nk %d: head %d's avx512 scores differ from avx2's", tr->name, G, len,
                               nk, g);
                     bitwise++;
-                    bitwise_vnni += !strcmp(kr->level, "avx512-vnni");
                 }
                 /* weights: key 1 weighted by no head (skipped), key 2 by head 0 only */
                 for (int g = 0; g < G; g++)
@@ -439,7 +436,6 @@ TEST(attn_block_fused_kernels_match_double) {
     if (!fused_levels) SKIP("no level with fused kernels on this CPU");
     CHECK(checked >= 4 * 8, "only %d cases", checked);
     CHECK(bitwise > 0 || !attn_block_level("avx512"), "avx512 level present but never compared with avx2");
-    CHECK(bitwise_vnni > 0 || !attn_block_level("avx512-vnni"), "avx512-vnni level present but never compared");
 }
 
 /* A packed V row whose block scale is inf, weighted 0 by one head: that

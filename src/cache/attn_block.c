@@ -196,20 +196,8 @@ static const attn_block_kernels *level_of(kvq_isa isa, bool tile) {
     return tile ? &g_block_scalar_tile : &g_block_scalar;
 }
 
-/* AVX-512 with VNNI: a build of the avx512 level with its dot
- * instructions (attn_block_vnni.c). */
-static const attn_block_kernels *vnni_level(bool tile) {
-#if defined(__x86_64__)
-    if (kvq_isa_best() >= KVQ_ISA_AVX512 && kvq_cpu_features()->avx512vnni)
-        return tile ? attn_block_avx512_vnni_tile() : attn_block_avx512_vnni();
-#endif
-    (void)tile;
-    return NULL;
-}
-
 const attn_block_kernels *attn_block_level(const char *level) {
     if (!level) return NULL;
-    if (!strcmp(level, "avx512-vnni") || !strcmp(level, "avx512-vnni-tile")) return vnni_level(level[11] != 0);
     const kvq_isa best = kvq_isa_best();
     for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) {
         const char *name = kvq_isa_name((kvq_isa)isa);
@@ -220,10 +208,7 @@ const attn_block_kernels *attn_block_level(const char *level) {
     return NULL;
 }
 
-const attn_block_kernels *attn_block_best(void) {
-    const attn_block_kernels *vnni = vnni_level(false);
-    return vnni ? vnni : level_of(kvq_isa_best(), false);
-}
+const attn_block_kernels *attn_block_best(void) { return level_of(kvq_isa_best(), false); }
 
 /* ------------------------------------------------ the steps of a chunk */
 

@@ -144,7 +144,7 @@ typedef enum attn_row_kind { ATTN_ROW_F32 = 0, ATTN_ROW_F16, ATTN_ROW_BF16, ATTN
 
 /* The kernels of one ISA level. */
 typedef struct attn_block_kernels {
-    const char *level;                      /* "scalar", "avx2", "avx512", ...   */
+    const char *level;                      /* "scalar", "avx2", "avx512"        */
     kvq_isa isa;                            /* the level's ISA: the formats' hooks
                                                run their kernels of this level   */
     /* w[g*ldw + t] = scale * sum_d q[g*q_stride + d] * k[t][d], g < G, t < nk,
@@ -176,12 +176,11 @@ typedef struct attn_block_kernels {
 
 /* The widest level this CPU runs (scalar when KVQ_FORCE_SCALAR=1). */
 const attn_block_kernels *attn_block_best(void);
-/* One level by name ("scalar", "avx2", "avx512", "avx512-vnni" (AVX-512
- * with AVX512_VNNI, the best level where the CPU has it); "scalar-tile",
- * "avx2-tile", "avx512-tile", "avx512-vnni-tile": the same without fused
- * or in-place converting kernels, every row but f32 unpacked into an f32
- * tile and scored with the float query, what ran before them; for
- * measurements and tests); NULL when unknown or not runnable here. */
+/* One level by name ("scalar", "avx2", "avx512"; "scalar-tile",
+ * "avx2-tile", "avx512-tile": the same without fused or in-place
+ * converting kernels, every row but f32 unpacked into an f32 tile and
+ * scored with the float query, what ran before them; for measurements
+ * and tests); NULL when unknown or not runnable here. */
 const attn_block_kernels *attn_block_level(const char *level);
 /* Per-ISA instances (attn_block_avx2.c, attn_block_avx512.c): call only
  * after kvq_isa_best() allowed them. */
@@ -189,9 +188,6 @@ const attn_block_kernels *attn_block_avx2(void);
 const attn_block_kernels *attn_block_avx2_tile(void);
 const attn_block_kernels *attn_block_avx512(void);
 const attn_block_kernels *attn_block_avx512_tile(void);
-/* attn_block_vnni.c: only after kvq_cpu_features()->avx512vnni */
-const attn_block_kernels *attn_block_avx512_vnni(void);
-const attn_block_kernels *attn_block_avx512_vnni_tile(void);
 
 /* Scalar exp with the same algorithm and bound as the vector ones. */
 float attn_block_exp(float x);

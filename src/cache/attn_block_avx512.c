@@ -1,9 +1,7 @@
 /* attn_block_avx512.c - the chunked attention kernels (attn_block.inc)
  * with AVX-512 (16 lanes), and the fused packed-row kernels
  * (attn_codes.inc; their int8 code primitives in 256-bit registers,
- * attn_codes_x86.h).  attn_block_vnni.c builds this file again with
- * AVX512_VNNI (ATTN_BLOCK_VNNI): the level "avx512-vnni", whose paired K
- * sums take vpdpwssd / vpdpbusd where this one takes two instructions. */
+ * attn_codes_x86.h). */
 #include "attn_block.h"
 #include "attn_codes_x86.h"
 #include "attn_kvarn_x86.h"
@@ -12,16 +10,10 @@
 #include <immintrin.h>
 #include <math.h>
 
-#define BLOCK_ISA KVQ_ISA_AVX512
-#ifdef ATTN_BLOCK_VNNI
-#define BLOCK_LEVEL "avx512-vnni"
-#define BLOCK_KERNELS g_block_avx512_vnni
-#define BLOCK_TILE_KERNELS g_block_avx512_vnni_tile
-#else
 #define BLOCK_LEVEL "avx512"
+#define BLOCK_ISA KVQ_ISA_AVX512
 #define BLOCK_KERNELS g_block_avx512
 #define BLOCK_TILE_KERNELS g_block_avx512_tile
-#endif
 
 /* s[i] = sum of the lanes of acc[i] for 16 accumulators: each step adds
  * two halves of every accumulator (256-bit, 128-bit, 64-bit, 32-bit
@@ -140,14 +132,9 @@ static inline vwz_pair vwzp_query(const int16_t *q) {
     return (vwz_pair){ _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)q)),
                        _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(q + 16))) };
 }
-/* lanes 0-7: key t's partial sums, 8-15: key t+1's (VNNI: the second
- * product added by vpdpwssd, one instruction for two) */
+/* lanes 0-7: key t's partial sums, 8-15: key t+1's */
 static inline __m512i vwzp_madd(vwz_pair c, vwz_pair q) {
-#ifdef ATTN_BLOCK_VNNI
-    return _mm512_dpwssd_epi32(_mm512_madd_epi16(c.lo, q.lo), c.hi, q.hi);
-#else
     return _mm512_add_epi32(_mm512_madd_epi16(c.lo, q.lo), _mm512_madd_epi16(c.hi, q.hi));
-#endif
 }
 /* attn_codes.inc's int8-query sums of q4_0/q4_1 (VB8): two keys at a
  * time in one 512-bit register, each key's 16 code bytes twice, the
@@ -163,15 +150,9 @@ static inline vb8_pair vb8_pair_nib(const uint8_t *p0, const uint8_t *p1) {
 }
 /* the query block's 32 values twice: one copy per key */
 static inline vb8_pair vb8_pair_query(__m256i q8) { return (vb8_pair){ _mm512_broadcast_i64x4(q8) }; }
-/* lanes 0-7: key t's partial sums, 8-15: key t+1's (codes < 16: the int16
- * pair sums of vpmaddubsw do not saturate, so VNNI's one vpdpbusd makes
- * the same int32 sums) */
+/* lanes 0-7: key t's partial sums, 8-15: key t+1's */
 static inline __m512i vb8_pair_madd(vb8_pair c, vb8_pair q) {
-#ifdef ATTN_BLOCK_VNNI
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), c.v, q.v);
-#else
     return _mm512_madd_epi16(_mm512_maddubs_epi16(c.v, q.v), _mm512_set1_epi16(1));
-#endif
 }
 
 /* s[t] = sum of key t - sub, t < 16. */
@@ -182,11 +163,7 @@ static inline void vwz_tree_store(const vwz_tree *tr, int32_t sub, int32_t *s) {
 #define vcvt_i32(p) _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(p)))
 #define vhalf(p) vload_h(p)
 #define FUSED_V_HEADS 4
-#ifdef ATTN_BLOCK_VNNI
-#define FUSED_TABLE g_fused_avx512_vnni
-#else
 #define FUSED_TABLE g_fused_avx512
-#endif
 
 /* attn_kvarn.inc's float side: codes (int16, < 256) as floats, |x|, and
  * rounding to int16 (cvtps rounds to nearest even, like lrintf). */
@@ -216,18 +193,9 @@ static inline __attribute__((always_inline)) void vf_kvarn_order(__m512 a[2], co
 static inline void vstore_i16(int16_t *p, __m512 x) {
     _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(x)));
 }
-#ifdef ATTN_BLOCK_VNNI
-#define KVARN_TABLE g_kvarn_avx512_vnni
-#else
 #define KVARN_TABLE g_kvarn_avx512
-#endif
 
 #include "attn_block.inc"
 
-#ifdef ATTN_BLOCK_VNNI
-const attn_block_kernels *attn_block_avx512_vnni(void) { return &g_block_avx512_vnni; }
-const attn_block_kernels *attn_block_avx512_vnni_tile(void) { return &g_block_avx512_vnni_tile; }
-#else
 const attn_block_kernels *attn_block_avx512(void) { return &g_block_avx512; }
 const attn_block_kernels *attn_block_avx512_tile(void) { return &g_block_avx512_tile; }
-#endif
