@@ -74,6 +74,15 @@ kvq_cache *bench_written_cache(const char *group, const kvq_cache_params *p, int
  * its pages are real.  Untimed by the callers.  False, after an error
  * line naming the group, when the buffer cannot be allocated. */
 bool bench_evict_caches(const char *group);
+/* Median seconds of one decode step of layer 0 of c (the query of n_head
+ * heads at position n_ctx - 1, scale 1/sqrt(head_dim)) through `loop`
+ * (NULL: the default), each step after bench_evict_caches: at least 5
+ * steps, more while under half a second, at most 50.  Without a pool the
+ * thread's CPU time, with one the wall clock.  -1 when a step or the
+ * eviction fails (after an error line naming the group). */
+struct kvq_attend_loop;   /* src/cache/cache.h */
+double bench_decode_median(const char *group, kvq_cache *c, int n_ctx, int n_head, int head_dim, const float *q,
+                           float *out, kvq_pool *pool, const struct kvq_attend_loop *loop);
 /* --query int16|int8 (the rounding of the query for the integer K
  * kernels, kvq_attend_opts.int8_query) into *int8, or one error line. */
 bool bench_flag_query(const char *group, const char *v, bool *int8);

@@ -24,6 +24,7 @@
 #include "bench.h"
 #include "attn_block.h"
 #include "cache.h"
+#include "../tools/bench_bound.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -46,49 +47,11 @@ static kvq_cache *make_cache(kvq_type t, int n_ctx) {
     return bench_written_cache("attention", &p, n_ctx);
 }
 
-/* Median time of one decode step (query at the last position) with the
- * given key loop: at least 5 steps, more while under half a second, at
- * most 50.  Without a pool: CPU time of this thread; with one: wall. */
+/* bench_decode_median with the given key loop and kernels. */
 static double time_decode(kvq_cache *c, int n_ctx, const float *q, float *out, kvq_pool *pool,
                           kvq_attend_pass pass, const attn_block_kernels *block) {
-    const int n_head = BENCH_HEADS_KV * BENCH_GQA;
-    const float scale = 1.0f / sqrtf((float)BENCH_HEAD_DIM);
     const kvq_attend_loop loop = { pass, block, false };
-    double (*clock)(void) = pool ? bench_now : bench_cpu_now;
-    double times[50], spent = 0.0;
-    int reps = 0;
-    while (reps < 50 && (reps < 5 || spent < 0.5)) {
-        if (!bench_evict_caches("attention")) return -1.0;   /* each step from memory, as in a model */
-        const double t0 = clock();
-        if (kvq_cache_attend_loop(c, 0, n_ctx - 1, 1, n_head, q, scale, out, pool, NULL, &loop, NULL) != KVQ_OK)
-            return -1.0;
-        times[reps] = clock() - t0;
-        spent += times[reps++];
-    }
-    return bench_median(times, reps);
-}
-
-/* One thread's streaming read bandwidth from memory (GB/s): a sum over
- * a buffer the size of the largest f16 cache here (K + V of 32768
- * tokens = 128 MiB, far beyond every cache level), median of 5 passes.
- * The memory bound of a decode step is its bytes / this figure. */
-static double read_bandwidth(void) {
-    const size_t words = (size_t)32768 * 2 * BENCH_HEADS_KV * BENCH_HEAD_DIM * 2 / sizeof(uint64_t);
-    uint64_t *buf = malloc(words * sizeof *buf);
-    if (!buf) return 0.0;
-    for (size_t i = 0; i < words; i++) buf[i] = i;
-    double times[5];
-    volatile uint64_t sink = 0;
-    for (int r = 0; r < 5; r++) {
-        const double t0 = bench_cpu_now();
-        uint64_t s0 = 0, s1 = 0;
-        for (size_t i = 0; i < words; i += 2) { s0 += buf[i]; s1 += buf[i + 1]; }
-        times[r] = bench_cpu_now() - t0;
-        sink += s0 + s1;
-    }
-    free(buf);
-    (void)sink;
-    return (double)words * sizeof(uint64_t) / bench_median(times, 5) * 1e-9;
+    return bench_decode_median("attention", c, n_ctx, BENCH_HEADS_KV * BENCH_GQA, BENCH_HEAD_DIM, q, out, pool, &loop);
 }
 
 int bench_attention(int argc, char **argv) {
@@ -102,9 +65,10 @@ int bench_attention(int argc, char **argv) {
     kvq_pool *pool2 = kvq_pool_create(2);
     printf("attention decode: %d KV heads x %d, GQA %d, simd %s\n", BENCH_HEADS_KV, BENCH_HEAD_DIM, BENCH_GQA,
            kvq_simd_level());
-    printf("streaming read from memory, 1 thread: %.2f GB/s (the memory bound of a 1T step: the CPU caches are\n"
-           "flushed before every timed step, so each reads its cache rows from memory, as in a model)\n",
-           read_bandwidth());
+    printf("streaming read from memory, 1 thread: %.2f GB/s (bench_read_bandwidth, kvq bench's probe: the memory\n"
+           "bound of a 1T step; the CPU caches are flushed before every timed step, so each reads its cache rows\n"
+           "from memory, as in a model)\n",
+           bench_read_bandwidth(1));
     /* The f32-tile path of the same level (no fused kernels): AVX-512 only. */
     const attn_block_kernels *best = attn_block_best(), *tile = best->fused ? attn_block_level("avx512-tile") : NULL;
     printf("chunked key loop (%s): ms(1T) CPU time, ms(2T) wall; per-key: the reference loop, 1T CPU time;\n"

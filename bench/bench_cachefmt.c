@@ -46,24 +46,6 @@ static kvq_cache *make_cache(kvq_type t) {
     return bench_written_cache("cachefmt", &p, CTX);
 }
 
-/* Median time of one decode step: at least 5, more while under half a
- * second, at most 30.  Without a pool: CPU time of this thread; with
- * one: wall clock. */
-static double time_decode(kvq_cache *c, const float *q, float *out, kvq_pool *pool) {
-    const float scale = 1.0f / sqrtf((float)HEAD_DIM);
-    double (*clock)(void) = pool ? bench_now : bench_cpu_now;
-    double times[30], spent = 0.0;
-    int reps = 0;
-    while (reps < 30 && (reps < 5 || spent < 0.5)) {
-        if (!bench_evict_caches("cachefmt")) return -1.0;   /* each step from memory, as in a model */
-        const double t0 = clock();
-        if (kvq_cache_attend(c, 0, CTX - 1, 1, HEADS_KV * GQA, q, scale, out, pool, NULL) != KVQ_OK) return -1.0;
-        times[reps] = clock() - t0;
-        spent += times[reps++];
-    }
-    return bench_median(times, reps);
-}
-
 static void bench_decode(void) {
     static const kvq_type types[] = {
         KVQ_TYPE_F16, KVQ_TYPE_Q4_0, KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, KVQ_TYPE_TURBO4, KVQ_TYPE_TURBO3,
@@ -78,8 +60,10 @@ static void bench_decode(void) {
     size_t bytes[NT];
     for (int i = 0; i < NT; i++) {
         kvq_cache *c = make_cache(types[i]);
-        t1[i] = c ? time_decode(c, q, out, NULL) : -1.0;   /* 1 thread: its CPU time */
-        t2[i] = c && pool2 ? time_decode(c, q, out, pool2) : -1.0;
+        /* 1 thread: its CPU time; 2: wall clock */
+        t1[i] = c ? bench_decode_median("cachefmt", c, CTX, HEADS_KV * GQA, HEAD_DIM, q, out, NULL, NULL) : -1.0;
+        t2[i] = c && pool2 ? bench_decode_median("cachefmt", c, CTX, HEADS_KV * GQA, HEAD_DIM, q, out, pool2, NULL)
+                           : -1.0;
         kvq_cache_bytes b;
         kvq_cache_memory(c, &b);
         bytes[i] = b.k + b.v;

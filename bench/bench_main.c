@@ -2,11 +2,13 @@
 #include "bench.h"
 #include "bench_matmul.h"
 #include "attn_block.h"
+#include "cache.h"
 #include "kvq.h"
 #include "../tools/bench_bound.h"
 #include "../tools/cache_fill.h"
 #include "../tools/cli.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +139,27 @@ bool bench_evict_caches(const char *group) {
     for (size_t i = 0; i < words; i += 64 / sizeof *buf) sum += buf[i];
     bench_consume((double)sum);
     return true;
+}
+
+double bench_decode_median(const char *group, kvq_cache *c, int n_ctx, int n_head, int head_dim, const float *q,
+                           float *out, kvq_pool *pool, const kvq_attend_loop *loop) {
+    enum { MAX_STEPS = 50 };
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    double (*clock)(void) = pool ? bench_now : bench_cpu_now;
+    double times[MAX_STEPS], spent = 0.0;
+    int reps = 0;
+    while (reps < MAX_STEPS && (reps < 5 || spent < 0.5)) {
+        if (!bench_evict_caches(group)) return -1.0;   /* each step from memory, as in a model */
+        kvq_error err;
+        const double t0 = clock();
+        if (kvq_cache_attend_loop(c, 0, n_ctx - 1, 1, n_head, q, scale, out, pool, NULL, loop, &err) != KVQ_OK) {
+            fprintf(stderr, "%s: %s\n", group, err.msg);
+            return -1.0;
+        }
+        times[reps] = clock() - t0;
+        spent += times[reps++];
+    }
+    return bench_median(times, reps);
 }
 
 kvq_cache *bench_written_cache(const char *group, const kvq_cache_params *p, int n_pos) {
