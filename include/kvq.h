@@ -549,7 +549,7 @@ KVQ_API int kvq_ctx_max_batch(const kvq_ctx *ctx);
  * docs/benchmarks.md 3e; the K scores take 0.72x the time on AVX2).
  * Each gives the same bits for any thread count.  KVQ_ACT_INT8 allocates
  * the quantised rows on first use (KVQ_ERR_NOMEM). */
-typedef enum kvq_act { KVQ_ACT_F32 = 0, KVQ_ACT_INT8 = 1, KVQ_ACT_QUERY8 = 2 } kvq_act;
+typedef enum kvq_act { KVQ_ACT_F32 = 0, KVQ_ACT_INT8 = 1, KVQ_ACT_QUERY8 = 2, KVQ_ACT_COUNT /* not a value */ } kvq_act;
 KVQ_API kvq_status kvq_ctx_set_activations(kvq_ctx *ctx, kvq_act act, kvq_error *err);
 KVQ_API kvq_act kvq_ctx_activations(const kvq_ctx *ctx);
 /* kvq_cache_shift with the model's RoPE. */

@@ -233,11 +233,14 @@ static void path_in(char *buf, const sweep *s, const char *rel) {
 
 /* A calibrated configuration's result belongs to its calibration too:
  * its file name carries the calibration's checksum. */
-/* Results with int8 activations carry ".act-int8", with the int8 query
- * alone ".act-query8" (the reference's file too), so that a sweep with
- * other activations never reuses them. */
-static const char *act_suffix(const sweep *s) {
-    return s->o->act == KVQ_ACT_INT8 ? ".act-int8" : s->o->act == KVQ_ACT_QUERY8 ? ".act-query8" : "";
+/* Results with activations other than f32 carry ".act-NAME" (".act-int8",
+ * ".act-query8"; the reference's file too), so that a sweep with other
+ * activations never reuses them. */
+typedef struct act_tag { char s[24]; } act_tag;
+static act_tag act_suffix(const sweep *s) {
+    act_tag t = { "" };
+    if (s->o->act != KVQ_ACT_F32) snprintf(t.s, sizeof t.s, ".act-%s", cli_act_name(s->o->act));
+    return t;
 }
 
 static void run_path(char *buf, const sweep *s, const kvq_sweep_config *c) {
@@ -246,8 +249,8 @@ static void run_path(char *buf, const sweep *s, const kvq_sweep_config *c) {
     kvq_calib_get_info(s->calib, &ci);
     if (cal && s->calib)
         snprintf(buf, PATH_CAP, "%s/runs/%s.cal%016llx%s.csv", s->o->outdir, c->slug, (unsigned long long)ci.checksum,
-                 act_suffix(s));
-    else snprintf(buf, PATH_CAP, "%s/runs/%s%s.csv", s->o->outdir, c->slug, act_suffix(s));
+                 act_suffix(s).s);
+    else snprintf(buf, PATH_CAP, "%s/runs/%s%s.csv", s->o->outdir, c->slug, act_suffix(s).s);
 }
 
 static int make_dir(const char *path) {
@@ -317,7 +320,7 @@ static kvq_status write_reference(sweep *s, const char *path, kvq_error *err) {
 static int ensure_reference(sweep *s) {
     char path[PATH_CAP];
     char name[64];
-    snprintf(name, sizeof name, "reference%s.kvqb", act_suffix(s));
+    snprintf(name, sizeof name, "reference%s.kvqb", act_suffix(s).s);
     path_in(path, s, name);
     kvq_error err = { 0 };
     if (access(path, F_OK) == 0) {

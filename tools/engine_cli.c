@@ -27,11 +27,10 @@ int cli_model_flag(const char *cmd, const cli_model_flags *f, int argc, char **a
     else if (f->n_threads && is_flag(a, "-t", "--threads")) { num = f->n_threads; hi = CLI_MAX_THREADS; }
     else if (f->act && is_flag(a, NULL, "--act")) {
         if (!(v = cli_value(cmd, argc, argv, i))) return -1;
-        if (!strcmp(v, "f32")) *f->act = KVQ_ACT_F32;
-        else if (!strcmp(v, "int8")) *f->act = KVQ_ACT_INT8;
-        else if (!strcmp(v, "query8")) *f->act = KVQ_ACT_QUERY8;
-        else { cli_error(cmd, "--act: expected f32, int8 or query8, not '%s'", v); return -1; }
-        return 1;
+        for (int a = 0; a < KVQ_ACT_COUNT; a++)
+            if (!strcmp(v, cli_act_name((kvq_act)a))) { *f->act = (kvq_act)a; return 1; }
+        cli_error(cmd, "--act: expected f32, int8 or query8, not '%s'", v);
+        return -1;
     }
     else return 0;
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
@@ -42,7 +41,9 @@ int cli_model_flag(const char *cmd, const cli_model_flags *f, int argc, char **a
 }
 
 const char *cli_act_name(kvq_act act) {
-    return act == KVQ_ACT_INT8 ? "int8" : act == KVQ_ACT_QUERY8 ? "query8" : "f32";
+    static const char *const names[KVQ_ACT_COUNT] = { [KVQ_ACT_F32] = "f32", [KVQ_ACT_INT8] = "int8",
+                                                      [KVQ_ACT_QUERY8] = "query8" };
+    return (unsigned)act < KVQ_ACT_COUNT ? names[act] : "?";
 }
 
 bool cli_set_act(const char *cmd, kvq_ctx *ctx, kvq_act act) {

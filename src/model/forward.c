@@ -317,7 +317,7 @@ static int64_t widest_input(const kvq_model_info *in) {
 
 kvq_status kvq_ctx_set_activations(kvq_ctx *c, kvq_act act, kvq_error *err) {
     if (!c) return kvq_fail(err, KVQ_ERR_ARG, "kvq_ctx_set_activations: ctx is NULL");
-    if (act != KVQ_ACT_F32 && act != KVQ_ACT_INT8 && act != KVQ_ACT_QUERY8)
+    if ((unsigned)act >= KVQ_ACT_COUNT)
         return kvq_fail(err, KVQ_ERR_ARG, "activations %d: expected KVQ_ACT_F32, KVQ_ACT_INT8 or KVQ_ACT_QUERY8",
                         (int)act);
     if (act == KVQ_ACT_INT8 && !c->xq) {
