@@ -338,9 +338,34 @@ static void threads_and_splits(test_ctx *t, kvq_type tk, kvq_type tv, int rows) 
           kvq_type_name(tv), worst_split, msg);
 }
 
+/* One query row (a decode step) over rows read in place: f16, bf16 and
+ * f32 bodies run in chunks of 16 keys (their hooks' chunk_keys), a side
+ * of packed blocks keeps the full chunk whatever the other side is.
+ * 101 keys: whole chunks of 16 and 32 and a remainder, against the
+ * formula over the cached values, GQA 2 at head_dim 128 as in the models. */
+TEST(attention_decode_step_over_rows_in_place) {
+    static const kvq_type pairs[][2] = {
+        { KVQ_TYPE_F16, KVQ_TYPE_F16 }, { KVQ_TYPE_BF16, KVQ_TYPE_BF16 }, { KVQ_TYPE_F32, KVQ_TYPE_F32 },
+        { KVQ_TYPE_F16, KVQ_TYPE_Q8_0 }, { KVQ_TYPE_Q4_0, KVQ_TYPE_F16 },
+    };
+    char msg[300] = "";
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(pairs); i++) {
+        attn_data d;
+        CHECK(attn_data_make(&d, 101, 4, 2, 128, 128, 61 + i), "alloc");
+        attn_case ac;
+        case_init(&ac, &d, pairs[i][0], pairs[i][1], KVQ_ROT_AUTO);
+        ac.pos = d.n_tok - 1;
+        ac.batch = 16;
+        const double e = kernel_vs_cache_ref(&ac, &d, msg, sizeof msg);
+        attn_data_free(&d);
+        CHECK(e < 1e-5, "%s/%s: rel err %.3g %s", kvq_type_name(pairs[i][0]), kvq_type_name(pairs[i][1]), e, msg);
+    }
+}
+
 TEST(attention_threads_and_key_splits_agree) {
     threads_and_splits(t, KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_0, 3);
     threads_and_splits(t, KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO4, 1);   /* one row: the fused codes */
+    threads_and_splits(t, KVQ_TYPE_F16, KVQ_TYPE_F16, 1);             /* one row: chunks of 16 keys */
 }
 
 TEST(attention_rotation_of_f32_cache_is_rounding_only) {

@@ -13,7 +13,7 @@
  * boundaries of both.
  * All query heads sharing the KV head (GQA) are scored per key, so K and V
  * rows are read once per group.  Scores go through one online softmax per
- * query head (running max and denominator in f32) in chunks of KEY_CHUNK
+ * query head (running max and denominator in f32) in chunks of chunk_keys
  * keys, so a rescale of the accumulator happens at most once per chunk.
  *
  * Q is rotated once per head with the K side's rotation (the plan's, or
@@ -42,7 +42,7 @@
 #include <stdlib.h>
 
 enum {
-    KEY_CHUNK = ATTN_BLOCK_KEYS, /* keys scored before one softmax update      */
+    KEY_CHUNK = ATTN_BLOCK_KEYS, /* most keys scored before one softmax update (chunk_keys) */
     MIN_SPLIT_KEYS = 256,  /* a key range shorter than this is not worth a task */
     TASKS_PER_THREAD = 4,  /* enough tasks for dynamic balancing             */
     GROUP_VECTORS = 8,     /* query vectors (rows x GQA heads) a prefill group scores at once */
@@ -71,6 +71,8 @@ typedef struct attn_job {
     attn_source k[KVQ_PART_COUNT], v[KVQ_PART_COUNT]; /* indexed by kvq_cache_part */
     int run_k, run_v;                 /* a chunk never crosses a multiple of these
                                          (the bodies' hooks' run_keys: a tile), 0: any */
+    int chunk_keys;                   /* keys per chunk (<= KEY_CHUNK), also the
+                                         stride of the weights' rows in row_state.w */
     const float *q;                   /* rotated: [n][n_head][q_stride]     */
     /* the same rounded to int16 per block (attn_block_round_query) when K's
      * body rows are scored by integer kernels, else NULL: codes
@@ -97,8 +99,8 @@ typedef struct row_state {
     float *acc;     /* [group][acc_stride]  sum of weight * V  */
     float *m;       /* [group]              running max score  */
     float *l;       /* [group]              running sum of weights */
-    float *w;       /* [group][KEY_CHUNK]   scores, then weights */
-    float *k_tile;  /* chunked pass: [KEY_CHUNK][q_stride]   K rows as f32 */
+    float *w;       /* [group][chunk_keys]  scores, then weights */
+    float *k_tile;  /* chunked pass: [KEY_CHUNK][q_stride]   K rows as f32 (room for any chunk) */
     float *v_tile;  /* chunked pass: [KEY_CHUNK][acc_stride] V rows as f32 */
     float *zero;    /* chunked pass: [acc_stride] zeros */
     /* chunked pass: a group of rows' query vectors side by side
@@ -120,7 +122,7 @@ static int lcm(int a, int b) { return a / gcd(a, b) * b; }
  * running max (rescaling what was accumulated) and turn scores into
  * weights exp(s - max). */
 static void softmax_update(const attn_job *jb, row_state *st, int j, int n_keys, int acc_stride) {
-    float *w = st->w + (size_t)j * KEY_CHUNK;
+    float *w = st->w + (size_t)j * jb->chunk_keys;
     float mx = st->m[j];
     if (jb->blk) {                         /* a NaN score is left to poison its weight */
         const float cm = jb->blk->max(w, n_keys);
@@ -176,7 +178,7 @@ static const uint8_t *const *source_rows(const attn_source *src, int kv_head, in
 }
 
 /* Scores of keys c0..c0+nk-1 against the group's query heads:
- * st->w[j*KEY_CHUNK + t], by the copy's hooks.  Exact copies are scored
+ * st->w[j*chunk_keys + t], by the copy's hooks.  Exact copies are scored
  * with the float query; the body with the rounded one where the pass
  * made it (the chunked pass's integer kernels, or their per-key
  * reference q_hat). */
@@ -191,7 +193,7 @@ static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, i
     attn_query q = *aq;
     if (!ks->rounded) q.qi = NULL;
     else if (q_hat) q.q = q_hat;
-    ks->hooks->score(jb->level, &k, rows, nk, &q, G, jb->scale, st->w, KEY_CHUNK);
+    ks->hooks->score(jb->level, &k, rows, nk, &q, G, jb->scale, st->w, jb->chunk_keys);
 }
 
 /* acc_j += sum_t w[j][t] v_t for keys c0..c0+nk-1, by the copy's hooks. */
@@ -204,7 +206,7 @@ static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_
     v.kv_head = kv_head;
     v.key0 = c0;
     v.memo = st->memo;
-    vs->hooks->accumulate(jb->level, &v, rows, nk, st->w, KEY_CHUNK, G, st->acc, jb->acc_stride);
+    vs->hooks->accumulate(jb->level, &v, rows, nk, st->w, jb->chunk_keys, G, st->acc, jb->acc_stride);
 }
 
 /* Keys [p0, p1), K from one copy and V from one copy, against the nq
@@ -214,7 +216,7 @@ static void attend_keys(const attn_job *jb, const attn_source *ks, const attn_so
                         int p1, const attn_query *q, const float *q_hat, int nq, row_state *st) {
     if (st->memo) st->memo->k_rec = st->memo->v_rec = NULL;   /* new query vectors */
     for (int c0 = p0; c0 < p1;) {
-        int nk = KVQ_MIN(KEY_CHUNK, p1 - c0);
+        int nk = KVQ_MIN(jb->chunk_keys, p1 - c0);
         if (jb->run_k) nk = KVQ_MIN(nk, jb->run_k - c0 % jb->run_k);
         if (jb->run_v) nk = KVQ_MIN(nk, jb->run_v - c0 % jb->run_v);
         score_keys(jb, ks, kv_head, c0, nk, q, q_hat, nq, st);
@@ -269,7 +271,7 @@ static row_state row_part(const attn_job *jb, const row_state *st, int r) {
     p.acc += j0 * jb->acc_stride;
     p.m += j0;
     p.l += j0;
-    p.w += j0 * KEY_CHUNK;
+    p.w += j0 * jb->chunk_keys;
     return p;
 }
 
@@ -374,7 +376,7 @@ static void attn_task(void *ctx, int task, int thread) {
     st.l = st.m + nq;
     st.w = st.l + nq;
     if (jb->blk) {                                         /* the chunked pass's tiles, the group's queries */
-        st.k_tile = st.w + nq * KEY_CHUNK;
+        st.k_tile = st.w + nq * jb->chunk_keys;
         st.v_tile = st.k_tile + (size_t)KEY_CHUNK * jb->q_stride;
         st.zero = st.v_tile + (size_t)KEY_CHUNK * jb->acc_stride;
         memset(st.zero, 0, (size_t)jb->acc_stride * sizeof(float));
@@ -444,6 +446,15 @@ static const kvq_row_hooks *hooks_for(const kvq_type_traits *tr, kvq_type t, con
     if (per_key && tr->dot && tr->axpy) return &attn_hooks_per_key;
     if (table && tr->dequantize) return &attn_hooks_decode;
     return kvq_row_hooks_of(t);
+}
+
+/* Keys per chunk of a decode step (one query row): what both bodies'
+ * hooks ask for (kvq_row_hooks.chunk_keys), so a side that wants the full
+ * KEY_CHUNK (the packed types) always gets it.  Prefill groups keep
+ * KEY_CHUNK: their query vectors share each chunk's per-call costs. */
+static int decode_chunk_keys(const kvq_row_hooks *k, const kvq_row_hooks *v) {
+    const int ck = k->chunk_keys > 0 ? k->chunk_keys : KEY_CHUNK, cv = v->chunk_keys > 0 ? v->chunk_keys : KEY_CHUNK;
+    return KVQ_MIN(KEY_CHUNK, KVQ_MAX(ck, cv));
 }
 
 static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq_cache_part part,
@@ -593,6 +604,7 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     }
     jb.run_k = jb.k[KVQ_PART_BODY].hooks->run_keys;
     jb.run_v = jb.v[KVQ_PART_BODY].hooks->run_keys;
+    jb.chunk_keys = n == 1 ? decode_chunk_keys(jb.k[KVQ_PART_BODY].hooks, jb.v[KVQ_PART_BODY].hooks) : KEY_CHUNK;
     const int exact_block = traits_of(table, c->p.tail_type)->block_size;
     jb.q_stride = padded_width(k, traits_of(table, k->type), exact_block);
     jb.acc_stride = padded_width(v, traits_of(table, v->type), exact_block);
@@ -612,7 +624,7 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     const bool want_qi = int_k && jb.blk, want_qhat = int_k && !jb.blk && loop && loop->round_query;
     const size_t qi_floats = want_qi ? q_floats / 2 + 2 * (q_floats / 32) : want_qhat ? q_floats : 0;
     const size_t nq = (size_t)jb.group_rows * jb.group;
-    jb.scratch_floats = nq * ((size_t)jb.acc_stride + 2 + KEY_CHUNK);
+    jb.scratch_floats = nq * ((size_t)jb.acc_stride + 2 + (size_t)jb.chunk_keys);
     if (jb.blk)   /* K and V tiles, a zero row, a group's queries (attn_task) */
         jb.scratch_floats += (size_t)KEY_CHUNK * ((size_t)jb.q_stride + jb.acc_stride) + jb.acc_stride +
                              nq * ((size_t)jb.q_stride + 2 * ((size_t)jb.q_stride / 32) + (size_t)jb.q_stride / 2 + 1);

@@ -400,8 +400,22 @@ static void in_place_values(const attn_block_kernels *kr, const attn_block_rows 
     kr->accumulate_as[kind](vals, nk, w, ldw, G, acc, acc_stride, v->len);
 }
 
+/* A decode step over these rows runs in chunks of 16 keys: measured on a
+ * 2-core AMD EPYC (Zen 5) at 16384 keys, one layer of f16 took 2.4-2.9 ms
+ * against 3.5-4.4 ms in chunks of 32 (AVX-512 and AVX2 levels alike), and
+ * the whole model's f16 and bf16 tg rose 20-35 % (docs/benchmarks.md,
+ * section 2), though these kernels are slower per key in L1 at 16.  What
+ * counts is the weights' row stride as well as the step (16 keys with
+ * rows 32 apart gave nothing); the cause is on the memory side and not
+ * pinned down (no hardware counters on that machine).  At 4096 keys
+ * (cache in L3) it changes nothing; prefill groups lose at 16 and keep 32,
+ * and so do the packed types, whose per-chunk scale gather and add trees
+ * need the 32 keys. */
+enum { IN_PLACE_DECODE_KEYS = 16 };
+
 static const kvq_row_hooks g_hooks_in_place = { .name = "in place", .score = in_place_scores,
-                                                .accumulate = in_place_values };
+                                                .accumulate = in_place_values,
+                                                .chunk_keys = IN_PLACE_DECODE_KEYS };
 
 /* ---- the 32-value block types: fused integer kernels (attn_codes.inc)
  * where the level has them and the query is rounded, else decode */
