@@ -71,8 +71,7 @@ typedef struct attn_job {
     attn_source k[KVQ_PART_COUNT], v[KVQ_PART_COUNT]; /* indexed by kvq_cache_part */
     int run_k, run_v;                 /* a chunk never crosses a multiple of these
                                          (the bodies' hooks' run_keys: a tile), 0: any */
-    int chunk_keys;                   /* keys per chunk (<= KEY_CHUNK), also the
-                                         stride of the weights' rows in row_state.w */
+    int chunk_keys;                   /* keys per chunk, <= KEY_CHUNK */
     const float *q;                   /* rotated: [n][n_head][q_stride]     */
     /* the same rounded to int16 per block (attn_block_round_query) when K's
      * body rows are scored by integer kernels, else NULL: codes
@@ -99,8 +98,8 @@ typedef struct row_state {
     float *acc;     /* [group][acc_stride]  sum of weight * V  */
     float *m;       /* [group]              running max score  */
     float *l;       /* [group]              running sum of weights */
-    float *w;       /* [group][chunk_keys]  scores, then weights */
-    float *k_tile;  /* chunked pass: [KEY_CHUNK][q_stride]   K rows as f32 (room for any chunk) */
+    float *w;       /* [group][KEY_CHUNK]   scores, then weights */
+    float *k_tile;  /* chunked pass: [KEY_CHUNK][q_stride]   K rows as f32 */
     float *v_tile;  /* chunked pass: [KEY_CHUNK][acc_stride] V rows as f32 */
     float *zero;    /* chunked pass: [acc_stride] zeros */
     /* chunked pass: a group of rows' query vectors side by side
@@ -122,7 +121,7 @@ static int lcm(int a, int b) { return a / gcd(a, b) * b; }
  * running max (rescaling what was accumulated) and turn scores into
  * weights exp(s - max). */
 static void softmax_update(const attn_job *jb, row_state *st, int j, int n_keys, int acc_stride) {
-    float *w = st->w + (size_t)j * jb->chunk_keys;
+    float *w = st->w + (size_t)j * KEY_CHUNK;
     float mx = st->m[j];
     if (jb->blk) {                         /* a NaN score is left to poison its weight */
         const float cm = jb->blk->max(w, n_keys);
@@ -178,7 +177,7 @@ static const uint8_t *const *source_rows(const attn_source *src, int kv_head, in
 }
 
 /* Scores of keys c0..c0+nk-1 against the group's query heads:
- * st->w[j*chunk_keys + t], by the copy's hooks.  Exact copies are scored
+ * st->w[j*KEY_CHUNK + t], by the copy's hooks.  Exact copies are scored
  * with the float query; the body with the rounded one where the pass
  * made it (the chunked pass's integer kernels, or their per-key
  * reference q_hat). */
@@ -193,7 +192,7 @@ static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, i
     attn_query q = *aq;
     if (!ks->rounded) q.qi = NULL;
     else if (q_hat) q.q = q_hat;
-    ks->hooks->score(jb->level, &k, rows, nk, &q, G, jb->scale, st->w, jb->chunk_keys);
+    ks->hooks->score(jb->level, &k, rows, nk, &q, G, jb->scale, st->w, KEY_CHUNK);
 }
 
 /* acc_j += sum_t w[j][t] v_t for keys c0..c0+nk-1, by the copy's hooks. */
@@ -206,7 +205,7 @@ static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_
     v.kv_head = kv_head;
     v.key0 = c0;
     v.memo = st->memo;
-    vs->hooks->accumulate(jb->level, &v, rows, nk, st->w, jb->chunk_keys, G, st->acc, jb->acc_stride);
+    vs->hooks->accumulate(jb->level, &v, rows, nk, st->w, KEY_CHUNK, G, st->acc, jb->acc_stride);
 }
 
 /* Keys [p0, p1), K from one copy and V from one copy, against the nq
@@ -271,7 +270,7 @@ static row_state row_part(const attn_job *jb, const row_state *st, int r) {
     p.acc += j0 * jb->acc_stride;
     p.m += j0;
     p.l += j0;
-    p.w += j0 * jb->chunk_keys;
+    p.w += j0 * KEY_CHUNK;
     return p;
 }
 
@@ -376,7 +375,7 @@ static void attn_task(void *ctx, int task, int thread) {
     st.l = st.m + nq;
     st.w = st.l + nq;
     if (jb->blk) {                                         /* the chunked pass's tiles, the group's queries */
-        st.k_tile = st.w + nq * jb->chunk_keys;
+        st.k_tile = st.w + nq * KEY_CHUNK;
         st.v_tile = st.k_tile + (size_t)KEY_CHUNK * jb->q_stride;
         st.zero = st.v_tile + (size_t)KEY_CHUNK * jb->acc_stride;
         memset(st.zero, 0, (size_t)jb->acc_stride * sizeof(float));
@@ -624,7 +623,7 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     const bool want_qi = int_k && jb.blk, want_qhat = int_k && !jb.blk && loop && loop->round_query;
     const size_t qi_floats = want_qi ? q_floats / 2 + 2 * (q_floats / 32) : want_qhat ? q_floats : 0;
     const size_t nq = (size_t)jb.group_rows * jb.group;
-    jb.scratch_floats = nq * ((size_t)jb.acc_stride + 2 + (size_t)jb.chunk_keys);
+    jb.scratch_floats = nq * ((size_t)jb.acc_stride + 2 + KEY_CHUNK);
     if (jb.blk)   /* K and V tiles, a zero row, a group's queries (attn_task) */
         jb.scratch_floats += (size_t)KEY_CHUNK * ((size_t)jb.q_stride + jb.acc_stride) + jb.acc_stride +
                              nq * ((size_t)jb.q_stride + 2 * ((size_t)jb.q_stride / 32) + (size_t)jb.q_stride / 2 + 1);

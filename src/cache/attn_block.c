@@ -401,16 +401,15 @@ static void in_place_values(const attn_block_kernels *kr, const attn_block_rows 
 }
 
 /* A decode step over these rows runs in chunks of 16 keys: measured on a
- * 2-core AMD EPYC (Zen 5) at 16384 keys, one layer of f16 took 2.4-2.9 ms
- * against 3.5-4.4 ms in chunks of 32 (AVX-512 and AVX2 levels alike), and
- * the whole model's f16 and bf16 tg rose 20-35 % (docs/benchmarks.md,
- * section 2), though these kernels are slower per key in L1 at 16.  What
- * counts is the weights' row stride as well as the step (16 keys with
- * rows 32 apart gave nothing); the cause is on the memory side and not
- * pinned down (no hardware counters on that machine).  At 4096 keys
- * (cache in L3) it changes nothing; prefill groups lose at 16 and keep 32,
- * and so do the packed types, whose per-chunk scale gather and add trees
- * need the 32 keys. */
+ * 2-core AMD EPYC (Zen 5) at 16384 keys, one layer of f16 took 2.5-3.1 ms
+ * against 3.6-5.3 ms in chunks of 32 (kvq-bench decode, AVX-512 and AVX2
+ * levels alike), and the whole model's f16 tg rose 15-17 % (docs/
+ * benchmarks.md, section 2), though these kernels are slower per key in
+ * L1 at 16.  Neither the prefetch distance (1 to 8 chunks) nor the
+ * weights' row stride moved it; the cause is on the memory side and not
+ * pinned down (no hardware counters on that machine).  Prefill groups
+ * lose at 16 (pp64 at 4096: about 15 %) and keep 32, and so do the packed
+ * types, whose per-chunk scale gathers and add trees need the 32 keys. */
 enum { IN_PLACE_DECODE_KEYS = 16 };
 
 static const kvq_row_hooks g_hooks_in_place = { .name = "in place", .score = in_place_scores,
