@@ -447,9 +447,9 @@ static const kvq_row_hooks *hooks_for(const kvq_type_traits *tr, kvq_type t, con
     return kvq_row_hooks_of(t);
 }
 
-/* Keys per chunk of a decode step (one query row): what both bodies'
- * hooks ask for (kvq_row_hooks.chunk_keys), so a side that wants the full
- * KEY_CHUNK (the packed types) always gets it.  Prefill groups keep
+/* Keys per chunk of a decode step (one query row): the larger of what
+ * the two bodies' hooks ask for (kvq_row_hooks.chunk_keys), so a side
+ * that wants the full KEY_CHUNK (the packed types) always gets it.  Prefill groups keep
  * KEY_CHUNK: their query vectors share each chunk's per-call costs. */
 static int decode_chunk_keys(const kvq_row_hooks *k, const kvq_row_hooks *v) {
     const int ck = k->chunk_keys > 0 ? k->chunk_keys : KEY_CHUNK, cv = v->chunk_keys > 0 ? v->chunk_keys : KEY_CHUNK;
