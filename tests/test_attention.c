@@ -338,11 +338,11 @@ static void threads_and_splits(test_ctx *t, kvq_type tk, kvq_type tv, int rows) 
           kvq_type_name(tv), worst_split, msg);
 }
 
-/* One query row (a decode step) over rows read in place: f16, bf16 and
- * f32 bodies run in chunks of 16 keys (their hooks' chunk_keys); pairs
- * with a packed side run in chunks of 32.  101 keys: whole chunks and a
- * remainder, against the formula over the cached values, GQA 2 at
- * head_dim 128 as in the models. */
+/* One query row (a decode step) over rows read in place: f16 and bf16
+ * bodies run in chunks of 16 keys, f32 in chunks of 8 (4 KiB of a head's
+ * rows: their hooks' chunk_bytes); pairs with a packed side run in chunks
+ * of 32.  101 keys: whole chunks and a remainder, against the formula
+ * over the cached values, GQA 2 at head_dim 128 as in the models. */
 TEST(attention_decode_step_over_rows_in_place) {
     static const kvq_type pairs[][2] = {
         { KVQ_TYPE_F16, KVQ_TYPE_F16 }, { KVQ_TYPE_BF16, KVQ_TYPE_BF16 }, { KVQ_TYPE_F32, KVQ_TYPE_F32 },

@@ -43,6 +43,7 @@
 
 enum {
     KEY_CHUNK = ATTN_BLOCK_KEYS, /* most keys scored before one softmax update (chunk_keys) */
+    MIN_CHUNK_KEYS = 8,    /* fewest keys of a decode chunk (side_chunk_keys) */
     MIN_SPLIT_KEYS = 256,  /* a key range shorter than this is not worth a task */
     TASKS_PER_THREAD = 4,  /* enough tasks for dynamic balancing             */
     GROUP_VECTORS = 8,     /* query vectors (rows x GQA heads) a prefill group scores at once */
@@ -447,13 +448,21 @@ static const kvq_row_hooks *hooks_for(const kvq_type_traits *tr, kvq_type t, con
     return kvq_row_hooks_of(t);
 }
 
-/* Keys per chunk of a decode step (one query row): the larger of what
- * the two bodies' hooks ask for (kvq_row_hooks.chunk_keys), so a side
- * that wants the full KEY_CHUNK (the packed types) always gets it.  Prefill groups keep
- * KEY_CHUNK: their query vectors share each chunk's per-call costs. */
-static int decode_chunk_keys(const kvq_row_hooks *k, const kvq_row_hooks *v) {
-    const int ck = k->chunk_keys > 0 ? k->chunk_keys : KEY_CHUNK, cv = v->chunk_keys > 0 ? v->chunk_keys : KEY_CHUNK;
-    return KVQ_MIN(KEY_CHUNK, KVQ_MAX(ck, cv));
+/* Keys per chunk of a decode step (one query row) that one body's hooks
+ * ask for: the keys whose rows of one KV head fill their chunk_bytes
+ * (kvq_row_hooks), at least MIN_CHUNK_KEYS; KEY_CHUNK where they ask
+ * nothing. */
+static int side_chunk_keys(const attn_source *s) {
+    const int bytes = s->hooks->chunk_bytes;
+    if (bytes <= 0 || s->stride == 0) return KEY_CHUNK;
+    const size_t keys = (size_t)bytes / s->stride;
+    return (int)KVQ_MAX((size_t)MIN_CHUNK_KEYS, KVQ_MIN((size_t)KEY_CHUNK, keys));
+}
+
+/* The decode chunk: the larger of the two sides' (a side that wants the
+ * full KEY_CHUNK, the packed types, always gets it). */
+static int decode_chunk_keys(const attn_source *k, const attn_source *v) {
+    return KVQ_MAX(side_chunk_keys(k), side_chunk_keys(v));
 }
 
 static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq_cache_part part,
@@ -603,7 +612,7 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     }
     jb.run_k = jb.k[KVQ_PART_BODY].hooks->run_keys;
     jb.run_v = jb.v[KVQ_PART_BODY].hooks->run_keys;
-    jb.chunk_keys = n == 1 ? decode_chunk_keys(jb.k[KVQ_PART_BODY].hooks, jb.v[KVQ_PART_BODY].hooks) : KEY_CHUNK;
+    jb.chunk_keys = n == 1 ? decode_chunk_keys(&jb.k[KVQ_PART_BODY], &jb.v[KVQ_PART_BODY]) : KEY_CHUNK;
     const int exact_block = traits_of(table, c->p.tail_type)->block_size;
     jb.q_stride = padded_width(k, traits_of(table, k->type), exact_block);
     jb.acc_stride = padded_width(v, traits_of(table, v->type), exact_block);

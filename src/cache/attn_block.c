@@ -400,21 +400,25 @@ static void in_place_values(const attn_block_kernels *kr, const attn_block_rows 
     kr->accumulate_as[kind](vals, nk, w, ldw, G, acc, acc_stride, v->len);
 }
 
-/* A decode step over these rows runs in chunks of 16 keys: measured on a
- * 2-core AMD EPYC (Zen 5) at 16384 keys, one layer of f16 took 2.5-3.1 ms
- * against 3.6-5.3 ms in chunks of 32 (kvq-bench decode, AVX-512 and AVX2
- * levels alike), and the whole model's f16 tg rose 15-17 % (docs/
- * benchmarks.md, section 2), though these kernels are slower per key in
- * L1 at 16.  Neither the prefetch distance (1 to 8 chunks) nor the
- * weights' row stride moved it; the cause is on the memory side and not
- * pinned down (no hardware counters on that machine).  Prefill groups
- * lose at 16 (pp64 at 4096: about 15 %) and keep 32, and so do the packed
- * types, whose per-chunk scale gathers and add trees need the 32 keys. */
-enum { IN_PLACE_DECODE_KEYS = 16 };
+/* A decode step over these rows runs in chunks of 4 KiB of one KV head's
+ * rows per side: 16 keys of f16 at head_dim 128, 8 at 256, 32 (the most)
+ * at 64.  Measured on a 2-core AMD EPYC (Zen 5), one layer at 16384 keys
+ * (kvq-bench decode, AVX-512 and AVX2 levels alike): head_dim 128, f16 in
+ * 2.5-3.1 ms in chunks of 16 against 3.6-5.3 in chunks of 32; head_dim
+ * 256, ~7 ms in chunks of 8 against 10-15 in chunks of 16; head_dim 64,
+ * 32 keys faster than 16.  The whole model's f16 tg at 16384 (qwen3-0.6B
+ * shape) rose 15-17 % (docs/benchmarks.md, section 2), though these
+ * kernels are slower per key in L1 in short chunks.  Neither the prefetch
+ * distance (1 to 8 chunks) nor the weights' row stride moved it; the
+ * cause is on the memory side and not pinned down (no hardware counters
+ * on that machine).  Prefill groups lose in short chunks (pp64 at 4096:
+ * about 15 %) and keep 32 keys, and so do the packed types, whose
+ * per-chunk scale gathers and add trees need the 32 keys. */
+enum { IN_PLACE_DECODE_BYTES = 4096 };
 
 static const kvq_row_hooks g_hooks_in_place = { .name = "in place", .score = in_place_scores,
                                                 .accumulate = in_place_values,
-                                                .chunk_keys = IN_PLACE_DECODE_KEYS };
+                                                .chunk_bytes = IN_PLACE_DECODE_BYTES };
 
 /* ---- the 32-value block types: fused integer kernels (attn_codes.inc)
  * where the level has them and the query is rounded, else decode */

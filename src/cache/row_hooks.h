@@ -38,9 +38,9 @@ typedef struct kvq_row_hooks {
      * added only where it is weighted (0 * inf would poison the sum) */
     void (*accumulate)(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows, int nk,
                        const float *w, int ldw, int G, float *acc, int acc_stride);
-    /* keys per call in a decode step these hooks run best with, at most
-     * ATTN_BLOCK_KEYS (0: that many) */
-    int chunk_keys;
+    /* bytes of one KV head's rows per call in a decode step these hooks
+     * run best with (0: ATTN_BLOCK_KEYS keys whatever their bytes) */
+    int chunk_bytes;
     /* record types (else NULL / 0) */
     int run_keys;                     /* chunks of keys never cross a multiple of this (a tile) */
     void (*shape)(struct kvq_cache_side *sd, bool is_v);
