@@ -1,7 +1,7 @@
 /* test_cache_fill.c - the benchmarks' synthetic cache fill
  * (tools/cache_fill.c): the noise it writes and the order and extent of
  * its writes, against the same writes made by hand. */
-#include "test.h"
+#include "attn_ref.h"
 #include "kvq.h"
 #include "../tools/cache_fill.h"
 
@@ -11,13 +11,9 @@ enum { LAYERS = 3, HEADS_KV = 2, DIM = 64, CTX = 80, BATCH = 32, GQA = 2 };
 
 static kvq_cache *make_cache(kvq_type t, int n_ctx) {
     kvq_cache_params p;
-    kvq_cache_params_default(&p);
+    attn_params(&p, HEADS_KV, DIM, DIM, n_ctx, t, t, KVQ_ROT_AUTO);
     p.n_layer = LAYERS;
-    p.n_head_kv = HEADS_KV;
-    p.head_dim_k = p.head_dim_v = DIM;
-    p.n_ctx = n_ctx;
     p.max_batch = BATCH;
-    p.type_k = p.type_v = t;
     kvq_cache *c = NULL;
     kvq_error err = { 0 };
     if (kvq_cache_create(&p, &c, &err)) fprintf(stderr, "cache: %s\n", err.msg);

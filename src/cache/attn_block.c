@@ -407,7 +407,7 @@ static void in_place_values(const attn_block_kernels *kr, const attn_block_rows 
  * 2.5-3.1 ms in chunks of 16 against 3.6-5.3 in chunks of 32; head_dim
  * 256, ~7 ms in chunks of 8 against 10-15 in chunks of 16; head_dim 64,
  * 32 keys faster than 16.  The whole model's f16 tg at 16384 (qwen3-0.6B
- * shape) rose 15-17 % (docs/benchmarks.md, section 2), though these
+ * shape) rose 12-17 % (docs/benchmarks.md, section 1), though these
  * kernels are slower per key in L1 in short chunks.  Neither the prefetch
  * distance (1 to 8 chunks) nor the weights' row stride moved it; the
  * cause is on the memory side and not pinned down (no hardware counters
