@@ -4,7 +4,7 @@
  *
  *   kvq-bench decode [-c CTX] [--kv-heads N] [--gqa G] [--head-dim D]
  *                    [--types LIST] [--levels LIST] [--query int16|int8]
- *                    [-t THREADS] [-r ROUNDS]
+ *                    [--k-layout lanes|rows|both] [-t THREADS] [-r ROUNDS]
  *
  * Default: the qwen3-0.6B attention shape (8 KV heads x 128, GQA 2) at
  * 16384 cached tokens, types f16 q8_0 q4_0, every kernel level this CPU
@@ -18,11 +18,14 @@
  * time with 1 thread (waiting for a core is not counted), wall clock with
  * THREADS > 1.  "% bound" = (the K and V bytes the step reads, exact
  * rows included, kvq_cache_query_bytes_all / the read bandwidth measured
- * with the same threads) / step time.
+ * with the same threads) / step time.  --k-layout: the K bodies of the
+ * types that have a lanes layout (cache_lanes.h) in lanes (the default),
+ * in rows (what ran before it), or both side by side ("q4_0/rows").
  */
 #include "bench.h"
 #include "attn_block.h"
 #include "cache.h"
+#include "cache_lanes.h"
 #include "../tools/bench_bound.h"
 
 #include <math.h>
@@ -35,13 +38,15 @@ typedef struct decode_opts {
     int n_ctx, kv_heads, gqa, head_dim, threads, rounds;
     const char *types, *levels;
     bool q8;   /* --query int8: kvq_attend_opts.int8_query */
+    int layouts;   /* --k-layout: bit 0 lanes, bit 1 rows */
 } decode_opts;
 
 
 /* One layer holding n_ctx positions, written as the engine writes them
  * (bench_written_cache: quantising every row costs seconds for the
  * trellis types, nothing next to the timed rounds). */
-static kvq_cache *make_cache(const decode_opts *o, kvq_type t) {
+static kvq_cache *make_cache(const decode_opts *o, kvq_type t, bool lanes) {
+    kvq_cache_set_lanes(lanes);
     kvq_cache_params p;
     kvq_cache_params_default(&p);
     p.n_head_kv = o->kv_heads;
@@ -49,11 +54,14 @@ static kvq_cache *make_cache(const decode_opts *o, kvq_type t) {
     p.n_ctx = o->n_ctx;
     p.max_batch = DISTINCT;
     p.type_k = p.type_v = t;
-    return bench_written_cache("decode", &p, o->n_ctx);
+    kvq_cache *c = bench_written_cache("decode", &p, o->n_ctx);
+    kvq_cache_set_lanes(true);
+    return c;
 }
 
 typedef struct decode_cfg {
     kvq_type type;
+    bool rows;   /* a K body with a lanes layout kept in rows (--k-layout) */
     const attn_block_kernels *level;
     kvq_cache *cache;
     double best;
@@ -85,7 +93,10 @@ static int parse(decode_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "-t")) ok = bench_flag_int("decode", a, v, 1, 256, &o->threads);
         else if (!strcmp(a, "-r")) ok = bench_flag_int("decode", a, v, 1, 100, &o->rounds);
         else if (!strcmp(a, "--query")) ok = bench_flag_query("decode", v, &o->q8);
-        else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
+        else if (!strcmp(a, "--k-layout")) {
+            o->layouts = !v ? 0 : !strcmp(v, "lanes") ? 1 : !strcmp(v, "rows") ? 2 : !strcmp(v, "both") ? 3 : 0;
+            if (!o->layouts) { fprintf(stderr, "decode: --k-layout wants lanes, rows or both\n"); return 1; }
+        } else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
             if (!v) { fprintf(stderr, "decode: %s needs a value\n", a); return 1; }
             *(a[2] == 't' ? &o->types : &o->levels) = v;
         } else { fprintf(stderr, "decode: unknown flag %s\n", a); return 1; }
@@ -125,7 +136,7 @@ static bool time_all(const decode_opts *o, decode_cfg *cfg, int n, kvq_pool *poo
 }
 
 int bench_decode_step(int argc, char **argv) {
-    decode_opts o = { 16384, 8, 2, 128, 1, 3, "f16,q8_0,q4_0", NULL, false };
+    decode_opts o = { 16384, 8, 2, 128, 1, 3, "f16,q8_0,q4_0", NULL, false, 1 };
     if (parse(&o, argc, argv)) return 1;
     static const char *const all_levels[] = { "scalar", "avx2-tile", "avx2", "avx512-tile", "avx512" };
     const char *levels[KVQ_ARRAY_LEN(all_levels)];
@@ -141,11 +152,16 @@ int bench_decode_step(int argc, char **argv) {
     }
     decode_cfg cfg[MAX_CFG];
     int n = 0;
-    for (int ti = 0; ti < n_types; ti++) {
-        kvq_cache *cache = make_cache(&o, types[ti]);   /* one cache per type, shared by its levels */
-        if (!cache) { free_caches(cfg, n); return 1; }
-        for (int l = 0; l < n_levels; l++) cfg[n++] = (decode_cfg){ types[ti], attn_block_level(levels[l]), cache, INFINITY };
-    }
+    for (int ti = 0; ti < n_types; ti++)
+        for (int rows = 0; rows < 2; rows++) {   /* one cache per type and layout, shared by its levels */
+            const bool has_lanes = kvq_lanes_type(types[ti], o.head_dim);
+            if (has_lanes ? !(o.layouts >> rows & 1) : rows) continue;
+            if (n + n_levels > MAX_CFG) { fprintf(stderr, "decode: at most %d configurations\n", MAX_CFG); break; }
+            kvq_cache *cache = make_cache(&o, types[ti], !rows);
+            if (!cache) { free_caches(cfg, n); return 1; }
+            for (int l = 0; l < n_levels; l++)
+                cfg[n++] = (decode_cfg){ types[ti], has_lanes && rows, attn_block_level(levels[l]), cache, INFINITY };
+        }
     kvq_pool *pool = o.threads > 1 ? kvq_pool_create(o.threads) : NULL;
     if (o.threads > 1 && !pool) {
         fprintf(stderr, "decode: cannot start %d threads\n", o.threads);
@@ -164,7 +180,7 @@ int bench_decode_step(int argc, char **argv) {
             double f16 = 0;
             for (int j = 0; j < n; j++)
                 if (cfg[j].type == KVQ_TYPE_F16 && cfg[j].level == cfg[i].level) f16 = cfg[j].best;
-            printf("| %s | %s | %.3f | %.1f | ", kvq_type_name(cfg[i].type), cfg[i].level->level, 1e3 * cfg[i].best,
+            printf("| %s%s | %s | %.3f | %.1f | ", kvq_type_name(cfg[i].type), cfg[i].rows ? "/rows" : "", cfg[i].level->level, 1e3 * cfg[i].best,
                    bytes / cfg[i].best * 1e-9);
             if (gbs > 0) printf("%.0f%% | ", 100.0 * bytes / (gbs * 1e9) / cfg[i].best);
             else printf("- | ");

@@ -35,6 +35,7 @@
  */
 #include "attn_block.h"
 #include "cache.h"
+#include "cache_lanes.h"
 #include "row_hooks.h"
 
 #include <limits.h>
@@ -59,6 +60,9 @@ typedef struct attn_source {
     const uint8_t *rows;              /* row 0 of KV head 0; NULL: records  */
     size_t stride;                    /* bytes per row                      */
     size_t head;                      /* bytes per KV head                  */
+    bool lanes;                       /* a K body in lanes (cache_lanes.h): rows
+                                         not addressable, read by score_lanes
+                                         or unpacked                        */
     int ring;                         /* slot = pos % ring; 0: slot = pos - first */
     int first;                        /* position of row 0 (the stage's batch) */
     bool rounded;                     /* the body: scored with the rounded query where it exists */
@@ -177,6 +181,28 @@ static const uint8_t *const *source_rows(const attn_source *src, int kv_head, in
     return rows;
 }
 
+/* The chunk's rows of a lanes body (cache_lanes.h) unpacked into `bytes`
+ * (KEY_CHUNK x KVQ_LANES_ROW_MAX), for hooks that read rows only. */
+static const uint8_t *const *unpack_lanes(const attn_source *src, int kv_head, int c0, int nk, uint8_t *bytes,
+                                          const uint8_t **rows) {
+    for (int t = 0; t < nk; t++) {
+        uint8_t *row = bytes + (size_t)t * KVQ_LANES_ROW_MAX;
+        kvq_cache_body_get(src->chunk.sd, kv_head, c0 + t, row);
+        rows[t] = row;
+    }
+    return rows;
+}
+
+/* score_keys on a lanes body whose hooks cannot read it at this level
+ * (the per-key reference, the tile levels, a caller's table). */
+static void score_unpacked(const attn_job *jb, const attn_source *ks, const attn_block_rows *k, int c0, int nk,
+                           const attn_query *q, int G, row_state *st) {
+    uint8_t bytes[KEY_CHUNK * KVQ_LANES_ROW_MAX];
+    const uint8_t *buf[KEY_CHUNK];
+    ks->hooks->score(jb->level, k, unpack_lanes(ks, k->kv_head, c0, nk, bytes, buf), nk, q, G, jb->scale, st->w,
+                     KEY_CHUNK);
+}
+
 /* Scores of keys c0..c0+nk-1 against the group's query heads:
  * st->w[j*KEY_CHUNK + t], by the copy's hooks.  Exact copies are scored
  * with the float query; the body with the rounded one where the pass
@@ -184,7 +210,7 @@ static const uint8_t *const *source_rows(const attn_source *src, int kv_head, in
  * reference q_hat). */
 static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, int c0, int nk, const attn_query *aq,
                        const float *q_hat, int G, row_state *st) {
-    const uint8_t *buf[KEY_CHUNK], *const *rows = source_rows(ks, kv_head, c0, nk, buf);
+    const uint8_t *buf[KEY_CHUNK], *const *rows = ks->lanes ? NULL : source_rows(ks, kv_head, c0, nk, buf);
     attn_block_rows k = ks->chunk;
     k.tile = st->k_tile;
     k.kv_head = kv_head;
@@ -193,6 +219,12 @@ static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, i
     attn_query q = *aq;
     if (!ks->rounded) q.qi = NULL;
     else if (q_hat) q.q = q_hat;
+    if (ks->lanes) {
+        k.lanes = ks->rows + (size_t)kv_head * ks->head;
+        if (!ks->hooks->score_lanes || !ks->hooks->score_lanes(jb->level, &k, nk, &q, G, jb->scale, st->w, KEY_CHUNK))
+            score_unpacked(jb, ks, &k, c0, nk, &q, G, st);
+        return;
+    }
     ks->hooks->score(jb->level, &k, rows, nk, &q, G, jb->scale, st->w, KEY_CHUNK);
 }
 
@@ -217,6 +249,8 @@ static void attend_keys(const attn_job *jb, const attn_source *ks, const attn_so
     if (st->memo) st->memo->k_rec = st->memo->v_rec = NULL;   /* new query vectors */
     for (int c0 = p0; c0 < p1;) {
         int nk = KVQ_MIN(jb->chunk_keys, p1 - c0);
+        if (ks->lanes && jb->chunk_keys > KVQ_LANES)   /* chunks from whole groups on */
+            nk = KVQ_MIN(nk, jb->chunk_keys - c0 % KVQ_LANES);
         if (jb->run_k) nk = KVQ_MIN(nk, jb->run_k - c0 % jb->run_k);
         if (jb->run_v) nk = KVQ_MIN(nk, jb->run_v - c0 % jb->run_v);
         score_keys(jb, ks, kv_head, c0, nk, q, q_hat, nq, st);
@@ -482,7 +516,8 @@ static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq
     s.rows = body ? sd->body : part == KVQ_PART_RING ? sd->ring : stage ? c->stage.rows[sd->side_index] : sd->sink;
     if (s.hooks->read_row) s.rows = NULL;   /* records: the hooks read the side */
     s.stride = body ? sd->row_bytes : stage ? c->stage.row_bytes[sd->side_index] : sd->exact_row_bytes;
-    s.head = (size_t)rows * s.stride;
+    s.head = body ? sd->body_head_bytes : (size_t)rows * s.stride;
+    s.lanes = body && sd->lanes;
     s.first = stage ? c->stage.pos : 0;
     s.ring = part == KVQ_PART_RING ? sd->ring_rows : 0;
     s.rounded = body;

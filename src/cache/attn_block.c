@@ -10,6 +10,7 @@
  * with the type's dequantize first) or per key (the reference).
  */
 #include "attn_block.h"
+#include "cache_lanes.h"
 #include "format_row.h"
 #include "row_hooks.h"
 #include "vec1.h"
@@ -92,6 +93,15 @@ static inline void vb_floats(VB c, float *x) {
 }
 #define vcvt_i32(p) ((float)*(p))
 #define vhalf(p) kvq_half_to_float(*(p))
+#define VI int32_t
+#define vi_set1(x) ((int32_t)(x))
+#define vi_load(p) ((int32_t)kvq_rd32(p))
+#define vi_float(x) ((float)(x))
+#define vhalf_bytes(p) kvq_half_to_float(kvq_rd16(p))
+static inline int32_t vi_madd_pair(int32_t acc, int32_t x, int s, int32_t qp) {
+    const uint32_t c = ((uint32_t)x >> s) & 0x000F000Fu;
+    return acc + (int32_t)(c & 0xFFFFu) * (int16_t)(qp & 0xFFFF) + (int32_t)(c >> 16) * (int16_t)((uint32_t)qp >> 16);
+}
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_scalar
 
@@ -441,7 +451,21 @@ static void fused_row_values(const attn_block_kernels *kr, const attn_block_rows
     fz->accumulate(keep, nk, w, ldw, G, acc, acc_stride, v->len);
 }
 
-static const kvq_row_hooks g_hooks_fused = { .name = "fused", .score = fused_row_scores, .accumulate = fused_row_values };
+static bool fused_lanes_scores(const attn_block_kernels *kr, const attn_block_rows *k, int nk, const attn_query *q,
+                               int G, float scale, float *w, int ldw) {
+    const attn_block_fused *fz = q->qi ? attn_block_fused_for(kr, k) : NULL;
+    if (!fz || !fz->scores_lanes) return false;
+    /* the groups PREFETCH_CHUNKS chunks ahead (as prefetch_ahead does for rows) */
+    const uintptr_t group = (uintptr_t)(k->len / 32) * KVQ_LANES_BLOCK;
+    const uintptr_t from = (uintptr_t)k->lanes + (uintptr_t)((k->key0 + nk * PREFETCH_CHUNKS) / KVQ_LANES) * group;
+    const uintptr_t to = from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group;
+    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a);
+    fz->scores_lanes(k->lanes, k->key0, nk, q, G, k->len, scale, w, ldw);
+    return true;
+}
+
+static const kvq_row_hooks g_hooks_fused = { .name = "fused", .score = fused_row_scores, .accumulate = fused_row_values,
+                                             .score_lanes = fused_lanes_scores };
 
 /* ---- the per-key reference: the traits' dot and axpy per key and head */
 

@@ -110,6 +110,12 @@ typedef struct attn_block_fused {
                    float *w, int ldw);
     void (*accumulate)(const uint8_t *const *v, int nk, const float *w, int ldw, int G, float *acc,
                        int acc_stride, int64_t len);
+    /* scores of keys key0..key0+nk-1 of one KV head's K body stored in
+     * lanes (cache_lanes.h; `head` its first group): the same scores,
+     * bit for bit, as `scores` on those rows; NULL for types without
+     * that layout */
+    void (*scores_lanes)(const uint8_t *head, int key0, int nk, const attn_query *q, int G, int64_t len,
+                         float scale, float *w, int ldw);
 } attn_block_fused;
 
 /* Fused kernels for KVarN records (attn_kvarn.inc, docs/kvarn.md): one
@@ -222,6 +228,7 @@ typedef struct attn_block_rows {
     /* record types (tiles, calibrated rows): where the chunk's keys are */
     const struct kvq_cache_side *sd;
     int kv_head, key0;
+    const uint8_t *lanes;        /* a K body in lanes: this KV head's groups; NULL: rows */
     attn_run_memo *memo;         /* NULL: none (the hooks compute per chunk)     */
 } attn_block_rows;
 

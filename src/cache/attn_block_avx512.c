@@ -162,6 +162,15 @@ static inline void vwz_tree_store(const vwz_tree *tr, int32_t sub, int32_t *s) {
 }
 #define vcvt_i32(p) _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(p)))
 #define vhalf(p) vload_h(p)
+#define VI __m512i
+#define vi_set1(x) _mm512_set1_epi32(x)
+#define vi_load(p) _mm512_loadu_si512((const void *)(p))
+#define vi_float(x) _mm512_cvtepi32_ps(x)
+#define vhalf_bytes(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+static inline __m512i vi_madd_pair(__m512i acc, __m512i x, int s, int32_t qp) {
+    const __m512i c = _mm512_and_si512(_mm512_srli_epi32(x, (unsigned)s), _mm512_set1_epi32(0x000F000F));
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(c, _mm512_set1_epi32(qp)));
+}
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_avx512
 

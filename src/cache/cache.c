@@ -7,6 +7,7 @@
  * in cache.h.
  */
 #include "cache.h"
+#include "cache_lanes.h"
 #include "hadamard.h"
 #include "calib.h"
 #include "turbo_traits.h"
@@ -183,6 +184,9 @@ static bool array_bytes(int n_head_kv, int rows, size_t row_bytes, size_t *out) 
 
 static int round_up_int(int x, int m) { return (int)(((int64_t)x + m - 1) / m * m); }
 
+static atomic_bool g_lanes = true;
+void kvq_cache_set_lanes(bool on) { atomic_store(&g_lanes, on); }
+
 /* Rows: the plan's rotation, tail and sink as given; the ring is the tail,
  * exactly (a batch's own rows wait in the stage). */
 static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
@@ -217,6 +221,8 @@ static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
         }
     }
     sd->row_bytes = kvq_row_bytes(sd->type, sd->store_dim);
+    sd->lanes = !is_v && atomic_load(&g_lanes) && sd->rot_kind != KVQ_FMT_ROT_CALIB &&
+                kvq_lanes_type(sd->type, sd->store_dim);
     sd->tail_tokens = p->tail_tokens;
     sd->ring_rows = p->tail_tokens + p->rollback_tokens;
     sd->sink_rows = p->sink_tokens;
@@ -293,7 +299,7 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
     const kvq_cache_params *p = &c->p;
     kvq_cache_bytes *b = &c->bytes;
     memset(b, 0, sizeof *b);
-    size_t scratch = 0, ring_alloc = 0;
+    size_t scratch = 0, ring_alloc = 0, body_alloc_total[2] = { 0, 0 };
     for (int l = 0; l < p->n_layer; l++) {
         kvq_cache_side *sides[2] = { &c->k[l], &c->v[l] };
         const kvq_type types[2] = { c->types_k[l], c->types_v[l] };
@@ -311,13 +317,17 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
             if (sd->mix_signs) note_padded_mixing(&c->plan, s == 1, sd->store_dim, sd->rot_block);
             sd->exact_row_bytes = kvq_row_bytes(p->tail_type, sd->store_dim);
             sd->side_index = s;
-            size_t body, ring, kept, sink, per_head_tiles = 0;
+            size_t body, body_alloc, ring, kept, sink, per_head_tiles = 0;
+            /* lanes: whole groups of 16 rows allocated, the rows counted */
+            const int alloc_rows = sd->lanes ? round_up_int(p->n_ctx, KVQ_LANES) : p->n_ctx;
             const bool ok_body =
                 sd->layout == KVQ_LAYOUT_TILES
                     ? mul_size((size_t)sd->n_tiles * (size_t)sd->n_slices, sd->record_bytes, &per_head_tiles) &&
                           mul_size((size_t)p->n_head_kv, per_head_tiles, &body)
-                    : array_bytes(p->n_head_kv, p->n_ctx, sd->row_bytes, &body);
-            sd->body_head_bytes = sd->layout == KVQ_LAYOUT_TILES ? per_head_tiles : (size_t)p->n_ctx * sd->row_bytes;
+                    : array_bytes(p->n_head_kv, p->n_ctx, sd->row_bytes, &body) &&
+                          array_bytes(p->n_head_kv, alloc_rows, sd->row_bytes, &body_alloc);
+            if (sd->layout == KVQ_LAYOUT_TILES) body_alloc = body;
+            sd->body_head_bytes = sd->layout == KVQ_LAYOUT_TILES ? per_head_tiles : (size_t)alloc_rows * sd->row_bytes;
             if (!ok_body || !array_bytes(p->n_head_kv, sd->ring_rows, sd->exact_row_bytes, &ring) ||
                 !array_bytes(p->n_head_kv, ring_rows_kept(sd, p), sd->exact_row_bytes, &kept) ||
                 !array_bytes(p->n_head_kv, sd->sink_rows, sd->exact_row_bytes, &sink) ||
@@ -325,6 +335,7 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
                 sink > SIZE_MAX / 4 - b->sink)
                 return kvq_fail(err, KVQ_ERR_ARG, "cache: size overflow (n_ctx %d too large)", p->n_ctx);
             *body_total[s] += body;
+            body_alloc_total[s] += body_alloc;
             ring_alloc += ring;
             b->tail += kept;
             b->sink += sink;
@@ -336,8 +347,10 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
     if (st != KVQ_OK) return st;
     b->total = b->k + b->v + b->tail + b->sink;
     b->work = stage + scratch * sizeof(float);
-    b->allocated = b->k + b->v + ring_alloc + b->sink + b->work + kvq_cache_calib_bytes(c);   /* + calibrated heads' transforms */
-    const size_t regions[KVQ_ARRAY_LEN(c->mem_bytes)] = { b->k, b->v, ring_alloc, b->sink, stage };
+    b->allocated = body_alloc_total[0] + body_alloc_total[1] + ring_alloc + b->sink + b->work +
+                   kvq_cache_calib_bytes(c);   /* + calibrated heads' transforms */
+    const size_t regions[KVQ_ARRAY_LEN(c->mem_bytes)] = { body_alloc_total[0], body_alloc_total[1], ring_alloc,
+                                                           b->sink, stage };
     memcpy(c->mem_bytes, regions, sizeof regions);
     c->tile_scratch_floats = scratch;
     return KVQ_OK;
@@ -517,8 +530,22 @@ void kvq_cache_side_unrotate(const kvq_cache_side *sd, int head, float *acc) {
 
 /* ---------------------------------------------------------------- write */
 
+/* A row of a body in the rows layout (not lanes: kvq_cache_body_put / get). */
 static uint8_t *body_row(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos) {
-    return sd->body + ((size_t)head * (size_t)c->p.n_ctx + (size_t)pos) * sd->row_bytes;
+    (void)c;
+    return sd->body + (size_t)head * sd->body_head_bytes + (size_t)pos * sd->row_bytes;
+}
+
+void kvq_cache_body_put(const kvq_cache_side *sd, int head, int pos, const uint8_t *row) {
+    uint8_t *h = sd->body + (size_t)head * sd->body_head_bytes;
+    if (sd->lanes) kvq_lanes_put_row(h, sd->store_dim, pos, row);
+    else memcpy(h + (size_t)pos * sd->row_bytes, row, sd->row_bytes);
+}
+
+void kvq_cache_body_get(const kvq_cache_side *sd, int head, int pos, uint8_t *row) {
+    const uint8_t *h = sd->body + (size_t)head * sd->body_head_bytes;
+    if (sd->lanes) kvq_lanes_get_row(h, sd->store_dim, pos, row);
+    else memcpy(row, h + (size_t)pos * sd->row_bytes, sd->row_bytes);
 }
 
 static uint8_t *sink_row(const kvq_cache_side *sd, int head, int pos) {
@@ -533,7 +560,11 @@ static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int head, in
     float buf[KVQ_MAX_HEAD_DIM];
     kvq_cache_side_rotate(sd, head, x, buf);
     if (sd->calib) kvq_calib_encode(&sd->calib[head].prof, buf, body_row(c, sd, head, pos));
-    else if (sd->layout == KVQ_LAYOUT_ROWS) kvq_quantize_row_tr(sd->body_tr, buf, body_row(c, sd, head, pos), sd->store_dim);
+    else if (sd->lanes) {   /* quantised as a row, then spread over its group's lanes */
+        uint8_t row[KVQ_LANES_ROW_MAX];
+        kvq_quantize_row_tr(sd->body_tr, buf, row, sd->store_dim);
+        kvq_cache_body_put(sd, head, pos, row);
+    } else if (sd->layout == KVQ_LAYOUT_ROWS) kvq_quantize_row_tr(sd->body_tr, buf, body_row(c, sd, head, pos), sd->store_dim);
     if (sd->ring_rows) kvq_quantize_row_tr(sd->tail_tr, buf, stage_row(c, sd, head, pos), sd->store_dim);
     if (pos < sd->sink_rows) kvq_quantize_row_tr(sd->tail_tr, buf, sink_row(sd, head, pos), sd->store_dim);
 }
@@ -667,7 +698,9 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
         sd->records->read_row(sd, head, pos, out);
         return KVQ_OK;
     }
-    const uint8_t *row = part == KVQ_PART_BODY ? body_row(c, sd, head, pos)
+    uint8_t unpacked[KVQ_LANES_ROW_MAX];
+    if (part == KVQ_PART_BODY && sd->lanes) kvq_cache_body_get(sd, head, pos, unpacked);
+    const uint8_t *row = part == KVQ_PART_BODY ? (sd->lanes ? unpacked : body_row(c, sd, head, pos))
                          : part == KVQ_PART_SINK ? sink_row(sd, head, pos)
                                                  : kvq_cache_exact_row(c, sd, head, pos);
     kvq_dequantize_row_tr(part == KVQ_PART_BODY ? sd->body_tr : sd->tail_tr, row, out, sd->store_dim);

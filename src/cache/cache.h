@@ -9,6 +9,8 @@
  *   body  rows layout:  [n_head_kv][n_ctx][row_bytes]
  *         one head's row = head_dim values quantised in whole blocks of
  *         the layer's type, the last block zero-padded (padding counted);
+ *         a K body of q4_0 holds the same bytes in groups of 16 keys side
+ *         by side, n_ctx rounded up to whole groups (cache_lanes.h);
  *         tiles layout (KVarN): [n_head_kv][n_tiles][n_slices][record_bytes]
  *         one record per complete 128-token tile from first_tile on;
  *   ring  [n_head_kv][ring_rows][exact_row_bytes]
@@ -60,6 +62,9 @@ typedef struct kvq_cache_side {
     const int8_t *mix_signs;/* padded rows: H.D.H over the padded row, or NULL */
     /* body */
     size_t row_bytes;       /* rows: one head's body row; tiles: 0         */
+    bool lanes;             /* rows stored 16 keys side by side (K bodies of
+                               the types cache_lanes.h lists): rows go in and
+                               out through kvq_lanes_put_row / get_row      */
     kvq_kvarn_shape tile;   /* tiles: slice width, bits, orientation       */
     int n_slices;           /* tiles: store_dim / tile.width               */
     size_t record_bytes;    /* tiles: one slice's record                   */
@@ -176,6 +181,16 @@ void kvq_cache_side_rotate(const kvq_cache_side *sd, int head, const float *x, f
 void kvq_cache_side_rotate_query(const kvq_cache_side *sd, int head, const float *q, float *out);
 void kvq_cache_side_unrotate(const kvq_cache_side *sd, int head, float *acc);
 
+
+/* Whether K bodies are stored in lanes where their type has that layout
+ * (cache_lanes.h; default true).  Read when a cache is created: tests and
+ * benchmarks compare the two layouts (the same values, bit for bit). */
+void kvq_cache_set_lanes(bool on);
+
+/* Store / read row `pos` of one head of a rows-layout body in the type's
+ * row format (row_bytes), whichever way the body keeps it (sd->lanes). */
+void kvq_cache_body_put(const kvq_cache_side *sd, int head, int pos, const uint8_t *row);
+void kvq_cache_body_get(const kvq_cache_side *sd, int head, int pos, uint8_t *row);
 
 /* Dequantise one stored row (rotated values, as the kernel reads them) of
  * one head into out[store_dim]; for tests and tools. */

@@ -18,6 +18,7 @@
  *   trailer  u64 hash64 of every byte before it
  */
 #include "cache.h"
+#include "cache_lanes.h"
 #include "hash64.h"
 
 #include <errno.h>
@@ -103,7 +104,14 @@ static void put_side(writer *w, const kvq_cache *c, int layer, const kvq_cache_s
     const int from = sd->ring_rows ? KVQ_MIN(n, KVQ_MAX(kvq_cache_exact_from(c, layer, sd), n - sd->ring_rows)) : n;
     put32(w, (uint32_t)from);
     const size_t body = body_bytes(sd, n);
-    for (int h = 0; body && h < c->p.n_head_kv; h++) put(w, sd->body + (size_t)h * sd->body_head_bytes, body);
+    for (int h = 0; body && h < c->p.n_head_kv; h++) {
+        if (!sd->lanes) { put(w, sd->body + (size_t)h * sd->body_head_bytes, body); continue; }
+        uint8_t row[KVQ_LANES_ROW_MAX];   /* the file holds rows whatever the memory's layout */
+        for (int pos = 0; pos < n; pos++) {
+            kvq_cache_body_get(sd, h, pos, row);
+            put(w, row, sd->row_bytes);
+        }
+    }
     for (int h = 0; h < c->p.n_head_kv; h++)
         for (int pos = from; pos < n; pos++) put(w, kvq_cache_exact_row(c, sd, h, pos), sd->exact_row_bytes);
     const int sink = KVQ_MIN(n, sd->sink_rows);   /* (no region, no pointer arithmetic, when 0) */
@@ -195,8 +203,17 @@ static bool load_side(reader *r, kvq_cache *c, kvq_cache_side *sd, int n, kvq_er
         return false;
     }
     const size_t body = body_bytes(sd, n);
-    for (int h = 0; body && h < c->p.n_head_kv; h++)
-        if (!take(r, sd->body + (size_t)h * sd->body_head_bytes, body)) return false;
+    for (int h = 0; body && h < c->p.n_head_kv; h++) {
+        if (!sd->lanes) {
+            if (!take(r, sd->body + (size_t)h * sd->body_head_bytes, body)) return false;
+            continue;
+        }
+        uint8_t row[KVQ_LANES_ROW_MAX];
+        for (int pos = 0; pos < n; pos++) {
+            if (!take(r, row, sd->row_bytes)) return false;
+            kvq_cache_body_put(sd, h, pos, row);
+        }
+    }
     for (int h = 0; h < c->p.n_head_kv; h++)
         for (int pos = (int)from; pos < n; pos++)
             if (!take(r, sd->ring + ((size_t)h * sd->ring_rows + (size_t)(pos % sd->ring_rows)) * sd->exact_row_bytes,

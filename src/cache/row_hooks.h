@@ -38,6 +38,12 @@ typedef struct kvq_row_hooks {
      * added only where it is weighted (0 * inf would poison the sum) */
     void (*accumulate)(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows, int nk,
                        const float *w, int ldw, int G, float *acc, int acc_stride);
+    /* scores of keys k->key0..+nk of a K body stored in lanes (k->lanes,
+     * cache_lanes.h) read in place; false: not at this level or query
+     * (the caller then unpacks the chunk's rows and calls score); NULL
+     * for types without that layout */
+    bool (*score_lanes)(const attn_block_kernels *kr, const attn_block_rows *k, int nk, const attn_query *q, int G,
+                        float scale, float *w, int ldw);
     /* bytes of one KV head's rows per call in a decode step these hooks
      * run best with (0: ATTN_BLOCK_KEYS keys whatever their bytes) */
     int chunk_bytes;
