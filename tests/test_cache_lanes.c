@@ -13,46 +13,56 @@
 #include <unistd.h>
 
 static const char *const k_levels[] = { "scalar", "avx2", "avx512" };
+static const kvq_type k_lanes_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1, KVQ_TYPE_IQ4_NL, KVQ_TYPE_Q8_0 };
 
-/* Random q4_0 rows of `dim` values: codes and scales anything. */
-static void random_rows(test_rng *r, uint8_t *rows, int n, int dim) {
-    const size_t bytes = (size_t)n * (size_t)(dim / 32) * KVQ_BYTES_Q4_0;
+/* Random rows of type t (rows of `dim` values): codes and headers anything,
+ * or (finite) every fp16 header a small positive number. */
+static void random_rows(test_rng *r, kvq_type t, uint8_t *rows, int n, int dim, bool finite) {
+    const int bb = kvq_type_get_scalar(t)->block_bytes, hdr = kvq_lanes_spec_of(t)->header;
+    const size_t bytes = (size_t)n * (size_t)(dim / 32) * (size_t)bb;
     for (size_t i = 0; i < bytes; i++) rows[i] = (uint8_t)(test_rng_u64(r) >> 24);
+    if (!finite) return;
+    for (size_t blk = 0; blk < bytes / (size_t)bb; blk++)
+        for (int h = 0; h < hdr; h += 2)
+            kvq_wr16(rows + blk * (size_t)bb + (size_t)h, kvq_float_to_half(0.01f + 0.001f * (float)(blk % 17) - 0.004f * (float)h));
 }
 
 /* Every position of several groups put, then read back: each row's
- * bytes unchanged, whatever was written around it (every nibble and
- * scale has its own place). */
+ * bytes unchanged, whatever was written around it (every code and
+ * header has its own place), for every type with lanes. */
 TEST(lanes_rows_round_trip) {
     enum { N = 53 };   /* 3 whole groups and a partial one */
-    static uint8_t rows[N * 16 * KVQ_BYTES_Q4_0], back[16 * KVQ_BYTES_Q4_0];
-    static uint8_t body[4 * 16 * KVQ_LANES_BLOCK];
+    static uint8_t rows[N * 16 * 34], back[16 * 34], body[4 * 16 * 16 * 34];
     static const int dims[] = { 32, 64, 128, 512 };
     test_rng r = { 7, 0, 0 };
-    for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
-        const int dim = dims[di];
-        const size_t rb = (size_t)(dim / 32) * KVQ_BYTES_Q4_0;
-        CHECK(kvq_lanes_type(KVQ_TYPE_Q4_0, dim), "q4_0 at %d has lanes", dim);
-        CHECK(kvq_lanes_group_bytes(dim) == 16 * rb, "a group is 16 rows' bytes");
-        random_rows(&r, rows, N, dim);
-        memset(body, 0xA5, sizeof body);
-        for (int pos = N - 1; pos >= 0; pos--) kvq_lanes_put_row(body, dim, pos, rows + pos * rb);   /* any order */
-        for (int pos = 0; pos < N; pos++) {
-            kvq_lanes_get_row(body, dim, pos, back);
-            CHECK(!memcmp(back, rows + pos * rb, rb), "dim %d: row %d changed", dim, pos);
+    for (size_t ti = 0; ti < KVQ_ARRAY_LEN(k_lanes_types); ti++)
+        for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
+            const kvq_type ty = k_lanes_types[ti];
+            const int dim = dims[di];
+            const size_t rb = (size_t)(dim / 32) * (size_t)kvq_type_get_scalar(ty)->block_bytes;
+            CHECK(kvq_lanes_type(ty, dim), "%s at %d has lanes", kvq_type_name(ty), dim);
+            CHECK(kvq_lanes_group_bytes(kvq_lanes_spec_of(ty), dim) == 16 * rb, "a group is 16 rows' bytes");
+            random_rows(&r, ty, rows, N, dim, false);
+            memset(body, 0xA5, sizeof body);
+            for (int pos = N - 1; pos >= 0; pos--) kvq_lanes_put_row(ty, body, dim, pos, rows + pos * rb);   /* any order */
+            for (int pos = 0; pos < N; pos++) {
+                kvq_lanes_get_row(ty, body, dim, pos, back);
+                CHECK(!memcmp(back, rows + pos * rb, rb), "%s dim %d: row %d changed", kvq_type_name(ty), dim, pos);
+            }
         }
-    }
-    CHECK(!kvq_lanes_type(KVQ_TYPE_Q8_0, 128) && !kvq_lanes_type(KVQ_TYPE_Q4_0, 48) &&
-          !kvq_lanes_type(KVQ_TYPE_Q4_0, 1024), "lanes only for q4_0 rows of whole blocks up to 512");
+    CHECK(!kvq_lanes_type(KVQ_TYPE_Q5_0, 128) && !kvq_lanes_type(KVQ_TYPE_Q4_0, 48) &&
+          !kvq_lanes_type(KVQ_TYPE_Q4_0, 1024) && !kvq_lanes_type(KVQ_TYPE_F16, 128),
+          "lanes only for the listed types, rows of whole blocks up to 512");
 }
 
 /* The lanes score kernel of every level against the same level's row
- * kernel on the same rows: the same bits, for chunks that start inside a
- * group and end inside another, head groups 1..9 (an odd head out),
- * 1..16 blocks, the int16 and the int8 query; nothing written past nk. */
+ * kernel on the same rows: the same bits, for every type with lanes,
+ * chunks that start inside a group and end inside another, head groups
+ * 1..9 (an odd head out), 1..16 blocks, the int16 and the int8 query;
+ * nothing written past nk. */
 TEST(lanes_scores_equal_row_scores) {
     enum { NPOS = 96, MAXG = 9, MAXLEN = 512, NK = ATTN_BLOCK_KEYS };
-    static uint8_t rows[NPOS * MAXLEN / 32 * KVQ_BYTES_Q4_0], body[NPOS / 16 * MAXLEN / 32 * KVQ_LANES_BLOCK];
+    static uint8_t rows[NPOS * MAXLEN / 32 * 34], body[NPOS * MAXLEN / 32 * 34];
     static float q[MAXG * MAXLEN], qscale[MAXG * MAXLEN / 32], w_rows[MAXG * NK], w_lanes[MAXG * NK];
     static int16_t qi[MAXG * MAXLEN];
     static int32_t qsum[MAXG * MAXLEN / 32];
@@ -63,52 +73,52 @@ TEST(lanes_scores_equal_row_scores) {
     for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
         const attn_block_kernels *kr = attn_block_level(k_levels[li]);
         if (!kr) continue;
-        const attn_block_fused *f = &kr->fused[KVQ_TYPE_Q4_0];
-        CHECK(f->scores && f->scores_lanes, "%s: q4_0 has row and lanes kernels", kr->level);
-        for (int G = 1; G <= MAXG; G++)
-            for (size_t si = 0; si < KVQ_ARRAY_LEN(spans); si++) {
-                const int len = lens[(G + (int)si) % 4], key0 = spans[si][0], nk = spans[si][1];
-                const bool int8 = (G + si) % 3 == 0;
-                const size_t rb = (size_t)len / 32 * KVQ_BYTES_Q4_0;
-                random_rows(&r, rows, NPOS, len);
-                for (int pos = 0; pos < NPOS; pos++) {
-                    kvq_wr16(rows + pos * rb, kvq_float_to_half(0.01f + 0.001f * (float)(pos % 17)));   /* finite d */
-                    kvq_lanes_put_row(body, len, pos, rows + pos * rb);
+        for (size_t ti = 0; ti < KVQ_ARRAY_LEN(k_lanes_types); ti++) {
+            const kvq_type ty = k_lanes_types[ti];
+            const attn_block_fused *f = &kr->fused[ty];
+            CHECK(f->scores && f->scores_lanes, "%s: %s has row and lanes kernels", kr->level, kvq_type_name(ty));
+            for (int G = 1; G <= MAXG; G++)
+                for (size_t si = 0; si < KVQ_ARRAY_LEN(spans); si++) {
+                    const int len = lens[(G + (int)si + (int)ti) % 4], key0 = spans[si][0], nk = spans[si][1];
+                    const bool int8 = (G + si) % 3 == 0 && attn_block_int8_type(ty);
+                    const size_t rb = (size_t)len / 32 * (size_t)kvq_type_get_scalar(ty)->block_bytes;
+                    random_rows(&r, ty, rows, NPOS, len, true);
+                    for (int pos = 0; pos < NPOS; pos++) kvq_lanes_put_row(ty, body, len, pos, rows + pos * rb);
+                    for (int i = 0; i < G * len; i++) q[i] = (float)test_rng_gauss(&r) * (i % 5 == 0 ? 4.0f : 1.0f);
+                    for (int g = 0; g < G; g++)
+                        (int8 ? attn_block_round_query8 : attn_block_round_query)(q + g * len, len, qi + g * len,
+                                                                                  qscale + g * len / 32, qsum + g * len / 32);
+                    const attn_query aq = { q, qi, qscale, qsum, len, int8 };
+                    const uint8_t *kr_rows[NK];
+                    for (int k = 0; k < nk; k++) kr_rows[k] = rows + (size_t)(key0 + k) * rb;
+                    for (int i = 0; i < MAXG * NK; i++) w_lanes[i] = -12345.0f;
+                    f->scores(kr_rows, nk, &aq, G, len, 0.125f, w_rows, NK);
+                    f->scores_lanes(body, key0, nk, &aq, G, len, 0.125f, w_lanes, NK);
+                    for (int g = 0; g < G; g++) {
+                        CHECK(!memcmp(w_rows + g * NK, w_lanes + g * NK, (size_t)nk * sizeof(float)),
+                              "%s %s G %d len %d keys %d..%d%s: head %d's lanes scores differ from the rows'", kr->level,
+                              kvq_type_name(ty), G, len, key0, key0 + nk - 1, int8 ? " int8" : "", g);
+                        for (int k = nk; k < NK; k++)
+                            CHECK(w_lanes[g * NK + k] == -12345.0f, "%s: score %d of head %d written past nk %d",
+                                  kr->level, k, g, nk);
+                    }
+                    checked++;
                 }
-                for (int i = 0; i < G * len; i++) q[i] = (float)test_rng_gauss(&r) * (i % 5 == 0 ? 4.0f : 1.0f);
-                for (int g = 0; g < G; g++)
-                    (int8 ? attn_block_round_query8 : attn_block_round_query)(q + g * len, len, qi + g * len,
-                                                                              qscale + g * len / 32, qsum + g * len / 32);
-                const attn_query aq = { q, qi, qscale, qsum, len, int8 };
-                const uint8_t *kr_rows[NK];
-                for (int k = 0; k < nk; k++) kr_rows[k] = rows + (size_t)(key0 + k) * rb;
-                for (int i = 0; i < MAXG * NK; i++) w_lanes[i] = -12345.0f;
-                f->scores(kr_rows, nk, &aq, G, len, 0.125f, w_rows, NK);
-                f->scores_lanes(body, key0, nk, &aq, G, len, 0.125f, w_lanes, NK);
-                for (int g = 0; g < G; g++) {
-                    CHECK(!memcmp(w_rows + g * NK, w_lanes + g * NK, (size_t)nk * sizeof(float)),
-                          "%s G %d len %d keys %d..%d%s: head %d's lanes scores differ from the rows'", kr->level, G,
-                          len, key0, key0 + nk - 1, int8 ? " int8" : "", g);
-                    for (int k = nk; k < NK; k++)
-                        CHECK(w_lanes[g * NK + k] == -12345.0f, "%s: score %d of head %d written past nk %d", kr->level,
-                              k, g, nk);
-                }
-                checked++;
-            }
+        }
     }
-    CHECK(checked >= (int)KVQ_ARRAY_LEN(spans) * MAXG, "%d cases", checked);
+    CHECK(checked >= (int)(KVQ_ARRAY_LEN(spans) * KVQ_ARRAY_LEN(k_lanes_types)) * MAXG, "%d cases", checked);
 }
 
-/* One cache with its q4_0 K body in lanes, one in rows (the same
+/* For every type with lanes: one cache with its K body in lanes, one in rows (the same
  * writes): every body row reads back the same; attention is the same bits
  * where chunks start at whole groups either way (no sink, no tail: decode
  * steps and a prefill batch); with a sink and a tail (chunks cut at other
  * keys) within float rounding of the rows cache and of the reference over
  * the cached values; a state saved from lanes loads into rows and
  * attends the same bits as the cache it came from. */
-static kvq_cache *lanes_cache(bool lanes, int sink, int tail, const attn_data *d) {
+static kvq_cache *lanes_cache(kvq_type tk, bool lanes, int sink, int tail, const attn_data *d) {
     kvq_cache_params p;
-    attn_params(&p, d->n_head_kv, d->hd_k, d->hd_v, 256, KVQ_TYPE_Q4_0, KVQ_TYPE_Q8_0, KVQ_ROT_AUTO);
+    attn_params(&p, d->n_head_kv, d->hd_k, d->hd_v, 256, tk, KVQ_TYPE_Q8_0, KVQ_ROT_AUTO);
     p.sink_tokens = sink;
     p.tail_tokens = tail;
     kvq_cache *c = NULL;
@@ -132,9 +142,10 @@ TEST(cache_lanes_attends_as_rows) {
     float *ref = malloc(8 * per_row * sizeof(float));
     float ra[HD], rb[HD];
     CHECK(a && b && ref, "alloc");
-    for (int layout = 0; layout < 2; layout++) {
-        const int sink = layout ? 3 : 0, tail = layout ? 5 : 0;
-        kvq_cache *cl = lanes_cache(true, sink, tail, &d), *cr = lanes_cache(false, sink, tail, &d);
+    for (int layout = 0; layout < 2 * (int)KVQ_ARRAY_LEN(k_lanes_types); layout++) {
+        const kvq_type tk = k_lanes_types[layout / 2];
+        const int sink = layout % 2 ? 3 : 0, tail = layout % 2 ? 5 : 0;
+        kvq_cache *cl = lanes_cache(tk, true, sink, tail, &d), *cr = lanes_cache(tk, false, sink, tail, &d);
         CHECK(cl && cr, "create");
         CHECK(cl->k[0].lanes && !cr->k[0].lanes && !cl->v[0].lanes, "only the lanes cache's K body is in lanes");
         CHECK(attn_fill_upto(cl, &d, 13, N - 8) && attn_fill_upto(cr, &d, 13, N - 8), "fill");
@@ -146,12 +157,12 @@ TEST(cache_lanes_attends_as_rows) {
             }
         CHECK(attend(cl, &d, N - 8, 8, a) && attend(cr, &d, N - 8, 8, b), "prefill batch");
         CHECK(attn_ref_cache(cl, &d, N - 8, 8, 1.0f / sqrtf((float)HD), ref), "reference");
-        if (!layout) CHECK(!memcmp(a, b, 8 * per_row * sizeof(float)), "batch: lanes and rows differ");
+        if (!sink) CHECK(!memcmp(a, b, 8 * per_row * sizeof(float)), "%s batch: lanes and rows differ", kvq_type_name(tk));
         else CHECK(attn_rel_err(a, b, 8 * per_row) < 1e-5, "batch: lanes vs rows %.3g", attn_rel_err(a, b, 8 * per_row));
         CHECK(attn_rel_err(a, ref, 8 * per_row) < 1e-4, "batch vs reference %.3g", attn_rel_err(a, ref, 8 * per_row));
         for (int pos = N - 8; pos < N; pos += 3) {   /* decode steps */
             CHECK(attend(cl, &d, pos, 1, a) && attend(cr, &d, pos, 1, b), "decode");
-            if (!layout) CHECK(!memcmp(a, b, per_row * sizeof(float)), "step %d: lanes and rows differ", pos);
+            if (!sink) CHECK(!memcmp(a, b, per_row * sizeof(float)), "%s step %d: lanes and rows differ", kvq_type_name(tk), pos);
             else CHECK(attn_rel_err(a, b, per_row) < 1e-5, "step %d: %.3g", pos, attn_rel_err(a, b, per_row));
         }
         char path[64];
@@ -160,7 +171,7 @@ TEST(cache_lanes_attends_as_rows) {
         const kvq_state_tag tag = { 99, toks, N };
         int32_t *back = NULL;
         int n_back = 0;
-        kvq_cache *loaded = lanes_cache(false, sink, tail, &d);
+        kvq_cache *loaded = lanes_cache(tk, false, sink, tail, &d);
         CHECK(loaded && kvq_cache_save(cl, path, &tag, NULL) == KVQ_OK &&
               kvq_cache_load(loaded, path, 99, &back, &n_back, NULL) == KVQ_OK, "save lanes, load rows");
         free(back);

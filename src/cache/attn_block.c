@@ -98,9 +98,21 @@ static inline void vb_floats(VB c, float *x) {
 #define vi_load(p) ((int32_t)kvq_rd32(p))
 #define vi_float(x) ((float)(x))
 #define vhalf_bytes(p) kvq_half_to_float(kvq_rd16(p))
-static inline int32_t vi_madd_pair(int32_t acc, int32_t x, int s, int32_t qp) {
-    const uint32_t c = ((uint32_t)x >> s) & 0x000F000Fu;
-    return acc + (int32_t)(c & 0xFFFFu) * (int16_t)(qp & 0xFFFF) + (int32_t)(c >> 16) * (int16_t)((uint32_t)qp >> 16);
+static inline int16_t lo16(int32_t x) { return (int16_t)(uint16_t)((uint32_t)x & 0xFFFFu); }
+static inline int16_t hi16(int32_t x) { return (int16_t)(uint16_t)((uint32_t)x >> 16); }
+static inline int32_t pair16(int a, int b) { return (int32_t)((uint32_t)(uint16_t)a | (uint32_t)(uint16_t)b << 16); }
+static inline int32_t vi_madd(int32_t acc, int32_t c, int32_t qp) {
+    return acc + lo16(c) * lo16(qp) + hi16(c) * hi16(qp);
+}
+#define vi_nib_pairs(x, s) ((int32_t)(((uint32_t)(x) >> (s)) & 0x000F000Fu))
+#define vi_nib_bytes(x, s) ((int32_t)(((uint32_t)(x) >> (s)) & 0x0F0F0F0Fu))
+static inline int32_t vi_byte(int32_t x, int i) { return (int8_t)(uint8_t)((uint32_t)x >> (8 * i)); }
+#define vi_s8_even(x) pair16(vi_byte((x), 0), vi_byte((x), 2))
+#define vi_s8_odd(x) pair16(vi_byte((x), 1), vi_byte((x), 3))
+static inline int32_t vi_book(int32_t x, const int8_t *book) {
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)(uint8_t)book[((uint32_t)x >> (8 * i)) & 15] << (8 * i);
+    return (int32_t)r;
 }
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_scalar
@@ -456,7 +468,7 @@ static bool fused_lanes_scores(const attn_block_kernels *kr, const attn_block_ro
     const attn_block_fused *fz = q->qi ? attn_block_fused_for(kr, k) : NULL;
     if (!fz || !fz->scores_lanes) return false;
     /* the groups PREFETCH_CHUNKS chunks ahead (as prefetch_ahead does for rows) */
-    const uintptr_t group = (uintptr_t)(k->len / 32) * KVQ_LANES_BLOCK;
+    const uintptr_t group = (uintptr_t)kvq_lanes_group_bytes(kvq_lanes_spec_of(k->type), (int)k->len);
     const uintptr_t from = (uintptr_t)k->lanes + (uintptr_t)((k->key0 + nk * PREFETCH_CHUNKS) / KVQ_LANES) * group;
     const uintptr_t to = from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group;
     for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a);

@@ -175,9 +175,13 @@ static inline void vf_nib(const uint8_t *p, __m256 x[4]) {
 #define vi_load(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
 #define vi_float(x) _mm256_cvtepi32_ps(x)
 #define vhalf_bytes(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
-static inline __m256i vi_madd_pair(__m256i acc, __m256i x, int s, int32_t qp) {
-    const __m256i c = _mm256_and_si256(_mm256_srli_epi32(x, s), _mm256_set1_epi32(0x000F000F));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(c, _mm256_set1_epi32(qp)));
+#define vi_madd(acc, c, qp) _mm256_add_epi32((acc), _mm256_madd_epi16((c), _mm256_set1_epi32(qp)))
+#define vi_nib_pairs(x, s) _mm256_and_si256(_mm256_srli_epi32((x), (s)), _mm256_set1_epi32(0x000F000F))
+#define vi_nib_bytes(x, s) _mm256_and_si256(_mm256_srli_epi32((x), (s)), _mm256_set1_epi8(15))
+#define vi_s8_even(x) _mm256_srai_epi16(_mm256_slli_epi16((x), 8), 8)
+#define vi_s8_odd(x) _mm256_srai_epi16((x), 8)
+static inline __m256i vi_book(__m256i x, const int8_t *book) {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)book)), x);
 }
 #define FUSED_V_HEADS 2
 #define FUSED_TABLE g_fused_avx2

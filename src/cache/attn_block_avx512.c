@@ -167,9 +167,13 @@ static inline void vwz_tree_store(const vwz_tree *tr, int32_t sub, int32_t *s) {
 #define vi_load(p) _mm512_loadu_si512((const void *)(p))
 #define vi_float(x) _mm512_cvtepi32_ps(x)
 #define vhalf_bytes(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
-static inline __m512i vi_madd_pair(__m512i acc, __m512i x, int s, int32_t qp) {
-    const __m512i c = _mm512_and_si512(_mm512_srli_epi32(x, (unsigned)s), _mm512_set1_epi32(0x000F000F));
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(c, _mm512_set1_epi32(qp)));
+#define vi_madd(acc, c, qp) _mm512_add_epi32((acc), _mm512_madd_epi16((c), _mm512_set1_epi32(qp)))
+#define vi_nib_pairs(x, s) _mm512_and_si512(_mm512_srli_epi32((x), (unsigned)(s)), _mm512_set1_epi32(0x000F000F))
+#define vi_nib_bytes(x, s) _mm512_and_si512(_mm512_srli_epi32((x), (unsigned)(s)), _mm512_set1_epi8(15))
+#define vi_s8_even(x) _mm512_srai_epi16(_mm512_slli_epi16((x), 8), 8)
+#define vi_s8_odd(x) _mm512_srai_epi16((x), 8)
+static inline __m512i vi_book(__m512i x, const int8_t *book) {
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)book)), x);
 }
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_avx512

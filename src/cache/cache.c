@@ -538,13 +538,13 @@ static uint8_t *body_row(const kvq_cache *c, const kvq_cache_side *sd, int head,
 
 void kvq_cache_body_put(const kvq_cache_side *sd, int head, int pos, const uint8_t *row) {
     uint8_t *h = sd->body + (size_t)head * sd->body_head_bytes;
-    if (sd->lanes) kvq_lanes_put_row(h, sd->store_dim, pos, row);
+    if (sd->lanes) kvq_lanes_put_row(sd->type, h, sd->store_dim, pos, row);
     else memcpy(h + (size_t)pos * sd->row_bytes, row, sd->row_bytes);
 }
 
 void kvq_cache_body_get(const kvq_cache_side *sd, int head, int pos, uint8_t *row) {
     const uint8_t *h = sd->body + (size_t)head * sd->body_head_bytes;
-    if (sd->lanes) kvq_lanes_get_row(h, sd->store_dim, pos, row);
+    if (sd->lanes) kvq_lanes_get_row(sd->type, h, sd->store_dim, pos, row);
     else memcpy(row, h + (size_t)pos * sd->row_bytes, sd->row_bytes);
 }
 
