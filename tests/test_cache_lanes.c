@@ -50,6 +50,11 @@ TEST(lanes_rows_round_trip) {
                 CHECK(!memcmp(back, rows + pos * rb, rb), "%s dim %d: row %d changed", kvq_type_name(ty), dim, pos);
             }
         }
+    /* the cache stores in lanes exactly the types whose kernels read lanes */
+    const attn_block_kernels *scalar = attn_block_level("scalar");
+    for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++)
+        CHECK(!kvq_lanes_spec_of((kvq_type)ty) == !(scalar->fused && scalar->fused[ty].scores_lanes),
+              "%s: a lanes layout without a lanes kernel, or the reverse", kvq_type_name((kvq_type)ty));
     CHECK(!kvq_lanes_type(KVQ_TYPE_Q5_0, 128) && !kvq_lanes_type(KVQ_TYPE_Q4_0, 48) &&
           !kvq_lanes_type(KVQ_TYPE_Q4_0, 1024) && !kvq_lanes_type(KVQ_TYPE_F16, 128),
           "lanes only for the listed types, rows of whole blocks up to 512");

@@ -1,0 +1,67 @@
+#!/bin/sh
+# Paired ratios of decode speed between cache types on a shared host
+# (docs/benchmarks.md section 5): ROUNDS invocations of `kvq bench --json`,
+# each running every type of TYPES at one depth back to back (seconds
+# apart), so each invocation gives one ratio per type against the first
+# type, measured under the same load; then per (type, depth) the median of
+# those ratios, their range, and the median t/s.  A host whose speed
+# drifts by 10-50 % between minutes moves both sides of a pair alike,
+# which the separate medians of depth_table.sh do not undo.
+#   sh bench/type_ratio.sh KVQ MODEL
+#   (THREADS, DEPTHS, TYPES (the first is the reference), ROUNDS, NPROMPT,
+#    NGEN, OUT override)
+# The load is printed before and after (uptime); the JSON lines stay in OUT.
+set -eu
+KVQ=$1
+MODEL=$2
+THREADS=${THREADS:-2}
+DEPTHS=${DEPTHS:-4096,16384}
+TYPES=${TYPES:-f16,q4_0}
+ROUNDS=${ROUNDS:-5}
+NPROMPT=${NPROMPT:-8}
+NGEN=${NGEN:-16}
+OUT=${OUT:-out/type_ratio.jsonl}
+mkdir -p "$(dirname "$OUT")"
+: > "$OUT"
+echo "load before: $(uptime)"
+echo "command (x $ROUNDS per depth): $KVQ bench -m $MODEL -t $THREADS -p $NPROMPT -n $NGEN -r 1 -d DEPTH --types $TYPES --json"
+r=1
+while [ "$r" -le "$ROUNDS" ]; do
+    for d in $(echo "$DEPTHS" | tr ',' ' '); do
+        "$KVQ" bench -m "$MODEL" -t "$THREADS" -p "$NPROMPT" -n "$NGEN" -r 1 -d "$d" --types "$TYPES" --json \
+            2>/dev/null | sed "s/^{/{\"round\": $r, /" >> "$OUT"
+    done
+    r=$((r + 1))
+done
+echo "load after: $(uptime)"
+REF=$(echo "$TYPES" | cut -d, -f1)
+awk -v ref="$REF" '
+    function num(k,   p) { p = index($0, "\"" k "\": "); if (!p) return ""; return substr($0, p + length(k) + 4) + 0 }
+    function str(k,   p, s) { p = index($0, "\"" k "\": \""); s = substr($0, p + length(k) + 5); return substr(s, 1, index(s, "\"") - 1) }
+    function median(a, n,   i, j, t) {
+        for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j] < a[j - 1]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    /"tg_tps"/ {
+        key = num("round") SUBSEP num("depth")
+        tg[key, str("cache_k")] = num("tg_tps")
+        if (!((str("cache_k"), num("depth")) in seen)) { seen[str("cache_k"), num("depth")] = 1; order[++n_order] = str("cache_k") SUBSEP num("depth") }
+        rounds[num("round")] = 1
+    }
+    END {
+        print "| cache | depth | median tg t/s | median ratio vs " ref " | range of ratios | rounds |"
+        print "|---|---:|---:|---:|---:|---:|"
+        for (o = 1; o <= n_order; o++) {
+            split(order[o], td, SUBSEP)
+            nr = 0; nt = 0
+            for (r in rounds) {
+                k = r SUBSEP td[2]
+                if (!((k, td[1]) in tg)) continue
+                t[++nt] = tg[k, td[1]]
+                if ((k, ref) in tg && tg[k, ref] > 0) rat[++nr] = tg[k, td[1]] / tg[k, ref]
+            }
+            lo = 1e9; hi = 0
+            for (i = 1; i <= nr; i++) { if (rat[i] < lo) lo = rat[i]; if (rat[i] > hi) hi = rat[i] }
+            printf "| %s | %d | %.2f | %.2fx | %.2f-%.2fx | %d |\n", td[1], td[2], median(t, nt), median(rat, nr), lo, hi, nr
+        }
+    }' "$OUT"
