@@ -13,7 +13,9 @@
  * read over and over, so the figure is the kernels' own work: ns per key
  * for the scores of the GQA group and for the V sums, the thread's CPU
  * time, best of ROUNDS (the levels and K and V alternated within each
- * round), and K+V in cycles at the clock bench_clock_hz estimates (to set
+ * round); for the types whose K bodies the cache keeps in lanes
+ * (cache_lanes.h) the scores from the same rows in that layout too, the K
+ * that main runs; and K+V (lanes where the type has them) in cycles at the clock bench_clock_hz estimates (to set
  * against `kvq-bench vecops`' instructions per cycle).  The rows are
  * followed by padding, so the
  * kernels' software prefetch (a few chunks ahead) reads mapped memory
@@ -21,6 +23,7 @@
  */
 #include "bench.h"
 #include "attn_block.h"
+#include "cache_lanes.h"
 #include "format_row.h"
 
 #include <math.h>
@@ -45,12 +48,19 @@ typedef struct chunk_run {
     int gqa, len;
     const attn_query *q;
     float *w, *acc;
+    const uint8_t *lanes;         /* the same rows in lanes, or NULL       */
 } chunk_run;
 
 static void run_scores(void *ctx) {
     const chunk_run *r = ctx;
     for (int c = 0; c < r->n_rows; c += CHUNK)
         attn_block_scores(r->kr, &r->src, r->rows + c, CHUNK, r->q, r->gqa, 0.1f, r->w, CHUNK);
+}
+
+static void run_lanes(void *ctx) {
+    const chunk_run *r = ctx;
+    for (int c = 0; c < r->n_rows; c += CHUNK)
+        r->kr->fused[r->src.type].scores_lanes(r->lanes, c, CHUNK, r->q, r->gqa, r->len, 0.1f, r->w, CHUNK);
 }
 
 static void run_values(void *ctx) {
@@ -103,12 +113,15 @@ static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *level
     static float q[MAX_GQA * MAX_DIM], acc[MAX_GQA * MAX_DIM], w[MAX_GQA * CHUNK], qscale[MAX_GQA * MAX_DIM / 32];
     static int16_t qi[MAX_GQA * MAX_DIM];
     static int32_t qsum[MAX_GQA * MAX_DIM / 32];
-    int status = !packed || !rows || !x || !tile || !zero;
+    const bool has_lanes = kvq_lanes_type(ty, len);
+    uint8_t *lanes = has_lanes ? malloc((size_t)total / KVQ_LANES * kvq_lanes_group_bytes(kvq_lanes_spec_of(ty), len)) : NULL;
+    int status = !packed || !rows || !x || !tile || !zero || (has_lanes && !lanes);
     uint64_t seed = 11;
     for (int t = 0; !status && t < total; t++) {
         for (int d = 0; d < len; d++) x[d] = bench_gauss(&seed);
         tr->quantize(x, packed + (size_t)t * rb, len);
         rows[t] = packed + (size_t)t * rb;
+        if (has_lanes) kvq_lanes_put_row(ty, lanes, len, t, rows[t]);
     }
     for (int i = 0; i < G * len; i++) q[i] = bench_gauss(&seed), acc[i] = 0.0f;
     for (int g = 0; g < G; g++)
@@ -116,27 +129,33 @@ static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *level
                                                                   qsum + g * len / 32);
     for (int i = 0; i < G * CHUNK; i++) w[i] = 0.01f + 0.5f * fabsf(bench_gauss(&seed));   /* weights, all nonzero */
     const attn_query aq = { q, qi, qscale, qsum, len, o->q8 };
-    double k_best[MAX_LEVELS], v_best[MAX_LEVELS];
-    for (int l = 0; l < n_levels; l++) k_best[l] = v_best[l] = INFINITY;
+    double k_best[MAX_LEVELS], v_best[MAX_LEVELS], lanes_best[MAX_LEVELS];
+    for (int l = 0; l < n_levels; l++) k_best[l] = v_best[l] = lanes_best[l] = INFINITY;
     /* rounds outermost, the levels and K and V alternated within each, the
      * best of each kept: a shared host's drift spreads over all of them */
     for (int round = 0; !status && round < o->rounds; round++)
         for (int l = 0; l < n_levels; l++) {
             chunk_run r = { attn_block_level(levels[l]),
                             { .tr = tr, .type = ty, .f32 = ty == KVQ_TYPE_F32, .len = len, .tile = tile, .zero = zero },
-                            rows, n_rows, G, len, &aq, w, acc };
+                            rows, n_rows, G, len, &aq, w, acc, lanes };
             k_best[l] = fmin(k_best[l], bench_time(run_scores, &r, 3, 0.02));
+            if (has_lanes && r.kr->fused && r.kr->fused[ty].scores_lanes)
+                lanes_best[l] = fmin(lanes_best[l], bench_time(run_lanes, &r, 3, 0.02));
             v_best[l] = fmin(v_best[l], bench_time(run_values, &r, 3, 0.02));
         }
     for (int l = 0; !status && l < n_levels; l++) {
-        const double k_ns = k_best[l] * 1e9 / n_rows, v_ns = v_best[l] * 1e9 / n_rows;
-        printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | ", tr->name, levels[l], k_ns, v_ns, k_ns + v_ns,
-               (k_ns + v_ns) / G);
+        const double rows_ns = k_best[l] * 1e9 / n_rows, v_ns = v_best[l] * 1e9 / n_rows;
+        const double lanes_ns = lanes_best[l] * 1e9 / n_rows, k_ns = isfinite(lanes_ns) ? lanes_ns : rows_ns;
+        printf("| %s | %s | %.2f | ", tr->name, levels[l], rows_ns);
+        if (isfinite(lanes_ns)) printf("%.2f | ", lanes_ns);
+        else printf("- | ");
+        printf("%.2f | %.2f | %.2f | ", v_ns, k_ns + v_ns, (k_ns + v_ns) / G);
         if (hz > 0) printf("%.0f |\n", (k_ns + v_ns) * 1e-9 * hz);
         else printf("- |\n");
     }
     bench_consume(acc[0] + w[0]);
     free(packed);
+    free(lanes);
     free(rows);
     free(x);
     free(tile);
@@ -165,8 +184,8 @@ int bench_chunk(int argc, char **argv) {
     const double hz = bench_clock_hz();
     printf("## chunk kernels alone: GQA %d, head_dim %d, %d rows in L1, %s query, 1 thread, CPU time, best of %d "
            "rounds; clock ~%.2f GHz\n\n"
-           "| type | level | K scores ns/key | V sums ns/key | K+V ns/key | per query head | K+V cycles/key |\n"
-           "|---|---|---:|---:|---:|---:|---:|\n",
+           "| type | level | K scores (rows) ns/key | K scores (lanes) ns/key | V sums ns/key | K+V ns/key | per query head | K+V cycles/key |\n"
+           "|---|---|---:|---:|---:|---:|---:|---:|\n",
            o.gqa, o.head_dim, (o.rows + CHUNK - 1) / CHUNK * CHUNK, o.q8 ? "int8" : "int16", o.rounds, hz * 1e-9);
     int status = 0;
     for (int i = 0; i < n_types && !status; i++) status = bench_type(&o, types[i], levels, n_levels, hz);
