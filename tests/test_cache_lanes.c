@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 static const char *const k_levels[] = { "scalar", "avx2", "avx512" };
-static const kvq_type k_lanes_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1, KVQ_TYPE_IQ4_NL, KVQ_TYPE_Q8_0 };
+static const kvq_type k_lanes_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1, KVQ_TYPE_IQ4_NL, KVQ_TYPE_Q8_0,
+                                           KVQ_TYPE_Q6_0, KVQ_TYPE_Q6_1, KVQ_TYPE_Q5_0, KVQ_TYPE_Q5_1,
+                                           KVQ_TYPE_Q3_0, KVQ_TYPE_Q3_1, KVQ_TYPE_Q2_0, KVQ_TYPE_Q2_1 };
 
 /* Random rows of type t (rows of `dim` values): codes and headers anything,
  * or (finite) every fp16 header a small positive number. */
@@ -29,7 +31,8 @@ static void random_rows(test_rng *r, kvq_type t, uint8_t *rows, int n, int dim, 
 
 /* Every position of several groups put, then read back: each row's
  * bytes unchanged, whatever was written around it (every code and
- * header has its own place), for every type with lanes. */
+ * header has its own place), for every type with lanes (all twelve
+ * 32-value block types: 8-, 4-, 2- and 1-bit planes). */
 TEST(lanes_rows_round_trip) {
     enum { N = 53 };   /* 3 whole groups and a partial one */
     static uint8_t rows[N * 16 * 34], back[16 * 34], body[4 * 16 * 16 * 34];
@@ -55,9 +58,9 @@ TEST(lanes_rows_round_trip) {
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++)
         CHECK(!kvq_lanes_spec_of((kvq_type)ty) == !(scalar->fused && scalar->fused[ty].scores_lanes),
               "%s: a lanes layout without a lanes kernel, or the reverse", kvq_type_name((kvq_type)ty));
-    CHECK(!kvq_lanes_type(KVQ_TYPE_Q5_0, 128) && !kvq_lanes_type(KVQ_TYPE_Q4_0, 48) &&
-          !kvq_lanes_type(KVQ_TYPE_Q4_0, 1024) && !kvq_lanes_type(KVQ_TYPE_F16, 128),
-          "lanes only for the listed types, rows of whole blocks up to 512");
+    CHECK(!kvq_lanes_type(KVQ_TYPE_F16, 128) && !kvq_lanes_type(KVQ_TYPE_Q4_0, 48) &&
+          !kvq_lanes_type(KVQ_TYPE_Q4_0, 1024) && !kvq_lanes_type(KVQ_TYPE_KVARN4, 128),
+          "lanes only for the 32-value block types, rows of whole blocks up to 512");
 }
 
 /* The lanes score kernel of every level against the same level's row

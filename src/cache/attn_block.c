@@ -104,7 +104,10 @@ static inline int32_t pair16(int a, int b) { return (int32_t)((uint32_t)(uint16_
 static inline int32_t vi_madd(int32_t acc, int32_t c, int32_t qp) {
     return acc + lo16(c) * lo16(qp) + hi16(c) * hi16(qp);
 }
-#define vi_nib_pairs(x, s) ((int32_t)(((uint32_t)(x) >> (s)) & 0x000F000Fu))
+static inline int32_t vi_field(int32_t x, int s, uint32_t m) {
+    return (int32_t)((s >= 0 ? (uint32_t)x >> s : (uint32_t)x << -s) & m);
+}
+#define vi_or(a, b) ((int32_t)((uint32_t)(a) | (uint32_t)(b)))
 #define vi_nib_bytes(x, s) ((int32_t)(((uint32_t)(x) >> (s)) & 0x0F0F0F0Fu))
 static inline int32_t vi_byte(int32_t x, int i) { return (int8_t)(uint8_t)((uint32_t)x >> (8 * i)); }
 #define vi_s8_even(x) pair16(vi_byte((x), 0), vi_byte((x), 2))

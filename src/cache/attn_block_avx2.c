@@ -176,7 +176,10 @@ static inline void vf_nib(const uint8_t *p, __m256 x[4]) {
 #define vi_float(x) _mm256_cvtepi32_ps(x)
 #define vhalf_bytes(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define vi_madd(acc, c, qp) _mm256_add_epi32((acc), _mm256_madd_epi16((c), _mm256_set1_epi32(qp)))
-#define vi_nib_pairs(x, s) _mm256_and_si256(_mm256_srli_epi32((x), (s)), _mm256_set1_epi32(0x000F000F))
+static inline __attribute__((always_inline)) __m256i vi_field(__m256i x, const int s, uint32_t m) {
+    return _mm256_and_si256(s >= 0 ? _mm256_srli_epi32(x, s) : _mm256_slli_epi32(x, -s), _mm256_set1_epi32((int)m));
+}
+#define vi_or(a, b) _mm256_or_si256((a), (b))
 #define vi_nib_bytes(x, s) _mm256_and_si256(_mm256_srli_epi32((x), (s)), _mm256_set1_epi8(15))
 #define vi_s8_even(x) _mm256_srai_epi16(_mm256_slli_epi16((x), 8), 8)
 #define vi_s8_odd(x) _mm256_srai_epi16((x), 8)

@@ -168,7 +168,11 @@ static inline void vwz_tree_store(const vwz_tree *tr, int32_t sub, int32_t *s) {
 #define vi_float(x) _mm512_cvtepi32_ps(x)
 #define vhalf_bytes(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define vi_madd(acc, c, qp) _mm512_add_epi32((acc), _mm512_madd_epi16((c), _mm512_set1_epi32(qp)))
-#define vi_nib_pairs(x, s) _mm512_and_si512(_mm512_srli_epi32((x), (unsigned)(s)), _mm512_set1_epi32(0x000F000F))
+static inline __attribute__((always_inline)) __m512i vi_field(__m512i x, const int s, uint32_t m) {
+    return _mm512_and_si512(s >= 0 ? _mm512_srli_epi32(x, (unsigned)s) : _mm512_slli_epi32(x, (unsigned)-s),
+                            _mm512_set1_epi32((int)m));
+}
+#define vi_or(a, b) _mm512_or_si512((a), (b))
 #define vi_nib_bytes(x, s) _mm512_and_si512(_mm512_srli_epi32((x), (unsigned)(s)), _mm512_set1_epi8(15))
 #define vi_s8_even(x) _mm512_srai_epi16(_mm512_slli_epi16((x), 8), 8)
 #define vi_s8_odd(x) _mm512_srai_epi16((x), 8)

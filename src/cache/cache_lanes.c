@@ -4,71 +4,92 @@
 #include "cache_lanes.h"
 #include "quant_block.h"
 
-static const kvq_lanes_spec k_nibbles = { 2, 4, 4 };       /* q4_0, iq4_nl */
-static const kvq_lanes_spec k_nibbles_min = { 4, 4, 4 };   /* q4_1 */
-static const kvq_lanes_spec k_bytes = { 2, 8, 8 };         /* q8_0 */
+#define ONE(h, b0, o0) { h, 1, { { b0, o0, 0 }, { 0, 0, 0 } } }
+#define TWO(h, b0, o0, s0, b1, o1, s1) { h, 2, { { b0, o0, s0 }, { b1, o1, s1 } } }
+/* the row formats' planes (quant_block.c): narrowest first, it holds the
+ * high bits; q8_0 one plane of bytes */
+static const kvq_lanes_spec k_specs[KVQ_TYPE_COUNT] = {
+    [KVQ_TYPE_Q8_0] = ONE(2, 8, 2),
+    [KVQ_TYPE_Q6_0] = TWO(2, 2, 2, 4, 4, 10, 0), [KVQ_TYPE_Q6_1] = TWO(4, 2, 4, 4, 4, 12, 0),
+    [KVQ_TYPE_Q5_0] = TWO(2, 1, 2, 4, 4, 6, 0),  [KVQ_TYPE_Q5_1] = TWO(4, 1, 4, 4, 4, 8, 0),
+    [KVQ_TYPE_Q4_0] = ONE(2, 4, 2),              [KVQ_TYPE_Q4_1] = ONE(4, 4, 4),
+    [KVQ_TYPE_IQ4_NL] = ONE(2, 4, 2),
+    [KVQ_TYPE_Q3_0] = TWO(2, 1, 2, 2, 2, 6, 0),  [KVQ_TYPE_Q3_1] = TWO(4, 1, 4, 2, 2, 8, 0),
+    [KVQ_TYPE_Q2_0] = ONE(2, 2, 2),              [KVQ_TYPE_Q2_1] = ONE(4, 2, 4),
+};
+#undef ONE
+#undef TWO
 
 const kvq_lanes_spec *kvq_lanes_spec_of(kvq_type t) {
-    switch (t) {
-    case KVQ_TYPE_Q4_0:
-    case KVQ_TYPE_IQ4_NL: return &k_nibbles;
-    case KVQ_TYPE_Q4_1: return &k_nibbles_min;
-    case KVQ_TYPE_Q8_0: return &k_bytes;
-    default: return NULL;
-    }
+    return (unsigned)t < KVQ_TYPE_COUNT && k_specs[t].n_planes ? &k_specs[t] : NULL;
 }
 
 bool kvq_lanes_type(kvq_type t, int dim) {
     return kvq_lanes_spec_of(t) && dim > 0 && dim % 32 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
 }
 
-/* Code i (0..31) of a 4-bit block's 16 code bytes: byte i % 16, low
- * nibble for i < 16, high for i >= 16. */
-static int nibble_code(const uint8_t *codes, int i) { return i < 16 ? codes[i] & 15 : codes[i - 16] >> 4; }
-
-/* Where code i goes in its dword: 4-bit codes, nibble 4(i % 2) + (i % 8) / 2
- * of dword i / 8 (nibble k holds code 8j + 2(k % 4) + k / 4); 8-bit codes,
- * byte (0, 2, 1, 3)[i % 4] of dword i / 4. */
-static int code_shift(const kvq_lanes_spec *s, int i) {
-    static const int byte_of[4] = { 0, 2, 1, 3 };
-    return s->code_bits == 4 ? 4 * (4 * (i % 2) + (i % 8) / 2) : 8 * byte_of[i % 4];
+/* Code i (0..31) of a row plane of `bits` (quant_block.c): 8, byte i; 4,
+ * byte i % 16, nibble i / 16; 2, byte i % 8, crumb i / 8; 1, bit i. */
+static int row_plane_code(const uint8_t *p, int bits, int i) {
+    switch (bits) {
+    case 8: return p[i];
+    case 4: return (p[i % 16] >> (4 * (i / 16))) & 15;
+    case 2: return (p[i % 8] >> (2 * (i / 8))) & 3;
+    default: return (p[i / 8] >> (i % 8)) & 1;
+    }
 }
+static void row_plane_set(uint8_t *p, int bits, int i, int c) {
+    switch (bits) {
+    case 8: p[i] = (uint8_t)c; break;
+    case 4: p[i % 16] |= (uint8_t)(c << (4 * (i / 16))); break;
+    case 2: p[i % 8] |= (uint8_t)(c << (2 * (i / 8))); break;
+    default: p[i / 8] |= (uint8_t)(c << (i % 8)); break;
+    }
+}
+
+/* Where code i sits in a lanes plane of `bits`: its pair p = i / 2 is
+ * k = p % (16 / bits) of dword p / (16 / bits), the even code in the low
+ * half, the odd one in the high half. */
+static int lanes_dword(int bits, int i) { return i / 2 / (16 / bits); }
+static int lanes_bit(int bits, int i) { return (i % 2) * 16 + bits * (i / 2 % (16 / bits)); }
 
 void kvq_lanes_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
     const kvq_lanes_spec *s = kvq_lanes_spec_of(t);
-    const int block = s->header + 4 * s->dwords, per_dword = 32 / s->code_bits, mask = (1 << s->code_bits) - 1;
+    const int row_block = kvq_lanes_block_bytes(s) / KVQ_LANES;
     uint8_t *group = head + (size_t)(pos / KVQ_LANES) * kvq_lanes_group_bytes(s, dim);
     const int lane = pos % KVQ_LANES;
-    for (int b = 0; b < dim / 32; b++, row += block) {
+    for (int b = 0; b < dim / 32; b++, row += row_block) {
         uint8_t *blk = group + (size_t)b * kvq_lanes_block_bytes(s), *codes = blk + KVQ_LANES * s->header;
         for (int h = 0; h < s->header; h += 2) memcpy(blk + KVQ_LANES * h + 2 * lane, row + h, 2);
-        for (int j = 0; j < s->dwords; j++) {
-            uint32_t dw = 0;
-            for (int i = per_dword * j; i < per_dword * (j + 1); i++) {
-                const int c = s->code_bits == 4 ? nibble_code(row + s->header, i) : row[s->header + i];
-                dw |= (uint32_t)(c & mask) << code_shift(s, i);
-            }
-            kvq_wr32(codes + 64 * j + 4 * lane, dw);
+        for (int pl = 0; pl < s->n_planes; pl++) {
+            const kvq_lanes_plane *P = &s->plane[pl];
+            uint32_t dw[8] = { 0 };
+            for (int i = 0; i < 32; i++)
+                dw[lanes_dword(P->bits, i)] |= (uint32_t)row_plane_code(row + P->row_offset, P->bits, i)
+                                               << lanes_bit(P->bits, i);
+            for (int j = 0; j < P->bits; j++) kvq_wr32(codes + 64 * j + 4 * lane, dw[j]);
+            codes += 64 * P->bits;
         }
     }
 }
 
 void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row) {
     const kvq_lanes_spec *s = kvq_lanes_spec_of(t);
-    const int block = s->header + 4 * s->dwords, per_dword = 32 / s->code_bits, mask = (1 << s->code_bits) - 1;
+    const int row_block = kvq_lanes_block_bytes(s) / KVQ_LANES;
     const uint8_t *group = head + (size_t)(pos / KVQ_LANES) * kvq_lanes_group_bytes(s, dim);
     const int lane = pos % KVQ_LANES;
-    for (int b = 0; b < dim / 32; b++, row += block) {
+    for (int b = 0; b < dim / 32; b++, row += row_block) {
         const uint8_t *blk = group + (size_t)b * kvq_lanes_block_bytes(s), *codes = blk + KVQ_LANES * s->header;
         for (int h = 0; h < s->header; h += 2) memcpy(row + h, blk + KVQ_LANES * h + 2 * lane, 2);
-        memset(row + s->header, 0, (size_t)(block - s->header));
-        for (int j = 0; j < s->dwords; j++) {
-            const uint32_t dw = kvq_rd32(codes + 64 * j + 4 * lane);
-            for (int i = per_dword * j; i < per_dword * (j + 1); i++) {
-                const uint8_t c = (uint8_t)((dw >> code_shift(s, i)) & (uint32_t)mask);
-                if (s->code_bits == 8) row[s->header + i] = c;
-                else row[s->header + i % 16] |= (uint8_t)(i < 16 ? c : c << 4);
+        memset(row + s->header, 0, (size_t)(row_block - s->header));
+        for (int pl = 0; pl < s->n_planes; pl++) {
+            const kvq_lanes_plane *P = &s->plane[pl];
+            const uint32_t mask = (1u << P->bits) - 1;
+            for (int i = 0; i < 32; i++) {
+                const uint32_t dw = kvq_rd32(codes + 64 * lanes_dword(P->bits, i) + 4 * lane);
+                row_plane_set(row + P->row_offset, P->bits, i, (int)((dw >> lanes_bit(P->bits, i)) & mask));
             }
+            codes += 64 * P->bits;
         }
     }
 }

@@ -17,24 +17,30 @@
  *   d[16]             the 16 keys' fp16 scales (key t at 2t)
  *   m[16]             the q*_1 types: their fp16 mins, likewise
  *   codes[dwords][16] dword j of key t at 64j + 4t (after the header):
- *                     the key's codes packed so that two shifts or masks
- *                     give int16 pairs of consecutive codes (2p, 2p+1),
- *                     one pairwise multiply-add (pmaddwd) with the
- *                     query's pair (qi[2p], qi[2p+1]) read as one int32:
- *     4-bit codes (q4_0, q4_1, iq4_nl), 4 dwords: codes 8j..8j+7, nibble
- *       k (bits 4k..4k+3) holding code 8j + 2(k % 4) + k / 4, so that
- *       (dword >> 4p) & 0x000F000F is the pair (8j + 2p, 8j + 2p + 1);
- *     8-bit codes (q8_0), 8 dwords: codes 4j..4j+3 as bytes c0 c2 c1 c3,
- *       so that the low and high bytes of each 16-bit half, sign-extended,
- *       are the pairs (4j, 4j + 1) and (4j + 2, 4j + 3).
- *
+ *                     the key's codes, plane by plane as the row format
+ *                     splits them (quant_block.c: a 4-bit, 2-bit or
+ *                     1-bit plane, or q8_0's bytes), each plane in `bits`
+ *                     dwords, dword j of a plane holding the code pairs
+ *                     p = j (16 / bits) + k (k < 16 / bits): code 2p at
+ *                     bits b k .. b k + b - 1, code 2p + 1 at 16 + b k ..,
+ *                     so that one shift and one mask give the int16 pair
+ *                     (code 2p, code 2p + 1) of that plane, and one
+ *                     pairwise multiply-add (pmaddwd) with the query's
+ *                     pair (qi[2p], qi[2p+1]) read as one int32 adds both
+ *                     products (a plane holding a code's high bits is
+ *                     masked in place, its pairs already scaled by 2^shift;
+ *                     q8_0's bytes, c0 c2 c1 c3 per dword, are
+ *                     sign-extended; iq4_nl's nibbles looked up in its
+ *                     book first).
+
  * The layout is a property of the memory only: rows go in and come out
  * in the type's row format (kvq_lanes_put_row / kvq_lanes_get_row), state
  * files hold rows, and every reader without a lanes kernel gets the rows
  * unpacked.  Quantised values are the row format's, bit for bit.
  *
- * A type is added by a row of kvq_lanes_spec_of (its header and code
- * packing) and its pair extraction in attn_codes.inc's lanes_scores.
+ * Every 32-value block type of attn_codes.inc has this layout: a type is
+ * a row of kvq_lanes_spec_of (header and planes) and the same planes in
+ * attn_codes.inc's lanes_block_sums.
  */
 #ifndef KVQ_CACHE_LANES_H
 #define KVQ_CACHE_LANES_H
@@ -47,11 +53,18 @@ enum {
     KVQ_LANES_ROW_MAX = KVQ_LANES_MAX_BLOCKS * 34,   /* bytes of the widest row (q8_0) */
 };
 
-/* How one type's blocks sit in a group. */
+/* How one type's blocks sit in a group: the header, then the code planes
+ * in the row's order (narrowest first, quant_block.c). */
+enum { KVQ_LANES_MAX_PLANES = 2 };
+typedef struct kvq_lanes_plane {
+    int bits;            /* 8, 4, 2 or 1: dwords per key and block          */
+    int row_offset;      /* where the plane starts in a row's block         */
+    int shift;           /* the bits of the code it holds: code >> shift    */
+} kvq_lanes_plane;
 typedef struct kvq_lanes_spec {
     int header;          /* header bytes of a row's block: 2 (d) or 4 (d, m) */
-    int dwords;          /* code dwords per key and block                   */
-    int code_bits;       /* 4 or 8                                          */
+    int n_planes;
+    kvq_lanes_plane plane[KVQ_LANES_MAX_PLANES];
 } kvq_lanes_spec;
 
 /* The spec of type t, or NULL when its K bodies keep rows. */
@@ -63,7 +76,11 @@ bool kvq_lanes_type(kvq_type t, int dim);
 
 /* Bytes of one block of a group (16 rows' blocks), and of one group of
  * dim-value rows. */
-static inline int kvq_lanes_block_bytes(const kvq_lanes_spec *s) { return KVQ_LANES * (s->header + 4 * s->dwords); }
+static inline int kvq_lanes_block_bytes(const kvq_lanes_spec *s) {
+    int dwords = 0;
+    for (int p = 0; p < s->n_planes; p++) dwords += s->plane[p].bits;
+    return KVQ_LANES * (s->header + 4 * dwords);
+}
 static inline size_t kvq_lanes_group_bytes(const kvq_lanes_spec *s, int dim) {
     return (size_t)(dim / 32) * (size_t)kvq_lanes_block_bytes(s);
 }
