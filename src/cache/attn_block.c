@@ -471,7 +471,7 @@ static bool fused_lanes_scores(const attn_block_kernels *kr, const attn_block_ro
     const attn_block_fused *fz = q->qi ? attn_block_fused_for(kr, k) : NULL;
     if (!fz || !fz->scores_lanes) return false;
     /* the groups PREFETCH_CHUNKS chunks ahead (as prefetch_ahead does for rows) */
-    const uintptr_t group = (uintptr_t)kvq_lanes_group_bytes(kvq_lanes_spec_of(k->type), (int)k->len);
+    const uintptr_t group = (uintptr_t)(k->len / 32) * KVQ_LANES * (uintptr_t)fz->block_bytes;   /* 16 rows */
     const uintptr_t from = (uintptr_t)k->lanes + (uintptr_t)((k->key0 + nk * PREFETCH_CHUNKS) / KVQ_LANES) * group;
     const uintptr_t to = from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group;
     for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a);

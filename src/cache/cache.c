@@ -530,22 +530,20 @@ void kvq_cache_side_unrotate(const kvq_cache_side *sd, int head, float *acc) {
 
 /* ---------------------------------------------------------------- write */
 
-/* A row of a body in the rows layout (not lanes: kvq_cache_body_put / get). */
-static uint8_t *body_row(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos) {
-    (void)c;
+/* Row pos of a body kept in rows (calibrated bodies too); row 0: where
+ * the head's body starts, in either layout. */
+static uint8_t *body_row(const kvq_cache_side *sd, int head, int pos) {
     return sd->body + (size_t)head * sd->body_head_bytes + (size_t)pos * sd->row_bytes;
 }
 
 void kvq_cache_body_put(const kvq_cache_side *sd, int head, int pos, const uint8_t *row) {
-    uint8_t *h = sd->body + (size_t)head * sd->body_head_bytes;
-    if (sd->lanes) kvq_lanes_put_row(sd->type, h, sd->store_dim, pos, row);
-    else memcpy(h + (size_t)pos * sd->row_bytes, row, sd->row_bytes);
+    if (sd->lanes) kvq_lanes_put_row(sd->type, body_row(sd, head, 0), sd->store_dim, pos, row);
+    else memcpy(body_row(sd, head, pos), row, sd->row_bytes);
 }
 
 void kvq_cache_body_get(const kvq_cache_side *sd, int head, int pos, uint8_t *row) {
-    const uint8_t *h = sd->body + (size_t)head * sd->body_head_bytes;
-    if (sd->lanes) kvq_lanes_get_row(sd->type, h, sd->store_dim, pos, row);
-    else memcpy(row, h + (size_t)pos * sd->row_bytes, sd->row_bytes);
+    if (sd->lanes) kvq_lanes_get_row(sd->type, body_row(sd, head, 0), sd->store_dim, pos, row);
+    else memcpy(row, body_row(sd, head, pos), sd->row_bytes);
 }
 
 static uint8_t *sink_row(const kvq_cache_side *sd, int head, int pos) {
@@ -559,12 +557,12 @@ static uint8_t *sink_row(const kvq_cache_side *sd, int head, int pos) {
 static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos, const float *x) {
     float buf[KVQ_MAX_HEAD_DIM];
     kvq_cache_side_rotate(sd, head, x, buf);
-    if (sd->calib) kvq_calib_encode(&sd->calib[head].prof, buf, body_row(c, sd, head, pos));
+    if (sd->calib) kvq_calib_encode(&sd->calib[head].prof, buf, body_row(sd, head, pos));
     else if (sd->lanes) {   /* quantised as a row, then spread over its group's lanes */
         uint8_t row[KVQ_LANES_ROW_MAX];
         kvq_quantize_row_tr(sd->body_tr, buf, row, sd->store_dim);
         kvq_cache_body_put(sd, head, pos, row);
-    } else if (sd->layout == KVQ_LAYOUT_ROWS) kvq_quantize_row_tr(sd->body_tr, buf, body_row(c, sd, head, pos), sd->store_dim);
+    } else if (sd->layout == KVQ_LAYOUT_ROWS) kvq_quantize_row_tr(sd->body_tr, buf, body_row(sd, head, pos), sd->store_dim);
     if (sd->ring_rows) kvq_quantize_row_tr(sd->tail_tr, buf, stage_row(c, sd, head, pos), sd->store_dim);
     if (pos < sd->sink_rows) kvq_quantize_row_tr(sd->tail_tr, buf, sink_row(sd, head, pos), sd->store_dim);
 }
@@ -698,9 +696,9 @@ kvq_status kvq_cache_read_row(const kvq_cache *c, int layer, bool is_v, kvq_cach
         sd->records->read_row(sd, head, pos, out);
         return KVQ_OK;
     }
-    uint8_t unpacked[KVQ_LANES_ROW_MAX];
-    if (part == KVQ_PART_BODY && sd->lanes) kvq_cache_body_get(sd, head, pos, unpacked);
-    const uint8_t *row = part == KVQ_PART_BODY ? (sd->lanes ? unpacked : body_row(c, sd, head, pos))
+    uint8_t body[KVQ_LANES_ROW_MAX];   /* a body row in the row format, whatever its layout */
+    if (part == KVQ_PART_BODY) kvq_cache_body_get(sd, head, pos, body);
+    const uint8_t *row = part == KVQ_PART_BODY   ? body
                          : part == KVQ_PART_SINK ? sink_row(sd, head, pos)
                                                  : kvq_cache_exact_row(c, sd, head, pos);
     kvq_dequantize_row_tr(part == KVQ_PART_BODY ? sd->body_tr : sd->tail_tr, row, out, sd->store_dim);

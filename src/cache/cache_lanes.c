@@ -2,7 +2,6 @@
  * (cache_lanes.h).  Writes and reads of single rows only: the score
  * kernels read the layout in place (attn_codes.inc). */
 #include "cache_lanes.h"
-#include "quant_block.h"
 
 #define ONE(h, b0, o0) { h, 1, { { b0, o0, 0 }, { 0, 0, 0 } } }
 #define TWO(h, b0, o0, s0, b1, o1, s1) { h, 2, { { b0, o0, s0 }, { b1, o1, s1 } } }

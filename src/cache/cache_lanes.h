@@ -46,11 +46,12 @@
 #define KVQ_CACHE_LANES_H
 
 #include "kvq_internal.h"
+#include "quant_block.h"
 
 enum {
     KVQ_LANES = 16,                    /* keys per group                         */
     KVQ_LANES_MAX_BLOCKS = 16,         /* rows of at most 512 values             */
-    KVQ_LANES_ROW_MAX = KVQ_LANES_MAX_BLOCKS * 34,   /* bytes of the widest row (q8_0) */
+    KVQ_LANES_ROW_MAX = KVQ_LANES_MAX_BLOCKS * KVQ_BYTES_Q8_0,   /* bytes of the widest row */
 };
 
 /* How one type's blocks sit in a group: the header, then the code planes
