@@ -15,7 +15,9 @@
  * time, best of ROUNDS (the levels and K and V alternated within each
  * round); for the types whose K bodies the cache keeps in lanes
  * (cache_lanes.h) the scores from the same rows in that layout too, the K
- * that main runs; and K+V (lanes where the type has them) in cycles at the clock bench_clock_hz estimates (to set
+ * that main runs, and for those whose V bodies it keeps in pairs the V
+ * sums from that layout; and K+V (lanes and pairs where the type has
+ * them) in cycles at the clock bench_clock_hz estimates (to set
  * against `kvq-bench vecops`' instructions per cycle).  The rows are
  * followed by padding, so the
  * kernels' software prefetch (a few chunks ahead) reads mapped memory
@@ -49,6 +51,7 @@ typedef struct chunk_run {
     const attn_query *q;
     float *w, *acc;
     const uint8_t *lanes;         /* the same rows in lanes, or NULL       */
+    const uint8_t *pairs;         /* the same rows in V pairs, or NULL     */
 } chunk_run;
 
 static void run_scores(void *ctx) {
@@ -67,6 +70,12 @@ static void run_values(void *ctx) {
     const chunk_run *r = ctx;
     for (int c = 0; c < r->n_rows; c += CHUNK)
         attn_block_values(r->kr, &r->src, r->rows + c, CHUNK, r->w, CHUNK, r->gqa, r->acc, r->len);
+}
+
+static void run_pairs(void *ctx) {
+    const chunk_run *r = ctx;
+    for (int c = 0; c < r->n_rows; c += CHUNK)
+        r->kr->fused[r->src.type].accumulate_pairs(r->pairs, c, CHUNK, r->w, CHUNK, r->gqa, r->acc, r->len, r->len);
 }
 
 static int parse(chunk_opts *o, int argc, char **argv) {
@@ -115,13 +124,16 @@ static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *level
     static int32_t qsum[MAX_GQA * MAX_DIM / 32];
     const bool has_lanes = kvq_lanes_type(ty, len);
     uint8_t *lanes = has_lanes ? malloc((size_t)total / KVQ_LANES * kvq_lanes_group_bytes(kvq_lanes_spec_of(ty), len)) : NULL;
-    int status = !packed || !rows || !x || !tile || !zero || (has_lanes && !lanes);
+    const bool has_pairs = kvq_vpairs_type(ty, len);
+    uint8_t *pairs = has_pairs ? malloc((size_t)total * rb) : NULL;   /* the same bytes as the rows */
+    int status = !packed || !rows || !x || !tile || !zero || (has_lanes && !lanes) || (has_pairs && !pairs);
     uint64_t seed = 11;
     for (int t = 0; !status && t < total; t++) {
         for (int d = 0; d < len; d++) x[d] = bench_gauss(&seed);
         tr->quantize(x, packed + (size_t)t * rb, len);
         rows[t] = packed + (size_t)t * rb;
         if (has_lanes) kvq_lanes_put_row(ty, lanes, len, t, rows[t]);
+        if (has_pairs) kvq_vpairs_put_row(ty, pairs, len, t, rows[t]);
     }
     for (int i = 0; i < G * len; i++) q[i] = bench_gauss(&seed), acc[i] = 0.0f;
     for (int g = 0; g < G; g++)
@@ -129,33 +141,40 @@ static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *level
                                                                   qsum + g * len / 32);
     for (int i = 0; i < G * CHUNK; i++) w[i] = 0.01f + 0.5f * fabsf(bench_gauss(&seed));   /* weights, all nonzero */
     const attn_query aq = { q, qi, qscale, qsum, len, o->q8 };
-    double k_best[MAX_LEVELS], v_best[MAX_LEVELS], lanes_best[MAX_LEVELS];
-    for (int l = 0; l < n_levels; l++) k_best[l] = v_best[l] = lanes_best[l] = INFINITY;
+    double k_best[MAX_LEVELS], v_best[MAX_LEVELS], lanes_best[MAX_LEVELS], pairs_best[MAX_LEVELS];
+    for (int l = 0; l < n_levels; l++) k_best[l] = v_best[l] = lanes_best[l] = pairs_best[l] = INFINITY;
     /* rounds outermost, the levels and K and V alternated within each, the
      * best of each kept: a shared host's drift spreads over all of them */
     for (int round = 0; !status && round < o->rounds; round++)
         for (int l = 0; l < n_levels; l++) {
             chunk_run r = { attn_block_level(levels[l]),
                             { .tr = tr, .type = ty, .f32 = ty == KVQ_TYPE_F32, .len = len, .tile = tile, .zero = zero },
-                            rows, n_rows, G, len, &aq, w, acc, lanes };
+                            rows, n_rows, G, len, &aq, w, acc, lanes, pairs };
             k_best[l] = fmin(k_best[l], bench_time(run_scores, &r, 3, 0.02));
             if (has_lanes && r.kr->fused && r.kr->fused[ty].scores_lanes)
                 lanes_best[l] = fmin(lanes_best[l], bench_time(run_lanes, &r, 3, 0.02));
             v_best[l] = fmin(v_best[l], bench_time(run_values, &r, 3, 0.02));
+            if (has_pairs && r.kr->fused && r.kr->fused[ty].accumulate_pairs)
+                pairs_best[l] = fmin(pairs_best[l], bench_time(run_pairs, &r, 3, 0.02));
         }
     for (int l = 0; !status && l < n_levels; l++) {
         const double rows_ns = k_best[l] * 1e9 / n_rows, v_ns = v_best[l] * 1e9 / n_rows;
         const double lanes_ns = lanes_best[l] * 1e9 / n_rows, k_ns = isfinite(lanes_ns) ? lanes_ns : rows_ns;
+        const double pairs_ns = pairs_best[l] * 1e9 / n_rows, vv_ns = isfinite(pairs_ns) ? pairs_ns : v_ns;
         printf("| %s | %s | %.2f | ", tr->name, levels[l], rows_ns);
         if (isfinite(lanes_ns)) printf("%.2f | ", lanes_ns);
         else printf("- | ");
-        printf("%.2f | %.2f | %.2f | ", v_ns, k_ns + v_ns, (k_ns + v_ns) / G);
-        if (hz > 0) printf("%.0f |\n", (k_ns + v_ns) * 1e-9 * hz);
+        printf("%.2f | ", v_ns);
+        if (isfinite(pairs_ns)) printf("%.2f | ", pairs_ns);
+        else printf("- | ");
+        printf("%.2f | %.2f | ", k_ns + vv_ns, (k_ns + vv_ns) / G);
+        if (hz > 0) printf("%.0f |\n", (k_ns + vv_ns) * 1e-9 * hz);
         else printf("- |\n");
     }
     bench_consume(acc[0] + w[0]);
     free(packed);
     free(lanes);
+    free(pairs);
     free(rows);
     free(x);
     free(tile);
@@ -184,8 +203,9 @@ int bench_chunk(int argc, char **argv) {
     const double hz = bench_clock_hz();
     printf("## chunk kernels alone: GQA %d, head_dim %d, %d rows in L1, %s query, 1 thread, CPU time, best of %d "
            "rounds; clock ~%.2f GHz\n\n"
-           "| type | level | K scores (rows) ns/key | K scores (lanes) ns/key | V sums ns/key | K+V ns/key | per query head | K+V cycles/key |\n"
-           "|---|---|---:|---:|---:|---:|---:|---:|\n",
+           "| type | level | K scores (rows) ns/key | K scores (lanes) ns/key | V sums (rows) ns/key | V sums (pairs) ns/key "
+           "| K+V ns/key | per query head | K+V cycles/key |\n"
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
            o.gqa, o.head_dim, (o.rows + CHUNK - 1) / CHUNK * CHUNK, o.q8 ? "int8" : "int16", o.rounds, hz * 1e-9);
     int status = 0;
     for (int i = 0; i < n_types && !status; i++) status = bench_type(&o, types[i], levels, n_levels, hz);

@@ -4,7 +4,7 @@
  *
  *   kvq-bench decode [-c CTX] [--kv-heads N] [--gqa G] [--head-dim D]
  *                    [--types LIST] [--levels LIST] [--query int16|int8]
- *                    [--k-layout lanes|rows|both] [-t THREADS] [-r ROUNDS]
+ *                    [--layout lanes|rows|both] [-t THREADS] [-r ROUNDS]
  *
  * Default: the qwen3-0.6B attention shape (8 KV heads x 128, GQA 2) at
  * 16384 cached tokens, types f16 q8_0 q4_0, every kernel level this CPU
@@ -18,9 +18,10 @@
  * time with 1 thread (waiting for a core is not counted), wall clock with
  * THREADS > 1.  "% bound" = (the K and V bytes the step reads, exact
  * rows included, kvq_cache_query_bytes_all / the read bandwidth measured
- * with the same threads) / step time.  --k-layout: the K bodies of the
- * types that have a lanes layout (cache_lanes.h) in lanes (the default),
- * in rows (what ran before it), or both side by side ("q4_0/rows").
+ * with the same threads) / step time.  --layout (or --k-layout): the
+ * bodies of the types that have a lanes layout (cache_lanes.h: K in
+ * lanes, q4_0's V in pairs) in it (the default), in rows (what ran before
+ * it), or both side by side ("q4_0/rows").
  */
 #include "bench.h"
 #include "attn_block.h"
@@ -38,7 +39,7 @@ typedef struct decode_opts {
     int n_ctx, kv_heads, gqa, head_dim, threads, rounds;
     const char *types, *levels;
     bool q8;   /* --query int8: kvq_attend_opts.int8_query */
-    int layouts;   /* --k-layout: bit 0 lanes, bit 1 rows */
+    int layouts;   /* --layout: bit 0 lanes, bit 1 rows */
 } decode_opts;
 
 
@@ -47,6 +48,7 @@ typedef struct decode_opts {
  * trellis types, nothing next to the timed rounds). */
 static kvq_cache *make_cache(const decode_opts *o, kvq_type t, bool lanes) {
     kvq_cache_set_lanes(lanes);
+    kvq_cache_set_pairs(lanes);
     kvq_cache_params p;
     kvq_cache_params_default(&p);
     p.n_head_kv = o->kv_heads;
@@ -56,12 +58,13 @@ static kvq_cache *make_cache(const decode_opts *o, kvq_type t, bool lanes) {
     p.type_k = p.type_v = t;
     kvq_cache *c = bench_written_cache("decode", &p, o->n_ctx);
     kvq_cache_set_lanes(true);
+    kvq_cache_set_pairs(true);
     return c;
 }
 
 typedef struct decode_cfg {
     kvq_type type;
-    bool rows;   /* a K body with a lanes layout kept in rows (--k-layout) */
+    bool rows;   /* bodies with a lanes layout kept in rows (--layout) */
     const attn_block_kernels *level;
     kvq_cache *cache;
     double best;
@@ -93,9 +96,9 @@ static int parse(decode_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "-t")) ok = bench_flag_int("decode", a, v, 1, 256, &o->threads);
         else if (!strcmp(a, "-r")) ok = bench_flag_int("decode", a, v, 1, 100, &o->rounds);
         else if (!strcmp(a, "--query")) ok = bench_flag_query("decode", v, &o->q8);
-        else if (!strcmp(a, "--k-layout")) {
+        else if (!strcmp(a, "--layout") || !strcmp(a, "--k-layout")) {
             o->layouts = !v ? 0 : !strcmp(v, "lanes") ? 1 : !strcmp(v, "rows") ? 2 : !strcmp(v, "both") ? 3 : 0;
-            if (!o->layouts) { fprintf(stderr, "decode: --k-layout wants lanes, rows or both\n"); return 1; }
+            if (!o->layouts) { fprintf(stderr, "decode: --layout wants lanes, rows or both\n"); return 1; }
         } else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
             if (!v) { fprintf(stderr, "decode: %s needs a value\n", a); return 1; }
             *(a[2] == 't' ? &o->types : &o->levels) = v;
@@ -154,7 +157,7 @@ int bench_decode_step(int argc, char **argv) {
     int n = 0;
     for (int ti = 0; ti < n_types; ti++)
         for (int rows = 0; rows < 2; rows++) {   /* one cache per type and layout, shared by its levels */
-            const bool has_lanes = kvq_lanes_type(types[ti], o.head_dim);
+            const bool has_lanes = kvq_lanes_type(types[ti], o.head_dim) || kvq_vpairs_type(types[ti], o.head_dim);
             if (has_lanes ? !(o.layouts >> rows & 1) : rows) continue;
             if (n + n_levels > MAX_CFG) { fprintf(stderr, "decode: at most %d configurations\n", MAX_CFG); break; }
             kvq_cache *cache = make_cache(&o, types[ti], !rows);

@@ -1,5 +1,6 @@
 /* attn_ref.c - see attn_ref.h. */
 #include "attn_ref.h"
+#include "cache_lanes.h"
 #include "attn_block.h"
 #include "calib.h"
 
@@ -291,6 +292,8 @@ double attn_rel_err(const float *a, const float *b, size_t n) {
     }
     return diff / (mag > 1e-30 ? mag : 1e-30);
 }
+
+double attn_tolerance(kvq_type tv, int head_dim_v) { return kvq_vpairs_type(tv, head_dim_v) ? 3e-4 : 1e-5; }
 
 double attn_sq_err(const float *a, const float *b, size_t n) {
     double s = 0.0;

@@ -60,8 +60,9 @@ typedef struct attn_source {
     const uint8_t *rows;              /* row 0 of KV head 0; NULL: records  */
     size_t stride;                    /* bytes per row                      */
     size_t head;                      /* bytes per KV head                  */
-    bool lanes;                       /* a K body in lanes (cache_lanes.h): rows
-                                         not addressable, read by score_lanes
+    bool lanes;                       /* a K body in lanes or V body in pairs
+                                         (cache_lanes.h): rows not addressable,
+                                         read by score_lanes / accumulate_lanes
                                          or unpacked                        */
     int ring;                         /* slot = pos % ring; 0: slot = pos - first */
     int first;                        /* position of row 0 (the stage's batch) */
@@ -228,17 +229,30 @@ static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, i
     ks->hooks->score(jb->level, &k, rows, nk, &q, G, jb->scale, st->w, KEY_CHUNK);
 }
 
-/* acc_j += sum_t w[j][t] v_t for keys c0..c0+nk-1, by the copy's hooks. */
+/* acc_j += sum_t w[j][t] v_t for keys c0..c0+nk-1, by the copy's hooks
+ * (a V body in pairs: read in place where the hooks can at this level and
+ * every weight and scale is finite, else unpacked). */
 static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_head, int c0, int nk, int G,
                               row_state *st) {
-    const uint8_t *buf[KEY_CHUNK], *const *rows = source_rows(vs, kv_head, c0, nk, buf);
     attn_block_rows v = vs->chunk;
     v.tile = st->v_tile;
     v.zero = st->zero;
     v.kv_head = kv_head;
     v.key0 = c0;
     v.memo = st->memo;
-    vs->hooks->accumulate(jb->level, &v, rows, nk, st->w, KEY_CHUNK, G, st->acc, jb->acc_stride);
+    const uint8_t *buf[KEY_CHUNK];
+    if (vs->lanes) {
+        v.lanes = vs->rows + (size_t)kv_head * vs->head;
+        if (vs->hooks->accumulate_lanes &&
+            vs->hooks->accumulate_lanes(jb->level, &v, nk, st->w, KEY_CHUNK, G, st->acc, jb->acc_stride))
+            return;
+        uint8_t bytes[KEY_CHUNK * KVQ_LANES_ROW_MAX];
+        vs->hooks->accumulate(jb->level, &v, unpack_lanes(vs, kv_head, c0, nk, bytes, buf), nk, st->w, KEY_CHUNK, G,
+                              st->acc, jb->acc_stride);
+        return;
+    }
+    vs->hooks->accumulate(jb->level, &v, source_rows(vs, kv_head, c0, nk, buf), nk, st->w, KEY_CHUNK, G, st->acc,
+                          jb->acc_stride);
 }
 
 /* Keys [p0, p1), K from one copy and V from one copy, against the nq
@@ -249,7 +263,7 @@ static void attend_keys(const attn_job *jb, const attn_source *ks, const attn_so
     if (st->memo) st->memo->k_rec = st->memo->v_rec = NULL;   /* new query vectors */
     for (int c0 = p0; c0 < p1;) {
         int nk = KVQ_MIN(jb->chunk_keys, p1 - c0);
-        if (ks->lanes && jb->chunk_keys > KVQ_LANES)   /* chunks from whole groups on */
+        if ((ks->lanes || vs->lanes) && jb->chunk_keys > KVQ_LANES)   /* chunks from whole groups on */
             nk = KVQ_MIN(nk, jb->chunk_keys - c0 % KVQ_LANES);
         if (jb->run_k) nk = KVQ_MIN(nk, jb->run_k - c0 % jb->run_k);
         if (jb->run_v) nk = KVQ_MIN(nk, jb->run_v - c0 % jb->run_v);

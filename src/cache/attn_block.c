@@ -117,6 +117,14 @@ static inline int32_t vi_book(int32_t x, const int8_t *book) {
     for (int i = 0; i < 4; i++) r |= (uint32_t)(uint8_t)book[((uint32_t)x >> (8 * i)) & 15] << (8 * i);
     return (int32_t)r;
 }
+/* the V pairs kernel's (attn_codes.inc pairs_accumulate): one lane */
+static inline int snib16(int16_t h, int k) { return (int)(((unsigned)(uint16_t)h >> (4 * k) & 15u) ^ 8u) - 8; }
+#define vi_snib(x, k) pair16(snib16(lo16(x), (k)), snib16(hi16(x), (k)))
+#define vi_madd_v(acc, c, w) vi_madd((acc), (c), (w))
+#define vi_pair_w(p, lane) pair16((p)[2 * ((lane) % 2)], (p)[2 * ((lane) % 2) + 1])
+#define vi_store(p, x) (*(p) = (x))
+static inline void vf_unzip(float a, float b, float *e, float *o) { *e = a; *o = b; }
+#define PAIRS_ACC 8
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_scalar
 
@@ -146,6 +154,11 @@ static inline void vf_kvarn(const KVD *d, const uint8_t *p, int bits, float *x) 
 static inline void vstore_i16(int16_t *p, float x) {
     const long r = lrintf(x);
     *p = (int16_t)(r > 32767 ? 32767 : r < -32767 ? -32767 : r);
+}
+static inline void vw_store_pairs(int16_t *p, float a, float b, int lane) {
+    int16_t *at = p + 4 * (lane / 2) + lane % 2 - 2 * lane;
+    vstore_i16(at, a);
+    vstore_i16(at + 2, b);
 }
 #define KVARN_TABLE g_kvarn_scalar
 
@@ -479,8 +492,19 @@ static bool fused_lanes_scores(const attn_block_kernels *kr, const attn_block_ro
     return true;
 }
 
+static bool fused_pairs_values(const attn_block_kernels *kr, const attn_block_rows *v, int nk, const float *w,
+                               int ldw, int G, float *acc, int acc_stride) {
+    const attn_block_fused *fz = attn_block_fused_for(kr, v);
+    if (!fz || !fz->accumulate_pairs) return false;
+    const uintptr_t group = (uintptr_t)(v->len / 32) * KVQ_LANES * (uintptr_t)fz->block_bytes;   /* 16 rows */
+    const uintptr_t from = (uintptr_t)v->lanes + (uintptr_t)((v->key0 + nk * PREFETCH_CHUNKS) / KVQ_LANES) * group;
+    const uintptr_t to = from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group;
+    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a);
+    return fz->accumulate_pairs(v->lanes, v->key0, nk, w, ldw, G, acc, acc_stride, v->len);
+}
+
 static const kvq_row_hooks g_hooks_fused = { .name = "fused", .score = fused_row_scores, .accumulate = fused_row_values,
-                                             .score_lanes = fused_lanes_scores };
+                                             .score_lanes = fused_lanes_scores, .accumulate_lanes = fused_pairs_values };
 
 /* ---- the per-key reference: the traits' dot and axpy per key and head */
 

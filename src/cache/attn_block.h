@@ -116,6 +116,13 @@ typedef struct attn_block_fused {
      * that layout */
     void (*scores_lanes)(const uint8_t *head, int key0, int nk, const attn_query *q, int G, int64_t len,
                          float scale, float *w, int ldw);
+    /* acc_g += sum_t w[g*ldw + t] v_t for keys key0..key0+nk-1 of one KV
+     * head's V body stored in pairs (cache_lanes.h; `head` its first
+     * group), the weights rounded to int16 per chunk and head (within
+     * 4 nk s of `accumulate`, attn_codes.inc); false, nothing added, when
+     * a weight or scale is not finite; NULL for types without that layout */
+    bool (*accumulate_pairs)(const uint8_t *head, int key0, int nk, const float *w, int ldw, int G, float *acc,
+                             int acc_stride, int64_t len);
 } attn_block_fused;
 
 /* Fused kernels for KVarN records (attn_kvarn.inc, docs/kvarn.md): one
@@ -228,7 +235,8 @@ typedef struct attn_block_rows {
     /* record types (tiles, calibrated rows): where the chunk's keys are */
     const struct kvq_cache_side *sd;
     int kv_head, key0;
-    const uint8_t *lanes;        /* a K body in lanes: this KV head's groups; NULL: rows */
+    const uint8_t *lanes;        /* a K body in lanes or V body in pairs: this KV
+                                    head's groups; NULL: rows */
     attn_run_memo *memo;         /* NULL: none (the hooks compute per chunk)     */
 } attn_block_rows;
 

@@ -186,6 +186,30 @@ static inline __attribute__((always_inline)) __m256i vi_field(__m256i x, const i
 static inline __m256i vi_book(__m256i x, const int8_t *book) {
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)book)), x);
 }
+/* the V pairs kernel's (attn_codes.inc pairs_accumulate) */
+static inline __attribute__((always_inline)) __m256i vi_snib(__m256i x, const int k) {
+    return _mm256_srai_epi16(k == 3 ? x : _mm256_slli_epi16(x, 12 - 4 * k), 12);
+}
+#define vi_madd_v(acc, c, w) _mm256_add_epi32((acc), _mm256_madd_epi16((c), (w)))
+static inline __m256i vi_pair_w(const int16_t *p, int lane) {
+    (void)lane;
+    int64_t q;
+    memcpy(&q, p, sizeof q);
+    return _mm256_set1_epi64x(q);
+}
+/* packs: per 128 bits a's 4 keys then b's, as dwords (a01 a23 b01 b23);
+ * the shuffle puts each key pair's a and b side by side */
+static inline void vw_store_pairs(int16_t *p, __m256 a, __m256 b, int lane) {
+    (void)lane;
+    const __m256i x = _mm256_packs_epi32(_mm256_cvtps_epi32(a), _mm256_cvtps_epi32(b));
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm256_shuffle_epi32(x, _MM_SHUFFLE(3, 1, 2, 0)));
+}
+#define vi_store(p, x) _mm256_storeu_si256((__m256i *)(void *)(p), (x))
+static inline void vf_unzip(__m256 a, __m256 b, __m256 *e, __m256 *o) {
+    *e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+    *o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+}
+#define PAIRS_ACC 8
 #define FUSED_V_HEADS 2
 #define FUSED_TABLE g_fused_avx2
 

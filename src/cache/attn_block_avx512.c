@@ -179,6 +179,31 @@ static inline __attribute__((always_inline)) __m512i vi_field(__m512i x, const i
 static inline __m512i vi_book(__m512i x, const int8_t *book) {
     return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)book)), x);
 }
+/* the V pairs kernel's (attn_codes.inc pairs_accumulate) */
+static inline __attribute__((always_inline)) __m512i vi_snib(__m512i x, const int k) {
+    return _mm512_srai_epi16(k == 3 ? x : _mm512_slli_epi16(x, (unsigned)(12 - 4 * k)), 12);
+}
+#define vi_madd_v(acc, c, w) _mm512_add_epi32((acc), _mm512_madd_epi16((c), (w)))
+static inline __m512i vi_pair_w(const int16_t *p, int lane) {
+    (void)lane;
+    long long q;
+    memcpy(&q, p, sizeof q);
+    return _mm512_set1_epi64(q);
+}
+/* the low int16 of each int32: key t of a at 4 (t/2) + t%2, of b 2 further */
+static inline void vw_store_pairs(int16_t *p, __m512 a, __m512 b, int lane) {
+    (void)lane;
+    static const int16_t order[32] = { 0,  2,  32, 34, 4,  6,  36, 38, 8,  10, 40, 42, 12, 14, 44, 46,
+                                       16, 18, 48, 50, 20, 22, 52, 54, 24, 26, 56, 58, 28, 30, 60, 62 };
+    const __m512i idx = _mm512_loadu_si512((const void *)order);
+    _mm512_storeu_si512((void *)p, _mm512_permutex2var_epi16(_mm512_cvtps_epi32(a), idx, _mm512_cvtps_epi32(b)));
+}
+#define vi_store(p, x) _mm512_storeu_si512((void *)(p), (x))
+static inline void vf_unzip(__m512 a, __m512 b, __m512 *e, __m512 *o) {
+    *e = _mm512_permutex2var_ps(a, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), b);
+    *o = _mm512_permutex2var_ps(a, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), b);
+}
+#define PAIRS_ACC 16
 #define FUSED_V_HEADS 4
 #define FUSED_TABLE g_fused_avx512
 

@@ -184,8 +184,9 @@ static bool array_bytes(int n_head_kv, int rows, size_t row_bytes, size_t *out) 
 
 static int round_up_int(int x, int m) { return (int)(((int64_t)x + m - 1) / m * m); }
 
-static atomic_bool g_lanes = true;
+static atomic_bool g_lanes = true, g_pairs = true;
 void kvq_cache_set_lanes(bool on) { atomic_store(&g_lanes, on); }
+void kvq_cache_set_pairs(bool on) { atomic_store(&g_pairs, on); }
 
 /* Rows: the plan's rotation, tail and sink as given; the ring is the tail,
  * exactly (a batch's own rows wait in the stage). */
@@ -221,8 +222,9 @@ static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
         }
     }
     sd->row_bytes = kvq_row_bytes(sd->type, sd->store_dim);
-    sd->lanes = !is_v && atomic_load(&g_lanes) && sd->rot_kind != KVQ_FMT_ROT_CALIB &&
-                kvq_lanes_type(sd->type, sd->store_dim);
+    sd->lanes = sd->rot_kind != KVQ_FMT_ROT_CALIB &&
+                (is_v ? atomic_load(&g_pairs) && kvq_vpairs_type(sd->type, sd->store_dim)
+                      : atomic_load(&g_lanes) && kvq_lanes_type(sd->type, sd->store_dim));
     sd->tail_tokens = p->tail_tokens;
     sd->ring_rows = p->tail_tokens + p->rollback_tokens;
     sd->sink_rows = p->sink_tokens;
@@ -537,13 +539,15 @@ static uint8_t *body_row(const kvq_cache_side *sd, int head, int pos) {
 }
 
 void kvq_cache_body_put(const kvq_cache_side *sd, int head, int pos, const uint8_t *row) {
-    if (sd->lanes) kvq_lanes_put_row(sd->type, body_row(sd, head, 0), sd->store_dim, pos, row);
-    else memcpy(body_row(sd, head, pos), row, sd->row_bytes);
+    if (!sd->lanes) memcpy(body_row(sd, head, pos), row, sd->row_bytes);
+    else if (sd->side_index == 1) kvq_vpairs_put_row(sd->type, body_row(sd, head, 0), sd->store_dim, pos, row);
+    else kvq_lanes_put_row(sd->type, body_row(sd, head, 0), sd->store_dim, pos, row);
 }
 
 void kvq_cache_body_get(const kvq_cache_side *sd, int head, int pos, uint8_t *row) {
-    if (sd->lanes) kvq_lanes_get_row(sd->type, body_row(sd, head, 0), sd->store_dim, pos, row);
-    else memcpy(row, body_row(sd, head, pos), sd->row_bytes);
+    if (!sd->lanes) memcpy(row, body_row(sd, head, pos), sd->row_bytes);
+    else if (sd->side_index == 1) kvq_vpairs_get_row(sd->type, body_row(sd, head, 0), sd->store_dim, pos, row);
+    else kvq_lanes_get_row(sd->type, body_row(sd, head, 0), sd->store_dim, pos, row);
 }
 
 static uint8_t *sink_row(const kvq_cache_side *sd, int head, int pos) {

@@ -62,9 +62,10 @@ typedef struct kvq_cache_side {
     const int8_t *mix_signs;/* padded rows: H.D.H over the padded row, or NULL */
     /* body */
     size_t row_bytes;       /* rows: one head's body row; tiles: 0         */
-    bool lanes;             /* rows stored 16 keys side by side (K bodies of
-                               the types cache_lanes.h lists): rows go in and
-                               out through kvq_lanes_put_row / get_row      */
+    bool lanes;             /* rows stored in groups of 16 keys (cache_lanes.h):
+                               K side by side (lanes), V two keys per lane
+                               (pairs); rows go in and out through
+                               kvq_cache_body_put / get                      */
     kvq_kvarn_shape tile;   /* tiles: slice width, bits, orientation       */
     int n_slices;           /* tiles: store_dim / tile.width               */
     size_t record_bytes;    /* tiles: one slice's record                   */
@@ -182,10 +183,13 @@ void kvq_cache_side_rotate_query(const kvq_cache_side *sd, int head, const float
 void kvq_cache_side_unrotate(const kvq_cache_side *sd, int head, float *acc);
 
 
-/* Whether K bodies are stored in lanes where their type has that layout
- * (cache_lanes.h; default true).  Read when a cache is created: tests and
- * benchmarks compare the two layouts (the same values, bit for bit). */
+/* Whether K bodies are stored in lanes, and V bodies in pairs, where
+ * their type has that layout (cache_lanes.h; default true).  Read when a
+ * cache is created: tests and benchmarks compare the layouts (the same
+ * values, bit for bit; K's scores the same bits, V's sums within the
+ * pairs kernel's rounding). */
 void kvq_cache_set_lanes(bool on);
+void kvq_cache_set_pairs(bool on);
 
 /* Store / read row `pos` of one head of a rows-layout body in the type's
  * row format (row_bytes), whichever way the body keeps it (sd->lanes). */

@@ -1,5 +1,5 @@
-/* cache_lanes.c - rows in and out of the lanes layout of a K body
- * (cache_lanes.h).  Writes and reads of single rows only: the score
+/* cache_lanes.c - rows in and out of the lanes layout of a K body and
+ * the pairs layout of a V body (cache_lanes.h).  Writes and reads of single rows only: the score
  * kernels read the layout in place (attn_codes.inc). */
 #include "cache_lanes.h"
 
@@ -89,6 +89,54 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
                 row_plane_set(row + P->row_offset, P->bits, i, (int)((dw >> lanes_bit(P->bits, i)) & mask));
             }
             codes += 64 * P->bits;
+        }
+    }
+}
+
+/* ---- V pairs (q4_0): code i of a row block is nibble i / 16 of byte
+ * i % 16 after the fp16 d (quant_block.c). */
+
+bool kvq_vpairs_type(kvq_type t, int dim) {
+    return t == KVQ_TYPE_Q4_0 && dim > 0 && dim % 64 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
+}
+
+/* Key `lane`'s half of the dword (2j + e) of its key pair's unit for
+ * block b = 2 bp + e: the 16 bits holding dims j, 8 + j, 16 + j, 24 + j
+ * (nibble k: dim 8k + j). */
+static size_t vpairs_half(int nb, int lane, int b, int j) {
+    const int u = lane / 2, bp = b / 2, e = b % 2;
+    return (size_t)nb * 2 * KVQ_LANES + (size_t)(bp * 8 + u) * KVQ_VPAIRS_UNIT + 4 * (size_t)(2 * j + e) +
+           2 * (size_t)(lane % 2);
+}
+
+
+void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
+    (void)t;
+    const int nb = dim / 32, lane = pos % KVQ_LANES;
+    uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * KVQ_BYTES_Q4_0;
+    for (int b = 0; b < nb; b++, row += KVQ_BYTES_Q4_0) {
+        memcpy(group + 2 * (KVQ_LANES * b + lane), row, 2);
+        const uint8_t *q = row + 2;   /* dim i: nibble i / 16 of byte i % 16 */
+        for (int j = 0; j < 8; j++) {
+            const unsigned h = (unsigned)(q[j] & 15) | (unsigned)(q[j + 8] & 15) << 4 | (unsigned)(q[j] >> 4) << 8 |
+                               (unsigned)(q[j + 8] >> 4) << 12;
+            const uint16_t signed_codes = (uint16_t)(h ^ 0x8888u);   /* c - 8 in two's complement */
+            kvq_wr16(group + vpairs_half(nb, lane, b, j), signed_codes);
+        }
+    }
+}
+
+void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row) {
+    (void)t;
+    const int nb = dim / 32, lane = pos % KVQ_LANES;
+    const uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * KVQ_BYTES_Q4_0;
+    for (int b = 0; b < nb; b++, row += KVQ_BYTES_Q4_0) {
+        memcpy(row, group + 2 * (KVQ_LANES * b + lane), 2);
+        uint8_t *q = row + 2;
+        for (int j = 0; j < 8; j++) {
+            const unsigned h = kvq_rd16(group + vpairs_half(nb, lane, b, j)) ^ 0x8888u;
+            q[j] = (uint8_t)((h & 15) | (h >> 8 & 15) << 4);
+            q[j + 8] = (uint8_t)((h >> 4 & 15) | (h >> 12 & 15) << 4);
         }
     }
 }

@@ -91,4 +91,33 @@ static inline size_t kvq_lanes_group_bytes(const kvq_lanes_spec *s, int dim) {
 void kvq_lanes_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
 void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
 
+/* ---- V bodies: the "pairs" layout (q4_0).
+ *
+ * Why: a V sum runs along the dims of each key (out[i] += w_t v_t[i]),
+ * so V wants the dims in the lanes and two keys in each lane's int16
+ * pair: one pairwise multiply-add (pmaddwd) of two keys' codes with
+ * their two integer weights adds both keys' products to the lane's dim,
+ * against, per key and vector of dims, a code widening, a conversion and
+ * an FMA per head in floats (attn_codes.inc pairs_accumulate; the weights
+ * w_t d_t rounded to int16 per chunk and head, docs/cache.md).
+ *
+ * Layout of one KV head's body: groups of KVQ_LANES positions as for K,
+ * each group the same bytes as its 16 rows of nb = dim / 32 blocks:
+ *
+ *   d[nb][16]          block b's fp16 scale of key t at 32 b + 2 t
+ *   unit[nb/2][8]      then, per block pair bp (blocks 2bp, 2bp + 1) and
+ *                      key pair u (keys 2u, 2u + 1), 64 bytes: dword L
+ *                      (L = 2j + e: block 2bp + e, j < 8) holds, for
+ *                      k < 4, the code of dim 8k + j of key 2u at bits
+ *                      4k .. 4k + 3 and of key 2u + 1 at 16 + 4k ..,
+ *                      each as c - 8 in 4-bit two's complement (c ^ 8):
+ *                      one shift pair gives the signed int16 pair
+ *
+ * so that a 64-byte load is 16 lanes (two blocks' 8 dims, alternating)
+ * of two keys.  Rows of dim % 64 == 0 values (whole block pairs). */
+bool kvq_vpairs_type(kvq_type t, int dim);
+void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
+void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
+enum { KVQ_VPAIRS_UNIT = 64 };   /* bytes of one (key pair, block pair) unit */
+
 #endif

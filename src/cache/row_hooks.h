@@ -44,6 +44,12 @@ typedef struct kvq_row_hooks {
      * for types without that layout */
     bool (*score_lanes)(const attn_block_kernels *kr, const attn_block_rows *k, int nk, const attn_query *q, int G,
                         float scale, float *w, int ldw);
+    /* V sums of keys v->key0..+nk of a V body stored in pairs (v->lanes,
+     * cache_lanes.h) read in place; false: not at this level, or a
+     * weight or scale not finite (the caller then unpacks the rows and
+     * calls accumulate); NULL for types without that layout */
+    bool (*accumulate_lanes)(const attn_block_kernels *kr, const attn_block_rows *v, int nk, const float *w, int ldw,
+                             int G, float *acc, int acc_stride);
     /* bytes of one KV head's rows per call in a decode step these hooks
      * run best with (0: ATTN_BLOCK_KEYS keys whatever their bytes) */
     int chunk_bytes;
