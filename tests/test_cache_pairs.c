@@ -1,4 +1,4 @@
-/* test_cache_pairs.c - q4_0 V bodies stored two keys per lane
+/* test_cache_pairs.c - q4_0 and iq4_nl V bodies stored two keys per lane
  * (src/cache/cache_lanes.h, the pairs layout): rows in and out unchanged,
  * the pairs V kernel within its stated bound of the row kernel at every
  * level and the same bits at every level, non-finite input handed back to
@@ -15,8 +15,13 @@
 #include <unistd.h>
 
 static const char *const k_levels[] = { "scalar", "avx2", "avx512" };
+static const kvq_type k_pairs_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_IQ4_NL };
 
-/* q4_0 rows: codes anything, d of either sign, 0.003 .. 0.05 (or 0). */
+/* The largest |value / d| of a code: q4_0's c - 8, iq4_nl's book. */
+static double code_max(kvq_type t) { return t == KVQ_TYPE_Q4_0 ? 8.0 : 127.0; }
+
+/* q4_0 / iq4_nl rows (one layout): codes anything, d of either sign,
+ * 0.003 .. 0.05 (or 0). */
 static void random_q4_0_rows(test_rng *r, uint8_t *rows, int n, int dim) {
     const size_t blocks = (size_t)n * (size_t)(dim / 32);
     for (size_t b = 0; b < blocks; b++) {
@@ -36,44 +41,46 @@ TEST(vpairs_rows_round_trip) {
     static const int dims[] = { 64, 128, 192, 256, 512 };
     static uint8_t rows[N * 512 / 32 * KVQ_BYTES_Q4_0], body[N * 512 / 32 * KVQ_BYTES_Q4_0], back[512 / 32 * 18];
     test_rng r = { 5, 0, 0 };
-    for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
-        const int dim = dims[di];
+    for (size_t di = 0; di < 2 * KVQ_ARRAY_LEN(dims); di++) {
+        const int dim = dims[di / 2];
+        const kvq_type ty = k_pairs_types[di % 2];
         const size_t rb = (size_t)dim / 32 * KVQ_BYTES_Q4_0;
-        CHECK(kvq_vpairs_type(KVQ_TYPE_Q4_0, dim), "q4_0 at %d in pairs", dim);
+        CHECK(kvq_vpairs_type(ty, dim), "%s at %d in pairs", kvq_type_name(ty), dim);
         random_q4_0_rows(&r, rows, N, dim);
         memset(body, 0xA5, sizeof body);
         for (int i = 0; i < N; i++) {
             const int pos = (i * 29 + 7) % N;   /* every position once, out of order */
-            kvq_vpairs_put_row(KVQ_TYPE_Q4_0, body, dim, pos, rows + (size_t)pos * rb);
+            kvq_vpairs_put_row(ty, body, dim, pos, rows + (size_t)pos * rb);
         }
         for (int pos = 0; pos < N; pos++) {
-            kvq_vpairs_get_row(KVQ_TYPE_Q4_0, body, dim, pos, back);
+            kvq_vpairs_get_row(ty, body, dim, pos, back);
             CHECK(!memcmp(back, rows + (size_t)pos * rb, rb), "dim %d position %d reads back differently", dim, pos);
         }
     }
     CHECK(!kvq_vpairs_type(KVQ_TYPE_Q4_0, 32) && !kvq_vpairs_type(KVQ_TYPE_Q4_0, 96) &&
-          !kvq_vpairs_type(KVQ_TYPE_Q4_0, 1024) && !kvq_vpairs_type(KVQ_TYPE_Q8_0, 128) &&
-          !kvq_vpairs_type(KVQ_TYPE_F16, 128),
-          "pairs only for q4_0 rows of whole block pairs up to 512 values");
+          !kvq_vpairs_type(KVQ_TYPE_Q4_0, 1024) && !kvq_vpairs_type(KVQ_TYPE_IQ4_NL, 96) &&
+          !kvq_vpairs_type(KVQ_TYPE_Q8_0, 128) && !kvq_vpairs_type(KVQ_TYPE_F16, 128),
+          "pairs only for q4_0 / iq4_nl rows of whole block pairs up to 512 values");
     const attn_block_kernels *scalar = attn_block_level("scalar");
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++)
         CHECK(!kvq_vpairs_type((kvq_type)ty, 128) == !(scalar->fused && scalar->fused[ty].accumulate_pairs),
               "%s: a pairs layout without a pairs kernel, or the reverse", kvq_type_name((kvq_type)ty));
 }
 
-/* The bound of attn_codes.inc pairs_accumulate for head g: 4 nk s, s =
- * max_t w_t * max |d| over the chunk's groups / 32767, plus float
- * rounding of the two sums (relative to what they add). */
-static double pairs_bound(const uint8_t *body, int len, int key0, int nk, const float *wg, const float *acc0,
-                          double sum_abs) {
+/* The bound of attn_codes.inc pairs_accumulate for head g: nk s c_max
+ * / 2, s = max_t w_t * max |d| over the chunk's groups / 32767, plus
+ * float rounding of the two sums (relative to what they add). */
+static double pairs_bound(kvq_type ty, const uint8_t *body, int len, int key0, int nk, const float *wg,
+                          const float *acc0, double sum_abs) {
     const int nb = len / 32, g0 = key0 / 16, g1 = (key0 + nk - 1) / 16;
     const size_t group = (size_t)nb * 16 * KVQ_BYTES_Q4_0;
     double dmax = 0.0, wmax = 0.0, amax = 0.0;
     for (int g = g0; g <= g1; g++)
-        for (int i = 0; i < nb * 16; i++) dmax = fmax(dmax, fabs(kvq_half_to_float(kvq_rd16(body + g * group + 2 * i))));
+        for (int i = 0; i < nb * 16; i++)
+            dmax = fmax(dmax, fabs(kvq_half_to_float(kvq_rd16(body + g * group + 2 * i))));
     for (int t = 0; t < nk; t++) wmax = fmax(wmax, wg[t]);
     for (int i = 0; i < len; i++) amax = fmax(amax, fabs(acc0[i]));
-    return 4.0 * nk * wmax * dmax / 32767.0 * (1.0 + 1e-3) + 1e-6 * (amax + sum_abs);
+    return 0.5 * code_max(ty) * nk * wmax * dmax / 32767.0 * (1.0 + 1e-3) + 1e-6 * (amax + sum_abs);
 }
 
 /* The pairs kernel of every level against the same level's row kernel on
@@ -89,52 +96,61 @@ TEST(pairs_sums_within_bound_of_row_sums) {
     static const int lens[] = { 64, 128, 256, 512, 192 };
     static const int spans[][2] = { { 0, 32 }, { 16, 32 }, { 5, 27 }, { 3, 1 }, { 47, 32 }, { 60, 9 }, { 32, 16 } };
     int checked = 0, differ = 0;
-    for (int G = 1; G <= MAXG; G++)
-        for (size_t si = 0; si < KVQ_ARRAY_LEN(spans); si++) {
-            test_rng r = { 100 + (uint64_t)(G * 16) + si, 0, 0 };
-            const int len = lens[(G + (int)si) % 5], key0 = spans[si][0], nk = spans[si][1];
-            const size_t rb = (size_t)len / 32 * KVQ_BYTES_Q4_0;
-            random_q4_0_rows(&r, rows, NPOS, len);
-            for (int pos = 0; pos < NPOS; pos++) kvq_vpairs_put_row(KVQ_TYPE_Q4_0, body, len, pos, rows + pos * rb);
-            for (int i = 0; i < MAXG * NK; i++) w[i] = test_rng_uniform(&r) < 0.15 ? 0.0f : (float)test_rng_uniform(&r);
-            for (int i = 0; i < MAXG * STRIDE; i++) acc0[i] = (float)test_rng_gauss(&r) * 0.01f;
-            const uint8_t *vr[NK];
-            for (int t = 0; t < nk; t++) vr[t] = rows + (size_t)(key0 + t) * rb;
-            bool first = true;
-            for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
-                const attn_block_kernels *kr = attn_block_level(k_levels[li]);
-                if (!kr) continue;
-                const attn_block_fused *f = &kr->fused[KVQ_TYPE_Q4_0];
-                CHECK(f->accumulate && f->accumulate_pairs, "%s: q4_0 has row and pairs V kernels", kr->level);
-                memcpy(acc_rows, acc0, sizeof acc0);
-                memcpy(acc_pairs, acc0, sizeof acc0);
-                f->accumulate(vr, nk, w, NK, G, acc_rows, STRIDE, len);
-                CHECK(f->accumulate_pairs(body, key0, nk, w, NK, G, acc_pairs, STRIDE, len), "%s: finite chunk refused",
-                      kr->level);
-                for (int g = 0; g < G; g++) {
-                    double sum_abs = 0.0;
-                    for (int t = 0; t < nk; t++)
-                        sum_abs += w[g * NK + t] * 8.0 * fabs(kvq_half_to_float(kvq_rd16(vr[t])));
-                    const double bound = pairs_bound(body, len, key0, nk, w + g * NK, acc0 + g * STRIDE, sum_abs * len);
-                    double worst = 0.0;
-                    for (int i = 0; i < len; i++) {
-                        const double e = fabs((double)acc_pairs[g * STRIDE + i] - acc_rows[g * STRIDE + i]);
-                        worst = e > worst || e != e ? e : worst;
+    for (size_t ti = 0; ti < KVQ_ARRAY_LEN(k_pairs_types); ti++) {
+        for (int G = 1; G <= MAXG; G++)
+            for (size_t si = 0; si < KVQ_ARRAY_LEN(spans); si++) {
+                const kvq_type ty = k_pairs_types[ti];
+                test_rng r = { 100 + (uint64_t)(G * 16) + si + 1000 * ti, 0, 0 };
+                const int len = lens[(G + (int)si) % 5], key0 = spans[si][0], nk = spans[si][1];
+                const size_t rb = (size_t)len / 32 * KVQ_BYTES_Q4_0;
+                random_q4_0_rows(&r, rows, NPOS, len);
+                for (int pos = 0; pos < NPOS; pos++) kvq_vpairs_put_row(ty, body, len, pos, rows + pos * rb);
+                for (int i = 0; i < MAXG * NK; i++)
+                    w[i] = test_rng_uniform(&r) < 0.15 ? 0.0f : (float)test_rng_uniform(&r);
+                for (int i = 0; i < MAXG * STRIDE; i++) acc0[i] = (float)test_rng_gauss(&r) * 0.01f;
+                const uint8_t *vr[NK];
+                for (int t = 0; t < nk; t++) vr[t] = rows + (size_t)(key0 + t) * rb;
+                bool first = true;
+                for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
+                    const attn_block_kernels *kr = attn_block_level(k_levels[li]);
+                    if (!kr) continue;
+                    const attn_block_fused *f = &kr->fused[ty];
+                    CHECK(f->accumulate && f->accumulate_pairs, "%s: %s has row and pairs V kernels", kr->level,
+                          kvq_type_name(ty));
+                    memcpy(acc_rows, acc0, sizeof acc0);
+                    memcpy(acc_pairs, acc0, sizeof acc0);
+                    f->accumulate(vr, nk, w, NK, G, acc_rows, STRIDE, len);
+                    CHECK(f->accumulate_pairs(body, key0, nk, w, NK, G, acc_pairs, STRIDE, len),
+                          "%s: finite chunk refused",
+                          kr->level);
+                    for (int g = 0; g < G; g++) {
+                        double sum_abs = 0.0;
+                        for (int t = 0; t < nk; t++)
+                            sum_abs += w[g * NK + t] * code_max(ty) * fabs(kvq_half_to_float(kvq_rd16(vr[t])));
+                        const double bound =
+                            pairs_bound(ty, body, len, key0, nk, w + g * NK, acc0 + g * STRIDE, sum_abs * len);
+                        double worst = 0.0;
+                        for (int i = 0; i < len; i++) {
+                            const double e = fabs((double)acc_pairs[g * STRIDE + i] - acc_rows[g * STRIDE + i]);
+                            worst = e > worst || e != e ? e : worst;
+                        }
+                        CHECK(worst <= bound,
+                              "%s %s G %d len %d keys %d..%d head %d: pairs off the rows by %.3g > %.3g",
+                              kr->level, kvq_type_name(ty), G, len, key0, key0 + nk - 1, g, worst, bound);
+                        differ += worst > 0.0;
+                        for (int i = len; i < STRIDE; i++)
+                            CHECK(acc_pairs[g * STRIDE + i] == acc0[g * STRIDE + i], "%s: written past len", kr->level);
                     }
-                    CHECK(worst <= bound, "%s G %d len %d keys %d..%d head %d: pairs off the rows by %.3g > %.3g",
-                          kr->level, G, len, key0, key0 + nk - 1, g, worst, bound);
-                    differ += worst > 0.0;
-                    for (int i = len; i < STRIDE; i++)
-                        CHECK(acc_pairs[g * STRIDE + i] == acc0[g * STRIDE + i], "%s: written past len", kr->level);
+                    if (first) memcpy(acc_first, acc_pairs, sizeof acc_pairs);
+                    else CHECK(!memcmp(acc_first, acc_pairs, sizeof acc_pairs),
+                               "%s: pairs sums differ from the scalar level's",
+                               kr->level);
+                    first = false;
+                    checked++;
                 }
-                if (first) memcpy(acc_first, acc_pairs, sizeof acc_pairs);
-                else CHECK(!memcmp(acc_first, acc_pairs, sizeof acc_pairs), "%s: pairs sums differ from the scalar level's",
-                           kr->level);
-                first = false;
-                checked++;
             }
-        }
-    CHECK(checked >= MAXG * (int)KVQ_ARRAY_LEN(spans), "%d cases", checked);
+    }
+    CHECK(checked >= 2 * MAXG * (int)KVQ_ARRAY_LEN(spans), "%d cases", checked);
     CHECK(differ > 0, "the rounding of the weights never showed: is the pairs kernel the row kernel?");
 }
 
@@ -147,10 +163,11 @@ TEST(pairs_hand_back_nonfinite_chunks) {
     float w[G * NK], acc[G * LEN], acc0[G * LEN];
     const size_t rb = LEN / 32 * KVQ_BYTES_Q4_0;
     test_rng r = { 9, 0, 0 };
-    for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
-        const attn_block_kernels *kr = attn_block_level(k_levels[li]);
+    for (size_t li = 0; li < 2 * KVQ_ARRAY_LEN(k_levels); li++) {
+        const attn_block_kernels *kr = attn_block_level(k_levels[li / 2]);
         if (!kr) continue;
-        const attn_block_fused *f = &kr->fused[KVQ_TYPE_Q4_0];
+        const kvq_type ty = k_pairs_types[li % 2];
+        const attn_block_fused *f = &kr->fused[ty];
         for (int c = 0; c < 4; c++) {
             random_q4_0_rows(&r, rows, NPOS, LEN);
             for (int i = 0; i < G * NK; i++) w[i] = (float)test_rng_uniform(&r);
@@ -160,24 +177,25 @@ TEST(pairs_hand_back_nonfinite_chunks) {
             if (c == 3) {   /* a NaN scale in the group, of a key outside the chunk */
                 kvq_wr16(rows + 17 * rb, 0xFE00);
             }
-            for (int pos = 0; pos < NPOS; pos++) kvq_vpairs_put_row(KVQ_TYPE_Q4_0, body, LEN, pos, rows + pos * rb);
+            for (int pos = 0; pos < NPOS; pos++) kvq_vpairs_put_row(ty, body, LEN, pos, rows + pos * rb);
             for (int i = 0; i < G * LEN; i++) acc[i] = acc0[i] = (float)i;
             const int key0 = c == 3 ? 18 : 16, nk = c == 3 ? 14 : 16;
-            CHECK(!f->accumulate_pairs(body, key0, nk, w, NK, G, acc, LEN, LEN), "%s case %d: accepted", kr->level, c);
+            CHECK(!f->accumulate_pairs(body, key0, nk, w, NK, G, acc, LEN, LEN), "%s %s case %d: accepted", kr->level,
+                  kvq_type_name(ty), c);
             CHECK(!memcmp(acc, acc0, sizeof acc), "%s case %d: added something before refusing", kr->level, c);
         }
     }
 }
 
-/* A cache with a q4_0 V body in pairs against one in rows (the same
+/* A cache with a q4_0 / iq4_nl V body in pairs against one in rows (the same
  * writes): every body row reads back the same; attention within the
  * pairs tolerance of the rows cache and of the reference over the cached
  * values, with and without a sink and a tail; a state saved from pairs
  * loads into rows byte for byte, and one saved from rows into pairs
  * reads back the same rows. */
-static kvq_cache *pairs_cache(kvq_type tk, bool pairs, int sink, int tail, const attn_data *d) {
+static kvq_cache *pairs_cache(kvq_type tk, kvq_type tv, bool pairs, int sink, int tail, const attn_data *d) {
     kvq_cache_params p;
-    attn_params(&p, d->n_head_kv, d->hd_k, d->hd_v, 256, tk, KVQ_TYPE_Q4_0, KVQ_ROT_AUTO);
+    attn_params(&p, d->n_head_kv, d->hd_k, d->hd_v, 256, tk, tv, KVQ_ROT_AUTO);
     p.sink_tokens = sink;
     p.tail_tokens = tail;
     kvq_cache *c = NULL;
@@ -194,7 +212,7 @@ static bool attend(kvq_cache *c, const attn_data *d, int pos, int n, float *out)
 
 TEST(cache_pairs_attends_as_rows) {
     enum { N = 181, HKV = 2, GQA = 2, HD = 128 };
-    static const kvq_type tks[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_F16, KVQ_TYPE_Q4_0 };
+    static const kvq_type tks[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_F16, KVQ_TYPE_Q4_0 };   /* V: q4_0, iq4_nl, q4_0 */
     attn_data d;
     CHECK(attn_data_make(&d, N, HKV * GQA, HKV, HD, HD, 78), "alloc");
     const size_t per_row = (size_t)HKV * GQA * HD;
@@ -202,11 +220,11 @@ TEST(cache_pairs_attends_as_rows) {
     float *ref = malloc(8 * per_row * sizeof(float));
     float ra[HD], rb[HD];
     CHECK(a && b && ref, "alloc");
-    const double tol = attn_tolerance(KVQ_TYPE_Q4_0, HD);
     for (int cs = 0; cs < 2 * (int)KVQ_ARRAY_LEN(tks); cs++) {
-        const kvq_type tk = tks[cs / 2];
+        const kvq_type tk = tks[cs / 2], tv = cs / 2 == 1 ? KVQ_TYPE_IQ4_NL : KVQ_TYPE_Q4_0;
+        const double tol = attn_tolerance(tv, HD);
         const int sink = cs % 2 ? 3 : 0, tail = cs % 2 ? 5 : 0;
-        kvq_cache *cp = pairs_cache(tk, true, sink, tail, &d), *cr = pairs_cache(tk, false, sink, tail, &d);
+        kvq_cache *cp = pairs_cache(tk, tv, true, sink, tail, &d), *cr = pairs_cache(tk, tv, false, sink, tail, &d);
         CHECK(cp && cr, "create");
         CHECK(cp->v[0].lanes && !cr->v[0].lanes, "only the pairs cache's V body is in pairs");
         CHECK(attn_fill_upto(cp, &d, 13, N - 8) && attn_fill_upto(cr, &d, 13, N - 8), "fill");
@@ -233,18 +251,19 @@ TEST(cache_pairs_attends_as_rows) {
         const kvq_state_tag tag = { 99, toks, N };
         int32_t *back = NULL;
         int n_back = 0;
-        kvq_cache *loaded = pairs_cache(tk, false, sink, tail, &d);
+        kvq_cache *loaded = pairs_cache(tk, tv, false, sink, tail, &d);
         CHECK(loaded && kvq_cache_save(cp, path, &tag, NULL) == KVQ_OK &&
               kvq_cache_load(loaded, path, 99, &back, &n_back, NULL) == KVQ_OK, "save pairs, load rows");
         free(back);
         back = NULL;
         CHECK(!memcmp(loaded->mem[0], cr->mem[0], cr->mem_bytes[0]), "the file holds the rows the rows cache has");
-        kvq_cache *into_pairs = pairs_cache(tk, true, sink, tail, &d);
+        kvq_cache *into_pairs = pairs_cache(tk, tv, true, sink, tail, &d);
         CHECK(into_pairs && kvq_cache_save(cr, path, &tag, NULL) == KVQ_OK &&
               kvq_cache_load(into_pairs, path, 99, &back, &n_back, NULL) == KVQ_OK, "save rows, load pairs");
         free(back);
         remove(path);
-        CHECK(!memcmp(into_pairs->mem[0], cp->mem[0], cp->mem_bytes[0]), "loaded into pairs: not the pairs cache's bytes");
+        CHECK(!memcmp(into_pairs->mem[0], cp->mem[0], cp->mem_bytes[0]),
+              "loaded into pairs: not the pairs cache's bytes");
         CHECK(attend(into_pairs, &d, N - 1, 1, a) && attend(cp, &d, N - 1, 1, b), "attend loaded");
         CHECK(!memcmp(a, b, per_row * sizeof(float)), "the cache loaded into pairs attends differently");
         kvq_cache_free(into_pairs);

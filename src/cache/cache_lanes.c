@@ -93,12 +93,17 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
     }
 }
 
-/* ---- V pairs (q4_0): code i of a row block is nibble i / 16 of byte
- * i % 16 after the fp16 d (quant_block.c). */
+/* ---- V pairs (q4_0, iq4_nl): code i of a row block is nibble i / 16 of
+ * byte i % 16 after the fp16 d (quant_block.c); q4_0's stored as c - 8
+ * (c ^ 8, the kernel reads signed nibbles), iq4_nl's as they are (book
+ * indices). */
 
 bool kvq_vpairs_type(kvq_type t, int dim) {
-    return t == KVQ_TYPE_Q4_0 && dim > 0 && dim % 64 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
+    return (t == KVQ_TYPE_Q4_0 || t == KVQ_TYPE_IQ4_NL) && dim > 0 && dim % 64 == 0 &&
+           dim / 32 <= KVQ_LANES_MAX_BLOCKS;
 }
+
+static unsigned vpairs_flip(kvq_type t) { return t == KVQ_TYPE_Q4_0 ? 0x8888u : 0u; }
 
 /* Key `lane`'s half of the dword (2j + e) of its key pair's unit for
  * block b = 2 bp + e: the 16 bits holding dims j, 8 + j, 16 + j, 24 + j
@@ -111,7 +116,6 @@ static size_t vpairs_half(int nb, int lane, int b, int j) {
 
 
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
-    (void)t;
     const int nb = dim / 32, lane = pos % KVQ_LANES;
     uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * KVQ_BYTES_Q4_0;
     for (int b = 0; b < nb; b++, row += KVQ_BYTES_Q4_0) {
@@ -120,21 +124,19 @@ void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8
         for (int j = 0; j < 8; j++) {
             const unsigned h = (unsigned)(q[j] & 15) | (unsigned)(q[j + 8] & 15) << 4 | (unsigned)(q[j] >> 4) << 8 |
                                (unsigned)(q[j + 8] >> 4) << 12;
-            const uint16_t signed_codes = (uint16_t)(h ^ 0x8888u);   /* c - 8 in two's complement */
-            kvq_wr16(group + vpairs_half(nb, lane, b, j), signed_codes);
+            kvq_wr16(group + vpairs_half(nb, lane, b, j), (uint16_t)(h ^ vpairs_flip(t)));
         }
     }
 }
 
 void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row) {
-    (void)t;
     const int nb = dim / 32, lane = pos % KVQ_LANES;
     const uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * KVQ_BYTES_Q4_0;
     for (int b = 0; b < nb; b++, row += KVQ_BYTES_Q4_0) {
         memcpy(row, group + 2 * (KVQ_LANES * b + lane), 2);
         uint8_t *q = row + 2;
         for (int j = 0; j < 8; j++) {
-            const unsigned h = kvq_rd16(group + vpairs_half(nb, lane, b, j)) ^ 0x8888u;
+            const unsigned h = kvq_rd16(group + vpairs_half(nb, lane, b, j)) ^ vpairs_flip(t);
             q[j] = (uint8_t)((h & 15) | (h >> 8 & 15) << 4);
             q[j + 8] = (uint8_t)((h >> 4 & 15) | (h >> 12 & 15) << 4);
         }
