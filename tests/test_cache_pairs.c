@@ -1,4 +1,4 @@
-/* test_cache_pairs.c - q4_0 and iq4_nl V bodies stored two keys per lane
+/* test_cache_pairs.c - q4_0, q4_1 and iq4_nl V bodies stored two keys per lane
  * (src/cache/cache_lanes.h, the pairs layout): rows in and out unchanged,
  * the pairs V kernel within its stated bound of the row kernel at every
  * level and the same bits at every level, non-finite input handed back to
@@ -15,21 +15,25 @@
 #include <unistd.h>
 
 static const char *const k_levels[] = { "scalar", "avx2", "avx512" };
-static const kvq_type k_pairs_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_IQ4_NL };
+static const kvq_type k_pairs_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_IQ4_NL, KVQ_TYPE_Q4_1 };
+enum { N_PAIRS_TYPES = 3 };
 
-/* The largest |value / d| of a code: q4_0's c - 8, iq4_nl's book. */
-static double code_max(kvq_type t) { return t == KVQ_TYPE_Q4_0 ? 8.0 : 127.0; }
+/* The largest |value / d| of a code as the kernel reads it: q4_0's and
+ * q4_1's c - 8, iq4_nl's book. */
+static double code_max(kvq_type t) { return t == KVQ_TYPE_IQ4_NL ? 127.0 : 8.0; }
+static size_t block_bytes(kvq_type t) { return (size_t)kvq_type_get_scalar(t)->block_bytes; }
 
-/* q4_0 / iq4_nl rows (one layout): codes anything, d of either sign,
- * 0.003 .. 0.05 (or 0). */
-static void random_q4_0_rows(test_rng *r, uint8_t *rows, int n, int dim) {
-    const size_t blocks = (size_t)n * (size_t)(dim / 32);
+/* Rows of a pairs type: codes anything, d of either sign, 0.003 .. 0.05
+ * (or 0); q4_1's m of either sign up to 0.4. */
+static void random_pairs_rows(test_rng *r, kvq_type t, uint8_t *rows, int n, int dim) {
+    const size_t blocks = (size_t)n * (size_t)(dim / 32), bb = block_bytes(t);
     for (size_t b = 0; b < blocks; b++) {
-        uint8_t *blk = rows + b * KVQ_BYTES_Q4_0;
-        for (int i = 2; i < KVQ_BYTES_Q4_0; i++) blk[i] = (uint8_t)(test_rng_u64(r) >> 24);
+        uint8_t *blk = rows + b * bb;
+        for (size_t i = 2; i < bb; i++) blk[i] = (uint8_t)(test_rng_u64(r) >> 24);
         const double u = test_rng_uniform(r);
         const float d = u < 0.03 ? 0.0f : (float)(0.003 + 0.047 * test_rng_uniform(r)) * (u < 0.5 ? -1.0f : 1.0f);
         kvq_wr16(blk, kvq_float_to_half(d));
+        if (t == KVQ_TYPE_Q4_1) kvq_wr16(blk + 2, kvq_float_to_half((float)(0.8 * test_rng_uniform(r) - 0.4)));
     }
 }
 
@@ -39,14 +43,14 @@ static void random_q4_0_rows(test_rng *r, uint8_t *rows, int n, int dim) {
 TEST(vpairs_rows_round_trip) {
     enum { N = 48 };
     static const int dims[] = { 64, 128, 192, 256, 512 };
-    static uint8_t rows[N * 512 / 32 * KVQ_BYTES_Q4_0], body[N * 512 / 32 * KVQ_BYTES_Q4_0], back[512 / 32 * 18];
+    static uint8_t rows[N * 512 / 32 * KVQ_BYTES_Q4_1], body[N * 512 / 32 * KVQ_BYTES_Q4_1], back[512 / 32 * 20];
     test_rng r = { 5, 0, 0 };
-    for (size_t di = 0; di < 2 * KVQ_ARRAY_LEN(dims); di++) {
-        const int dim = dims[di / 2];
-        const kvq_type ty = k_pairs_types[di % 2];
-        const size_t rb = (size_t)dim / 32 * KVQ_BYTES_Q4_0;
+    for (size_t di = 0; di < N_PAIRS_TYPES * KVQ_ARRAY_LEN(dims); di++) {
+        const int dim = dims[di / N_PAIRS_TYPES];
+        const kvq_type ty = k_pairs_types[di % N_PAIRS_TYPES];
+        const size_t rb = (size_t)dim / 32 * block_bytes(ty);
         CHECK(kvq_vpairs_type(ty, dim), "%s at %d in pairs", kvq_type_name(ty), dim);
-        random_q4_0_rows(&r, rows, N, dim);
+        random_pairs_rows(&r, ty, rows, N, dim);
         memset(body, 0xA5, sizeof body);
         for (int i = 0; i < N; i++) {
             const int pos = (i * 29 + 7) % N;   /* every position once, out of order */
@@ -60,7 +64,7 @@ TEST(vpairs_rows_round_trip) {
     CHECK(!kvq_vpairs_type(KVQ_TYPE_Q4_0, 32) && !kvq_vpairs_type(KVQ_TYPE_Q4_0, 96) &&
           !kvq_vpairs_type(KVQ_TYPE_Q4_0, 1024) && !kvq_vpairs_type(KVQ_TYPE_IQ4_NL, 96) &&
           !kvq_vpairs_type(KVQ_TYPE_Q8_0, 128) && !kvq_vpairs_type(KVQ_TYPE_F16, 128),
-          "pairs only for q4_0 / iq4_nl rows of whole block pairs up to 512 values");
+          "pairs only for q4_0 / q4_1 / iq4_nl rows of whole block pairs up to 512 values");
     const attn_block_kernels *scalar = attn_block_level("scalar");
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++)
         CHECK(!kvq_vpairs_type((kvq_type)ty, 128) == !(scalar->fused && scalar->fused[ty].accumulate_pairs),
@@ -68,19 +72,25 @@ TEST(vpairs_rows_round_trip) {
 }
 
 /* The bound of attn_codes.inc pairs_accumulate for head g: nk s c_max
- * / 2, s = max_t w_t * max |d| over the chunk's groups / 32767, plus
- * float rounding of the two sums (relative to what they add). */
+ * / 2, s = max_t w_t * max |d| over the chunk's groups / 32767 (q4_1: plus
+ * nk s_m / 2, s_m = max_t w_t * max |m + 8 d| / 2^24), plus float
+ * rounding of the sums (relative to what they add). */
 static double pairs_bound(kvq_type ty, const uint8_t *body, int len, int key0, int nk, const float *wg,
                           const float *acc0, double sum_abs) {
     const int nb = len / 32, g0 = key0 / 16, g1 = (key0 + nk - 1) / 16;
-    const size_t group = (size_t)nb * 16 * KVQ_BYTES_Q4_0;
-    double dmax = 0.0, wmax = 0.0, amax = 0.0;
+    const size_t group = (size_t)nb * 16 * block_bytes(ty);
+    double dmax = 0.0, mmax = 0.0, wmax = 0.0, amax = 0.0;
     for (int g = g0; g <= g1; g++)
-        for (int i = 0; i < nb * 16; i++)
+        for (int i = 0; i < nb * 16; i++) {
             dmax = fmax(dmax, fabs(kvq_half_to_float(kvq_rd16(body + g * group + 2 * i))));
+            if (ty == KVQ_TYPE_Q4_1)
+                mmax = fmax(mmax, fabs(kvq_half_to_float(kvq_rd16(body + g * group + 2 * (nb * 16 + i))) +
+                                       8.0 * kvq_half_to_float(kvq_rd16(body + g * group + 2 * i))));
+        }
     for (int t = 0; t < nk; t++) wmax = fmax(wmax, wg[t]);
     for (int i = 0; i < len; i++) amax = fmax(amax, fabs(acc0[i]));
-    return 0.5 * code_max(ty) * nk * wmax * dmax / 32767.0 * (1.0 + 1e-3) + 1e-6 * (amax + sum_abs);
+    return 0.5 * nk * wmax * (code_max(ty) * dmax / 32767.0 + mmax / 16777216.0) * (1.0 + 1e-3) +
+           1e-6 * (amax + sum_abs);
 }
 
 /* The pairs kernel of every level against the same level's row kernel on
@@ -90,7 +100,7 @@ static double pairs_bound(kvq_type ty, const uint8_t *body, int len, int key0, i
  * past len. */
 TEST(pairs_sums_within_bound_of_row_sums) {
     enum { NPOS = 80, MAXG = 9, MAXLEN = 512, NK = ATTN_BLOCK_KEYS, STRIDE = MAXLEN + 8 };
-    static uint8_t rows[NPOS * MAXLEN / 32 * KVQ_BYTES_Q4_0], body[NPOS * MAXLEN / 32 * KVQ_BYTES_Q4_0];
+    static uint8_t rows[NPOS * MAXLEN / 32 * KVQ_BYTES_Q4_1], body[NPOS * MAXLEN / 32 * KVQ_BYTES_Q4_1];
     static float w[MAXG * NK], acc0[MAXG * STRIDE], acc_rows[MAXG * STRIDE], acc_pairs[MAXG * STRIDE],
         acc_first[MAXG * STRIDE];
     static const int lens[] = { 64, 128, 256, 512, 192 };
@@ -102,8 +112,8 @@ TEST(pairs_sums_within_bound_of_row_sums) {
                 const kvq_type ty = k_pairs_types[ti];
                 test_rng r = { 100 + (uint64_t)(G * 16) + si + 1000 * ti, 0, 0 };
                 const int len = lens[(G + (int)si) % 5], key0 = spans[si][0], nk = spans[si][1];
-                const size_t rb = (size_t)len / 32 * KVQ_BYTES_Q4_0;
-                random_q4_0_rows(&r, rows, NPOS, len);
+                const size_t rb = (size_t)len / 32 * block_bytes(ty);
+                random_pairs_rows(&r, ty, rows, NPOS, len);
                 for (int pos = 0; pos < NPOS; pos++) kvq_vpairs_put_row(ty, body, len, pos, rows + pos * rb);
                 for (int i = 0; i < MAXG * NK; i++)
                     w[i] = test_rng_uniform(&r) < 0.15 ? 0.0f : (float)test_rng_uniform(&r);
@@ -126,7 +136,8 @@ TEST(pairs_sums_within_bound_of_row_sums) {
                     for (int g = 0; g < G; g++) {
                         double sum_abs = 0.0;
                         for (int t = 0; t < nk; t++)
-                            sum_abs += w[g * NK + t] * code_max(ty) * fabs(kvq_half_to_float(kvq_rd16(vr[t])));
+                            sum_abs += w[g * NK + t] * (code_max(ty) * fabs(kvq_half_to_float(kvq_rd16(vr[t]))) +
+                                                        (ty == KVQ_TYPE_Q4_1 ? 0.4 : 0.0));
                         const double bound =
                             pairs_bound(ty, body, len, key0, nk, w + g * NK, acc0 + g * STRIDE, sum_abs * len);
                         double worst = 0.0;
@@ -150,7 +161,7 @@ TEST(pairs_sums_within_bound_of_row_sums) {
                 }
             }
     }
-    CHECK(checked >= 2 * MAXG * (int)KVQ_ARRAY_LEN(spans), "%d cases", checked);
+    CHECK(checked >= N_PAIRS_TYPES * MAXG * (int)KVQ_ARRAY_LEN(spans), "%d cases", checked);
     CHECK(differ > 0, "the rounding of the weights never showed: is the pairs kernel the row kernel?");
 }
 
@@ -159,24 +170,24 @@ TEST(pairs_sums_within_bound_of_row_sums) {
  * aside keys of weight 0). */
 TEST(pairs_hand_back_nonfinite_chunks) {
     enum { NPOS = 48, LEN = 128, NK = ATTN_BLOCK_KEYS, G = 2 };
-    static uint8_t rows[NPOS * LEN / 32 * KVQ_BYTES_Q4_0], body[NPOS * LEN / 32 * KVQ_BYTES_Q4_0];
+    static uint8_t rows[NPOS * LEN / 32 * KVQ_BYTES_Q4_1], body[NPOS * LEN / 32 * KVQ_BYTES_Q4_1];
     float w[G * NK], acc[G * LEN], acc0[G * LEN];
-    const size_t rb = LEN / 32 * KVQ_BYTES_Q4_0;
     test_rng r = { 9, 0, 0 };
-    for (size_t li = 0; li < 2 * KVQ_ARRAY_LEN(k_levels); li++) {
-        const attn_block_kernels *kr = attn_block_level(k_levels[li / 2]);
+    for (size_t li = 0; li < N_PAIRS_TYPES * KVQ_ARRAY_LEN(k_levels); li++) {
+        const attn_block_kernels *kr = attn_block_level(k_levels[li / N_PAIRS_TYPES]);
         if (!kr) continue;
-        const kvq_type ty = k_pairs_types[li % 2];
+        const kvq_type ty = k_pairs_types[li % N_PAIRS_TYPES];
+        const size_t rb = LEN / 32 * block_bytes(ty);
         const attn_block_fused *f = &kr->fused[ty];
-        for (int c = 0; c < 4; c++) {
-            random_q4_0_rows(&r, rows, NPOS, LEN);
+        for (int c = 0; c < 5; c++) {
+            if (c == 4 && ty != KVQ_TYPE_Q4_1) continue;
+            random_pairs_rows(&r, ty, rows, NPOS, LEN);
             for (int i = 0; i < G * NK; i++) w[i] = (float)test_rng_uniform(&r);
-            if (c == 0) kvq_wr16(rows + 20 * rb + 2 * KVQ_BYTES_Q4_0, 0x7E00);   /* NaN d, key 20 block 2 */
+            if (c == 0) kvq_wr16(rows + 20 * rb + 2 * block_bytes(ty), 0x7E00);   /* NaN d, key 20 block 2 */
             if (c == 1) kvq_wr16(rows + 31 * rb, 0x7C00);                        /* inf d, key 31 */
             if (c == 2) w[NK + 7] = NAN;
-            if (c == 3) {   /* a NaN scale in the group, of a key outside the chunk */
-                kvq_wr16(rows + 17 * rb, 0xFE00);
-            }
+            if (c == 3) kvq_wr16(rows + 17 * rb, 0xFE00);   /* a NaN scale of a key outside the chunk */
+            if (c == 4) kvq_wr16(rows + 25 * rb + 2, 0x7C00);   /* q4_1: an infinite min */
             for (int pos = 0; pos < NPOS; pos++) kvq_vpairs_put_row(ty, body, LEN, pos, rows + pos * rb);
             for (int i = 0; i < G * LEN; i++) acc[i] = acc0[i] = (float)i;
             const int key0 = c == 3 ? 18 : 16, nk = c == 3 ? 14 : 16;
@@ -212,7 +223,7 @@ static bool attend(kvq_cache *c, const attn_data *d, int pos, int n, float *out)
 
 TEST(cache_pairs_attends_as_rows) {
     enum { N = 181, HKV = 2, GQA = 2, HD = 128 };
-    static const kvq_type tks[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_F16, KVQ_TYPE_Q4_0 };   /* V: q4_0, iq4_nl, q4_0 */
+    static const kvq_type tks[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_F16, KVQ_TYPE_Q4_0 };   /* V: q4_0, iq4_nl, q4_1 */
     attn_data d;
     CHECK(attn_data_make(&d, N, HKV * GQA, HKV, HD, HD, 78), "alloc");
     const size_t per_row = (size_t)HKV * GQA * HD;
@@ -221,7 +232,7 @@ TEST(cache_pairs_attends_as_rows) {
     float ra[HD], rb[HD];
     CHECK(a && b && ref, "alloc");
     for (int cs = 0; cs < 2 * (int)KVQ_ARRAY_LEN(tks); cs++) {
-        const kvq_type tk = tks[cs / 2], tv = cs / 2 == 1 ? KVQ_TYPE_IQ4_NL : KVQ_TYPE_Q4_0;
+        const kvq_type tk = tks[cs / 2], tv = k_pairs_types[cs / 2 == 1 ? 1 : cs / 2 == 2 ? 2 : 0];
         const double tol = attn_tolerance(tv, HD);
         const int sink = cs % 2 ? 3 : 0, tail = cs % 2 ? 5 : 0;
         kvq_cache *cp = pairs_cache(tk, tv, true, sink, tail, &d), *cr = pairs_cache(tk, tv, false, sink, tail, &d);

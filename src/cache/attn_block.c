@@ -123,6 +123,9 @@ static inline int snib16(int16_t h, int k) { return (int)(((unsigned)(uint16_t)h
 #define vi_madd_v(acc, c, w) vi_madd((acc), (c), (w))
 #define vi_pair_w(p, lane) pair16((p)[2 * ((lane) % 2)], (p)[2 * ((lane) % 2) + 1])
 #define vi_store(p, x) (*(p) = (x))
+#define vi_add(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
+#define vi_round(x) ((int32_t)lrintf(x))
+#define vi_hsum(x) (x)
 static inline void vf_unzip(float a, float b, float *e, float *o) { *e = a; *o = b; }
 #define PAIRS_ACC 8
 #define FUSED_V_HEADS 4

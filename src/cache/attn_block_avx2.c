@@ -205,6 +205,13 @@ static inline void vw_store_pairs(int16_t *p, __m256 a, __m256 b, int lane) {
     _mm256_storeu_si256((__m256i *)(void *)p, _mm256_shuffle_epi32(x, _MM_SHUFFLE(3, 1, 2, 0)));
 }
 #define vi_store(p, x) _mm256_storeu_si256((__m256i *)(void *)(p), (x))
+#define vi_add(a, b) _mm256_add_epi32((a), (b))
+#define vi_round(x) _mm256_cvtps_epi32(x)
+static inline int32_t vi_hsum(__m256i x) {
+    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+    const __m128i t = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1))));
+}
 static inline void vf_unzip(__m256 a, __m256 b, __m256 *e, __m256 *o) {
     *e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
     *o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));

@@ -199,6 +199,9 @@ static inline void vw_store_pairs(int16_t *p, __m512 a, __m512 b, int lane) {
     _mm512_storeu_si512((void *)p, _mm512_permutex2var_epi16(_mm512_cvtps_epi32(a), idx, _mm512_cvtps_epi32(b)));
 }
 #define vi_store(p, x) _mm512_storeu_si512((void *)(p), (x))
+#define vi_add(a, b) _mm512_add_epi32((a), (b))
+#define vi_round(x) _mm512_cvtps_epi32(x)
+#define vi_hsum(x) _mm512_reduce_add_epi32(x)
 static inline void vf_unzip(__m512 a, __m512 b, __m512 *e, __m512 *o) {
     *e = _mm512_permutex2var_ps(a, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), b);
     *o = _mm512_permutex2var_ps(a, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), b);

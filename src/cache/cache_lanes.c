@@ -93,50 +93,53 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
     }
 }
 
-/* ---- V pairs (q4_0, iq4_nl): code i of a row block is nibble i / 16 of
- * byte i % 16 after the fp16 d (quant_block.c); q4_0's stored as c - 8
- * (c ^ 8, the kernel reads signed nibbles), iq4_nl's as they are (book
- * indices). */
+/* ---- V pairs (q4_0, q4_1, iq4_nl): code i of a row block is nibble
+ * i / 16 of byte i % 16 after the fp16 header (d, or d and m;
+ * quant_block.c); q4_0's and q4_1's stored as c - 8 (c ^ 8, the kernel
+ * reads signed nibbles), iq4_nl's as they are (book indices). */
 
 bool kvq_vpairs_type(kvq_type t, int dim) {
-    return (t == KVQ_TYPE_Q4_0 || t == KVQ_TYPE_IQ4_NL) && dim > 0 && dim % 64 == 0 &&
+    return (t == KVQ_TYPE_Q4_0 || t == KVQ_TYPE_Q4_1 || t == KVQ_TYPE_IQ4_NL) && dim > 0 && dim % 64 == 0 &&
            dim / 32 <= KVQ_LANES_MAX_BLOCKS;
 }
 
-static unsigned vpairs_flip(kvq_type t) { return t == KVQ_TYPE_Q4_0 ? 0x8888u : 0u; }
+int kvq_vpairs_header(kvq_type t) { return t == KVQ_TYPE_Q4_1 ? 4 : 2; }
+
+static unsigned vpairs_flip(kvq_type t) { return t == KVQ_TYPE_IQ4_NL ? 0u : 0x8888u; }
 
 /* Key `lane`'s half of the dword (2j + e) of its key pair's unit for
  * block b = 2 bp + e: the 16 bits holding dims j, 8 + j, 16 + j, 24 + j
- * (nibble k: dim 8k + j). */
-static size_t vpairs_half(int nb, int lane, int b, int j) {
+ * (nibble k: dim 8k + j); the units follow the headers. */
+static size_t vpairs_half(int nb, int hdr, int lane, int b, int j) {
     const int u = lane / 2, bp = b / 2, e = b % 2;
-    return (size_t)nb * 2 * KVQ_LANES + (size_t)(bp * 8 + u) * KVQ_VPAIRS_UNIT + 4 * (size_t)(2 * j + e) +
+    return (size_t)nb * (size_t)hdr * KVQ_LANES + (size_t)(bp * 8 + u) * KVQ_VPAIRS_UNIT + 4 * (size_t)(2 * j + e) +
            2 * (size_t)(lane % 2);
 }
 
-
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
-    const int nb = dim / 32, lane = pos % KVQ_LANES;
-    uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * KVQ_BYTES_Q4_0;
-    for (int b = 0; b < nb; b++, row += KVQ_BYTES_Q4_0) {
-        memcpy(group + 2 * (KVQ_LANES * b + lane), row, 2);
-        const uint8_t *q = row + 2;   /* dim i: nibble i / 16 of byte i % 16 */
+    const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = kvq_vpairs_header(t), bytes = hdr + 16;
+    uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
+    for (int b = 0; b < nb; b++, row += bytes) {
+        for (int h = 0; h < hdr; h += 2)   /* d[nb][16], then m[nb][16] */
+            memcpy(group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), row + h, 2);
+        const uint8_t *q = row + hdr;   /* dim i: nibble i / 16 of byte i % 16 */
         for (int j = 0; j < 8; j++) {
             const unsigned h = (unsigned)(q[j] & 15) | (unsigned)(q[j + 8] & 15) << 4 | (unsigned)(q[j] >> 4) << 8 |
                                (unsigned)(q[j + 8] >> 4) << 12;
-            kvq_wr16(group + vpairs_half(nb, lane, b, j), (uint16_t)(h ^ vpairs_flip(t)));
+            kvq_wr16(group + vpairs_half(nb, hdr, lane, b, j), (uint16_t)(h ^ vpairs_flip(t)));
         }
     }
 }
 
 void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row) {
-    const int nb = dim / 32, lane = pos % KVQ_LANES;
-    const uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * KVQ_BYTES_Q4_0;
-    for (int b = 0; b < nb; b++, row += KVQ_BYTES_Q4_0) {
-        memcpy(row, group + 2 * (KVQ_LANES * b + lane), 2);
-        uint8_t *q = row + 2;
+    const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = kvq_vpairs_header(t), bytes = hdr + 16;
+    const uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
+    for (int b = 0; b < nb; b++, row += bytes) {
+        for (int h = 0; h < hdr; h += 2)
+            memcpy(row + h, group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), 2);
+        uint8_t *q = row + hdr;
         for (int j = 0; j < 8; j++) {
-            const unsigned h = kvq_rd16(group + vpairs_half(nb, lane, b, j)) ^ vpairs_flip(t);
+            const unsigned h = kvq_rd16(group + vpairs_half(nb, hdr, lane, b, j)) ^ vpairs_flip(t);
             q[j] = (uint8_t)((h & 15) | (h >> 8 & 15) << 4);
             q[j + 8] = (uint8_t)((h >> 4 & 15) | (h >> 12 & 15) << 4);
         }

@@ -91,7 +91,7 @@ static inline size_t kvq_lanes_group_bytes(const kvq_lanes_spec *s, int dim) {
 void kvq_lanes_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
 void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
 
-/* ---- V bodies: the "pairs" layout (q4_0, iq4_nl).
+/* ---- V bodies: the "pairs" layout (q4_0, q4_1, iq4_nl).
  *
  * Why: a V sum runs along the dims of each key (out[i] += w_t v_t[i]),
  * so V wants the dims in the lanes and two keys in each lane's int16
@@ -105,23 +105,27 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
  * each group the same bytes as its 16 rows of nb = dim / 32 blocks:
  *
  *   d[nb][16]          block b's fp16 scale of key t at 32 b + 2 t
+ *   m[nb][16]          q4_1: its fp16 mins, likewise
  *   unit[nb/2][8]      then, per block pair bp (blocks 2bp, 2bp + 1) and
  *                      key pair u (keys 2u, 2u + 1), 64 bytes: dword L
  *                      (L = 2j + e: block 2bp + e, j < 8) holds, for
  *                      k < 4, the code of dim 8k + j of key 2u at bits
  *                      4k .. 4k + 3 and of key 2u + 1 at 16 + 4k ..,
- *                      q4_0's as c - 8 in 4-bit two's complement
- *                      (c ^ 8: one shift pair gives the signed int16
- *                      pair), iq4_nl's as the book index (the nibbles
+ *                      q4_0's and q4_1's as c - 8 in 4-bit two's
+ *                      complement (c ^ 8: one shift pair gives the
+ *                      signed int16 pair), iq4_nl's as the book
+ *                      index (the nibbles
  *                      of a byte looked up, bytes 0 and 2 sign-extended
  *                      give a pair)
  *
  * so that a 64-byte load is 16 lanes (two blocks' 8 dims, alternating)
  * of two keys.  Rows of dim % 64 == 0 values (whole block pairs). */
 bool kvq_vpairs_type(kvq_type t, int dim);
+int kvq_vpairs_header(kvq_type t);   /* header bytes per key and block: 2 (d) or 4 (d, m) */
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
 void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
 enum { KVQ_VPAIRS_UNIT = 64 };   /* bytes of one (key pair, block pair) unit */
-_Static_assert(KVQ_BYTES_IQ4_NL == KVQ_BYTES_Q4_0, "the pairs types share one layout");
+_Static_assert(KVQ_BYTES_IQ4_NL == KVQ_BYTES_Q4_0 && KVQ_BYTES_Q4_1 == KVQ_BYTES_Q4_0 + 2,
+               "the pairs types: a header of 2 or 4 bytes and 16 bytes of nibbles");
 
 #endif
