@@ -55,8 +55,9 @@ double attn_rel_err(const float *a, const float *b, size_t n);
 
 /* The attn_rel_err allowed between the chunked pass and a float
  * reference with V of type tv in rows of head_dim_v: float rounding,
- * 1e-5; or, where the cache keeps such a V body in pairs
- * (cache_lanes.h), the rounding of its weights to int16 (attn_codes.inc
+ * 1e-5; or, where the cache may keep such a V body in pairs
+ * (cache_lanes.h; the head padded to whole blocks or not), the rounding
+ * of its weights to int16 (attn_codes.inc
  * pairs_accumulate: at most 4 nk s per chunk of nk keys, s = max w max |d|
  * / 32767; 6-8e-5 of the largest output on these tests' random data),
  * 3e-4.  test_cache_pairs.c checks that kernel against its exact bound. */

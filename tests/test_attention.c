@@ -160,7 +160,7 @@ TEST(attention_swapped_kv_types_read_their_own_side) {
         }
         const size_t len = out_len(&d, ac.pos);
         attn_data_free(&d);
-        CHECK(e < 1e-5, "K %s / V %s: rel err %.3g %s", kvq_type_name(pairs[i][0]),
+        CHECK(e < attn_tolerance(pairs[i][1], 96), "K %s / V %s: rel err %.3g %s", kvq_type_name(pairs[i][0]),
               kvq_type_name(pairs[i][1]), e, msg);
         if (i == 1) {
             const double diff = attn_rel_err(outs[0], outs[1], len);
@@ -359,7 +359,8 @@ TEST(attention_decode_step_over_rows_in_place) {
         ac.batch = 16;
         const double e = kernel_vs_cache_ref(&ac, &d, msg, sizeof msg);
         attn_data_free(&d);
-        CHECK(e < 1e-5, "%s/%s: rel err %.3g %s", kvq_type_name(pairs[i][0]), kvq_type_name(pairs[i][1]), e, msg);
+        CHECK(e < attn_tolerance(pairs[i][1], 128), "%s/%s: rel err %.3g %s", kvq_type_name(pairs[i][0]),
+              kvq_type_name(pairs[i][1]), e, msg);
     }
 }
 

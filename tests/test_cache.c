@@ -42,10 +42,12 @@ TEST(cache_memory_figures_exact) {
     CHECK(b.sink == (size_t)2 * 3 * (320 + 288), "sink %zu", b.sink);
     CHECK(b.total == b.k + b.v + b.tail + b.sink && b.total == 85808, "total %zu", b.total);
     CHECK(b.work == (size_t)7 * (384 + 256), "work %zu", b.work);
-    /* layer 0's q4_0 K body is kept 16 keys side by side (cache_lanes.h):
-     * allocated in whole groups, 112 rows of 54 bytes per head, counted
-     * as the 100 it holds */
-    CHECK(b.allocated == b.total + b.work + (size_t)2 * 12 * 54, "allocated %zu", b.allocated);
+    /* layer 0's q4_0 K body is kept 16 keys side by side, both layers'
+     * q8_0 V bodies two keys per lane (cache_lanes.h): allocated in whole
+     * groups, 112 rows of 54 (68) bytes per head, counted as the 100 they
+     * hold */
+    CHECK(b.allocated == b.total + b.work + (size_t)2 * 12 * 54 + (size_t)2 * 2 * 12 * 68, "allocated %zu",
+          b.allocated);
     CHECK(kvq_cache_row_bytes(KVQ_TYPE_Q4_0, 8, 128) == 8 * 4 * 18, "row bytes q4_0");
     CHECK(kvq_cache_row_bytes(KVQ_TYPE_Q5_1, 1, 24) == 24, "row bytes q5_1 24 (one padded block)");
     CHECK(kvq_cache_row_bytes(KVQ_TYPE_F16, 4, 80) == 640, "row bytes f16");

@@ -131,8 +131,10 @@ static kvq_cache *lanes_cache(kvq_type tk, bool lanes, int sink, int tail, const
     p.tail_tokens = tail;
     kvq_cache *c = NULL;
     kvq_cache_set_lanes(lanes);
+    kvq_cache_set_pairs(false);   /* V (q8_0) in rows: K's layout alone differs (test_cache_pairs.c has V) */
     const kvq_status st = kvq_cache_create(&p, &c, NULL);
     kvq_cache_set_lanes(true);
+    kvq_cache_set_pairs(true);
     return st == KVQ_OK ? c : NULL;
 }
 

@@ -1,4 +1,4 @@
-/* test_cache_pairs.c - q4_0, q4_1 and iq4_nl V bodies stored two keys per lane
+/* test_cache_pairs.c - q8_0, q4_0, q4_1 and iq4_nl V bodies stored two keys per lane
  * (src/cache/cache_lanes.h, the pairs layout): rows in and out unchanged,
  * the pairs V kernel within its stated bound of the row kernel at every
  * level and the same bits at every level, non-finite input handed back to
@@ -15,12 +15,12 @@
 #include <unistd.h>
 
 static const char *const k_levels[] = { "scalar", "avx2", "avx512" };
-static const kvq_type k_pairs_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_IQ4_NL, KVQ_TYPE_Q4_1 };
-enum { N_PAIRS_TYPES = 3 };
+static const kvq_type k_pairs_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_IQ4_NL, KVQ_TYPE_Q4_1, KVQ_TYPE_Q8_0 };
+enum { N_PAIRS_TYPES = 4 };
 
 /* The largest |value / d| of a code as the kernel reads it: q4_0's and
- * q4_1's c - 8, iq4_nl's book. */
-static double code_max(kvq_type t) { return t == KVQ_TYPE_IQ4_NL ? 127.0 : 8.0; }
+ * q4_1's c - 8, iq4_nl's book, q8_0's bytes (random ones: -128). */
+static double code_max(kvq_type t) { return t == KVQ_TYPE_IQ4_NL ? 127.0 : t == KVQ_TYPE_Q8_0 ? 128.0 : 8.0; }
 static size_t block_bytes(kvq_type t) { return (size_t)kvq_type_get_scalar(t)->block_bytes; }
 
 /* Rows of a pairs type: codes anything, d of either sign, 0.003 .. 0.05
@@ -42,12 +42,13 @@ static void random_pairs_rows(test_rng *r, kvq_type t, uint8_t *rows, int n, int
  * for the types whose kernels read it. */
 TEST(vpairs_rows_round_trip) {
     enum { N = 48 };
-    static const int dims[] = { 64, 128, 192, 256, 512 };
-    static uint8_t rows[N * 512 / 32 * KVQ_BYTES_Q4_1], body[N * 512 / 32 * KVQ_BYTES_Q4_1], back[512 / 32 * 20];
+    static const int dims[] = { 64, 128, 192, 256, 512, 96 };
+    static uint8_t rows[N * 512 / 32 * KVQ_BYTES_Q8_0], body[N * 512 / 32 * KVQ_BYTES_Q8_0], back[512 / 32 * 34];
     test_rng r = { 5, 0, 0 };
     for (size_t di = 0; di < N_PAIRS_TYPES * KVQ_ARRAY_LEN(dims); di++) {
         const int dim = dims[di / N_PAIRS_TYPES];
         const kvq_type ty = k_pairs_types[di % N_PAIRS_TYPES];
+        if (dim % 64 && ty != KVQ_TYPE_Q8_0) continue;   /* whole block pairs */
         const size_t rb = (size_t)dim / 32 * block_bytes(ty);
         CHECK(kvq_vpairs_type(ty, dim), "%s at %d in pairs", kvq_type_name(ty), dim);
         random_pairs_rows(&r, ty, rows, N, dim);
@@ -63,8 +64,9 @@ TEST(vpairs_rows_round_trip) {
     }
     CHECK(!kvq_vpairs_type(KVQ_TYPE_Q4_0, 32) && !kvq_vpairs_type(KVQ_TYPE_Q4_0, 96) &&
           !kvq_vpairs_type(KVQ_TYPE_Q4_0, 1024) && !kvq_vpairs_type(KVQ_TYPE_IQ4_NL, 96) &&
-          !kvq_vpairs_type(KVQ_TYPE_Q8_0, 128) && !kvq_vpairs_type(KVQ_TYPE_F16, 128),
-          "pairs only for q4_0 / q4_1 / iq4_nl rows of whole block pairs up to 512 values");
+          !kvq_vpairs_type(KVQ_TYPE_Q8_0, 48) && !kvq_vpairs_type(KVQ_TYPE_Q5_0, 128) &&
+          !kvq_vpairs_type(KVQ_TYPE_F16, 128),
+          "pairs only for q4_0 / q4_1 / iq4_nl rows of whole block pairs (q8_0: blocks) up to 512 values");
     const attn_block_kernels *scalar = attn_block_level("scalar");
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++)
         CHECK(!kvq_vpairs_type((kvq_type)ty, 128) == !(scalar->fused && scalar->fused[ty].accumulate_pairs),
@@ -100,7 +102,7 @@ static double pairs_bound(kvq_type ty, const uint8_t *body, int len, int key0, i
  * past len. */
 TEST(pairs_sums_within_bound_of_row_sums) {
     enum { NPOS = 80, MAXG = 9, MAXLEN = 512, NK = ATTN_BLOCK_KEYS, STRIDE = MAXLEN + 8 };
-    static uint8_t rows[NPOS * MAXLEN / 32 * KVQ_BYTES_Q4_1], body[NPOS * MAXLEN / 32 * KVQ_BYTES_Q4_1];
+    static uint8_t rows[NPOS * MAXLEN / 32 * KVQ_BYTES_Q8_0], body[NPOS * MAXLEN / 32 * KVQ_BYTES_Q8_0];
     static float w[MAXG * NK], acc0[MAXG * STRIDE], acc_rows[MAXG * STRIDE], acc_pairs[MAXG * STRIDE],
         acc_first[MAXG * STRIDE];
     static const int lens[] = { 64, 128, 256, 512, 192 };
@@ -111,7 +113,8 @@ TEST(pairs_sums_within_bound_of_row_sums) {
             for (size_t si = 0; si < KVQ_ARRAY_LEN(spans); si++) {
                 const kvq_type ty = k_pairs_types[ti];
                 test_rng r = { 100 + (uint64_t)(G * 16) + si + 1000 * ti, 0, 0 };
-                const int len = lens[(G + (int)si) % 5], key0 = spans[si][0], nk = spans[si][1];
+                const int len = ty == KVQ_TYPE_Q8_0 && si % 3 == 1 ? 96 : lens[(G + (int)si) % 5];
+                const int key0 = spans[si][0], nk = spans[si][1];
                 const size_t rb = (size_t)len / 32 * block_bytes(ty);
                 random_pairs_rows(&r, ty, rows, NPOS, len);
                 for (int pos = 0; pos < NPOS; pos++) kvq_vpairs_put_row(ty, body, len, pos, rows + pos * rb);
@@ -170,7 +173,7 @@ TEST(pairs_sums_within_bound_of_row_sums) {
  * aside keys of weight 0). */
 TEST(pairs_hand_back_nonfinite_chunks) {
     enum { NPOS = 48, LEN = 128, NK = ATTN_BLOCK_KEYS, G = 2 };
-    static uint8_t rows[NPOS * LEN / 32 * KVQ_BYTES_Q4_1], body[NPOS * LEN / 32 * KVQ_BYTES_Q4_1];
+    static uint8_t rows[NPOS * LEN / 32 * KVQ_BYTES_Q8_0], body[NPOS * LEN / 32 * KVQ_BYTES_Q8_0];
     float w[G * NK], acc[G * LEN], acc0[G * LEN];
     test_rng r = { 9, 0, 0 };
     for (size_t li = 0; li < N_PAIRS_TYPES * KVQ_ARRAY_LEN(k_levels); li++) {
@@ -223,7 +226,7 @@ static bool attend(kvq_cache *c, const attn_data *d, int pos, int n, float *out)
 
 TEST(cache_pairs_attends_as_rows) {
     enum { N = 181, HKV = 2, GQA = 2, HD = 128 };
-    static const kvq_type tks[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_F16, KVQ_TYPE_Q4_0 };   /* V: q4_0, iq4_nl, q4_1 */
+    static const kvq_type tks[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_F16, KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1 };   /* V: k_pairs_types */
     attn_data d;
     CHECK(attn_data_make(&d, N, HKV * GQA, HKV, HD, HD, 78), "alloc");
     const size_t per_row = (size_t)HKV * GQA * HD;
@@ -232,7 +235,7 @@ TEST(cache_pairs_attends_as_rows) {
     float ra[HD], rb[HD];
     CHECK(a && b && ref, "alloc");
     for (int cs = 0; cs < 2 * (int)KVQ_ARRAY_LEN(tks); cs++) {
-        const kvq_type tk = tks[cs / 2], tv = k_pairs_types[cs / 2 == 1 ? 1 : cs / 2 == 2 ? 2 : 0];
+        const kvq_type tk = tks[cs / 2], tv = k_pairs_types[cs / 2];
         const double tol = attn_tolerance(tv, HD);
         const int sink = cs % 2 ? 3 : 0, tail = cs % 2 ? 5 : 0;
         kvq_cache *cp = pairs_cache(tk, tv, true, sink, tail, &d), *cr = pairs_cache(tk, tv, false, sink, tail, &d);

@@ -93,14 +93,40 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
     }
 }
 
-/* ---- V pairs (q4_0, q4_1, iq4_nl): code i of a row block is nibble
+/* ---- V pairs (q8_0 below; q4_0, q4_1, iq4_nl): code i of a row block is nibble
  * i / 16 of byte i % 16 after the fp16 header (d, or d and m;
  * quant_block.c); q4_0's and q4_1's stored as c - 8 (c ^ 8, the kernel
  * reads signed nibbles), iq4_nl's as they are (book indices). */
 
 bool kvq_vpairs_type(kvq_type t, int dim) {
+    if (t == KVQ_TYPE_Q8_0) return dim > 0 && dim % 32 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
     return (t == KVQ_TYPE_Q4_0 || t == KVQ_TYPE_Q4_1 || t == KVQ_TYPE_IQ4_NL) && dim > 0 && dim % 64 == 0 &&
            dim / 32 <= KVQ_LANES_MAX_BLOCKS;
+}
+
+/* q8_0: per block b and key pair u a 64-byte unit, dword L holding bytes
+ * (dim L, dim L + 16) of key 2u, then of key 2u + 1. */
+static uint8_t *vpairs8_at(uint8_t *group, int nb, int lane, int b, int i) {
+    return group + (size_t)nb * 2 * KVQ_LANES + (size_t)(b * 8 + lane / 2) * KVQ_VPAIRS_UNIT + 4 * (size_t)(i % 16) +
+           2 * (size_t)(lane % 2) + (size_t)(i / 16);
+}
+
+static void vpairs8_put_row(uint8_t *head, int dim, int pos, const uint8_t *row) {
+    const int nb = dim / 32, lane = pos % KVQ_LANES;
+    uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * KVQ_BYTES_Q8_0;
+    for (int b = 0; b < nb; b++, row += KVQ_BYTES_Q8_0) {
+        memcpy(group + 2 * (KVQ_LANES * b + lane), row, 2);
+        for (int i = 0; i < 32; i++) *vpairs8_at(group, nb, lane, b, i) = row[2 + i];
+    }
+}
+
+static void vpairs8_get_row(const uint8_t *head, int dim, int pos, uint8_t *row) {
+    const int nb = dim / 32, lane = pos % KVQ_LANES;
+    uint8_t *group = (uint8_t *)(uintptr_t)head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * KVQ_BYTES_Q8_0;
+    for (int b = 0; b < nb; b++, row += KVQ_BYTES_Q8_0) {
+        memcpy(row, group + 2 * (KVQ_LANES * b + lane), 2);
+        for (int i = 0; i < 32; i++) row[2 + i] = *vpairs8_at(group, nb, lane, b, i);
+    }
 }
 
 int kvq_vpairs_header(kvq_type t) { return t == KVQ_TYPE_Q4_1 ? 4 : 2; }
@@ -117,6 +143,7 @@ static size_t vpairs_half(int nb, int hdr, int lane, int b, int j) {
 }
 
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
+    if (t == KVQ_TYPE_Q8_0) { vpairs8_put_row(head, dim, pos, row); return; }
     const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = kvq_vpairs_header(t), bytes = hdr + 16;
     uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
     for (int b = 0; b < nb; b++, row += bytes) {
@@ -132,6 +159,7 @@ void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8
 }
 
 void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row) {
+    if (t == KVQ_TYPE_Q8_0) { vpairs8_get_row(head, dim, pos, row); return; }
     const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = kvq_vpairs_header(t), bytes = hdr + 16;
     const uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
     for (int b = 0; b < nb; b++, row += bytes) {

@@ -91,7 +91,7 @@ static inline size_t kvq_lanes_group_bytes(const kvq_lanes_spec *s, int dim) {
 void kvq_lanes_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
 void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
 
-/* ---- V bodies: the "pairs" layout (q4_0, q4_1, iq4_nl).
+/* ---- V bodies: the "pairs" layout (q8_0, q4_0, q4_1, iq4_nl).
  *
  * Why: a V sum runs along the dims of each key (out[i] += w_t v_t[i]),
  * so V wants the dims in the lanes and two keys in each lane's int16
@@ -119,7 +119,12 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
  *                      give a pair)
  *
  * so that a 64-byte load is 16 lanes (two blocks' 8 dims, alternating)
- * of two keys.  Rows of dim % 64 == 0 values (whole block pairs). */
+ * of two keys.  Rows of dim % 64 == 0 values (whole block pairs).
+ *
+ * q8_0 (rows of whole blocks): d[nb][16], then per block b and key pair
+ * u 64 bytes whose dword L holds the bytes of dims L and L + 16 of key
+ * 2u, then of key 2u + 1: the even and the odd bytes sign-extended are
+ * the pairs of dims L and L + 16. */
 bool kvq_vpairs_type(kvq_type t, int dim);
 int kvq_vpairs_header(kvq_type t);   /* header bytes per key and block: 2 (d) or 4 (d, m) */
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
