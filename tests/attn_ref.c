@@ -4,6 +4,7 @@
 #include "attn_block.h"
 #include "calib.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -291,6 +292,26 @@ double attn_rel_err(const float *a, const float *b, size_t n) {
         if (fabs((double)b[i]) > mag) mag = fabs((double)b[i]);
     }
     return diff / (mag > 1e-30 ? mag : 1e-30);
+}
+
+kvq_cache *attn_layout_cache(kvq_type tk, kvq_type tv, bool k_lanes, bool v_pairs, int sink, int tail,
+                             const attn_data *d) {
+    kvq_cache_params p;
+    attn_params(&p, d->n_head_kv, d->hd_k, d->hd_v, 256, tk, tv, KVQ_ROT_AUTO);
+    p.sink_tokens = sink;
+    p.tail_tokens = tail;
+    kvq_cache *c = NULL;
+    kvq_cache_set_lanes(k_lanes);
+    kvq_cache_set_pairs(v_pairs);
+    const kvq_status st = kvq_cache_create(&p, &c, NULL);
+    kvq_cache_set_lanes(true);
+    kvq_cache_set_pairs(true);
+    return st == KVQ_OK ? c : NULL;
+}
+
+bool attn_attend_rows(kvq_cache *c, const attn_data *d, int pos, int n, float *out) {
+    return kvq_cache_attend(c, 0, pos, n, d->n_head, d->q + (size_t)pos * d->n_head * d->hd_k,
+                            1.0f / sqrtf((float)d->hd_k), out, NULL, NULL) == KVQ_OK;
 }
 
 double attn_tolerance(kvq_type tv, int head_dim_v) {

@@ -50,6 +50,14 @@ bool attn_fill_upto(kvq_cache *c, const attn_data *d, int batch, int from);
 void attn_ref_plain(const attn_data *d, int pos, int n, float scale, float *out);
 bool attn_ref_cache(const kvq_cache *c, const attn_data *d, int pos, int n, float scale, float *out);
 
+/* A one-layer cache of d's shape (n_ctx 256, rotation auto) with K in
+ * lanes and V in pairs where their types have those layouts and the
+ * flags allow (cache_lanes.h), the given sink and tail; NULL on failure. */
+kvq_cache *attn_layout_cache(kvq_type tk, kvq_type tv, bool k_lanes, bool v_pairs, int sink, int tail,
+                             const attn_data *d);
+/* Rows pos .. pos + n - 1 of d's queries against layer 0 of c. */
+bool attn_attend_rows(kvq_cache *c, const attn_data *d, int pos, int n, float *out);
+
 /* max |a-b| / max |b| */
 double attn_rel_err(const float *a, const float *b, size_t n);
 

@@ -125,22 +125,7 @@ TEST(lanes_scores_equal_row_scores) {
  * the cached values; a state saved from lanes loads into rows and
  * attends the same bits as the cache it came from. */
 static kvq_cache *lanes_cache(kvq_type tk, bool lanes, int sink, int tail, const attn_data *d) {
-    kvq_cache_params p;
-    attn_params(&p, d->n_head_kv, d->hd_k, d->hd_v, 256, tk, KVQ_TYPE_Q8_0, KVQ_ROT_AUTO);
-    p.sink_tokens = sink;
-    p.tail_tokens = tail;
-    kvq_cache *c = NULL;
-    kvq_cache_set_lanes(lanes);
-    kvq_cache_set_pairs(false);   /* V (q8_0) in rows: K's layout alone differs (test_cache_pairs.c has V) */
-    const kvq_status st = kvq_cache_create(&p, &c, NULL);
-    kvq_cache_set_lanes(true);
-    kvq_cache_set_pairs(true);
-    return st == KVQ_OK ? c : NULL;
-}
-
-static bool attend(kvq_cache *c, const attn_data *d, int pos, int n, float *out) {
-    return kvq_cache_attend(c, 0, pos, n, d->n_head, d->q + (size_t)pos * d->n_head * d->hd_k,
-                            1.0f / sqrtf((float)d->hd_k), out, NULL, NULL) == KVQ_OK;
+    return attn_layout_cache(tk, KVQ_TYPE_Q8_0, lanes, false, sink, tail, d);   /* V in rows: only K's layout differs */
 }
 
 TEST(cache_lanes_attends_as_rows) {
@@ -165,13 +150,13 @@ TEST(cache_lanes_attends_as_rows) {
                       kvq_cache_read_row(cr, 0, false, KVQ_PART_BODY, h, pos, rb, NULL) == KVQ_OK, "read");
                 CHECK(!memcmp(ra, rb, sizeof ra), "head %d position %d reads back differently", h, pos);
             }
-        CHECK(attend(cl, &d, N - 8, 8, a) && attend(cr, &d, N - 8, 8, b), "prefill batch");
+        CHECK(attn_attend_rows(cl, &d, N - 8, 8, a) && attn_attend_rows(cr, &d, N - 8, 8, b), "prefill batch");
         CHECK(attn_ref_cache(cl, &d, N - 8, 8, 1.0f / sqrtf((float)HD), ref), "reference");
         if (!sink) CHECK(!memcmp(a, b, 8 * per_row * sizeof(float)), "%s batch: lanes and rows differ", kvq_type_name(tk));
         else CHECK(attn_rel_err(a, b, 8 * per_row) < 1e-5, "batch: lanes vs rows %.3g", attn_rel_err(a, b, 8 * per_row));
         CHECK(attn_rel_err(a, ref, 8 * per_row) < 1e-4, "batch vs reference %.3g", attn_rel_err(a, ref, 8 * per_row));
         for (int pos = N - 8; pos < N; pos += 3) {   /* decode steps */
-            CHECK(attend(cl, &d, pos, 1, a) && attend(cr, &d, pos, 1, b), "decode");
+            CHECK(attn_attend_rows(cl, &d, pos, 1, a) && attn_attend_rows(cr, &d, pos, 1, b), "decode");
             if (!sink) CHECK(!memcmp(a, b, per_row * sizeof(float)), "%s step %d: lanes and rows differ", kvq_type_name(tk), pos);
             else CHECK(attn_rel_err(a, b, per_row) < 1e-5, "step %d: %.3g", pos, attn_rel_err(a, b, per_row));
         }
@@ -187,7 +172,7 @@ TEST(cache_lanes_attends_as_rows) {
         free(back);
         remove(path);
         CHECK(!memcmp(loaded->mem[0], cr->mem[0], cr->mem_bytes[0]), "the file holds the rows the rows cache has");
-        CHECK(attend(loaded, &d, N - 1, 1, a) && attend(cr, &d, N - 1, 1, b), "attend loaded");
+        CHECK(attn_attend_rows(loaded, &d, N - 1, 1, a) && attn_attend_rows(cr, &d, N - 1, 1, b), "attend loaded");
         CHECK(!memcmp(a, b, per_row * sizeof(float)), "loaded cache attends differently");
         kvq_cache_free(loaded);
         kvq_cache_free(cl);

@@ -208,20 +208,7 @@ TEST(pairs_hand_back_nonfinite_chunks) {
  * loads into rows byte for byte, and one saved from rows into pairs
  * reads back the same rows. */
 static kvq_cache *pairs_cache(kvq_type tk, kvq_type tv, bool pairs, int sink, int tail, const attn_data *d) {
-    kvq_cache_params p;
-    attn_params(&p, d->n_head_kv, d->hd_k, d->hd_v, 256, tk, tv, KVQ_ROT_AUTO);
-    p.sink_tokens = sink;
-    p.tail_tokens = tail;
-    kvq_cache *c = NULL;
-    kvq_cache_set_pairs(pairs);
-    const kvq_status st = kvq_cache_create(&p, &c, NULL);
-    kvq_cache_set_pairs(true);
-    return st == KVQ_OK ? c : NULL;
-}
-
-static bool attend(kvq_cache *c, const attn_data *d, int pos, int n, float *out) {
-    return kvq_cache_attend(c, 0, pos, n, d->n_head, d->q + (size_t)pos * d->n_head * d->hd_k,
-                            1.0f / sqrtf((float)d->hd_k), out, NULL, NULL) == KVQ_OK;
+    return attn_layout_cache(tk, tv, true, pairs, sink, tail, d);
 }
 
 TEST(cache_pairs_attends_as_rows) {
@@ -248,14 +235,14 @@ TEST(cache_pairs_attends_as_rows) {
                       kvq_cache_read_row(cr, 0, true, KVQ_PART_BODY, h, pos, rb, NULL) == KVQ_OK, "read");
                 CHECK(!memcmp(ra, rb, sizeof ra), "head %d position %d reads back differently", h, pos);
             }
-        CHECK(attend(cp, &d, N - 8, 8, a) && attend(cr, &d, N - 8, 8, b), "prefill batch");
+        CHECK(attn_attend_rows(cp, &d, N - 8, 8, a) && attn_attend_rows(cr, &d, N - 8, 8, b), "prefill batch");
         CHECK(attn_ref_cache(cp, &d, N - 8, 8, 1.0f / sqrtf((float)HD), ref), "reference");
         CHECK(attn_rel_err(a, b, 8 * per_row) < tol, "K %s batch: pairs vs rows %.3g", kvq_type_name(tk),
               attn_rel_err(a, b, 8 * per_row));
         CHECK(attn_rel_err(a, ref, 8 * per_row) < tol, "K %s batch vs reference %.3g", kvq_type_name(tk),
               attn_rel_err(a, ref, 8 * per_row));
         for (int pos = N - 8; pos < N; pos += 3) {   /* decode steps */
-            CHECK(attend(cp, &d, pos, 1, a) && attend(cr, &d, pos, 1, b), "decode");
+            CHECK(attn_attend_rows(cp, &d, pos, 1, a) && attn_attend_rows(cr, &d, pos, 1, b), "decode");
             CHECK(attn_rel_err(a, b, per_row) < tol, "K %s step %d: %.3g", kvq_type_name(tk), pos,
                   attn_rel_err(a, b, per_row));
         }
@@ -278,7 +265,7 @@ TEST(cache_pairs_attends_as_rows) {
         remove(path);
         CHECK(!memcmp(into_pairs->mem[0], cp->mem[0], cp->mem_bytes[0]),
               "loaded into pairs: not the pairs cache's bytes");
-        CHECK(attend(into_pairs, &d, N - 1, 1, a) && attend(cp, &d, N - 1, 1, b), "attend loaded");
+        CHECK(attn_attend_rows(into_pairs, &d, N - 1, 1, a) && attn_attend_rows(cp, &d, N - 1, 1, b), "attend loaded");
         CHECK(!memcmp(a, b, per_row * sizeof(float)), "the cache loaded into pairs attends differently");
         kvq_cache_free(into_pairs);
         kvq_cache_free(loaded);
