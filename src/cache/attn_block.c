@@ -101,8 +101,8 @@ static inline void vb_floats(VB c, float *x) {
 static inline int16_t lo16(int32_t x) { return (int16_t)(uint16_t)((uint32_t)x & 0xFFFFu); }
 static inline int16_t hi16(int32_t x) { return (int16_t)(uint16_t)((uint32_t)x >> 16); }
 static inline int32_t pair16(int a, int b) { return (int32_t)((uint32_t)(uint16_t)a | (uint32_t)(uint16_t)b << 16); }
-static inline int32_t vi_madd(int32_t acc, int32_t c, int32_t qp) {
-    return acc + lo16(c) * lo16(qp) + hi16(c) * hi16(qp);
+static inline int32_t vi_madd(int32_t acc, int32_t c, int32_t w) {
+    return acc + lo16(c) * lo16(w) + hi16(c) * hi16(w);
 }
 static inline int32_t vi_field(int32_t x, int s, uint32_t m) {
     return (int32_t)((s >= 0 ? (uint32_t)x >> s : (uint32_t)x << -s) & m);
@@ -120,7 +120,6 @@ static inline int32_t vi_book(int32_t x, const int8_t *book) {
 /* the V pairs kernel's (attn_codes.inc pairs_accumulate): one lane */
 static inline int snib16(int16_t h, int k) { return (int)(((unsigned)(uint16_t)h >> (4 * k) & 15u) ^ 8u) - 8; }
 #define vi_snib(x, k) pair16(snib16(lo16(x), (k)), snib16(hi16(x), (k)))
-#define vi_madd_v(acc, c, w) vi_madd((acc), (c), (w))
 #define vi_pair_w(p, lane) pair16((p)[2 * ((lane) % 2)], (p)[2 * ((lane) % 2) + 1])
 #define vi_store(p, x) (*(p) = (x))
 #define vi_add(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))

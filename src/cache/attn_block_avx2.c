@@ -175,7 +175,7 @@ static inline void vf_nib(const uint8_t *p, __m256 x[4]) {
 #define vi_load(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
 #define vi_float(x) _mm256_cvtepi32_ps(x)
 #define vhalf_bytes(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
-#define vi_madd(acc, c, qp) _mm256_add_epi32((acc), _mm256_madd_epi16((c), _mm256_set1_epi32(qp)))
+#define vi_madd(acc, c, w) _mm256_add_epi32((acc), _mm256_madd_epi16((c), (w)))
 static inline __attribute__((always_inline)) __m256i vi_field(__m256i x, const int s, uint32_t m) {
     return _mm256_and_si256(s >= 0 ? _mm256_srli_epi32(x, s) : _mm256_slli_epi32(x, -s), _mm256_set1_epi32((int)m));
 }
@@ -190,7 +190,6 @@ static inline __m256i vi_book(__m256i x, const int8_t *book) {
 static inline __attribute__((always_inline)) __m256i vi_snib(__m256i x, const int k) {
     return _mm256_srai_epi16(k == 3 ? x : _mm256_slli_epi16(x, 12 - 4 * k), 12);
 }
-#define vi_madd_v(acc, c, w) _mm256_add_epi32((acc), _mm256_madd_epi16((c), (w)))
 static inline __m256i vi_pair_w(const int16_t *p, int lane) {
     (void)lane;
     int64_t q;
