@@ -129,8 +129,6 @@ static void vpairs8_get_row(const uint8_t *head, int dim, int pos, uint8_t *row)
     }
 }
 
-int kvq_vpairs_header(kvq_type t) { return t == KVQ_TYPE_Q4_1 ? 4 : 2; }
-
 static unsigned vpairs_flip(kvq_type t) { return t == KVQ_TYPE_IQ4_NL ? 0u : 0x8888u; }
 
 /* Key `lane`'s half of the dword (2j + e) of its key pair's unit for
@@ -144,7 +142,8 @@ static size_t vpairs_half(int nb, int hdr, int lane, int b, int j) {
 
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
     if (t == KVQ_TYPE_Q8_0) { vpairs8_put_row(head, dim, pos, row); return; }
-    const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = kvq_vpairs_header(t), bytes = hdr + 16;
+    const kvq_lanes_spec *s = kvq_lanes_spec_of(t);   /* the row block's header and bytes */
+    const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = s->header, bytes = kvq_lanes_block_bytes(s) / KVQ_LANES;
     uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
     for (int b = 0; b < nb; b++, row += bytes) {
         for (int h = 0; h < hdr; h += 2)   /* d[nb][16], then m[nb][16] */
@@ -160,7 +159,8 @@ void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8
 
 void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row) {
     if (t == KVQ_TYPE_Q8_0) { vpairs8_get_row(head, dim, pos, row); return; }
-    const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = kvq_vpairs_header(t), bytes = hdr + 16;
+    const kvq_lanes_spec *s = kvq_lanes_spec_of(t);
+    const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = s->header, bytes = kvq_lanes_block_bytes(s) / KVQ_LANES;
     const uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
     for (int b = 0; b < nb; b++, row += bytes) {
         for (int h = 0; h < hdr; h += 2)

@@ -126,7 +126,6 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
  * 2u, then of key 2u + 1: the even and the odd bytes sign-extended are
  * the pairs of dims L and L + 16. */
 bool kvq_vpairs_type(kvq_type t, int dim);
-int kvq_vpairs_header(kvq_type t);   /* header bytes per key and block: 2 (d) or 4 (d, m) */
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
 void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
 enum { KVQ_VPAIRS_UNIT = 64 };   /* bytes of one (key pair, block pair) unit */
