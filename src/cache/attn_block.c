@@ -481,15 +481,20 @@ static void fused_row_values(const attn_block_kernels *kr, const attn_block_rows
     fz->accumulate(keep, nk, w, ldw, G, acc, acc_stride, v->len);
 }
 
+/* The groups of a body in lanes or pairs (cache_lanes.h: 16 rows' bytes
+ * each) PREFETCH_CHUNKS chunks ahead, as prefetch_ahead does for rows. */
+static void prefetch_groups(const attn_block_rows *src, const attn_block_fused *fz, int nk) {
+    const uintptr_t group = (uintptr_t)(src->len / 32) * KVQ_LANES * (uintptr_t)fz->block_bytes;
+    const uintptr_t from = (uintptr_t)src->lanes + (uintptr_t)((src->key0 + nk * PREFETCH_CHUNKS) / KVQ_LANES) * group;
+    const uintptr_t to = from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group;
+    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a);
+}
+
 static bool fused_lanes_scores(const attn_block_kernels *kr, const attn_block_rows *k, int nk, const attn_query *q,
                                int G, float scale, float *w, int ldw) {
     const attn_block_fused *fz = q->qi ? attn_block_fused_for(kr, k) : NULL;
     if (!fz || !fz->scores_lanes) return false;
-    /* the groups PREFETCH_CHUNKS chunks ahead (as prefetch_ahead does for rows) */
-    const uintptr_t group = (uintptr_t)(k->len / 32) * KVQ_LANES * (uintptr_t)fz->block_bytes;   /* 16 rows */
-    const uintptr_t from = (uintptr_t)k->lanes + (uintptr_t)((k->key0 + nk * PREFETCH_CHUNKS) / KVQ_LANES) * group;
-    const uintptr_t to = from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group;
-    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a);
+    prefetch_groups(k, fz, nk);
     fz->scores_lanes(k->lanes, k->key0, nk, q, G, k->len, scale, w, ldw);
     return true;
 }
@@ -498,10 +503,7 @@ static bool fused_pairs_values(const attn_block_kernels *kr, const attn_block_ro
                                int ldw, int G, float *acc, int acc_stride) {
     const attn_block_fused *fz = attn_block_fused_for(kr, v);
     if (!fz || !fz->accumulate_pairs) return false;
-    const uintptr_t group = (uintptr_t)(v->len / 32) * KVQ_LANES * (uintptr_t)fz->block_bytes;   /* 16 rows */
-    const uintptr_t from = (uintptr_t)v->lanes + (uintptr_t)((v->key0 + nk * PREFETCH_CHUNKS) / KVQ_LANES) * group;
-    const uintptr_t to = from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group;
-    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a);
+    prefetch_groups(v, fz, nk);
     return fz->accumulate_pairs(v->lanes, v->key0, nk, w, ldw, G, acc, acc_stride, v->len);
 }
 
