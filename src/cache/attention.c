@@ -229,6 +229,16 @@ static void score_keys(const attn_job *jb, const attn_source *ks, int kv_head, i
     ks->hooks->score(jb->level, &k, rows, nk, &q, G, jb->scale, st->w, KEY_CHUNK);
 }
 
+/* accumulate_values on a pairs body whose hooks cannot read it here (as
+ * score_unpacked: the rows' bytes on this frame, not the hot path's). */
+static void accumulate_unpacked(const attn_job *jb, const attn_source *vs, const attn_block_rows *v, int c0, int nk,
+                                int G, row_state *st) {
+    uint8_t bytes[KEY_CHUNK * KVQ_LANES_ROW_MAX];
+    const uint8_t *buf[KEY_CHUNK];
+    vs->hooks->accumulate(jb->level, v, unpack_lanes(vs, v->kv_head, c0, nk, bytes, buf), nk, st->w, KEY_CHUNK, G,
+                          st->acc, jb->acc_stride);
+}
+
 /* acc_j += sum_t w[j][t] v_t for keys c0..c0+nk-1, by the copy's hooks
  * (a V body in pairs: read in place where the hooks can at this level and
  * every weight and scale is finite, else unpacked). */
@@ -240,17 +250,14 @@ static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_
     v.kv_head = kv_head;
     v.key0 = c0;
     v.memo = st->memo;
-    const uint8_t *buf[KEY_CHUNK];
     if (vs->lanes) {
         v.lanes = vs->rows + (size_t)kv_head * vs->head;
-        if (vs->hooks->accumulate_lanes &&
-            vs->hooks->accumulate_lanes(jb->level, &v, nk, st->w, KEY_CHUNK, G, st->acc, jb->acc_stride))
-            return;
-        uint8_t bytes[KEY_CHUNK * KVQ_LANES_ROW_MAX];
-        vs->hooks->accumulate(jb->level, &v, unpack_lanes(vs, kv_head, c0, nk, bytes, buf), nk, st->w, KEY_CHUNK, G,
-                              st->acc, jb->acc_stride);
+        if (!vs->hooks->accumulate_lanes ||
+            !vs->hooks->accumulate_lanes(jb->level, &v, nk, st->w, KEY_CHUNK, G, st->acc, jb->acc_stride))
+            accumulate_unpacked(jb, vs, &v, c0, nk, G, st);
         return;
     }
+    const uint8_t *buf[KEY_CHUNK];
     vs->hooks->accumulate(jb->level, &v, source_rows(vs, kv_head, c0, nk, buf), nk, st->w, KEY_CHUNK, G, st->acc,
                           jb->acc_stride);
 }
