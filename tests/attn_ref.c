@@ -309,6 +309,18 @@ kvq_cache *attn_layout_cache(kvq_type tk, kvq_type tv, bool k_lanes, bool v_pair
     return st == KVQ_OK ? c : NULL;
 }
 
+int attn_body_rows_differ(const kvq_cache *a, const kvq_cache *b, bool v, int n_pos, int step) {
+    float ra[KVQ_MAX_HEAD_DIM], rb[KVQ_MAX_HEAD_DIM];
+    const int n_head_kv = a->p.n_head_kv, dim = v ? a->p.head_dim_v : a->p.head_dim_k;
+    for (int h = 0; h < n_head_kv; h++)
+        for (int pos = 0; pos < n_pos; pos += step)
+            if (kvq_cache_read_row(a, 0, v, KVQ_PART_BODY, h, pos, ra, NULL) != KVQ_OK ||
+                kvq_cache_read_row(b, 0, v, KVQ_PART_BODY, h, pos, rb, NULL) != KVQ_OK ||
+                memcmp(ra, rb, (size_t)dim * sizeof *ra))
+                return h * n_pos + pos;
+    return -1;
+}
+
 bool attn_attend_rows(kvq_cache *c, const attn_data *d, int pos, int n, float *out) {
     return kvq_cache_attend(c, 0, pos, n, d->n_head, d->q + (size_t)pos * d->n_head * d->hd_k,
                             1.0f / sqrtf((float)d->hd_k), out, NULL, NULL) == KVQ_OK;

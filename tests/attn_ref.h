@@ -55,6 +55,11 @@ bool attn_ref_cache(const kvq_cache *c, const attn_data *d, int pos, int n, floa
  * flags allow (cache_lanes.h), the given sink and tail; NULL on failure. */
 kvq_cache *attn_layout_cache(kvq_type tk, kvq_type tv, bool k_lanes, bool v_pairs, int sink, int tail,
                              const attn_data *d);
+/* Body rows of layer 0 (K or V side) of a and b at positions 0, step,
+ * 2 step .. < n_pos of every KV head: -1 when each reads back (as
+ * floats) the same in both, else h * n_pos + pos of the first that does
+ * not (or fails to read). */
+int attn_body_rows_differ(const kvq_cache *a, const kvq_cache *b, bool v, int n_pos, int step);
 /* Rows pos .. pos + n - 1 of d's queries against layer 0 of c. */
 bool attn_attend_rows(kvq_cache *c, const attn_data *d, int pos, int n, float *out);
 
