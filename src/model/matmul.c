@@ -27,10 +27,16 @@ enum { GEMM_TASK_ROWS = 16, MAX_TILE = 8 };
  * long contiguous streams.  On a 2-core AMD EPYC (Zen 5), 2 threads read a
  * 151936 x 1024 q8_0 matrix at 22 GB/s with 32-row (35 KB) tasks and at
  * 33-35 GB/s with 256 KB or larger ones; one thread alone reads 24 GB/s.
+ * The layers' matrices (1-3 MB in the 0.6B shape) want fewer, longer
+ * runs still: every product of one q8_0 decode step, 2 threads, took a
+ * median 16.2-16.9 ms with 256 KB tasks and 4 per thread, 15.3 with
+ * 512 KB and 2, 14.4-14.9 with 1 MB and 2 (docs/benchmarks.md 3f).
  * Why a task floor: a thread the scheduler starts late must still find
- * work (a 1 MB matrix in 4 MB tasks is one thread's job).  Every output of
- * a decode product is one row's own dot, so the grouping changes no bit. */
-enum { GEMV_TASK_ROWS = 32, GEMV_TASK_BYTES = 256 << 10, GEMV_TASKS_PER_THREAD = 4 };
+ * work (a 1 MB matrix in 4 MB tasks is one thread's job); two per thread
+ * keep that, four cut the layers' matrices into 256-800 KB runs.  Every
+ * output of a decode product is one row's own dot, so the grouping
+ * changes no bit. */
+enum { GEMV_TASK_ROWS = 32, GEMV_TASK_BYTES = 1024 << 10, GEMV_TASKS_PER_THREAD = 2 };
 
 static int64_t decode_task_rows(const kvq_pool *pool, int64_t rows, size_t row_bytes) {
     const int64_t by_bytes = (int64_t)(GEMV_TASK_BYTES / KVQ_MAX(row_bytes, (size_t)1));
