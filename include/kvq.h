@@ -512,6 +512,16 @@ typedef struct kvq_model_info {
 } kvq_model_info;
 
 KVQ_API kvq_status kvq_model_load(const char *path, kvq_model **out, kvq_error *err);
+/* Where the weights live.  KVQ_LOAD_MMAP (what kvq_model_load does): the
+ * file is mapped read-only and the weights are read in place from the
+ * page cache (instant load, shared between processes).  KVQ_LOAD_READ
+ * (llama.cpp's --no-mmap): the file is read whole into private memory
+ * first (a load at disk speed, the file's size in private memory).  The
+ * results are the same bits; the speed may not be: on some machines
+ * decoding from the page cache stalls now and then where private memory
+ * does not (docs/benchmarks.md, "mmap"). */
+typedef enum kvq_load_mode { KVQ_LOAD_MMAP = 0, KVQ_LOAD_READ = 1 } kvq_load_mode;
+KVQ_API kvq_status kvq_model_load_ex(const char *path, kvq_load_mode mode, kvq_model **out, kvq_error *err);
 KVQ_API void kvq_model_free(kvq_model *m);
 KVQ_API const kvq_model_info *kvq_model_get_info(const kvq_model *m);
 

@@ -127,8 +127,9 @@ TEST(bench_json_rows_and_bytes) {
     const synth_shape *s = synth_find_shape("tiny-qwen3");
     kvq_error err = { 0 };
     CHECK(!synth_write(s, SYNTH_W_Q8_0, 1, path, &err), "%s", err.msg);
-    snprintf(cmd, sizeof cmd, "%s bench -m %s -t 1 -p 8 -n 3 -r 1 -d 0,40 --types f16,q4_0 --rot off --json 2>/dev/null",
-             bin, path);
+    snprintf(cmd, sizeof cmd,
+             "%s bench -m %s -t 1 -p 8 -n 3 -r 1 -d 0,40 --types f16,q4_0 --rot off --no-mmap --json 2>/dev/null", bin,
+             path);
     static char out[16384];
     const int rc = test_run(cmd, out, sizeof out);
     remove(path);
@@ -145,6 +146,7 @@ TEST(bench_json_rows_and_bytes) {
         const bool f16 = strstr(line, "\"cache_k\": \"f16\", \"cache_v\": \"f16\"") != NULL;
         const bool q4 = strstr(line, "\"cache_k\": \"q4_0\", \"cache_v\": \"q4_0\"") != NULL;
         CHECK(f16 != q4, "cache_k/cache_v missing: %s", line);
+        CHECK(strstr(line, "\"use_mmap\": false"), "--no-mmap not reported: %s", line);
         CHECK(v[0] == 0 || v[0] == 40, "depth %g", v[0]);
         CHECK(v[5] == v[6] + v[7], "bytes per token %.0f != weights %.0f + cache %.0f", v[5], v[6], v[7]);
         CHECK(v[4] > 0 && fabs(v[3] - v[4] * 1e9 / v[5]) <= 1e-3 * v[3], "bound %.4f != %.3f GB/s / %.0f B", v[3],

@@ -77,6 +77,69 @@ TEST(fixture_model_loads_and_gives_finite_logits) {
     CHECK(finite == tm_n_vocab() && spread > 1e-3, "%d finite logits, spread %g", finite, spread);
 }
 
+/* ------------------------------------------------- the two load modes */
+
+/* Logits of a prompt with the fixture at path loaded in `mode`; the
+ * status, with err filled. */
+static kvq_status mode_logits(const char *path, kvq_load_mode mode, float *logits, kvq_error *err) {
+    kvq_model *m = NULL;
+    kvq_status st = kvq_model_load_ex(path, mode, &m, err);
+    int32_t toks[16];
+    const int n = st ? 0 : kvq_tokenize(m, "the cat sat on the mat", 22, true, false, toks, 16);
+    if (!st && (n < 2 || n > 16)) st = kvq_fail(err, KVQ_ERR_ARG, "test: tokenize gave %d tokens", n);
+    kvq_cache_params cp;
+    kvq_cache_params_default(&cp);
+    cp.n_ctx = 32;
+    cp.max_batch = 16;
+    kvq_ctx *c = NULL;
+    if (!st) st = kvq_ctx_create(m, &cp, 1, &c, err);
+    if (!st) st = kvq_ctx_eval(c, toks, n, 0, logits, true, err);
+    kvq_ctx_free(c);
+    kvq_model_free(m);
+    return st;
+}
+
+/* KVQ_LOAD_READ (--no-mmap) reads the weights into memory: the same
+ * logits, bit for bit, as the mapped file, the same load-time checks
+ * (a corrupted file refused with the same message), and a mode that is
+ * neither refused. */
+TEST(model_load_modes_agree) {
+    char path[128];
+    fixture_path(path, sizeof path, "modes");
+    tm_spec s = tm_spec_default();
+    tm_file f;
+    tm_write(&f, &s);
+    const bool saved = tm_save(&f, path);
+    const size_t nv = (size_t)tm_n_vocab();
+    float *lm = calloc(nv, sizeof *lm), *lr = calloc(nv, sizeof *lr);
+    kvq_error em = { 0 }, er = { 0 };
+    const kvq_status sm = saved && lm ? mode_logits(path, KVQ_LOAD_MMAP, lm, &em) : KVQ_ERR_IO;
+    const kvq_status sr = saved && lr ? mode_logits(path, KVQ_LOAD_READ, lr, &er) : KVQ_ERR_IO;
+    const bool same = lm && lr && memcmp(lm, lr, nv * sizeof *lm) == 0;
+    bool differs_from_zero = false;
+    for (size_t i = 0; lm && i < nv; i++) differs_from_zero |= lm[i] != 0.0f;
+    free(lm);
+    free(lr);
+    /* the same file with a NaN in a matrix: refused by both */
+    const bool poked = tm_poke_f32(&f, "blk.1.ffn_down.weight", 64 * 3 + 7, NAN) && tm_save(&f, path);
+    tm_free(&f);
+    kvq_model *m = NULL;
+    kvq_error cm = { 0 }, cr = { 0 }, bad = { 0 };
+    const kvq_status pm = poked ? kvq_model_load_ex(path, KVQ_LOAD_MMAP, &m, &cm) : KVQ_ERR_IO;
+    kvq_model_free(m);
+    const kvq_status pr = poked ? kvq_model_load_ex(path, KVQ_LOAD_READ, &m, &cr) : KVQ_ERR_IO;
+    kvq_model_free(m);
+    const kvq_status pb = kvq_model_load_ex(path, (kvq_load_mode)7, &m, &bad);
+    remove(path);
+    CHECK(saved && poked, "cannot write %s", path);
+    CHECK(sm == KVQ_OK && sr == KVQ_OK, "mapped: %s; read: %s", em.msg, er.msg);
+    CHECK(same && differs_from_zero, "the two load modes gave different logits");
+    CHECK_REFUSED(pm, cm, "blk.1.ffn_down.weight", "row 3, column 7");
+    CHECK_REFUSED(pr, cr, "blk.1.ffn_down.weight", "row 3, column 7");
+    CHECK(!strcmp(cm.msg, cr.msg), "different refusals: '%s' vs '%s'", cm.msg, cr.msg);
+    CHECK(pb == KVQ_ERR_ARG && !m && strstr(bad.msg, "load mode 7"), "mode 7: status %d, '%s'", (int)pb, bad.msg);
+}
+
 /* ------------------------------------------------- non-finite values */
 
 /* The default fixture with one 32-bit value of tensor `name` replaced. */

@@ -21,12 +21,12 @@
 
 /* ---------------------------------------------------------- model load */
 
-typedef struct load_job { const char *path; int n_vocab; } load_job;
+typedef struct load_job { const char *path; int n_vocab; kvq_load_mode mode; } load_job;
 
 static kvq_status job_load(void *ud, kvq_error *err) {
     load_job *j = ud;
     kvq_model *m = NULL;
-    kvq_status st = kvq_model_load(j->path, &m, err);
+    kvq_status st = kvq_model_load_ex(j->path, j->mode, &m, err);
     if (st == KVQ_OK) j->n_vocab = kvq_model_get_info(m)->n_vocab;
     kvq_model_free(m);
     return st;
@@ -37,11 +37,14 @@ TEST(oom_model_load) {
     oom_tmp_path(path, sizeof path, "model.gguf");
     tm_spec s = oom_spec();
     CHECK(tm_save_spec(&s, path), "cannot write %s", path);
-    load_job j = { path, 0 };
-    oom_count c = { 0 };
-    OOM_CHECK(job_load, &j, &c, 20);
+    /* mapped, and read into memory (--no-mmap: one more allocation, the file's bytes) */
+    for (int mode = KVQ_LOAD_MMAP; mode <= KVQ_LOAD_READ; mode++) {
+        load_job j = { path, 0, (kvq_load_mode)mode };
+        oom_count c = { 0 };
+        OOM_CHECK(job_load, &j, &c, 20);
+        CHECK(j.n_vocab == tm_n_vocab(), "mode %d: n_vocab %d, want %d", mode, j.n_vocab, tm_n_vocab());
+    }
     remove(path);
-    CHECK(j.n_vocab == tm_n_vocab(), "n_vocab %d, want %d", j.n_vocab, tm_n_vocab());
 }
 
 /* A shared model with a BPE vocabulary (byte-level merges) when present. */
@@ -49,7 +52,7 @@ TEST(oom_model_load_shared) {
     char buf[1024];
     const char *path = test_shared_path(buf, sizeof buf, "models/toy-h64.gguf");
     if (!path) SKIP("../shared/models/toy-h64.gguf not found");
-    load_job j = { path, 0 };
+    load_job j = { path, 0, KVQ_LOAD_MMAP };
     oom_count c = { 0 };
     OOM_CHECK(job_load, &j, &c, 20);
     CHECK(j.n_vocab > 256, "n_vocab %d", j.n_vocab);

@@ -38,6 +38,7 @@ typedef struct bench_opts {
     bool kv_types_given;                /* -ctk / -ctv given */
     rot_choice rot;
     bool json;                          /* one JSON object per row instead of tables */
+    bool no_mmap;                       /* --no-mmap: weights read into memory */
     double bandwidth_gbs;               /* measured once, before the runs */
     cache_flags cache;
 } bench_opts;
@@ -61,6 +62,7 @@ static void usage(FILE *f) {
         "  -d, --depth LIST       cache depths to measure at, e.g. 0,4096,16384 (default 0)\n"
         "  -t, --threads N        threads (default: online cores)\n"
         CLI_ACT_USAGE
+        CLI_NO_MMAP_USAGE
         "  --types LIST           cache types, each run with -ctk = -ctv = TYPE: names separated by\n"
         "                         commas, 'default' (every cache type but f32, bf16 and the rarely\n"
         "                         used q6_0 q6_1 q5_1 q4_1 q3_1 q2_1) or 'all'.  Without --types\n"
@@ -116,7 +118,7 @@ static int parse_one(bench_opts *o, int argc, char **argv, int *i) {
     int *dst;
     long l, lo = 1, hi = CLI_MAX_CTX;
     const cli_model_flags common = { .model = &o->model, .n_batch = &o->run.fill_batch, .n_threads = &o->run.n_threads,
-                                     .act = &o->run.act };
+                                     .act = &o->run.act, .no_mmap = &o->no_mmap };
     const int r = cli_model_flag(CMD, &common, argc, argv, i);
     if (r) return r;
     if (!strcmp(a, "--json")) { o->json = true; return 1; }
@@ -270,9 +272,11 @@ static void plan_name(const bench_config *c, char *buf, size_t cap) {
 
 static void print_header(const bench_opts *o, const kvq_model_info *in, int n_threads) {
     const char *base = strrchr(o->model, '/');
-    printf("## kvq bench: %s, %d thread%s, context %d (trained %d), pp%d / tg%d, median of %d run%s, %s activations\n\n",
+    printf("## kvq bench: %s, %d thread%s, context %d (trained %d), pp%d / tg%d, median of %d run%s, %s activations, "
+           "weights %s\n\n",
            base ? base + 1 : o->model, n_threads, n_threads == 1 ? "" : "s", o->run.n_ctx, in->n_ctx_train,
-           o->run.n_prompt, o->run.n_gen, o->reps, o->reps == 1 ? "" : "s", cli_act_name(o->run.act));
+           o->run.n_prompt, o->run.n_gen, o->reps, o->reps == 1 ? "" : "s", cli_act_name(o->run.act),
+           o->no_mmap ? "read into memory (--no-mmap)" : "mapped");
     printf("Depth filled (untimed) by %s; pp: one batch of %d tokens after it, tg: %d single steps.\n"
            "t/s from wall-clock time; CPU t/s from the process's CPU time (all threads), which on a\n"
            "shared machine leaves out the time spent waiting for a core.  \"vs f16\": speed / f16's.\n",
@@ -362,12 +366,13 @@ static void print_json(const bench_opts *o, bench_config *cfg, int n_cfg, int de
         if (o->run.n_gen && b.tps > 0) snprintf(frac, sizeof frac, "%.4f", b.fraction);
         else snprintf(frac, sizeof frac, "null");
         if (!(b.tps > 0)) snprintf(tg[5], sizeof tg[5], "null");   /* no bandwidth measured: no bound */
-        printf("{\"model\": \"%s\", \"threads\": %d, \"act\": \"%s\", \"cache_k\": \"%s\", \"cache_v\": \"%s\", \"rotation\": \"%s\", "
+        printf("{\"model\": \"%s\", \"threads\": %d, \"act\": \"%s\", \"use_mmap\": %s, \"cache_k\": \"%s\", \"cache_v\": \"%s\", \"rotation\": \"%s\", "
                "\"depth\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, \"pp_tps\": %.3f, \"tg_tps\": %s, "
                "\"pp_cpu_tps\": %.3f, \"tg_cpu_tps\": %s, \"tg_best_tps\": %s, \"bandwidth_gbs\": %.3f, "
                "\"tg_weight_bytes\": %.0f, \"tg_cache_bytes\": %s, \"tg_bytes_per_token\": %s, "
                "\"tg_bound_tps\": %s, \"tg_bound_fraction\": %s}\n",
-               base ? base + 1 : o->model, n_threads, cli_act_name(o->run.act), kvq_type_name(cfg[c].cache.type_k),
+               base ? base + 1 : o->model, n_threads, cli_act_name(o->run.act), o->no_mmap ? "false" : "true",
+               kvq_type_name(cfg[c].cache.type_k),
                kvq_type_name(cfg[c].cache.type_v), rot, depth, o->run.n_prompt, o->run.n_gen, o->reps,
                per_second(o->run.n_prompt, med[0]), tg[0], per_second(o->run.n_prompt, med[2]), tg[1], tg[2],
                o->bandwidth_gbs, cfg[c].t[0].tg_weight_bytes, tg[3], tg[4], tg[5], frac);
@@ -453,7 +458,7 @@ int cmd_bench(int argc, char **argv) {
     memset(cfg, 0, sizeof cfg);
     const int n_cfg = make_configs(&o, cfg);
     if (!n_cfg) return 1;
-    kvq_model *m = cli_load_model(CMD, o.model);
+    kvq_model *m = cli_load_model(CMD, o.model, o.no_mmap);
     if (!m) return 1;
     kvq_calib *cal = NULL;   /* --calib: every configuration's cache copies it */
     kvq_error cerr = { 0 };

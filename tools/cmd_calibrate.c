@@ -17,6 +17,7 @@ typedef struct calib_opts {
     const char *model, *text, *out;
     int n_ctx, n_batch, n_chunks, n_threads, skip_chunks;
     double query_mix;
+    bool no_mmap;
 } calib_opts;
 
 static void usage(FILE *f) {
@@ -31,13 +32,14 @@ static void usage(FILE *f) {
         "  --skip-chunks N        start after the first N chunks (calibrate on a part of a text\n"
         "                         whose first N chunks an evaluation scores, never on those)\n"
         "  -t, --threads N        threads (default: online cores)\n"
+        CLI_NO_MMAP_USAGE
         "  --query-mix B          share of the queries in K's error metric, 0..1 (default 0.2;\n"
         "                         0: the keys' plain KLT)\n"
         "The file holds every calibrated rate (cal225 ... cal425, docs/calibration.md).\n");
 }
 
 static int parse_args(calib_opts *o, int argc, char **argv) {
-    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads, NULL };
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads, NULL, &o->no_mmap };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -123,7 +125,7 @@ int cmd_calibrate(int argc, char **argv) {
     const int pr = parse_args(&o, argc, argv);
     if (pr >= 0) return pr;
     if (cli_check_writable(CMD, o.out)) return 1;
-    kvq_model *m = cli_load_model(CMD, o.model);
+    kvq_model *m = cli_load_model(CMD, o.model, o.no_mmap);
     if (!m) return 1;
     const kvq_model_info *in = kvq_model_get_info(m);
     if (!o.n_ctx) o.n_ctx = CLI_MAX(4, CLI_MIN(in->n_ctx_train > 0 ? in->n_ctx_train : 512, 4096));

@@ -24,7 +24,7 @@ enum { PATH_CAP = 4096, DEFAULT_N_GEN = 256, MAX_N_GEN = 1 << 24 };
 typedef struct drift_opts {
     const char *model, *prompt, *prompt_file, *outdir, *types, *pairs, *tails, *rot;
     int n_gen, n_ctx, n_threads, n_jobs, n_prompts;
-    bool json;
+    bool json, no_mmap;
     bool types_given_ct, tail_flag, rot_flag;   /* cache flags that a grid list replaces */
     cache_flags cache;
 } drift_opts;
@@ -44,6 +44,7 @@ static void usage(FILE *f) {
         "  -c, --ctx-size N      positions of every cache; a prompt and its N tokens must\n"
         "                        fit (default: the model's trained context)\n"
         "  -t, --threads N       threads in all (default: online cores)\n"
+        CLI_NO_MMAP_USAGE
         "  --jobs N              prompts / configurations run at the same time (threads\n"
         "                        shared; default 1); results do not depend on it\n"
         "  --json                one JSON object per configuration instead of the tables\n"
@@ -80,7 +81,7 @@ static int parse_cache_flag(drift_opts *o, int argc, char **argv, int *i) {
 
 static int parse_one(drift_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
-    const cli_model_flags common = { &o->model, NULL, &o->n_ctx, NULL, NULL, &o->n_threads, NULL };
+    const cli_model_flags common = { &o->model, NULL, &o->n_ctx, NULL, NULL, &o->n_threads, NULL, &o->no_mmap };
     const char **str = NULL;
     long l;
     if (!strcmp(a, "--json")) { o->json = true; return 1; }
@@ -308,7 +309,7 @@ static int write_outputs(const drift_opts *o, const kvq_drift_row *rows, size_t 
 static int run(drift_opts *o, drift_prompts *ps) {
     if (o->outdir && cli_check_output_dir(CMD, o->outdir)) return 1;
     if (read_prompts(o, ps)) return 1;
-    kvq_model *m = cli_load_model(CMD, o->model);
+    kvq_model *m = cli_load_model(CMD, o->model, o->no_mmap);
     if (!m) return 1;
     kvq_calib *cal = NULL;   /* --calib: every configuration's cache copies it */
     kvq_error cerr = { 0 };

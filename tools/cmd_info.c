@@ -85,7 +85,7 @@ int cmd_info(int argc, char **argv) {
             return cli_error(CMD, "unknown option '%s' (see kvq info --help)", argv[i]);
         }
     }
-    kvq_model *m = cli_load_model(CMD, path);
+    kvq_model *m = cli_load_model(CMD, path, false);
     if (!m) return 1;
     const kvq_model_info *in = kvq_model_get_info(m);
     printf("model:        %s\n", path);

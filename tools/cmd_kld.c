@@ -20,6 +20,7 @@ enum { TG_TOKENS = 32 };   /* decode steps timed for tg_tps */
 typedef struct kld_opts {
     const char *model, *text, *base_in, *base_out, *llama_base;
     bool llama_compare, json;
+    bool no_mmap;             /* --no-mmap */
     bool no_base_check;       /* compare against a llama.cpp base that fails base_check */
     bool save_llama;          /* the base written is llama.cpp's format */
     int n_ctx, n_batch, n_chunks, n_threads;
@@ -45,6 +46,7 @@ static void usage(FILE *f) {
         "  --chunks N             use at most N chunks\n"
         "  -t, --threads N        threads (default: online cores)\n"
         CLI_ACT_USAGE
+        CLI_NO_MMAP_USAGE
         "  --json                 print one JSON object instead of the tables\n"
         "  --no-base-check        compare against a llama.cpp base even when this model with an\n"
         "                         exact cache is far from it (another model's base; see\n"
@@ -54,7 +56,7 @@ static void usage(FILE *f) {
 
 static int parse_one(kld_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
-    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads, &o->act };
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads, &o->act, &o->no_mmap };
     const char **str = NULL;
     if (!strcmp(a, "--json")) { o->json = true; return 1; }
     if (!strcmp(a, "--kl-divergence")) { o->llama_compare = true; return 1; }
@@ -419,7 +421,7 @@ int cmd_kld(int argc, char **argv) {
     }
     if (resolve_files(&o)) return 1;
     kld_job j = { .o = &o };
-    j.m = cli_load_model(CMD, o.model);
+    j.m = cli_load_model(CMD, o.model, o.no_mmap);
     if (!j.m) return 1;
     const kvq_model_info *in = kvq_model_get_info(j.m);
     j.bos = in->add_bos ? in->bos_id : -1;

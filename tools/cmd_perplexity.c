@@ -15,7 +15,7 @@ typedef struct ppl_opts {
     const char *model, *text;
     int n_ctx, n_batch, n_chunks, n_threads;
     kvq_act act;
-    bool json;
+    bool json, no_mmap;
     cache_flags cache;
 } ppl_opts;
 
@@ -29,12 +29,13 @@ static void usage(FILE *f) {
         "  --chunks N             score at most N chunks (default: all)\n"
         "  -t, --threads N        threads (default: online cores)\n"
         CLI_ACT_USAGE
+        CLI_NO_MMAP_USAGE
         "  --json                 print one JSON object instead of the Final estimate line\n");
     cache_flags_usage(f);
 }
 
 static int parse_one(ppl_opts *o, int argc, char **argv, int *i) {
-    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads, &o->act };
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads, &o->act, &o->no_mmap };
     if (!strcmp(argv[*i], "--json")) { o->json = true; return 1; }
     const int r = cli_model_flag(CMD, &common, argc, argv, i);
     return r ? r : cache_flags_parse(CMD, &o->cache, argc, argv, i);
@@ -114,7 +115,7 @@ int cmd_perplexity(int argc, char **argv) {
     size_t len = 0;
     char *text = cli_read_text(CMD, o.text, &len);
     if (!text) return 1;
-    kvq_model *m = cli_load_model(CMD, o.model);
+    kvq_model *m = cli_load_model(CMD, o.model, o.no_mmap);
     int32_t *toks = NULL;
     kvq_ctx *ctx = NULL;
     int rc = 1, n_tok = 0;

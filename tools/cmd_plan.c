@@ -21,7 +21,7 @@ static const kvq_type DEFAULT_TYPES[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_Q6_0, KVQ_TYPE
 typedef struct plan_opts {
     const char *model, *text, *base, *budget_arg;
     int n_ctx, n_chunks, n_threads;
-    bool json, compare_uniform;
+    bool json, compare_uniform, no_mmap;
     bool no_base_check;       /* use a llama.cpp base that fails base_check */
     double budget;            /* percent or MiB */
     bool budget_is_mib;
@@ -48,6 +48,7 @@ static void usage(FILE *f) {
         "  -c, --ctx-size N       chunk length (default %d; with --base: the base's)\n"
         "  --chunks N             chunks used (default %d)\n"
         "  -t, --threads N        threads (default: online cores)\n"
+        CLI_NO_MMAP_USAGE
         "  --compare-uniform      also measure every candidate type used everywhere that fits\n"
         "  --json                 print one JSON object\n"
         "  --no-base-check        use a llama.cpp base even when this model is far from it (kvq kld)\n"
@@ -119,7 +120,7 @@ static int parse_cache_flag(plan_opts *o, int argc, char **argv, int *i) {
 
 static int parse_one(plan_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i], *v;
-    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, NULL, &o->n_chunks, &o->n_threads, NULL };
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, NULL, &o->n_chunks, &o->n_threads, NULL, &o->no_mmap };
     const char **str = NULL;
     if (!strcmp(a, "--json")) { o->json = true; return 1; }
     if (!strcmp(a, "--compare-uniform")) { o->compare_uniform = true; return 1; }
@@ -405,7 +406,7 @@ int cmd_plan(int argc, char **argv) {
         if (r == 0) return cli_error(CMD, "unknown option '%s' (see kvq plan --help)", argv[i]);
     }
     if (check_opts(&o)) return 1;
-    kvq_model *m = cli_load_model(CMD, o.model);
+    kvq_model *m = cli_load_model(CMD, o.model, o.no_mmap);
     if (!m) return 1;
     plan_result *r = calloc(1, sizeof *r);
     int rc = 1, n_chunk = 0;

@@ -20,6 +20,7 @@ typedef struct run_opts {
     int n_keep;                 /* --keep: positions a context shift keeps */
     kvq_sampler_params sp;
     bool seed_given, context_shift;
+    bool no_mmap;               /* --no-mmap */
     cache_flags cache;
 } run_opts;
 
@@ -32,6 +33,7 @@ static void usage(FILE *f) {
         "  -c, --ctx-size N       context size (default: the model's, at most 4096)\n"
         "  -t, --threads N        threads (default: online cores)\n"
         CLI_ACT_USAGE
+        CLI_NO_MMAP_USAGE
         "  --temp T               temperature, 0 = greedy (default 0.8)\n"
         "  --top-k K, --top-p P   sampling filters (defaults 40, 0.95)\n"
         "  --seed S               sampler seed, 0..4294967295 (default -1: a random one,\n"
@@ -70,6 +72,7 @@ static int parse_one(run_opts *o, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--temp")) REAL(0.0, 100.0, o->sp.temp);
     else if (!strcmp(a, "--top-k")) LONG(0, 1 << 24, o->sp.top_k);
     else if (!strcmp(a, "--context-shift")) o->context_shift = true;
+    else if (!strcmp(a, "--no-mmap")) o->no_mmap = true;
     else if (!strcmp(a, "--prompt-cache")) { VALUE(); o->prompt_cache = v; }
     else if (!strcmp(a, "--keep")) LONG(0, CLI_MAX_CTX, o->n_keep);
     else if (!strcmp(a, "--top-p")) REAL(0.0, 1.0, o->sp.top_p);
@@ -242,7 +245,7 @@ int cmd_run(int argc, char **argv) {
     }
     if (!o.model) return cli_error(CMD, "no model given (use -m MODEL.gguf)");
     if (!o.prompt) return cli_error(CMD, "no prompt given (use -p TEXT)");
-    kvq_model *m = cli_load_model(CMD, o.model);
+    kvq_model *m = cli_load_model(CMD, o.model, o.no_mmap);
     if (!m) return 1;
     const kvq_model_info *in = kvq_model_get_info(m);
     if (!o.n_ctx) o.n_ctx = in->n_ctx_train < 4096 ? in->n_ctx_train : 4096;

@@ -44,6 +44,7 @@ typedef struct sweep_opts {
     kvq_ladder_rank rank;
     const char *calib;            /* --calib FILE: the calibrated types join the grid */
     kvq_act act;                  /* --act: every run's and the reference's activations */
+    bool no_mmap;                 /* --no-mmap */
 } sweep_opts;
 
 static void usage(FILE *f) {
@@ -67,6 +68,7 @@ static void usage(FILE *f) {
         "  --rot both|on|off     rotation of block-quantised pairs (default both)\n"
         "  --ref-type TYPE       exact cache of the reference (default f32)\n"
         "  -t, --threads N       threads in all (default: online cores)\n"
+        CLI_NO_MMAP_USAGE
         "  --jobs N              configurations run at the same time (threads shared; default 1)\n"
         "  --drift N             also generate N tokens greedily per drift prompt with every\n"
         "                        configuration: columns first divergence and drift KLD\n"
@@ -84,7 +86,7 @@ static void usage(FILE *f) {
 }
 
 static int parse_args(sweep_opts *o, int argc, char **argv) {
-    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads, &o->act };
+    const cli_model_flags common = { &o->model, &o->text, &o->n_ctx, &o->n_batch, &o->n_chunks, &o->n_threads, &o->act, &o->no_mmap };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         const char **str = NULL;
@@ -598,7 +600,7 @@ static int setup(sweep *s) {
     kvq_error err = { 0 };
     /* OUTDIR first: a typo there must not cost a model load or print notes */
     if (cli_check_output_dir(CMD, s->o->outdir)) return 1;
-    if (!(s->m = cli_load_model(CMD, s->o->model))) return 1;
+    if (!(s->m = cli_load_model(CMD, s->o->model, s->o->no_mmap))) return 1;
     s->info = kvq_model_get_info(s->m);
     s->bos = s->info->add_bos ? s->info->bos_id : -1;
     if (kvq_model_file_hash(s->o->model, &s->model_hash, &err) != KVQ_OK) return cli_error(CMD, "%s", err.msg);

@@ -25,6 +25,7 @@ int cli_model_flag(const char *cmd, const cli_model_flags *f, int argc, char **a
     else if (f->n_batch && is_flag(a, "-b", "--batch-size")) num = f->n_batch;
     else if (f->n_chunks && is_flag(a, NULL, "--chunks")) num = f->n_chunks;
     else if (f->n_threads && is_flag(a, "-t", "--threads")) { num = f->n_threads; hi = CLI_MAX_THREADS; }
+    else if (f->no_mmap && is_flag(a, NULL, "--no-mmap")) { *f->no_mmap = true; return 1; }
     else if (f->act && is_flag(a, NULL, "--act")) {
         if (!(v = cli_value(cmd, argc, argv, i))) return -1;
         for (int a = 0; a < KVQ_ACT_COUNT; a++)
@@ -53,11 +54,11 @@ bool cli_set_act(const char *cmd, kvq_ctx *ctx, kvq_act act) {
     return false;
 }
 
-kvq_model *cli_load_model(const char *cmd, const char *path) {
+kvq_model *cli_load_model(const char *cmd, const char *path, bool no_mmap) {
     if (!path) { cli_error(cmd, "no model given (use -m MODEL.gguf)"); return NULL; }
     kvq_model *m = NULL;
     kvq_error err = { 0 };
-    if (kvq_model_load(path, &m, &err) != KVQ_OK) {
+    if (kvq_model_load_ex(path, no_mmap ? KVQ_LOAD_READ : KVQ_LOAD_MMAP, &m, &err) != KVQ_OK) {
         cli_error(cmd, "cannot load '%s': %s", path, err.msg);
         return NULL;
     }

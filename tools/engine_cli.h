@@ -16,14 +16,19 @@ enum { CLI_MAX_CTX = 1 << 20, CLI_MAX_THREADS = 512 };
  * -m/--model, -f/--file, -c/--ctx-size (>= 4: a chunk scores at least two
  * positions), -b/--batch-size, --chunks, -t/--threads, and kvq's
  * --act f32|int8|query8 (activations of the weight products and a q4 K's
- * query, kvq_ctx_set_activations).
+ * query, kvq_ctx_set_activations), --no-mmap (kvq_model_load_ex's
+ * KVQ_LOAD_READ).
  * A command points the fields it takes at its options; NULL fields are
  * flags it lacks. */
 typedef struct cli_model_flags {
     const char **model, **text;
     int *n_ctx, *n_batch, *n_chunks, *n_threads;
     kvq_act *act;
+    bool *no_mmap;              /* --no-mmap: read the model into memory */
 } cli_model_flags;
+/* The help line of --no-mmap. */
+#define CLI_NO_MMAP_USAGE "  --no-mmap              read the model into memory instead of mapping it (llama.cpp's flag)\n"
+
 /* The help line of --act, for the commands that take it. */
 #define CLI_ACT_USAGE "  --act f32|int8|query8  activations of the q8_0/q4_0/K-quant weight products and the query\n" \
                       "                         of a q4_0/q4_1 K cache (default f32); query8: int8 for that query\n" \
@@ -37,7 +42,7 @@ bool cli_set_act(const char *cmd, kvq_ctx *ctx, kvq_act act);
 int cli_model_flag(const char *cmd, const cli_model_flags *f, int argc, char **argv, int *i);
 
 /* Each returns NULL after printing "kvq CMD: error: ..." */
-kvq_model *cli_load_model(const char *cmd, const char *path);
+kvq_model *cli_load_model(const char *cmd, const char *path, bool no_mmap);
 char *cli_read_text(const char *cmd, const char *path, size_t *len);
 int32_t *cli_tokenize(const char *cmd, const kvq_model *m, const char *text, size_t len, bool add_bos, int *n_out);
 /* The tokens of the text file at path (cli_read_text + cli_tokenize, BOS

@@ -438,15 +438,16 @@ static kvq_status parse(gguf_file *f, kvq_error *err) {
     return place_tensors(f, err);
 }
 
-static kvq_status open_buffer(const void *data, size_t size, bool mapped, gguf_file **out, kvq_error *err) {
+static kvq_status open_buffer(const void *data, size_t size, gguf_storage storage, gguf_file **out,
+                              kvq_error *err) {
     gguf_file *f = kvq_calloc(1, sizeof *f);
     if (!f) return kvq_fail(err, KVQ_ERR_NOMEM, "gguf: out of memory");
     f->base = data;
     f->size = size;
-    f->mapped = mapped;
+    f->storage = storage;
     kvq_status s = parse(f, err);
     if (s) {
-        f->mapped = false;          /* the caller of open_buffer owns the mapping on failure */
+        f->storage = GGUF_CALLER_BUFFER;   /* the caller of open_buffer releases the bytes on failure */
         gguf_close(f);
         return s;
     }
@@ -458,7 +459,7 @@ kvq_status gguf_open_memory(const void *data, size_t size, gguf_file **out, kvq_
     if (!out) return kvq_fail(err, KVQ_ERR_ARG, "gguf: no output pointer");
     *out = NULL;
     if (!data && size) return kvq_fail(err, KVQ_ERR_ARG, "gguf: NULL buffer");
-    return open_buffer(size ? data : "", size, false, out, err);
+    return open_buffer(size ? data : "", size, GGUF_CALLER_BUFFER, out, err);
 }
 
 kvq_status gguf_open(const char *path, gguf_file **out, kvq_error *err) {
@@ -489,8 +490,25 @@ kvq_status gguf_open(const char *path, gguf_file **out, kvq_error *err) {
     int e = errno;
     close(fd);                       /* the mapping keeps the file open */
     if (map == MAP_FAILED) return kvq_fail(err, KVQ_ERR_IO, "gguf: cannot map '%s': %s", path, strerror(e));
-    kvq_status s = open_buffer(map, size, true, out, err);
+    kvq_status s = open_buffer(map, size, GGUF_MAPPED, out, err);
     if (s) munmap(map, size);
+    return s;
+}
+
+kvq_status gguf_open_read(const char *path, gguf_file **out, kvq_error *err) {
+    if (!out || !path) return kvq_fail(err, KVQ_ERR_ARG, "gguf: no path or output pointer");
+    *out = NULL;
+    char *buf;
+    size_t size;
+    /* no cap but the address space: a model is as large as it is */
+    kvq_status s = kvq_read_file(path, "gguf", SIZE_MAX / 2, &buf, &size, err);
+    if (s) return s;
+    if (size == 0) {
+        free(buf);
+        return kvq_fail(err, KVQ_ERR_FORMAT, "gguf: '%s' is empty (0 bytes): not a GGUF file", path);
+    }
+    s = open_buffer(buf, size, GGUF_READ, out, err);
+    if (s) free(buf);
     return s;
 }
 
@@ -498,7 +516,8 @@ void gguf_close(gguf_file *f) {
     if (!f) return;
     free(f->kvs);
     free(f->tensors);
-    if (f->mapped) munmap((void *)f->base, f->size);
+    if (f->storage == GGUF_MAPPED) munmap((void *)f->base, f->size);
+    if (f->storage == GGUF_READ) free((void *)f->base);
     free(f);
 }
 

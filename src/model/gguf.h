@@ -1,7 +1,8 @@
 /*
  * gguf.h - reader of GGUF model files (versions 2 and 3, little-endian).
  *
- * The file is memory-mapped and parsed once at open; every offset, count,
+ * The file is memory-mapped (or read into memory) and parsed once at
+ * open; every offset, count,
  * string length, tensor shape and type is checked against the file size
  * before use, so a truncated or hostile file gives one clear error and
  * never a crash, hang or huge allocation.  Strings and tensor data point
@@ -40,6 +41,11 @@ typedef struct gguf_tensor {
     size_t nbytes;
 } gguf_tensor;
 
+/* Where a gguf_file's bytes live: the caller's buffer (kept), a
+ * read-only mapping (unmapped at close) or a buffer read from the file
+ * (freed at close). */
+typedef enum gguf_storage { GGUF_CALLER_BUFFER, GGUF_MAPPED, GGUF_READ } gguf_storage;
+
 typedef struct gguf_file {
     uint32_t version;
     uint64_t n_kv, n_tensors;
@@ -47,13 +53,17 @@ typedef struct gguf_file {
     gguf_tensor *tensors;
     uint32_t alignment;
     uint64_t data_offset;
-    const uint8_t *base;     /* mapping (or caller's buffer)            */
+    const uint8_t *base;     /* mapping, read buffer or caller's buffer */
     size_t size;
-    bool mapped;
+    gguf_storage storage;    /* who releases base, and how              */
 } gguf_file;
 
-/* Open and validate a file; on error *out is NULL and err says why. */
+/* Open and validate a file; on error *out is NULL and err says why.
+ * gguf_open maps it; gguf_open_read reads it whole into private memory
+ * (kvq_model_load_ex's KVQ_LOAD_READ: no page-cache pages under the
+ * weights, see there). */
 kvq_status gguf_open(const char *path, gguf_file **out, kvq_error *err);
+kvq_status gguf_open_read(const char *path, gguf_file **out, kvq_error *err);
 /* Same over a caller-owned buffer (fuzzing, tests); the buffer must
  * outlive the gguf_file. */
 kvq_status gguf_open_memory(const void *data, size_t size, gguf_file **out, kvq_error *err);

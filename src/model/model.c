@@ -294,11 +294,18 @@ static kvq_status model_from_file(gguf_file *file, kvq_model **out, kvq_error *e
 }
 
 kvq_status kvq_model_load(const char *path, kvq_model **out, kvq_error *err) {
+    return kvq_model_load_ex(path, KVQ_LOAD_MMAP, out, err);
+}
+
+kvq_status kvq_model_load_ex(const char *path, kvq_load_mode mode, kvq_model **out, kvq_error *err) {
     if (!out) return kvq_fail(err, KVQ_ERR_ARG, "kvq_model_load: out is NULL");
     *out = NULL;
     if (!path) return kvq_fail(err, KVQ_ERR_ARG, "kvq_model_load: path is NULL");
+    if (mode != KVQ_LOAD_MMAP && mode != KVQ_LOAD_READ)
+        return kvq_fail(err, KVQ_ERR_ARG, "kvq_model_load_ex: load mode %d: expected KVQ_LOAD_MMAP or KVQ_LOAD_READ",
+                        (int)mode);
     gguf_file *file;
-    kvq_status st = gguf_open(path, &file, err);
+    kvq_status st = mode == KVQ_LOAD_READ ? gguf_open_read(path, &file, err) : gguf_open(path, &file, err);
     return st ? st : model_from_file(file, out, err);
 }
 
