@@ -17,7 +17,7 @@
 /* One line per group. */
 static const bench_group g_groups[] = {
     { "formats", "per type: quantise / dequantise / dot / axpy throughput, scalar vs SIMD", bench_formats },
-    { "matmul", "kvq_matmul GFLOP/s per weight type, decode and prefill, 1-2 threads", bench_matmul },
+    { "matmul", "kvq_matmul GFLOP/s per weight type, decode and prefill, 1-2 threads (--model FILE: a model's decode products)", bench_matmul },
     { "attention", "decode attention over 4k/32k cached tokens per cache type, vs f16", bench_attention },
     { "decode", "one decode step at depth per cache type and kernel level vs the bandwidth bound (-c -t --types --levels)", bench_decode_step },
     { "chunk", "the chunk kernels alone (K scores, V sums) on rows in L1, ns per key, per type and level", bench_chunk },

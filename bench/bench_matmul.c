@@ -7,6 +7,7 @@
 #include "kvq.h"
 #include "matmul.h"
 #include "act8.h"
+#include "model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +147,79 @@ static void print_act8_levels(kvq_type ty, const uint8_t *W, int64_t rows, int64
     }
 }
 
+/* --model FILE: the decode products of one generation step of a real
+ * model file in the forward pass's order (every layer's wq wk wv wo gate
+ * up down, then the output), nothing else timed: what the weights alone
+ * cost a step, and the rate they are read at, on 1 and 2 threads.
+ * --no-mmap reads the file into memory first (kvq_model_load_ex). */
+typedef struct model_pass { double layers_s, total_s; } model_pass;
+
+static model_pass time_model_pass(kvq_pool *pool, const kvq_model *m, const float *X, float *Y) {
+    const double t0 = now_s();
+    for (int l = 0; l < m->info.n_layer; l++) {
+        const kvq_layer *L = &m->layers[l];
+        const kvq_weight *w[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down };
+        for (size_t k = 0; k < sizeof w / sizeof w[0]; k++)
+            kvq_matmul(pool, w[k]->type, w[k]->data, w[k]->rows, w[k]->cols, X, 1, Y);
+    }
+    const double t1 = now_s();
+    kvq_matmul(pool, m->output.type, m->output.data, m->output.rows, m->output.cols, X, 1, Y);
+    return (model_pass){ t1 - t0, now_s() - t0 };
+}
+
+static double model_weight_bytes(const kvq_model *m, double *layers) {
+    *layers = 0;
+    for (int l = 0; l < m->info.n_layer; l++) {
+        const kvq_layer *L = &m->layers[l];
+        const kvq_weight *w[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down };
+        for (size_t k = 0; k < sizeof w / sizeof w[0]; k++) *layers += (double)w[k]->row_bytes * (double)w[k]->rows;
+    }
+    return *layers + (double)m->output.row_bytes * (double)m->output.rows;
+}
+
+static int bench_model_products(const char *path, bool no_mmap, int reps, kvq_pool *const pools[2]) {
+    kvq_model *m = NULL;
+    kvq_error err = { 0 };
+    if (kvq_model_load_ex(path, no_mmap ? KVQ_LOAD_READ : KVQ_LOAD_MMAP, &m, &err) != KVQ_OK) {
+        fprintf(stderr, "bench_matmul: %s\n", err.msg);
+        return 1;
+    }
+    const int64_t width = KVQ_MAX(m->info.n_embd, KVQ_MAX(m->info.n_ff, m->info.n_head * m->info.head_dim_v));
+    const int64_t outs = KVQ_MAX(m->info.n_vocab, KVQ_MAX(m->info.n_ff, m->info.n_head * m->info.head_dim_k));
+    float *X = malloc(sizeof(float) * (size_t)width), *Y = malloc(sizeof(float) * (size_t)outs);
+    if (!X || !Y) { fprintf(stderr, "bench_matmul: out of memory\n"); free(X); free(Y); kvq_model_free(m); return 1; }
+    uint64_t s = 5;
+    for (int64_t i = 0; i < width; i++) X[i] = rng_float(&s);
+    double layer_bytes;
+    const double bytes = model_weight_bytes(m, &layer_bytes);
+    printf("decode products of %s (%s, %d layers, %.1f MB of weights a step), weights %s, f32 activations,\n"
+           "median of %d passes after one warm-up; GB/s = weight bytes / time\n\n",
+           path, m->info.arch_name, m->info.n_layer, bytes * 1e-6, no_mmap ? "read into memory" : "mapped", reps);
+    printf("| threads | step ms | layers ms | output ms | GB/s | layers GB/s | output GB/s | p25-p75 step ms |\n"
+           "|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for (int p = 0; p < 2; p++) {
+        double step[64], lay[64], out[64];
+        time_model_pass(pools[p], m, X, Y);
+        for (int i = 0; i < reps; i++) {
+            const model_pass mp = time_model_pass(pools[p], m, X, Y);
+            step[i] = mp.total_s;
+            lay[i] = mp.layers_s;
+            out[i] = mp.total_s - mp.layers_s;
+        }
+        qsort(lay, (size_t)reps, sizeof lay[0], cmp_double);
+        qsort(out, (size_t)reps, sizeof out[0], cmp_double);
+        qsort(step, (size_t)reps, sizeof step[0], cmp_double);
+        const double ts = step[reps / 2], tl = lay[reps / 2], to = out[reps / 2];
+        printf("| %d | %.2f | %.2f | %.2f | %.1f | %.1f | %.1f | %.2f-%.2f |\n", p + 1, 1e3 * ts, 1e3 * tl, 1e3 * to,
+               bytes / ts * 1e-9, layer_bytes / tl * 1e-9, (bytes - layer_bytes) / to * 1e-9, 1e3 * step[reps / 4],
+               1e3 * step[(3 * reps) / 4]);
+        fflush(stdout);
+    }
+    free(X); free(Y);
+    kvq_model_free(m);
+    return 0;
+}
+
 static bool type_selected(const char *list, const char *name) {
     if (!list) return true;
     size_t n = strlen(name);
@@ -157,7 +231,8 @@ static bool type_selected(const char *list, const char *name) {
 int bench_matmul(int argc, char **argv) {
     int64_t rows = 2048, cols = 2048;
     int reps = 5;
-    const char *types = NULL;
+    const char *types = NULL, *model = NULL;
+    bool no_mmap = false;
     size_t n_toks = 2;   /* --decode: the 1-token product only */
     const char *act = "both";   /* --act f32|int8|both: activations of the covered types */
     bool levels = false;        /* --levels: the int8 dot of every kernel level instead */
@@ -182,6 +257,8 @@ int bench_matmul(int argc, char **argv) {
         else if (!strcmp(argv[i], "--levels")) levels = true;
         else if (!strcmp(argv[i], "--act") && v) act = argv[++i];
         else if (!strcmp(argv[i], "--break-even")) types = "";   /* no type: the break-even table only */
+        else if (!strcmp(argv[i], "--model") && v) model = argv[++i];
+        else if (!strcmp(argv[i], "--no-mmap")) no_mmap = true;
         else { fprintf(stderr, "bench_matmul: unknown option or missing value '%s'\n", argv[i]); return 1; }
         if (!ok) return 1;
     }
@@ -201,6 +278,13 @@ int bench_matmul(int argc, char **argv) {
     if (rows < 1 || cols < 256 || cols % 256 || reps < 1 || reps > 64) {
         fprintf(stderr, "bench_matmul: need rows >= 1, cols a multiple of 256, 1 <= reps <= 64\n");
         return 1;
+    }
+    if (model) {   /* a model's decode products, nothing else */
+        kvq_pool *pools[2] = { kvq_pool_create(1), kvq_pool_create(2) };
+        const int rc = pools[0] && pools[1] ? bench_model_products(model, no_mmap, reps, pools) : 1;
+        kvq_pool_free(pools[0]);
+        kvq_pool_free(pools[1]);
+        return rc;
     }
     const bool act_f32 = !strcmp(act, "f32") || !strcmp(act, "both"), act_int8 = !strcmp(act, "int8") || !strcmp(act, "both");
     if (!act_f32 && !act_int8) { fprintf(stderr, "bench_matmul: --act must be f32, int8 or both, not '%s'\n", act); return 1; }

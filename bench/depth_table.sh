@@ -7,7 +7,8 @@
 # the type's cache bytes, exact rows included: the strict reading, the
 # weights left out; "-" for f16 itself and at depth 0).
 #   sh bench/depth_table.sh KVQ MODEL
-#   (THREADS, DEPTHS, TYPES, REPS, NPROMPT, NGEN, OUT override)
+#   (THREADS, DEPTHS, TYPES, REPS, NPROMPT, NGEN, OUT, EXTRA (more kvq bench
+#    flags, e.g. --no-mmap) override)
 # The load is printed before and after (uptime); the JSON lines stay in OUT.
 set -eu
 KVQ=$1
@@ -18,12 +19,14 @@ TYPES=${TYPES:-f16,q8_0,q4_0,iq4_nl,q3_0,kvarn4,turbo4_tcq,turbo3_tcq}
 REPS=${REPS:-3}
 NPROMPT=${NPROMPT:-128}
 NGEN=${NGEN:-32}
+EXTRA=${EXTRA:-}
 OUT=${OUT:-out/depth_table.jsonl}
 mkdir -p "$(dirname "$OUT")"
 echo "load before: $(uptime)"
-echo "command: $KVQ bench -m $MODEL -t $THREADS -p $NPROMPT -n $NGEN -r $REPS -d $DEPTHS --types $TYPES --json"
+echo "command: $KVQ bench -m $MODEL -t $THREADS -p $NPROMPT -n $NGEN -r $REPS -d $DEPTHS --types $TYPES $EXTRA --json"
+# shellcheck disable=SC2086 # EXTRA is a list of flags
 "$KVQ" bench -m "$MODEL" -t "$THREADS" -p "$NPROMPT" -n "$NGEN" -r "$REPS" -d "$DEPTHS" --types "$TYPES" \
-    --json 2>/dev/null > "$OUT"
+    $EXTRA --json 2>/dev/null > "$OUT"
 echo "load after: $(uptime)"
 awk '
     function num(k,   p) { p = index($0, "\"" k "\": "); if (!p) return ""; return substr($0, p + length(k) + 4) + 0 }

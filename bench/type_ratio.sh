@@ -9,7 +9,7 @@
 # which the separate medians of depth_table.sh do not undo.
 #   sh bench/type_ratio.sh KVQ MODEL
 #   (THREADS, DEPTHS, TYPES (the first is the reference), ROUNDS, NPROMPT,
-#    NGEN, OUT override)
+#    NGEN, OUT, EXTRA (more kvq bench flags, e.g. --no-mmap) override)
 # The load is printed before and after (uptime); the JSON lines stay in OUT.
 set -eu
 KVQ=$1
@@ -20,15 +20,17 @@ TYPES=${TYPES:-f16,q4_0}
 ROUNDS=${ROUNDS:-5}
 NPROMPT=${NPROMPT:-8}
 NGEN=${NGEN:-16}
+EXTRA=${EXTRA:-}
 OUT=${OUT:-out/type_ratio.jsonl}
 mkdir -p "$(dirname "$OUT")"
 : > "$OUT"
 echo "load before: $(uptime)"
-echo "command (x $ROUNDS per depth): $KVQ bench -m $MODEL -t $THREADS -p $NPROMPT -n $NGEN -r 1 -d DEPTH --types $TYPES --json"
+echo "command (x $ROUNDS per depth): $KVQ bench -m $MODEL -t $THREADS -p $NPROMPT -n $NGEN -r 1 -d DEPTH --types $TYPES $EXTRA --json"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     for d in $(echo "$DEPTHS" | tr ',' ' '); do
-        "$KVQ" bench -m "$MODEL" -t "$THREADS" -p "$NPROMPT" -n "$NGEN" -r 1 -d "$d" --types "$TYPES" --json \
+        # shellcheck disable=SC2086 # EXTRA is a list of flags
+        "$KVQ" bench -m "$MODEL" -t "$THREADS" -p "$NPROMPT" -n "$NGEN" -r 1 -d "$d" --types "$TYPES" $EXTRA --json \
             2>/dev/null | sed "s/^{/{\"round\": $r, /" >> "$OUT"
     done
     r=$((r + 1))
