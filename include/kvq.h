@@ -519,7 +519,7 @@ KVQ_API kvq_status kvq_model_load(const char *path, kvq_model **out, kvq_error *
  * first (a load at disk speed, the file's size in private memory).  The
  * results are the same bits; the speed may not be: on some machines
  * decoding from the page cache stalls now and then where private memory
- * does not (docs/benchmarks.md, "mmap"). */
+ * does not (docs/engine.md; measured in docs/benchmarks.md 3f). */
 typedef enum kvq_load_mode { KVQ_LOAD_MMAP = 0, KVQ_LOAD_READ = 1 } kvq_load_mode;
 KVQ_API kvq_status kvq_model_load_ex(const char *path, kvq_load_mode mode, kvq_model **out, kvq_error *err);
 KVQ_API void kvq_model_free(kvq_model *m);

@@ -2,11 +2,11 @@
  * gguf.h - reader of GGUF model files (versions 2 and 3, little-endian).
  *
  * The file is memory-mapped (or read into memory) and parsed once at
- * open; every offset, count,
- * string length, tensor shape and type is checked against the file size
- * before use, so a truncated or hostile file gives one clear error and
- * never a crash, hang or huge allocation.  Strings and tensor data point
- * into the mapping (strings are NOT NUL-terminated: use gguf_str).
+ * open; every offset, count, string length, tensor shape and type is
+ * checked against the file size before use, so a truncated or hostile
+ * file gives one clear error and never a crash, hang or huge allocation.
+ * Strings and tensor data point into the file's bytes (strings are NOT
+ * NUL-terminated: use gguf_str).
  */
 #ifndef KVQ_GGUF_H
 #define KVQ_GGUF_H

@@ -1,5 +1,6 @@
 /* model.h - the loaded model (internal): hyper-parameters, weight views
- * into the memory-mapped GGUF file, and the tokenizer.
+ * into the GGUF file's bytes (mapped, or read into memory:
+ * kvq_model_load_ex), and the tokenizer.
  *
  * Matrices stay in the file's storage type and are read in place by
  * kvq_matmul; the small vectors (norm weights, biases) are converted to
