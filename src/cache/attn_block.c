@@ -275,12 +275,17 @@ int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src
     return kind > 0 && kr->scores_as[kind] && kr->accumulate_as[kind] ? kind : -1;
 }
 
-/* Rows a few chunks ahead, when the rows are evenly spaced (one KV head's
+/* The next chunk's rows, when the rows are evenly spaced (one KV head's
  * rows, the usual case), are fetched into the cache while this chunk is
  * computed: the hardware prefetchers stop at 4 KiB pages and fetch too
- * little ahead for a stream this fast.  Only a hint: a wrong guess (past
- * the end of the cache) costs a wasted fetch, never a fault. */
-enum { PREFETCH_CHUNKS = 4 };
+ * little ahead for a stream this fast.  One chunk ahead, not four: at
+ * 16384 keys one layer's step took 0.83x (f16), 0.91x (q4_0) and 0.77x
+ * (q8_0) the time on 2 threads, the whole model ran f16 1.28x and q8_0
+ * 1.10x faster, q4_0 the same (docs/benchmarks.md 2); further ahead,
+ * the lines were evicted or queued behind the chunk's own.  Only a hint:
+ * a wrong guess (past the end of the cache) costs a wasted fetch, never
+ * a fault. */
+enum { PREFETCH_CHUNKS = 1 };
 static void prefetch_ahead(const uint8_t *const *rows, int nk) {
     if (nk < 2 || !rows[0] || !rows[1] || !rows[nk - 1]) return;
     const uintptr_t first = (uintptr_t)rows[0], last = (uintptr_t)rows[nk - 1];
