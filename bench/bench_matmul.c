@@ -153,13 +153,21 @@ static void print_act8_levels(kvq_type ty, const uint8_t *W, int64_t rows, int64
  * cost a step, and the rate they are read at, on 1 and 2 threads.
  * --no-mmap reads the file into memory first (kvq_model_load_ex). */
 typedef struct model_pass { double layers_s, total_s; } model_pass;
+enum { LAYER_MATRICES = 7 };
+
+/* A layer's matrices in the order the forward pass multiplies them. */
+static void layer_matrices(const kvq_layer *L, const kvq_weight *w[LAYER_MATRICES]) {
+    const kvq_weight *const order[LAYER_MATRICES] = { &L->wq, &L->wk, &L->wv, &L->wo,
+                                                      &L->ffn_gate, &L->ffn_up, &L->ffn_down };
+    for (int k = 0; k < LAYER_MATRICES; k++) w[k] = order[k];
+}
 
 static model_pass time_model_pass(kvq_pool *pool, const kvq_model *m, const float *X, float *Y) {
     const double t0 = now_s();
     for (int l = 0; l < m->info.n_layer; l++) {
-        const kvq_layer *L = &m->layers[l];
-        const kvq_weight *w[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down };
-        for (size_t k = 0; k < sizeof w / sizeof w[0]; k++)
+        const kvq_weight *w[LAYER_MATRICES];
+        layer_matrices(&m->layers[l], w);
+        for (int k = 0; k < LAYER_MATRICES; k++)
             kvq_matmul(pool, w[k]->type, w[k]->data, w[k]->rows, w[k]->cols, X, 1, Y);
     }
     const double t1 = now_s();
@@ -167,12 +175,13 @@ static model_pass time_model_pass(kvq_pool *pool, const kvq_model *m, const floa
     return (model_pass){ t1 - t0, now_s() - t0 };
 }
 
+/* Weight bytes of a step: all of them, and (*layers) the layers' alone. */
 static double model_weight_bytes(const kvq_model *m, double *layers) {
     *layers = 0;
     for (int l = 0; l < m->info.n_layer; l++) {
-        const kvq_layer *L = &m->layers[l];
-        const kvq_weight *w[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down };
-        for (size_t k = 0; k < sizeof w / sizeof w[0]; k++) *layers += (double)w[k]->row_bytes * (double)w[k]->rows;
+        const kvq_weight *w[LAYER_MATRICES];
+        layer_matrices(&m->layers[l], w);
+        for (int k = 0; k < LAYER_MATRICES; k++) *layers += (double)w[k]->row_bytes * (double)w[k]->rows;
     }
     return *layers + (double)m->output.row_bytes * (double)m->output.rows;
 }
@@ -185,7 +194,8 @@ static int bench_model_products(const char *path, bool no_mmap, int reps, kvq_po
         return 1;
     }
     const int64_t width = KVQ_MAX(m->info.n_embd, KVQ_MAX(m->info.n_ff, m->info.n_head * m->info.head_dim_v));
-    const int64_t outs = KVQ_MAX(m->info.n_vocab, KVQ_MAX(m->info.n_ff, m->info.n_head * m->info.head_dim_k));
+    const int64_t outs = KVQ_MAX(KVQ_MAX(m->info.n_vocab, m->info.n_embd),
+                                 KVQ_MAX(m->info.n_ff, m->info.n_head * m->info.head_dim_k));
     float *X = malloc(sizeof(float) * (size_t)width), *Y = malloc(sizeof(float) * (size_t)outs);
     if (!X || !Y) { fprintf(stderr, "bench_matmul: out of memory\n"); free(X); free(Y); kvq_model_free(m); return 1; }
     uint64_t s = 5;
