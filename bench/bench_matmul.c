@@ -153,21 +153,13 @@ static void print_act8_levels(kvq_type ty, const uint8_t *W, int64_t rows, int64
  * cost a step, and the rate they are read at, on 1 and 2 threads.
  * --no-mmap reads the file into memory first (kvq_model_load_ex). */
 typedef struct model_pass { double layers_s, total_s; } model_pass;
-enum { LAYER_MATRICES = 7 };
-
-/* A layer's matrices in the order the forward pass multiplies them. */
-static void layer_matrices(const kvq_layer *L, const kvq_weight *w[LAYER_MATRICES]) {
-    const kvq_weight *const order[LAYER_MATRICES] = { &L->wq, &L->wk, &L->wv, &L->wo,
-                                                      &L->ffn_gate, &L->ffn_up, &L->ffn_down };
-    for (int k = 0; k < LAYER_MATRICES; k++) w[k] = order[k];
-}
 
 static model_pass time_model_pass(kvq_pool *pool, const kvq_model *m, const float *X, float *Y) {
     const double t0 = now_s();
     for (int l = 0; l < m->info.n_layer; l++) {
-        const kvq_weight *w[LAYER_MATRICES];
-        layer_matrices(&m->layers[l], w);
-        for (int k = 0; k < LAYER_MATRICES; k++)
+        const kvq_weight *w[KVQ_LAYER_MATRICES];
+        kvq_layer_matrices(&m->layers[l], w);
+        for (int k = 0; k < KVQ_LAYER_MATRICES; k++)
             kvq_matmul(pool, w[k]->type, w[k]->data, w[k]->rows, w[k]->cols, X, 1, Y);
     }
     const double t1 = now_s();
@@ -179,9 +171,9 @@ static model_pass time_model_pass(kvq_pool *pool, const kvq_model *m, const floa
 static double model_weight_bytes(const kvq_model *m, double *layers) {
     *layers = 0;
     for (int l = 0; l < m->info.n_layer; l++) {
-        const kvq_weight *w[LAYER_MATRICES];
-        layer_matrices(&m->layers[l], w);
-        for (int k = 0; k < LAYER_MATRICES; k++) *layers += (double)w[k]->row_bytes * (double)w[k]->rows;
+        const kvq_weight *w[KVQ_LAYER_MATRICES];
+        kvq_layer_matrices(&m->layers[l], w);
+        for (int k = 0; k < KVQ_LAYER_MATRICES; k++) *layers += (double)w[k]->row_bytes * (double)w[k]->rows;
     }
     return *layers + (double)m->output.row_bytes * (double)m->output.rows;
 }

@@ -30,6 +30,14 @@ typedef struct kvq_layer {
     kvq_weight ffn_gate, ffn_up, ffn_down;
 } kvq_layer;
 
+/* A layer's matrices in the order the forward pass multiplies them (what
+ * a decode step's bytes and `kvq-bench matmul --model` walk). */
+enum { KVQ_LAYER_MATRICES = 7 };
+static inline void kvq_layer_matrices(const kvq_layer *L, const kvq_weight *w[KVQ_LAYER_MATRICES]) {
+    w[0] = &L->wq; w[1] = &L->wk; w[2] = &L->wv; w[3] = &L->wo;
+    w[4] = &L->ffn_gate; w[5] = &L->ffn_up; w[6] = &L->ffn_down;
+}
+
 struct kvq_model {
     kvq_model_info info;
     float rope_freq_scale;              /* 1 / linear scaling factor     */

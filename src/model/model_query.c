@@ -20,8 +20,9 @@ static double decode_bytes(const kvq_model *m) {
     const double v = (double)in->n_head_kv * in->head_dim_v;
     for (int il = 0; il < in->n_layer; il++) {
         const kvq_layer *L = &m->layers[il];
-        const kvq_weight *w[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down };
-        for (int i = 0; i < 7; i++) sum += matrix_bytes(w[i]);
+        const kvq_weight *w[KVQ_LAYER_MATRICES];
+        kvq_layer_matrices(L, w);
+        for (int i = 0; i < KVQ_LAYER_MATRICES; i++) sum += matrix_bytes(w[i]);
         sum += 2 * f * in->n_embd;                                    /* attention and FFN norms */
         if (L->q_norm) sum += f * 2 * in->head_dim_k;
         if (L->bq) sum += f * (q + kv + v);
