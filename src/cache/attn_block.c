@@ -286,13 +286,19 @@ int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src
  * a wrong guess (past the end of the cache) costs a wasted fetch, never
  * a fault. */
 enum { PREFETCH_CHUNKS = 1 };
+
+/* Every cache line of [from, to): a hint, never a read. */
+static void prefetch_range(uintptr_t from, uintptr_t to) {
+    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a);
+}
+
 static void prefetch_ahead(const uint8_t *const *rows, int nk) {
     if (nk < 2 || !rows[0] || !rows[1] || !rows[nk - 1]) return;
     const uintptr_t first = (uintptr_t)rows[0], last = (uintptr_t)rows[nk - 1];
     const uintptr_t step = (uintptr_t)rows[1] - first;
     if (step == 0 || step > 4096 || last - first != step * (uintptr_t)(nk - 1)) return;
-    const uintptr_t from = first + step * (uintptr_t)nk * PREFETCH_CHUNKS, to = from + step * (uintptr_t)nk;
-    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a);
+    const uintptr_t from = first + step * (uintptr_t)nk * PREFETCH_CHUNKS;
+    prefetch_range(from, from + step * (uintptr_t)nk);
 }
 
 static bool row_is_finite(const float *x, int64_t n) {
@@ -491,8 +497,7 @@ static void fused_row_values(const attn_block_kernels *kr, const attn_block_rows
 static void prefetch_groups(const attn_block_rows *src, const attn_block_fused *fz, int nk) {
     const uintptr_t group = (uintptr_t)(src->len / 32) * KVQ_LANES * (uintptr_t)fz->block_bytes;
     const uintptr_t from = (uintptr_t)src->lanes + (uintptr_t)((src->key0 + nk * PREFETCH_CHUNKS) / KVQ_LANES) * group;
-    const uintptr_t to = from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group;
-    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a);
+    prefetch_range(from, from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group);
 }
 
 static bool fused_lanes_scores(const attn_block_kernels *kr, const attn_block_rows *k, int nk, const attn_query *q,
