@@ -57,6 +57,10 @@ static int parse_one(run_opts *o, int argc, char **argv, int *i) {
     const char *v;
     long l;
     double d;
+    /* the flags run shares with the other model commands (engine_cli.h) */
+    const cli_model_flags shared = { .act = &o->act, .no_mmap = &o->no_mmap };
+    const int r = cli_model_flag(CMD, &shared, argc, argv, i);
+    if (r) return r;
 #define VALUE() if (!(v = cli_value(CMD, argc, argv, i))) return -1
 #define LONG(lo, hi, dst) do { VALUE(); if (!cli_flag_long(CMD, a, v, lo, hi, &l)) return -1; dst = (int)l; } while (0)
 #define REAL(lo, hi, dst) do { VALUE(); if (!cli_flag_double(CMD, a, v, lo, hi, &d)) return -1; dst = (float)d; } while (0)
@@ -65,14 +69,9 @@ static int parse_one(run_opts *o, int argc, char **argv, int *i) {
     else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) LONG(0, 1 << 24, o->n_predict);
     else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) LONG(1, CLI_MAX_CTX, o->n_ctx);
     else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) LONG(1, CLI_MAX_THREADS, o->n_threads);
-    else if (!strcmp(a, "--act")) {
-        const cli_model_flags act = { .act = &o->act };
-        return cli_model_flag(CMD, &act, argc, argv, i);
-    }
     else if (!strcmp(a, "--temp")) REAL(0.0, 100.0, o->sp.temp);
     else if (!strcmp(a, "--top-k")) LONG(0, 1 << 24, o->sp.top_k);
     else if (!strcmp(a, "--context-shift")) o->context_shift = true;
-    else if (!strcmp(a, "--no-mmap")) o->no_mmap = true;
     else if (!strcmp(a, "--prompt-cache")) { VALUE(); o->prompt_cache = v; }
     else if (!strcmp(a, "--keep")) LONG(0, CLI_MAX_CTX, o->n_keep);
     else if (!strcmp(a, "--top-p")) REAL(0.0, 1.0, o->sp.top_p);
