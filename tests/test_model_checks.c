@@ -44,6 +44,24 @@ static kvq_status load_spec(const tm_spec *s, kvq_model **m, kvq_error *err) {
         CHECK(!(b_) || strstr((err_).msg, (b_) ? (b_) : ""), "'%s' not in '%s'", (b_) ? (b_) : "", (err_).msg); \
     } while (0)
 
+/* The last-token logits of "the cat sat on the mat" (one batch, a 1-thread
+ * context of 32 positions); *n_tok = its token count.  The status, with
+ * err filled (a count outside 2..16 is an error of its own). */
+static kvq_status prompt_logits(const kvq_model *m, float *logits, int *n_tok, kvq_error *err) {
+    int32_t toks[16];
+    const int n = *n_tok = kvq_tokenize(m, "the cat sat on the mat", 22, true, false, toks, 16);
+    if (n < 2 || n > 16) return kvq_fail(err, KVQ_ERR_ARG, "test: tokenize gave %d tokens", n);
+    kvq_cache_params cp;
+    kvq_cache_params_default(&cp);
+    cp.n_ctx = 32;
+    cp.max_batch = 16;
+    kvq_ctx *c = NULL;
+    kvq_status st = kvq_ctx_create(m, &cp, 1, &c, err);
+    if (!st) st = kvq_ctx_eval(c, toks, n, 0, logits, true, err);
+    kvq_ctx_free(c);
+    return st;
+}
+
 TEST(fixture_model_loads_and_gives_finite_logits) {
     tm_spec s = tm_spec_default();
     kvq_model *m = NULL;
@@ -52,16 +70,9 @@ TEST(fixture_model_loads_and_gives_finite_logits) {
     const kvq_model_info *in = kvq_model_get_info(m);
     bool shape_ok = in->n_layer == 2 && in->n_vocab == tm_n_vocab() && in->bos_id == 1 && in->eos_id == 2 &&
                     in->add_bos && in->head_dim_k == 8;
-    int32_t toks[16];
-    int n = kvq_tokenize(m, "the cat sat on the mat", 22, true, false, toks, 16);
-    kvq_cache_params cp;
-    kvq_cache_params_default(&cp);
-    cp.n_ctx = 32;
-    cp.max_batch = 16;
-    kvq_ctx *c = NULL;
-    kvq_status st = kvq_ctx_create(m, &cp, 1, &c, &err);
     float *logits = malloc((size_t)in->n_vocab * sizeof *logits);
-    if (!st && logits && n > 1 && n <= 16) st = kvq_ctx_eval(c, toks, n, 0, logits, true, &err);
+    int n = 0;
+    kvq_status st = logits ? prompt_logits(m, logits, &n, &err) : KVQ_ERR_NOMEM;
     int finite = 0;
     double spread = 0.0;
     for (int i = 0; !st && logits && i < in->n_vocab; i++) {
@@ -69,7 +80,6 @@ TEST(fixture_model_loads_and_gives_finite_logits) {
         spread = fmax(spread, fabs((double)logits[i] - logits[0]));
     }
     free(logits);
-    kvq_ctx_free(c);
     kvq_model_free(m);
     CHECK(shape_ok, "unexpected hyper-parameters");
     CHECK(n > 1 && n <= 16, "tokenize gave %d tokens", n);
@@ -83,18 +93,9 @@ TEST(fixture_model_loads_and_gives_finite_logits) {
  * status, with err filled. */
 static kvq_status mode_logits(const char *path, kvq_load_mode mode, float *logits, kvq_error *err) {
     kvq_model *m = NULL;
+    int n;
     kvq_status st = kvq_model_load_ex(path, mode, &m, err);
-    int32_t toks[16];
-    const int n = st ? 0 : kvq_tokenize(m, "the cat sat on the mat", 22, true, false, toks, 16);
-    if (!st && (n < 2 || n > 16)) st = kvq_fail(err, KVQ_ERR_ARG, "test: tokenize gave %d tokens", n);
-    kvq_cache_params cp;
-    kvq_cache_params_default(&cp);
-    cp.n_ctx = 32;
-    cp.max_batch = 16;
-    kvq_ctx *c = NULL;
-    if (!st) st = kvq_ctx_create(m, &cp, 1, &c, err);
-    if (!st) st = kvq_ctx_eval(c, toks, n, 0, logits, true, err);
-    kvq_ctx_free(c);
+    if (!st) st = prompt_logits(m, logits, &n, err);
     kvq_model_free(m);
     return st;
 }
