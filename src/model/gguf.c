@@ -462,6 +462,11 @@ kvq_status gguf_open_memory(const void *data, size_t size, gguf_file **out, kvq_
     return open_buffer(size ? data : "", size, GGUF_CALLER_BUFFER, out, err);
 }
 
+/* The one refusal of an empty file, mapped or read. */
+static kvq_status empty_file(const char *path, kvq_error *err) {
+    return kvq_fail(err, KVQ_ERR_FORMAT, "gguf: '%s' is empty (0 bytes): not a GGUF file", path);
+}
+
 kvq_status gguf_open(const char *path, gguf_file **out, kvq_error *err) {
     if (!out || !path) return kvq_fail(err, KVQ_ERR_ARG, "gguf: no path or output pointer");
     *out = NULL;
@@ -479,7 +484,7 @@ kvq_status gguf_open(const char *path, gguf_file **out, kvq_error *err) {
     }
     if (st.st_size == 0) {
         close(fd);
-        return kvq_fail(err, KVQ_ERR_FORMAT, "gguf: '%s' is empty (0 bytes): not a GGUF file", path);
+        return empty_file(path, err);
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
         close(fd);
@@ -505,7 +510,7 @@ kvq_status gguf_open_read(const char *path, gguf_file **out, kvq_error *err) {
     if (s) return s;
     if (size == 0) {
         free(buf);
-        return kvq_fail(err, KVQ_ERR_FORMAT, "gguf: '%s' is empty (0 bytes): not a GGUF file", path);
+        return empty_file(path, err);
     }
     s = open_buffer(buf, size, GGUF_READ, out, err);
     if (s) free(buf);
