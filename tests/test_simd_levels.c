@@ -5,6 +5,7 @@
 #include "kvq.h"
 #include "matmul.h"
 #include "simd.h"
+#include "kquants_xperm.h"
 
 #include <string.h>
 
@@ -83,6 +84,61 @@ TEST(kquant_simd_levels_match_scalar) {
             tested++;
         }
     }
+    if (!tested) SKIP("no SIMD level on this CPU");
+}
+
+/* The decode dots on laid-out activations (kquants_xperm.h), each level
+ * this CPU has, against double sums of the scalar dequantised rows: the
+ * layout, the code-to-float step and the x-sum corrections all show in
+ * the dot.  x has a mean (activations do), so the corrections matter.
+ * Rows are dotted in one call of 5 (pairs and an odd one out), then one
+ * by one at other offsets: a row's dot must have the same bits either way. */
+TEST(kquant_xperm_dots_match_scalar) {
+    const kvq_type types[] = { KVQ_TYPE_Q4_K, KVQ_TYPE_Q6_K };
+    enum { NB = 4, N = NB * 256, ROWS = 5 };
+    static uint8_t rows[ROWS][NB * 210];
+    static float x[N], xp[N + N / 16], ref[N];
+    float y[ROWS], y1[ROWS];
+    test_rng rng = { 21, 0, 0 };
+    CHECK(kvq_kq_xperm_floats(N) == N + N / 16, "xperm floats %zu", kvq_kq_xperm_floats(N));
+    CHECK(!kvq_kq_xperm(KVQ_TYPE_Q5_K, x, N, xp) && !kvq_kq_xperm(KVQ_TYPE_Q8_0, x, N, xp),
+          "xperm accepted a type it has no layout for");
+    CHECK(!kvq_kq_xperm(KVQ_TYPE_Q4_K, x, 255, xp), "xperm accepted a partial super-block");
+    CHECK(!kvq_kq_xrows_level(KVQ_TYPE_Q4_K, KVQ_ISA_SCALAR), "a scalar xperm kernel replaces the reference");
+    int tested = 0;
+    for (int isa = KVQ_ISA_AVX2; isa < KVQ_ISA_COUNT; isa++)
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+            const kvq_type ty = types[i];
+            const kvq_kq_xrows_fn dot = kvq_kq_xrows_level(ty, (kvq_isa)isa);
+            if (!dot) continue;
+            const char *lv = kvq_isa_name((kvq_isa)isa), *tn = kvq_type_name(ty);
+            const size_t rb = (size_t)NB * (size_t)kvq_type_get_scalar(ty)->block_bytes;
+            for (int rep = 0; rep < 12; rep++) {
+                for (int r = 0; r < ROWS; r++) random_kquant_row(ty, &rng, rows[r], NB);
+                const double mean = rep % 2 ? 0.0 : 0.5 * test_rng_gauss(&rng);
+                for (int k = 0; k < N; k++) x[k] = (float)(mean + test_rng_gauss(&rng));
+                CHECK(kvq_kq_xperm(ty, x, N, xp), "xperm refused %s", tn);
+                dot(rows, sizeof rows[0], ROWS, xp, N, y);
+                for (int r = 0; r < ROWS; r++) {
+                    kvq_type_get_scalar(ty)->dequantize(rows[r], ref, N);
+                    double want = 0, mag = 0;
+                    for (int k = 0; k < N; k++) { want += (double)ref[k] * x[k]; mag += fabs((double)ref[k] * x[k]); }
+                    CHECK(fabs(y[r] - want) <= 1e-5 * mag, "%s %s xperm row %d: %.9g vs %.9g (mag %g)", lv, tn, r,
+                          y[r], want, mag);
+                    dot(rows[r], rb, 1, xp, N, &y1[r]);
+                    CHECK(memcmp(&y1[r], &y[r], sizeof y[r]) == 0, "%s %s row %d alone %.9g, in a pair %.9g", lv,
+                          tn, r, y1[r], y[r]);
+                }
+                dot(rows[1], sizeof rows[0], 2, xp, N, y1);   /* rows 1, 2 as a pair, not 0-1 / 2-3 */
+                CHECK(!memcmp(&y1[0], &y[1], sizeof y[1]) && !memcmp(&y1[1], &y[2], sizeof y[2]),
+                      "%s %s rows 1-2 paired differently changed bits", lv, tn);
+            }
+            x[77] = NAN;
+            CHECK(kvq_kq_xperm(ty, x, N, xp), "xperm refused %s", tn);
+            dot(rows, sizeof rows[0], 1, xp, N, y);
+            CHECK(isnan(y[0]), "%s %s: a NaN in x gave %g", lv, tn, y[0]);
+            tested++;
+        }
     if (!tested) SKIP("no SIMD level on this CPU");
 }
 

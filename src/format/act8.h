@@ -36,6 +36,7 @@
 #define KVQ_ACT8_H
 
 #include "kvq_internal.h"
+#include "quant_kquants.h"   /* kvq_kq_scales_words */
 
 #define KVQ_ACT8_TINY 1e-30f
 
@@ -84,16 +85,6 @@ kvq_act8_dot4_fn kvq_act8_dot4_level(kvq_type t, kvq_act8_level level);
 void kvq_act8_install_avx2(kvq_act8_dot_fn table[KVQ_TYPE_COUNT], kvq_act8_dot4_fn table4[KVQ_TYPE_COUNT]);
 void kvq_act8_install_vnni(kvq_act8_dot_fn table[KVQ_TYPE_COUNT], kvq_act8_dot4_fn table4[KVQ_TYPE_COUNT]);
 void kvq_act8_install_vnni512(kvq_act8_dot_fn table[KVQ_TYPE_COUNT], kvq_act8_dot4_fn table4[KVQ_TYPE_COUNT]);
-
-/* The 6-bit scales and mins of Q4_K/Q5_K's 8 sub-blocks, byte j of *sc
- * and *m for sub-block j (the rule of kvq_kq_scale_min, word operations). */
-static inline void kvq_kq_scales_words(const uint8_t *b, uint64_t *sc, uint64_t *m) {
-    uint32_t w[3];
-    memcpy(w, b + 4, sizeof w);
-    const uint32_t six = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, two = 0x03030303u;
-    *sc = (uint64_t)(w[0] & six) | (uint64_t)((w[2] & nib) | (((w[0] >> 6) & two) << 4)) << 32;
-    *m = (uint64_t)(w[1] & six) | (uint64_t)(((w[2] >> 4) & nib) | (((w[1] >> 6) & two) << 4)) << 32;
-}
 
 /* The fixed final sum of the 8 partials (kvq_v8_hsum's order). */
 static inline float kvq_act8_hsum(const float a[8]) {

@@ -17,6 +17,8 @@
 
 #include "quant_block.h"
 
+#include <string.h>
+
 #define KVQ_QK_K 256
 #define KVQ_Q4_K_BYTES 144
 #define KVQ_Q5_K_BYTES 176
@@ -37,6 +39,16 @@ static inline void kvq_kq_scale_min(const uint8_t *s, int j, int *sc, int *m) {
         *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
         *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
+}
+
+/* The 6-bit scales and mins of Q4_K/Q5_K's 8 sub-blocks, byte j of *sc
+ * and *m for sub-block j (the rule of kvq_kq_scale_min, word operations). */
+static inline void kvq_kq_scales_words(const uint8_t *b, uint64_t *sc, uint64_t *m) {
+    uint32_t w[3];
+    memcpy(w, b + 4, sizeof w);
+    const uint32_t six = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, two = 0x03030303u;
+    *sc = (uint64_t)(w[0] & six) | (uint64_t)((w[2] & nib) | (((w[0] >> 6) & two) << 4)) << 32;
+    *m = (uint64_t)(w[1] & six) | (uint64_t)(((w[2] >> 4) & nib) | (((w[1] >> 6) & two) << 4)) << 32;
 }
 
 #endif

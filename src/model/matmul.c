@@ -11,6 +11,7 @@
  */
 #include "matmul.h"
 #include "act8.h"
+#include "kquants_xperm.h"
 #include "vec1.h"
 
 #include <stdlib.h>
@@ -67,6 +68,7 @@ static kvq_gemm_tile best_tile(void) {
 typedef struct matmul_job {
     kvq_type wtype;
     const kvq_type_traits *tr;   /* looked up once per product, not per row */
+    kvq_kq_xrows_fn xrows;   /* decode: rows against X laid out for them, or NULL */
     const uint8_t *W;
     size_t row_bytes;
     int64_t rows, cols, n_tok;
@@ -84,6 +86,10 @@ static void gemv_task(void *ctx, int task, int thread) {
     const int64_t r1 = KVQ_MIN(j->rows, r0 + j->task_rows);
     /* rows are whole blocks (checked in kvq_matmul_scratch), so the type's
      * dot runs on them directly, with no padding */
+    if (j->xrows) {
+        j->xrows(j->W + (size_t)r0 * j->row_bytes, j->row_bytes, r1 - r0, j->X, j->cols, j->Y + r0);
+        return;
+    }
     for (int64_t r = r0; r < r1; r++)
         j->Y[r] = j->tr->dot(j->W + (size_t)r * j->row_bytes, j->X, j->cols);
 }
@@ -133,6 +139,25 @@ static int n_tasks_for(int64_t rows, int task_rows) {
     return (int)((rows + task_rows - 1) / task_rows);
 }
 
+/* A decode product.  K-quant weights: X laid out once for the type
+ * (kquants_xperm.h) into the caller's scratch, or memory of its own, and
+ * every row dotted with that; the row dot when neither is to be had (the
+ * same product within a few ulp, not the same bits). */
+static void gemv(kvq_pool *pool, matmul_job *j, float *scratch, size_t scratch_floats) {
+    const kvq_kq_xrows_fn xrows = kvq_kq_xrows(j->wtype);
+    float *xp = NULL, *owned = NULL;
+    if (xrows) {
+        const size_t need = kvq_kq_xperm_floats(j->cols);
+        xp = scratch && scratch_floats >= need ? scratch : (owned = kvq_malloc_n(need, sizeof(float)));
+    }
+    if (xp && kvq_kq_xperm(j->wtype, j->X, j->cols, xp)) {
+        j->xrows = xrows;
+        j->X = xp;
+    }
+    kvq_pool_run(pool, gemv_task, j, n_tasks_for(j->rows, j->task_rows));
+    free(owned);
+}
+
 /* Prefill without scratch memory (allocation failed): per-row dots, still
  * one output per thread in a fixed order. */
 static void gemv_each_token(kvq_pool *pool, matmul_job *j) {
@@ -176,7 +201,7 @@ void kvq_matmul_scratch(kvq_pool *pool, double min_parallel_macs, float *scratch
         .task_rows = decode_task_rows(pool, rows, kvq_row_bytes(wtype, cols)),
     };
     if (n_tok == 1) {
-        kvq_pool_run(pool, gemv_task, &j, n_tasks_for(rows, j.task_rows));
+        gemv(pool, &j, scratch, scratch_floats);
         return;
     }
     j.tile = best_tile();

@@ -1,0 +1,163 @@
+/* kquants_xperm_avx512.c - the K-quant decode dots on activations laid out
+ * by kvq_kq_xperm (kquants_xperm.h), 16 lanes: one vector is a pair of
+ * runs, and a code becomes a float with a shift and a vpternlogd, with no
+ * shuffle per value (the row dots of kquants_avx512.c use six per 64). */
+#include "kquants_xperm.h"
+#include "quant_kquants.h"
+
+#include "kquants_xperm_x86.h"
+
+#include <immintrin.h>
+
+#define ONE_BITS 0x3f800000   /* 1.0f */
+
+/* (a & mask) | ONE_BITS: the field under mask becomes 1.0f's mantissa bits. */
+static inline __m512 field_float(__m512i a, int mask) {
+    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(a, _mm512_set1_epi32(mask), _mm512_set1_epi32(ONE_BITS), 0xEA));
+}
+
+/* Shift left by `by` bits, right when `by` is negative (a constant). */
+static inline __m512i shift_by(__m512i v, int by) {
+    return by >= 0 ? _mm512_slli_epi32(v, (unsigned)by) : _mm512_srli_epi32(v, (unsigned)-by);
+}
+
+/* Nibble k (bits 4k..4k+3) of each lane as 1 + q/16: q moves to the
+ * mantissa's top four bits, 19..22. */
+static inline __m512 nibble_float(__m512i v, int k) { return field_float(shift_by(v, 19 - 4 * k), 0xf << 19); }
+
+/* Byte b's low six bits (a q6_K code) as 1 + q/64, bits 17..22. */
+static inline __m512 code6_float(__m512i v, int b) { return field_float(shift_by(v, 17 - 8 * b), 0x3f << 17); }
+
+/* Lane indexes into a vector of scales.  q4_K (scales in lanes 0-7):
+ * pair p's runs (r0, r1) take lanes 0-7 -> r0, 8-15 -> r1.  q6_K (16
+ * scales, one per 16 values): pair p's lane l takes 4p + l/4. */
+static const int32_t q4_K_pair_lanes[4][16] = {
+    { 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2 }, { 1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3 },
+    { 4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6 }, { 5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7 },
+};
+static const int32_t q6_K_pair_lanes[4][16] = {
+    { 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3 }, { 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7 },
+    { 8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11 },
+    { 12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15 },
+};
+static inline __m512 lanes_of(const int32_t idx[16], __m512 scales) {
+    return _mm512_permutexvar_ps(_mm512_loadu_si512((const void *)idx), scales);
+}
+
+/* q4_K's super-block scales in one vector: lanes 0-7 16*d*sc_j, lanes
+ * 8-15 dmin*m_j (kquants_xperm_x86.h decodes the 6-bit values). */
+static inline __m512 q4_K_scales(const uint8_t *b) {
+    const __m512 codes = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(kq_q4_K_scale_bytes(b)));
+    const __m512 dm = _mm512_castps128_ps512(_mm_mul_ps(kq_q4_K_d_dmin(b), _mm_setr_ps(16, 1, 0, 0)));
+    return _mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), dm));
+}
+
+/* 64 bytes of codes as two 32-byte loads.  Blocks are 144 or 210 bytes,
+ * so one 64-byte load mostly straddles two cache lines; from memory that
+ * halved the q4_K dot's rate (10 against 17 GB/s on one Zen 5 core,
+ * docs/benchmarks.md 3g), in the cache it made no difference. */
+static inline __m512i load_64(const uint8_t *p) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p)),
+                              _mm256_loadu_si256((const __m256i *)(p + 32)), 1);
+}
+
+/* A row's partial sums: even and odd pairs' scaled partials, and the
+ * scales times the x sums (subtracted once at the end). */
+typedef struct row_acc { __m512 acc0, acc1, corr; } row_acc;
+
+static inline row_acc row_acc_zero(void) {
+    return (row_acc){ _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+}
+
+/* q4_K, half u of the super-block at b: the 64 bytes of qs at 64u hold pair 2u
+ * (low nibbles, runs 4u, 4u+2) and pair 2u+1 (high nibbles, runs 4u+1,
+ * 4u+3); x holds their activations, pair 2u's for bytes 0..3, then
+ * pair 2u+1's. */
+static inline row_acc q4_K_half(const uint8_t *b, const float *x, __m512 scale, int u, row_acc r) {
+    __m512i q = load_64(b + 16 + 64 * u);
+    __asm__("" : "+v"(q));
+    __m512 t0 = _mm512_mul_ps(nibble_float(q, 0), _mm512_loadu_ps(x + 0));
+    __m512 t1 = _mm512_mul_ps(nibble_float(q, 1), _mm512_loadu_ps(x + 64));
+    t0 = _mm512_fmadd_ps(nibble_float(q, 2), _mm512_loadu_ps(x + 16), t0);
+    t1 = _mm512_fmadd_ps(nibble_float(q, 3), _mm512_loadu_ps(x + 80), t1);
+    t0 = _mm512_fmadd_ps(nibble_float(q, 4), _mm512_loadu_ps(x + 32), t0);
+    t1 = _mm512_fmadd_ps(nibble_float(q, 5), _mm512_loadu_ps(x + 96), t1);
+    t0 = _mm512_fmadd_ps(nibble_float(q, 6), _mm512_loadu_ps(x + 48), t0);
+    t1 = _mm512_fmadd_ps(nibble_float(q, 7), _mm512_loadu_ps(x + 112), t1);
+    r.acc0 = _mm512_fmadd_ps(t0, lanes_of(q4_K_pair_lanes[2 * u], scale), r.acc0);
+    r.acc1 = _mm512_fmadd_ps(t1, lanes_of(q4_K_pair_lanes[2 * u + 1], scale), r.acc1);
+    return r;
+}
+
+/* q6_K, half h of the super-block at b: ql's 64 bytes hold runs 4h, 4h+1 in their low nibbles
+ * (pair 2h) and 4h+2, 4h+3 in the high ones (pair 2h+1); run k of the
+ * half takes bits 2k..2k+1 of qh.  qh2 = qh in lanes 0-7, qh >> 2 in
+ * lanes 8-15, puts each pair's two bits at the same place in both halves.
+ * Codes are assembled bytewise (bits 6-7 of a byte may be garbage: the
+ * float step reads six bits). */
+static inline row_acc q6_K_half(const uint8_t *b, const float *x, __m512 scale, int h, row_acc r) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const __m512i ql = load_64(b + 64 * h);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+    const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi32(qh, 2), 1);
+    /* nib ? ql : qh bits: 0xE4 is "c ? a : b" */
+    const __m512i lo = _mm512_ternarylogic_epi32(ql, _mm512_slli_epi32(qh2, 4), nib, 0xE4);
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(ql, 4), qh2, nib, 0xE4);
+    __m512 t0 = _mm512_mul_ps(code6_float(lo, 0), _mm512_loadu_ps(x + 0));
+    __m512 t1 = _mm512_mul_ps(code6_float(hi, 0), _mm512_loadu_ps(x + 64));
+    t0 = _mm512_fmadd_ps(code6_float(lo, 1), _mm512_loadu_ps(x + 16), t0);
+    t1 = _mm512_fmadd_ps(code6_float(hi, 1), _mm512_loadu_ps(x + 80), t1);
+    t0 = _mm512_fmadd_ps(code6_float(lo, 2), _mm512_loadu_ps(x + 32), t0);
+    t1 = _mm512_fmadd_ps(code6_float(hi, 2), _mm512_loadu_ps(x + 96), t1);
+    t0 = _mm512_fmadd_ps(code6_float(lo, 3), _mm512_loadu_ps(x + 48), t0);
+    t1 = _mm512_fmadd_ps(code6_float(hi, 3), _mm512_loadu_ps(x + 112), t1);
+    r.acc0 = _mm512_fmadd_ps(t0, lanes_of(q6_K_pair_lanes[2 * h], scale), r.acc0);
+    r.acc1 = _mm512_fmadd_ps(t1, lanes_of(q6_K_pair_lanes[2 * h + 1], scale), r.acc1);
+    return r;
+}
+
+/* q6_K's 16 group scales times 64*d. */
+static inline __m512 q6_K_scales(const uint8_t *b) {
+    const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(kvq_rd16(b + 208))));
+    const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)));
+    return _mm512_mul_ps(_mm512_set1_ps(64.0f * d), _mm512_cvtepi32_ps(sc));
+}
+
+/* The row's dot from its partial sums: q4_K subtracts the corrections as
+ * they are, q6_K 1.5 times them (96 = 1.5 * 64, kquants_xperm.h). */
+static inline float q4_K_finish(row_acc r) {
+    return _mm512_reduce_add_ps(_mm512_sub_ps(_mm512_add_ps(r.acc0, r.acc1), r.corr));
+}
+static inline float q6_K_finish(row_acc r) {
+    return _mm512_reduce_add_ps(_mm512_fnmadd_ps(r.corr, _mm512_set1_ps(1.5f), _mm512_add_ps(r.acc0, r.acc1)));
+}
+
+/* Rows one at a time, each one sequential stream.  Two rows at once
+ * (sharing the loads of x) were faster in the cache but not from memory:
+ * no faster with two streams far apart, 3x slower with two neighbouring
+ * rows interleaved (docs/benchmarks.md 3g). */
+#define XROWS(T, BYTES)                                                                            \
+    static void T##_xrows(const void *W, size_t row_bytes, int64_t rows, const float *xp, int64_t n, \
+                          float *y) {                                                              \
+        const float *xsum = xp + n;                                                                \
+        for (int64_t r = 0; r < rows; r++) {                                                       \
+            const uint8_t *b = (const uint8_t *)W + (size_t)r * row_bytes;                         \
+            row_acc a = row_acc_zero();                                                            \
+            for (int64_t s = 0; s < n / KVQ_QK_K; s++, b += (BYTES)) {                             \
+                const __m512 scale = T##_scales(b);                                                \
+                a.corr = _mm512_fmadd_ps(scale, _mm512_loadu_ps(xsum + 16 * s), a.corr);           \
+                const float *x = xp + KVQ_QK_K * s;                                                \
+                a = T##_half(b, x, scale, 0, a);                                                   \
+                a = T##_half(b, x + 128, scale, 1, a);                                             \
+            }                                                                                      \
+            y[r] = T##_finish(a);                                                                  \
+        }                                                                                          \
+    }
+
+XROWS(q4_K, KVQ_Q4_K_BYTES)
+XROWS(q6_K, KVQ_Q6_K_BYTES)
+
+void kvq_kq_xperm_install_avx512(kvq_kq_xrows_fn table[KVQ_TYPE_COUNT]) {
+    table[KVQ_TYPE_Q4_K] = q4_K_xrows;
+    table[KVQ_TYPE_Q6_K] = q6_K_xrows;
+}
