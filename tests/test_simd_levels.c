@@ -94,14 +94,14 @@ TEST(kquant_simd_levels_match_scalar) {
  * Rows are dotted in one call of 5 (pairs and an odd one out), then one
  * by one at other offsets: a row's dot must have the same bits either way. */
 TEST(kquant_xperm_dots_match_scalar) {
-    const kvq_type types[] = { KVQ_TYPE_Q4_K, KVQ_TYPE_Q6_K };
+    const kvq_type types[] = { KVQ_TYPE_Q4_K, KVQ_TYPE_Q5_K, KVQ_TYPE_Q6_K };
     enum { NB = 4, N = NB * 256, ROWS = 5 };
     static uint8_t rows[ROWS][NB * 210];
     static float x[N], xp[N + N / 16], ref[N];
     float y[ROWS], y1[ROWS];
     test_rng rng = { 21, 0, 0 };
     CHECK(kvq_kq_xperm_floats(N) == N + N / 16, "xperm floats %zu", kvq_kq_xperm_floats(N));
-    CHECK(!kvq_kq_xperm(KVQ_TYPE_Q5_K, x, N, xp) && !kvq_kq_xperm(KVQ_TYPE_Q8_0, x, N, xp),
+    CHECK(!kvq_kq_xperm(KVQ_TYPE_F16, x, N, xp) && !kvq_kq_xperm(KVQ_TYPE_Q8_0, x, N, xp),
           "xperm accepted a type it has no layout for");
     CHECK(!kvq_kq_xperm(KVQ_TYPE_Q4_K, x, 255, xp), "xperm accepted a partial super-block");
     CHECK(!kvq_kq_xrows_level(KVQ_TYPE_Q4_K, KVQ_ISA_SCALAR), "a scalar xperm kernel replaces the reference");

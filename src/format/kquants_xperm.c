@@ -25,7 +25,7 @@ static void group_sums(const float *x, int64_t n, int width, float *out) {
 }
 
 bool kvq_kq_xperm(kvq_type t, const float *x, int64_t n, float *xp) {
-    const uint8_t(*pairs)[2] = t == KVQ_TYPE_Q4_K ? q4_K_pairs : t == KVQ_TYPE_Q6_K ? q6_K_pairs : NULL;
+    const uint8_t(*pairs)[2] = t == KVQ_TYPE_Q4_K || t == KVQ_TYPE_Q5_K ? q4_K_pairs : t == KVQ_TYPE_Q6_K ? q6_K_pairs : NULL;
     if (!pairs || n < 1 || n % KVQ_QK_K) return false;
     for (int64_t s = 0; s < n; s += KVQ_QK_K)
         for (int p = 0; p < 4; p++)
@@ -37,7 +37,7 @@ bool kvq_kq_xperm(kvq_type t, const float *x, int64_t n, float *xp) {
         group_sums(x, n, 16, xp + n);
         return true;
     }
-    for (int64_t s = 0; s < n; s += KVQ_QK_K) {   /* q4_K: a super-block's 8 run sums, twice */
+    for (int64_t s = 0; s < n; s += KVQ_QK_K) {   /* q4_K, q5_K: a super-block's 8 run sums, twice */
         float *out = xp + n + s / 16;
         group_sums(x + s, KVQ_QK_K, 32, out);
         memcpy(out + 8, out, 8 * sizeof *out);

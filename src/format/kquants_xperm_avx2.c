@@ -35,26 +35,47 @@ static inline __m256 code6_float(__m256i v, int b) { return field_float(shift_by
     _mm256_fmadd_ps(FLOAT(v, (k0) + (dk)), _mm256_loadu_ps((xb) + 16),                      \
                     _mm256_mul_ps(FLOAT(v, (k0)), _mm256_loadu_ps(xb)))))
 
-/* q4_K: qs chunk c = 2u + g (32 bytes) holds run 2c (low nibbles, xp's
- * pair 2u) and 2c + 1 (high, pair 2u + 1), as lane group g. */
-static float q4_K_xdot(const void *row, const float *xp, int64_t n) {
-    const uint8_t *b = row;
+/* Byte b's low five bits (a q5_K code) as 1 + q/32 (bits 18..22). */
+static inline __m256 code5_float(__m256i v, int b) { return field_float(shift_by(v, 18 - 8 * b), 0x1f << 18); }
+
+/* q4_K and q5_K: qs chunk c = 2u + g (32 bytes) holds run 2c (low
+ * nibbles, xp's pair 2u) and 2c + 1 (high, pair 2u + 1), as lane group g.
+ * q5_K adds bit j of qh[l] as bit 4 of run j's codes, assembled bytewise
+ * (bits 5-7 of a byte may be garbage: the float step reads five). */
+static inline float q45_K_xdot(const uint8_t *b, const float *xp, int64_t n, bool five) {
     const float *xsum = xp + n;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const int bytes = five ? KVQ_Q5_K_BYTES : KVQ_Q4_K_BYTES, qs_at = five ? 48 : 16;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), corr = _mm256_setzero_ps();
     float scale[8];
-    for (int64_t i = 0; i < n; i += KVQ_QK_K, b += KVQ_Q4_K_BYTES, xp += KVQ_QK_K, xsum += 16) {
+    for (int64_t i = 0; i < n; i += KVQ_QK_K, b += bytes, xp += KVQ_QK_K, xsum += 16) {
         const __m128i sc_m = kq_q4_K_scale_bytes(b);
         const __m128 dm = kq_q4_K_d_dmin(b);
-        const __m256 scale8 = _mm256_mul_ps(_mm256_set1_ps(16.0f * _mm_cvtss_f32(dm)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc_m)));
+        const float steps = five ? 32.0f : 16.0f;
+        const __m256 scale8 = _mm256_mul_ps(_mm256_set1_ps(steps * _mm_cvtss_f32(dm)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc_m)));
         const __m256 min8 = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_set1_epi32(1)),
                                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc_m, 8))));
         corr = _mm256_fmadd_ps(_mm256_add_ps(scale8, min8), _mm256_loadu_ps(xsum), corr);
         _mm256_storeu_ps(scale, scale8);
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < 4; c++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * c));
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(b + qs_at + 32 * c));
             const float *xb = xp + 128 * (c / 2) + 8 * (c % 2);
-            acc0 = _mm256_fmadd_ps(RUN_PARTIAL(nibble_float, q, 0, 2, xb), _mm256_set1_ps(scale[2 * c]), acc0);
-            acc1 = _mm256_fmadd_ps(RUN_PARTIAL(nibble_float, q, 1, 2, xb + 64), _mm256_set1_ps(scale[2 * c + 1]), acc1);
+            __m256 t0, t1;
+            if (five) {   /* bits 2c, 2c+1 of qh to bit 4 */
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+                /* the shifted qh keeps out of the nibble (its bits cross bytes) */
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_andnot_si256(low4, shift_by(qh, 4 - 2 * c)));
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(q, 4), low4),
+                                                   _mm256_andnot_si256(low4, shift_by(qh, 3 - 2 * c)));
+                t0 = RUN_PARTIAL(code5_float, lo, 0, 1, xb);
+                t1 = RUN_PARTIAL(code5_float, hi, 0, 1, xb + 64);
+            } else {
+                t0 = RUN_PARTIAL(nibble_float, q, 0, 2, xb);
+                t1 = RUN_PARTIAL(nibble_float, q, 1, 2, xb + 64);
+            }
+            acc0 = _mm256_fmadd_ps(t0, _mm256_set1_ps(scale[2 * c]), acc0);
+            acc1 = _mm256_fmadd_ps(t1, _mm256_set1_ps(scale[2 * c + 1]), acc1);
         }
     }
     return kvq_v8_hsum(_mm256_add_ps(acc0, acc1)) - kvq_v8_hsum(corr);
@@ -101,7 +122,10 @@ static float q6_K_xdot(const void *row, const float *xp, int64_t n) {
 
 /* Rows one at a time (eight lanes leave no registers for a second row). */
 static void q4_K_xrows(const void *W, size_t row_bytes, int64_t rows, const float *xp, int64_t n, float *y) {
-    for (int64_t r = 0; r < rows; r++) y[r] = q4_K_xdot((const uint8_t *)W + (size_t)r * row_bytes, xp, n);
+    for (int64_t r = 0; r < rows; r++) y[r] = q45_K_xdot((const uint8_t *)W + (size_t)r * row_bytes, xp, n, false);
+}
+static void q5_K_xrows(const void *W, size_t row_bytes, int64_t rows, const float *xp, int64_t n, float *y) {
+    for (int64_t r = 0; r < rows; r++) y[r] = q45_K_xdot((const uint8_t *)W + (size_t)r * row_bytes, xp, n, true);
 }
 static void q6_K_xrows(const void *W, size_t row_bytes, int64_t rows, const float *xp, int64_t n, float *y) {
     for (int64_t r = 0; r < rows; r++) y[r] = q6_K_xdot((const uint8_t *)W + (size_t)r * row_bytes, xp, n);
@@ -109,5 +133,6 @@ static void q6_K_xrows(const void *W, size_t row_bytes, int64_t rows, const floa
 
 void kvq_kq_xperm_install_avx2(kvq_kq_xrows_fn table[KVQ_TYPE_COUNT]) {
     table[KVQ_TYPE_Q4_K] = q4_K_xrows;
+    table[KVQ_TYPE_Q5_K] = q5_K_xrows;
     table[KVQ_TYPE_Q6_K] = q6_K_xrows;
 }

@@ -25,6 +25,9 @@ static inline __m512i shift_by(__m512i v, int by) {
  * mantissa's top four bits, 19..22. */
 static inline __m512 nibble_float(__m512i v, int k) { return field_float(shift_by(v, 19 - 4 * k), 0xf << 19); }
 
+/* Byte b's low five bits (a q5_K code) as 1 + q/32, bits 18..22. */
+static inline __m512 code5_float(__m512i v, int b) { return field_float(shift_by(v, 18 - 8 * b), 0x1f << 18); }
+
 /* Byte b's low six bits (a q6_K code) as 1 + q/64, bits 17..22. */
 static inline __m512 code6_float(__m512i v, int b) { return field_float(shift_by(v, 17 - 8 * b), 0x3f << 17); }
 
@@ -44,13 +47,16 @@ static inline __m512 lanes_of(const int32_t idx[16], __m512 scales) {
     return _mm512_permutexvar_ps(_mm512_loadu_si512((const void *)idx), scales);
 }
 
-/* q4_K's super-block scales in one vector: lanes 0-7 16*d*sc_j, lanes
- * 8-15 dmin*m_j (kquants_xperm_x86.h decodes the 6-bit values). */
-static inline __m512 q4_K_scales(const uint8_t *b) {
+/* q4_K's (q5_K's) super-block scales in one vector: lanes 0-7
+ * 16*d*sc_j (32*d*sc_j), lanes 8-15 dmin*m_j (kquants_xperm_x86.h
+ * decodes the 6-bit values). */
+static inline __m512 q45_K_scales(const uint8_t *b, float steps) {
     const __m512 codes = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(kq_q4_K_scale_bytes(b)));
-    const __m512 dm = _mm512_castps128_ps512(_mm_mul_ps(kq_q4_K_d_dmin(b), _mm_setr_ps(16, 1, 0, 0)));
+    const __m512 dm = _mm512_castps128_ps512(_mm_mul_ps(kq_q4_K_d_dmin(b), _mm_setr_ps(steps, 1, 0, 0)));
     return _mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), dm));
 }
+static inline __m512 q4_K_scales(const uint8_t *b) { return q45_K_scales(b, 16.0f); }
+static inline __m512 q5_K_scales(const uint8_t *b) { return q45_K_scales(b, 32.0f); }
 
 /* 64 bytes of codes as two 32-byte loads.  Blocks are 144 or 210 bytes,
  * so one 64-byte load mostly straddles two cache lines; from memory that
@@ -84,6 +90,31 @@ static inline row_acc q4_K_half(const uint8_t *b, const float *x, __m512 scale, 
     t1 = _mm512_fmadd_ps(nibble_float(q, 5), _mm512_loadu_ps(x + 96), t1);
     t0 = _mm512_fmadd_ps(nibble_float(q, 6), _mm512_loadu_ps(x + 48), t0);
     t1 = _mm512_fmadd_ps(nibble_float(q, 7), _mm512_loadu_ps(x + 112), t1);
+    r.acc0 = _mm512_fmadd_ps(t0, lanes_of(q4_K_pair_lanes[2 * u], scale), r.acc0);
+    r.acc1 = _mm512_fmadd_ps(t1, lanes_of(q4_K_pair_lanes[2 * u + 1], scale), r.acc1);
+    return r;
+}
+
+/* q5_K, half u: q4_K's nibbles (qs at 48) plus bit j of qh[l] as bit 4
+ * of run j's code, assembled bytewise like q6_K's (bits 5-7 of a byte
+ * may be garbage: the float step reads five).  qh2 = qh in lanes 0-7,
+ * qh >> 2 in lanes 8-15, so that runs 4u+h (lanes 0-7) and 4u+2+h
+ * (lanes 8-15) both find their bit at 4u+h. */
+static inline row_acc q5_K_half(const uint8_t *b, const float *x, __m512 scale, int u, row_acc r) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const __m512i qs = load_64(b + 48 + 64 * u);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+    const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi32(qh, 2), 1);
+    const __m512i lo = _mm512_ternarylogic_epi32(qs, shift_by(qh2, 4 - 4 * u), nib, 0xE4);   /* nib ? a : b */
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(qs, 4), shift_by(qh2, 3 - 4 * u), nib, 0xE4);
+    __m512 t0 = _mm512_mul_ps(code5_float(lo, 0), _mm512_loadu_ps(x + 0));
+    __m512 t1 = _mm512_mul_ps(code5_float(hi, 0), _mm512_loadu_ps(x + 64));
+    t0 = _mm512_fmadd_ps(code5_float(lo, 1), _mm512_loadu_ps(x + 16), t0);
+    t1 = _mm512_fmadd_ps(code5_float(hi, 1), _mm512_loadu_ps(x + 80), t1);
+    t0 = _mm512_fmadd_ps(code5_float(lo, 2), _mm512_loadu_ps(x + 32), t0);
+    t1 = _mm512_fmadd_ps(code5_float(hi, 2), _mm512_loadu_ps(x + 96), t1);
+    t0 = _mm512_fmadd_ps(code5_float(lo, 3), _mm512_loadu_ps(x + 48), t0);
+    t1 = _mm512_fmadd_ps(code5_float(hi, 3), _mm512_loadu_ps(x + 112), t1);
     r.acc0 = _mm512_fmadd_ps(t0, lanes_of(q4_K_pair_lanes[2 * u], scale), r.acc0);
     r.acc1 = _mm512_fmadd_ps(t1, lanes_of(q4_K_pair_lanes[2 * u + 1], scale), r.acc1);
     return r;
@@ -123,11 +154,12 @@ static inline __m512 q6_K_scales(const uint8_t *b) {
     return _mm512_mul_ps(_mm512_set1_ps(64.0f * d), _mm512_cvtepi32_ps(sc));
 }
 
-/* The row's dot from its partial sums: q4_K subtracts the corrections as
- * they are, q6_K 1.5 times them (96 = 1.5 * 64, kquants_xperm.h). */
+/* The row's dot from its partial sums: q4_K and q5_K subtract the
+ * corrections as they are, q6_K 1.5 times them (96 = 1.5 * 64, kquants_xperm.h). */
 static inline float q4_K_finish(row_acc r) {
     return _mm512_reduce_add_ps(_mm512_sub_ps(_mm512_add_ps(r.acc0, r.acc1), r.corr));
 }
+static inline float q5_K_finish(row_acc r) { return q4_K_finish(r); }
 static inline float q6_K_finish(row_acc r) {
     return _mm512_reduce_add_ps(_mm512_fnmadd_ps(r.corr, _mm512_set1_ps(1.5f), _mm512_add_ps(r.acc0, r.acc1)));
 }
@@ -155,9 +187,11 @@ static inline float q6_K_finish(row_acc r) {
     }
 
 XROWS(q4_K, KVQ_Q4_K_BYTES)
+XROWS(q5_K, KVQ_Q5_K_BYTES)
 XROWS(q6_K, KVQ_Q6_K_BYTES)
 
 void kvq_kq_xperm_install_avx512(kvq_kq_xrows_fn table[KVQ_TYPE_COUNT]) {
     table[KVQ_TYPE_Q4_K] = q4_K_xrows;
+    table[KVQ_TYPE_Q5_K] = q5_K_xrows;
     table[KVQ_TYPE_Q6_K] = q6_K_xrows;
 }
