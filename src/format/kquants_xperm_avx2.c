@@ -96,7 +96,7 @@ static float q6_K_xdot(const void *row, const float *xp, int64_t n) {
     const __m256i low4 = _mm256_set1_epi8(0x0f), high4 = _mm256_set1_epi8((char)0xf0);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), corr = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += KVQ_QK_K, b += KVQ_Q6_K_BYTES, xp += KVQ_QK_K, xsum += 16) {
-        const __m256 d64 = _mm256_set1_ps(64.0f * kvq_half_to_float(kvq_rd16(b + 208)));
+        const __m256 d64 = _mm256_set1_ps(64.0f * kq_half_at(b + 208));
         const __m128i sc = _mm_loadu_si128((const __m128i *)(b + 192));
         const __m256 scales[2] = { _mm256_mul_ps(d64, kvq_v8_s8_to_f32(sc)),
                                    _mm256_mul_ps(d64, kvq_v8_s8_to_f32(_mm_srli_si128(sc, 8))) };
@@ -120,7 +120,8 @@ static float q6_K_xdot(const void *row, const float *xp, int64_t n) {
     return kvq_v8_hsum(_mm256_add_ps(acc0, acc1)) - 1.5f * kvq_v8_hsum(corr);
 }
 
-/* Rows one at a time (eight lanes leave no registers for a second row). */
+/* Rows one at a time, each one sequential stream (two at once were no
+ * faster from memory: kquants_xperm_avx512.c). */
 static void q4_K_xrows(const void *W, size_t row_bytes, int64_t rows, const float *xp, int64_t n, float *y) {
     for (int64_t r = 0; r < rows; r++) y[r] = q45_K_xdot((const uint8_t *)W + (size_t)r * row_bytes, xp, n, false);
 }

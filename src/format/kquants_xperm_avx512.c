@@ -149,7 +149,7 @@ static inline row_acc q6_K_half(const uint8_t *b, const float *x, __m512 scale, 
 
 /* q6_K's 16 group scales times 64*d. */
 static inline __m512 q6_K_scales(const uint8_t *b) {
-    const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(kvq_rd16(b + 208))));
+    const float d = kq_half_at(b + 208);
     const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)));
     return _mm512_mul_ps(_mm512_set1_ps(64.0f * d), _mm512_cvtepi32_ps(sc));
 }

@@ -22,6 +22,9 @@ static inline __m128i kq_q4_K_scale_bytes(const uint8_t *b) {
     return _mm_or_si128(low, top);
 }
 
+/* The fp16 value at p as a float (F16C: no branches per block). */
+static inline float kq_half_at(const uint8_t *p) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(kvq_rd16(p)))); }
+
 /* d and dmin of the q4_K block at b as floats 0 and 1 (F16C). */
 static inline __m128 kq_q4_K_d_dmin(const uint8_t *b) {
     return _mm_cvtph_ps(_mm_cvtsi32_si128((int)kvq_rd32(b)));
