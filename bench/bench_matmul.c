@@ -7,6 +7,8 @@
 #include "kvq.h"
 #include "matmul.h"
 #include "act8.h"
+#include "kquants_xperm.h"
+#include "simd.h"
 #include "model.h"
 
 #include <stdio.h>
@@ -127,24 +129,75 @@ static void print_break_even(kvq_pool *const pools[2], int reps) {
  * activations, one thread, no pool (the dot alone, rows x cols chosen by
  * the caller: small ones stay in cache), median of reps, so the kernel
  * levels compare in one binary and one run. */
+/* The median and best of reps timed runs of one level's dot over the
+ * rows, as the --levels line "type level ms GB/s best-ms best-GB/s". */
+typedef void (*rows_fn)(const void *ctx, const uint8_t *W, size_t rb, int64_t rows, int64_t cols, float *Y);
+
+static void print_level_line(kvq_type ty, const char *level, rows_fn run, const void *ctx, const uint8_t *W,
+                             int64_t rows, int64_t cols, float *Y, int reps) {
+    const size_t rb = kvq_row_bytes(ty, cols);
+    double t[64];
+    for (int i = -1; i < reps; i++) {
+        const double t0 = now_s();
+        run(ctx, W, rb, rows, cols, Y);
+        if (i >= 0) t[i] = now_s() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    printf("%-8s %-21s %10.3f %8.2f %8.3f %9.2f\n", kvq_type_name(ty), level, 1e3 * t[reps / 2],
+           (double)rb * (double)rows / t[reps / 2] * 1e-9, 1e3 * t[0], (double)rb * (double)rows / t[0] * 1e-9);
+}
+
+typedef struct row_dot_ctx { kvq_dot_fn dot; const float *x; } row_dot_ctx;
+static void run_row_dots(const void *ctx, const uint8_t *W, size_t rb, int64_t rows, int64_t cols, float *Y) {
+    const row_dot_ctx *c = ctx;
+    for (int64_t r = 0; r < rows; r++) Y[r] = c->dot(W + rb * (size_t)r, c->x, cols);
+}
+typedef struct xrows_ctx { kvq_kq_xrows_fn rows; const float *xp; } xrows_ctx;
+static void run_xrows(const void *ctx, const uint8_t *W, size_t rb, int64_t rows, int64_t cols, float *Y) {
+    const xrows_ctx *c = ctx;
+    c->rows(W, rb, rows, c->xp, cols, Y);
+}
+
+typedef struct act8_ctx { kvq_act8_dot_fn dot; const void *xq; } act8_ctx;
+static void run_act8(const void *ctx, const uint8_t *W, size_t rb, int64_t rows, int64_t cols, float *Y) {
+    const act8_ctx *c = ctx;
+    for (int64_t r = 0; r < rows; r++) Y[r] = c->dot(W + rb * (size_t)r, c->xq, cols);
+}
+
+/* --levels: every int8 dot level this CPU has on the same weights and
+ * activations, one thread, no pool (the dot alone, rows x cols chosen by
+ * the caller: small ones stay in cache), median of reps, so the kernel
+ * levels compare in one binary and one run. */
 static void print_act8_levels(kvq_type ty, const uint8_t *W, int64_t rows, int64_t cols, const float *X, void *xq,
                               float *Y, int reps) {
-    const size_t rb = kvq_row_bytes(ty, cols);
     kvq_act8_quantize(ty, X, cols, xq);
     for (int lv = 0; lv < KVQ_ACT8_LEVELS; lv++) {
-        const kvq_act8_dot_fn f = kvq_act8_dot_level(ty, (kvq_act8_level)lv);
-        if (!f) continue;
-        double t[64];
-        for (int i = -1; i < reps; i++) {
-            const double t0 = now_s();
-            for (int64_t r = 0; r < rows; r++) Y[r] = f(W + rb * (size_t)r, xq, cols);
-            if (i >= 0) t[i] = now_s() - t0;
-        }
-        qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-        printf("%-8s %-16s %10.3f %8.2f %8.3f %9.2f\n", kvq_type_name(ty), kvq_act8_level_name((kvq_act8_level)lv),
-               1e3 * t[reps / 2], (double)rb * (double)rows / t[reps / 2] * 1e-9, 1e3 * t[0],
-               (double)rb * (double)rows / t[0] * 1e-9);
+        const act8_ctx c = { kvq_act8_dot_level(ty, (kvq_act8_level)lv), xq };
+        char name[40];
+        snprintf(name, sizeof name, "int8 %s", kvq_act8_level_name((kvq_act8_level)lv));
+        if (c.dot) print_level_line(ty, name, run_act8, &c, W, rows, cols, Y, reps);
     }
+}
+
+/* --levels with f32 activations: each SIMD level's row dot and, for the
+ * K-quants, its dot on laid-out activations (kquants_xperm.h: what a
+ * decode product runs), on the same weights, one thread. */
+static void print_f32_levels(kvq_type ty, const uint8_t *W, int64_t rows, int64_t cols, const float *X, float *Y,
+                             int reps) {
+    float *xp = malloc(kvq_kq_xperm_floats(cols) * sizeof *xp);
+    for (int isa = KVQ_ISA_AVX2; isa <= (int)kvq_isa_best(); isa++) {
+        kvq_type_traits table[KVQ_TYPE_COUNT];
+        char name[40];
+        if (!kvq_simd_table(kvq_isa_name((kvq_isa)isa), table)) continue;
+        const row_dot_ctx rd = { table[ty].dot, X };
+        snprintf(name, sizeof name, "f32 %s row", kvq_isa_name((kvq_isa)isa));
+        print_level_line(ty, name, run_row_dots, &rd, W, rows, cols, Y, reps);
+        const xrows_ctx xr = { kvq_kq_xrows_level(ty, (kvq_isa)isa), xp };
+        if (!xr.rows || !xp || !kvq_kq_xperm(ty, X, cols, xp)) continue;
+        snprintf(name, sizeof name, "f32 %s laid-out", kvq_isa_name((kvq_isa)isa));
+        print_level_line(ty, name, run_xrows, &xr, W, rows, cols, Y, reps);
+    }
+    free(xp);
 }
 
 /* --model FILE: the decode products of one generation step of a real
@@ -237,7 +290,7 @@ int bench_matmul(int argc, char **argv) {
     bool no_mmap = false;
     size_t n_toks = 2;   /* --decode: the 1-token product only */
     const char *act = "both";   /* --act f32|int8|both: activations of the covered types */
-    bool levels = false;        /* --levels: the int8 dot of every kernel level instead */
+    bool levels = false;        /* --levels: the dot of every kernel level instead */
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int x = 0;
@@ -312,7 +365,7 @@ int bench_matmul(int argc, char **argv) {
            (long long)rows, (long long)cols, kvq_simd_level(), kvq_act8_level_name(kvq_act8_level_best()), reps);
     if (levels) printf("--levels: the same weights every repetition, read from the caches when they fit\n");
     else printf("the CPU caches are flushed before every repetition: the weights are read from memory\n");
-    if (levels) printf("%-8s %-16s %10s %8s %8s %9s\n", "type", "int8 level", "ms", "GB/s", "best ms", "best GB/s");
+    if (levels) printf("%-8s %-21s %10s %8s %8s %9s\n", "type", "level", "ms", "GB/s", "best ms", "best GB/s");
     else
     printf("%-8s %5s %6s %7s %10s %9s %8s %8s %9s\n", "type", "act", "n_tok", "threads", "ms", "GFLOP/s", "GB/s",
            "best ms", "best GB/s");
@@ -323,7 +376,8 @@ int bench_matmul(int argc, char **argv) {
         if (!W) { fprintf(stderr, "bench_matmul: out of memory\n"); continue; }
         const double bytes = (double)kvq_row_bytes((kvq_type)ty, cols) * (double)rows;   /* weights read */
         if (levels) {
-            if (kvq_act8_dot((kvq_type)ty)) print_act8_levels((kvq_type)ty, W, rows, cols, X, xq, Y, reps);
+            if (act_f32) print_f32_levels((kvq_type)ty, W, rows, cols, X, Y, reps);
+            if (act_int8 && kvq_act8_dot((kvq_type)ty)) print_act8_levels((kvq_type)ty, W, rows, cols, X, xq, Y, reps);
             free(W);
             continue;
         }
