@@ -21,22 +21,19 @@ static inline __m256i shift_by(__m256i v, int by) {
     return by >= 0 ? _mm256_slli_epi32(v, by) : _mm256_srli_epi32(v, -by);
 }
 
-/* Nibble k (bits 4k..4k+3) of each lane as 1 + q/16 (mantissa bits 19..22). */
-static inline __m256 nibble_float(__m256i v, int k) { return field_float(shift_by(v, 19 - 4 * k), 0xf << 19); }
+/* The `bits`-bit code at bit `at` + 8b of each lane (byte b of the
+ * lane's four values) as 1 + q/2^bits, in the mantissa's top bits. */
+static inline __m256 code_float(__m256i v, int at, int bits, int b) {
+    return field_float(shift_by(v, 23 - bits - at - 8 * b), ((1 << bits) - 1) << (23 - bits));
+}
 
-/* Byte b's low six bits (a q6_K code) as 1 + q/64 (bits 17..22). */
-static inline __m256 code6_float(__m256i v, int b) { return field_float(shift_by(v, 17 - 8 * b), 0x3f << 17); }
-
-/* The sum over b of byte/nibble b's floats times xp's row for b (the
- * vector's run is g of pair p, xb = xp + 64p + 8g). */
-#define RUN_PARTIAL(FLOAT, v, k0, dk, xb)                                                   \
-    _mm256_fmadd_ps(FLOAT(v, (k0) + 3 * (dk)), _mm256_loadu_ps((xb) + 48),                  \
-    _mm256_fmadd_ps(FLOAT(v, (k0) + 2 * (dk)), _mm256_loadu_ps((xb) + 32),                  \
-    _mm256_fmadd_ps(FLOAT(v, (k0) + (dk)), _mm256_loadu_ps((xb) + 16),                      \
-                    _mm256_mul_ps(FLOAT(v, (k0)), _mm256_loadu_ps(xb)))))
-
-/* Byte b's low five bits (a q5_K code) as 1 + q/32 (bits 18..22). */
-static inline __m256 code5_float(__m256i v, int b) { return field_float(shift_by(v, 18 - 8 * b), 0x1f << 18); }
+/* A run's partial sum over bytes b = 0..3, sum_b f_b * x_b (the vector is
+ * run g of pair p, xb = xp + 64p + 8g: byte b's x at xb + 16b). */
+static inline __m256 run_partial(__m256i v, int at, int bits, const float *xb) {
+    __m256 t = _mm256_mul_ps(code_float(v, at, bits, 0), _mm256_loadu_ps(xb));
+    for (int b = 1; b < 4; b++) t = _mm256_fmadd_ps(code_float(v, at, bits, b), _mm256_loadu_ps(xb + 16 * b), t);
+    return t;
+}
 
 /* q4_K and q5_K: qs chunk c = 2u + g (32 bytes) holds run 2c (low
  * nibbles, xp's pair 2u) and 2c + 1 (high, pair 2u + 1), as lane group g.
@@ -68,11 +65,11 @@ static inline float q45_K_xdot(const uint8_t *b, const float *xp, int64_t n, boo
                 const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_andnot_si256(low4, shift_by(qh, 4 - 2 * c)));
                 const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(q, 4), low4),
                                                    _mm256_andnot_si256(low4, shift_by(qh, 3 - 2 * c)));
-                t0 = RUN_PARTIAL(code5_float, lo, 0, 1, xb);
-                t1 = RUN_PARTIAL(code5_float, hi, 0, 1, xb + 64);
+                t0 = run_partial(lo, 0, 5, xb);
+                t1 = run_partial(hi, 0, 5, xb + 64);
             } else {
-                t0 = RUN_PARTIAL(nibble_float, q, 0, 2, xb);
-                t1 = RUN_PARTIAL(nibble_float, q, 1, 2, xb + 64);
+                t0 = run_partial(q, 0, 4, xb);   /* low nibbles */
+                t1 = run_partial(q, 4, 4, xb + 64);   /* high nibbles */
             }
             acc0 = _mm256_fmadd_ps(t0, _mm256_set1_ps(scale[2 * c]), acc0);
             acc1 = _mm256_fmadd_ps(t1, _mm256_set1_ps(scale[2 * c + 1]), acc1);
@@ -112,8 +109,8 @@ static float q6_K_xdot(const void *row, const float *xp, int64_t n) {
                 const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(ql, 4), low4),
                                                    _mm256_and_si256(qhg, high4));
                 const float *xb = xp + 128 * h + 8 * g;
-                acc0 = _mm256_fmadd_ps(RUN_PARTIAL(code6_float, lo, 0, 1, xb), scale_quads(scales[h], 2 * g), acc0);
-                acc1 = _mm256_fmadd_ps(RUN_PARTIAL(code6_float, hi, 0, 1, xb + 64), scale_quads(scales[h], 4 + 2 * g), acc1);
+                acc0 = _mm256_fmadd_ps(run_partial(lo, 0, 6, xb), scale_quads(scales[h], 2 * g), acc0);
+                acc1 = _mm256_fmadd_ps(run_partial(hi, 0, 6, xb + 64), scale_quads(scales[h], 4 + 2 * g), acc1);
             }
         }
     }

@@ -21,15 +21,27 @@ static inline __m512i shift_by(__m512i v, int by) {
     return by >= 0 ? _mm512_slli_epi32(v, (unsigned)by) : _mm512_srli_epi32(v, (unsigned)-by);
 }
 
-/* Nibble k (bits 4k..4k+3) of each lane as 1 + q/16: q moves to the
- * mantissa's top four bits, 19..22. */
-static inline __m512 nibble_float(__m512i v, int k) { return field_float(shift_by(v, 19 - 4 * k), 0xf << 19); }
+/* The `bits`-bit code at bit `at` + 8b of each lane (byte b of the
+ * lane's four values) as 1 + q/2^bits: moved to the mantissa's top bits,
+ * 23 - bits .. 22, the rest masked off. */
+static inline __m512 code_float(__m512i v, int at, int bits, int b) {
+    return field_float(shift_by(v, 23 - bits - at - 8 * b), ((1 << bits) - 1) << (23 - bits));
+}
 
-/* Byte b's low five bits (a q5_K code) as 1 + q/32, bits 18..22. */
-static inline __m512 code5_float(__m512i v, int b) { return field_float(shift_by(v, 18 - 8 * b), 0x1f << 18); }
-
-/* Byte b's low six bits (a q6_K code) as 1 + q/64, bits 17..22. */
-static inline __m512 code6_float(__m512i v, int b) { return field_float(shift_by(v, 17 - 8 * b), 0x3f << 17); }
+/* A pair's two partial sums over bytes b = 0..3: t0 of the codes `lo`
+ * (at bit lo_at of each byte; x's first 64 floats), t1 of `hi` (at hi_at;
+ * x + 64), each sum_b f_b * x_b. */
+static inline void pair_partials(__m512i lo, int lo_at, __m512i hi, int hi_at, int bits, const float *x, __m512 *t0,
+                                 __m512 *t1) {
+    __m512 a = _mm512_mul_ps(code_float(lo, lo_at, bits, 0), _mm512_loadu_ps(x));
+    __m512 c = _mm512_mul_ps(code_float(hi, hi_at, bits, 0), _mm512_loadu_ps(x + 64));
+    for (int b = 1; b < 4; b++) {
+        a = _mm512_fmadd_ps(code_float(lo, lo_at, bits, b), _mm512_loadu_ps(x + 16 * b), a);
+        c = _mm512_fmadd_ps(code_float(hi, hi_at, bits, b), _mm512_loadu_ps(x + 64 + 16 * b), c);
+    }
+    *t0 = a;
+    *t1 = c;
+}
 
 /* Lane indexes into a vector of scales.  q4_K (scales in lanes 0-7):
  * pair p's runs (r0, r1) take lanes 0-7 -> r0, 8-15 -> r1.  q6_K (16
@@ -81,15 +93,9 @@ static inline row_acc row_acc_zero(void) {
  * pair 2u+1's. */
 static inline row_acc q4_K_half(const uint8_t *b, const float *x, __m512 scale, int u, row_acc r) {
     __m512i q = load_64(b + 16 + 64 * u);
-    __asm__("" : "+v"(q));
-    __m512 t0 = _mm512_mul_ps(nibble_float(q, 0), _mm512_loadu_ps(x + 0));
-    __m512 t1 = _mm512_mul_ps(nibble_float(q, 1), _mm512_loadu_ps(x + 64));
-    t0 = _mm512_fmadd_ps(nibble_float(q, 2), _mm512_loadu_ps(x + 16), t0);
-    t1 = _mm512_fmadd_ps(nibble_float(q, 3), _mm512_loadu_ps(x + 80), t1);
-    t0 = _mm512_fmadd_ps(nibble_float(q, 4), _mm512_loadu_ps(x + 32), t0);
-    t1 = _mm512_fmadd_ps(nibble_float(q, 5), _mm512_loadu_ps(x + 96), t1);
-    t0 = _mm512_fmadd_ps(nibble_float(q, 6), _mm512_loadu_ps(x + 48), t0);
-    t1 = _mm512_fmadd_ps(nibble_float(q, 7), _mm512_loadu_ps(x + 112), t1);
+    __asm__("" : "+v"(q));   /* one register: as a memory operand the compiler reloads it for each shift */
+    __m512 t0, t1;
+    pair_partials(q, 0, q, 4, 4, x, &t0, &t1);   /* low nibbles, high nibbles */
     r.acc0 = _mm512_fmadd_ps(t0, lanes_of(q4_K_pair_lanes[2 * u], scale), r.acc0);
     r.acc1 = _mm512_fmadd_ps(t1, lanes_of(q4_K_pair_lanes[2 * u + 1], scale), r.acc1);
     return r;
@@ -107,14 +113,8 @@ static inline row_acc q5_K_half(const uint8_t *b, const float *x, __m512 scale, 
     const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi32(qh, 2), 1);
     const __m512i lo = _mm512_ternarylogic_epi32(qs, shift_by(qh2, 4 - 4 * u), nib, 0xE4);   /* nib ? a : b */
     const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(qs, 4), shift_by(qh2, 3 - 4 * u), nib, 0xE4);
-    __m512 t0 = _mm512_mul_ps(code5_float(lo, 0), _mm512_loadu_ps(x + 0));
-    __m512 t1 = _mm512_mul_ps(code5_float(hi, 0), _mm512_loadu_ps(x + 64));
-    t0 = _mm512_fmadd_ps(code5_float(lo, 1), _mm512_loadu_ps(x + 16), t0);
-    t1 = _mm512_fmadd_ps(code5_float(hi, 1), _mm512_loadu_ps(x + 80), t1);
-    t0 = _mm512_fmadd_ps(code5_float(lo, 2), _mm512_loadu_ps(x + 32), t0);
-    t1 = _mm512_fmadd_ps(code5_float(hi, 2), _mm512_loadu_ps(x + 96), t1);
-    t0 = _mm512_fmadd_ps(code5_float(lo, 3), _mm512_loadu_ps(x + 48), t0);
-    t1 = _mm512_fmadd_ps(code5_float(hi, 3), _mm512_loadu_ps(x + 112), t1);
+    __m512 t0, t1;
+    pair_partials(lo, 0, hi, 0, 5, x, &t0, &t1);
     r.acc0 = _mm512_fmadd_ps(t0, lanes_of(q4_K_pair_lanes[2 * u], scale), r.acc0);
     r.acc1 = _mm512_fmadd_ps(t1, lanes_of(q4_K_pair_lanes[2 * u + 1], scale), r.acc1);
     return r;
@@ -134,14 +134,8 @@ static inline row_acc q6_K_half(const uint8_t *b, const float *x, __m512 scale, 
     /* nib ? ql : qh bits: 0xE4 is "c ? a : b" */
     const __m512i lo = _mm512_ternarylogic_epi32(ql, _mm512_slli_epi32(qh2, 4), nib, 0xE4);
     const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(ql, 4), qh2, nib, 0xE4);
-    __m512 t0 = _mm512_mul_ps(code6_float(lo, 0), _mm512_loadu_ps(x + 0));
-    __m512 t1 = _mm512_mul_ps(code6_float(hi, 0), _mm512_loadu_ps(x + 64));
-    t0 = _mm512_fmadd_ps(code6_float(lo, 1), _mm512_loadu_ps(x + 16), t0);
-    t1 = _mm512_fmadd_ps(code6_float(hi, 1), _mm512_loadu_ps(x + 80), t1);
-    t0 = _mm512_fmadd_ps(code6_float(lo, 2), _mm512_loadu_ps(x + 32), t0);
-    t1 = _mm512_fmadd_ps(code6_float(hi, 2), _mm512_loadu_ps(x + 96), t1);
-    t0 = _mm512_fmadd_ps(code6_float(lo, 3), _mm512_loadu_ps(x + 48), t0);
-    t1 = _mm512_fmadd_ps(code6_float(hi, 3), _mm512_loadu_ps(x + 112), t1);
+    __m512 t0, t1;
+    pair_partials(lo, 0, hi, 0, 6, x, &t0, &t1);
     r.acc0 = _mm512_fmadd_ps(t0, lanes_of(q6_K_pair_lanes[2 * h], scale), r.acc0);
     r.acc1 = _mm512_fmadd_ps(t1, lanes_of(q6_K_pair_lanes[2 * h + 1], scale), r.acc1);
     return r;
