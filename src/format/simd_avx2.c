@@ -17,6 +17,17 @@ static inline void vcodes_float(__m256i c, VF out[VPB]) {
     out[3] = bytes8_to_float(_mm_srli_si128(hi, 8));
 }
 
+/* q8_0's 32 code bytes at p as floats, converted straight from memory. */
+static inline void vcodes_q8_0(const uint8_t *p, VF out[VPB]) {
+    out[0] = bytes8_to_float(_mm_loadl_epi64((const __m128i *)p));
+    out[1] = bytes8_to_float(_mm_loadl_epi64((const __m128i *)(p + 8)));
+    out[2] = bytes8_to_float(_mm_loadl_epi64((const __m128i *)(p + 16)));
+    out[3] = bytes8_to_float(_mm_loadl_epi64((const __m128i *)(p + 24)));
+}
+
+/* The fp16 value at p in every lane (broadcast as fp16, converted once). */
+static inline VF vscale_h(const uint8_t *p) { return _mm256_cvtph_ps(_mm_set1_epi16((short)kvq_rd16(p))); }
+
 static inline void vstore_h(uint8_t *p, VF v) {
     _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }

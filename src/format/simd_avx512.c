@@ -14,6 +14,15 @@ static inline void vcodes_float(__m256i c, VF out[VPB]) {
     out[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(c, 1)));
 }
 
+/* q8_0's 32 code bytes at p as floats, converted straight from memory. */
+static inline void vcodes_q8_0(const uint8_t *p, VF out[VPB]) {
+    out[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+    out[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+}
+
+/* The fp16 value at p in every lane (broadcast as fp16, converted once). */
+static inline VF vscale_h(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_set1_epi16((short)kvq_rd16(p))); }
+
 static inline void vstore_h(uint8_t *p, VF v) {
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }

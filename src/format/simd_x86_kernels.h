@@ -80,6 +80,25 @@ static inline float scale_of(const uint8_t *p) { return _cvtsh_ss(kvq_rd16(p)); 
     }
 
 KVQ_SIMD_BLOCK_KERNELS(q8_0, KVQ_BYTES_Q8_0, false)
+
+/* q8_0's dot, the one Q8_0 weights' decode products run: the generic
+ * dot's operations on the same values (so the same bits), its codes
+ * converted straight from memory (vcodes_q8_0) instead of a 32-byte load
+ * and lane extracts, d broadcast as fp16 and converted in the vector
+ * (vscale_h: the same value). */
+static float simd_q8_0_dot_direct(const void *row, const float *x, int64_t n) {
+    const uint8_t *b = row;
+    VF acc = vzero();
+    for (int64_t i = 0; i < n; i += KVQ_BLOCK, b += KVQ_BYTES_Q8_0) {
+        VF c[VPB];
+        vcodes_q8_0(b + 2, c);
+        const float *xb = x + i;
+        VF cx = vmul(c[0], vload(xb));
+        for (int k = 1; k < VPB; k++) cx = vfma(c[k], vload(xb + k * VL), cx);
+        acc = vfma(vscale_h(b), cx, acc);
+    }
+    return vhsum(acc);
+}
 KVQ_SIMD_BLOCK_KERNELS(q6_0, KVQ_BYTES_Q6_0, false)
 KVQ_SIMD_BLOCK_KERNELS(q6_1, KVQ_BYTES_Q6_1, true)
 KVQ_SIMD_BLOCK_KERNELS(q5_0, KVQ_BYTES_Q5_0, false)
@@ -197,5 +216,6 @@ static void simd_install_kernels(kvq_type_traits table[KVQ_TYPE_COUNT]) {
     table[KVQ_TYPE_F16].quantize = simd_f16_quantize;
     table[KVQ_TYPE_BF16].quantize = simd_bf16_quantize;
     table[KVQ_TYPE_Q8_0].quantize = simd_q8_0_quantize;
+    table[KVQ_TYPE_Q8_0].dot = simd_q8_0_dot_direct;
     table[KVQ_TYPE_IQ4_NL].quantize = simd_iq4_nl_quantize;
 }
