@@ -4,6 +4,8 @@
 #include "test.h"
 #include "kvq.h"
 #include "matmul.h"
+#include "kquants_xperm.h"
+#include "alloc.h"
 
 #include <string.h>
 
@@ -279,4 +281,63 @@ TEST(matmul_decode_byte_sized_tasks_cover_every_row) {
     CHECK(same, "2 or 3 threads differ from 1 thread");
     CHECK(ran8, "the int8 path refused a q8_0 product");
     CHECK(same8, "int8 activations: 3 threads differ from 1, or a row was not written");
+}
+
+/* K-quant decode products lay X out for their type once (kquants_xperm.h)
+ * in the caller's scratch or memory of their own.  Checked per type:
+ * the output is each row's laid-out dot (the level's kernel run directly:
+ * the same bits) and near the reference; with caller scratch (exactly
+ * kvq_kq_xperm_floats, nothing written past it) the same bits; and when
+ * the product's own allocation fails it falls back to the row dots: every
+ * output is then the row dot's bits, nothing is left unwritten. */
+TEST(matmul_kquant_decode_laid_out_and_fallback) {
+    const kvq_type types[] = { KVQ_TYPE_Q4_K, KVQ_TYPE_Q5_K, KVQ_TYPE_Q6_K };
+    int tested = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const kvq_type ty = types[i];
+        const kvq_kq_xrows_fn xrows = kvq_kq_xrows(ty);
+        if (!xrows) continue;   /* scalar level: the row dots only */
+        case_data c;
+        const int64_t rows = 45, cols = 768;
+        const int ok = case_make(&c, ty, rows, cols, 1, 99 + (uint64_t)i);
+        const size_t xpf = kvq_kq_xperm_floats(cols), rb = kvq_row_bytes(ty, cols);
+        float *xp = malloc((xpf + 1) * sizeof(float));
+        float *direct = malloc(rows * sizeof(float)), *own = malloc(rows * sizeof(float));
+        float *given = malloc(rows * sizeof(float)), *fell = malloc(rows * sizeof(float));
+        bool all = ok && xp && direct && own && given && fell, laid = false, same = false, guard = false;
+        bool rowdot = false;
+        int64_t bad = -1;
+        long failed = 0;
+        if (all) {
+            laid = kvq_kq_xperm(ty, c.X, cols, xp);
+            xrows(c.W, rb, rows, xp, cols, direct);
+            kvq_matmul(NULL, ty, c.W, rows, cols, c.X, 1, own);
+            xp[xpf] = 12345.0f;   /* guard past the end */
+            kvq_matmul_scratch(NULL, 0, xp, xpf, ty, c.W, rows, cols, c.X, 1, given);
+            guard = xp[xpf] == 12345.0f;
+            same = !memcmp(direct, own, rows * sizeof(float)) && !memcmp(direct, given, rows * sizeof(float));
+            bad = first_bad(&c, own);
+            for (int64_t r = 0; r < rows; r++) fell[r] = NAN;
+            kvq_alloc_fail_at(1, 1);   /* the product's own copy of X, and anything after */
+            kvq_matmul(NULL, ty, c.W, rows, cols, c.X, 1, fell);
+            failed = kvq_alloc_failed();
+            kvq_alloc_fail_at(0, 0);
+            rowdot = true;
+            for (int64_t r = 0; r < rows; r++) {
+                const float want = kvq_type_get(ty)->dot(c.W + rb * (size_t)r, c.X, cols);
+                rowdot = rowdot && !memcmp(&want, &fell[r], sizeof want);
+            }
+        }
+        free(xp); free(direct); free(own); free(given); free(fell);
+        case_free(&c);
+        CHECK(all, "out of memory");
+        CHECK(laid, "%s: kvq_kq_xperm refused", kvq_type_name(ty));
+        CHECK(same, "%s: kvq_matmul's decode is not the laid-out kernel's bits", kvq_type_name(ty));
+        CHECK(guard, "%s: scratch written past kvq_kq_xperm_floats", kvq_type_name(ty));
+        CHECK(bad < 0, "%s: row %lld off the reference", kvq_type_name(ty), (long long)bad);
+        CHECK(failed >= 1, "%s: the decode product allocated nothing to fail", kvq_type_name(ty));
+        CHECK(rowdot, "%s: under a failed allocation the rows are not the row dots", kvq_type_name(ty));
+        tested++;
+    }
+    if (!tested) SKIP("no laid-out K-quant kernels at this SIMD level");
 }
