@@ -6,6 +6,8 @@
  * vadd, vmul, vfma, vhsum, vload_h, vload_bf) and defines the format's own:
  *
  *   vcodes_float(__m256i codes, VF out[VPB])   32 int8 -> floats
+ *   vcodes_q8_0(const uint8_t *p, VF out[VPB]) 32 int8 at p -> floats
+ *   vscale_h(const uint8_t *p)                 the fp16 at p in every lane
  *   vstore_h / vstore_bf (VL values)
  *   q8_codes_store(const VF v[VPB], float id, uint8_t *dst)
  *   vabs_max(const VF v[VPB]) -> max |v| (inputs finite)
@@ -28,12 +30,12 @@
  * the bitwise-compared dequantiser would show, so it keeps the scalar one). */
 static inline float scale_of(const uint8_t *p) { return _cvtsh_ss(kvq_rd16(p)); }
 
-#define KVQ_SIMD_BLOCK_KERNELS(name, BYTES, HAS_MIN)                                      \
+#define KVQ_SIMD_BLOCK_KERNELS(name, BYTES, HAS_MIN, FLOATS)                              \
     static void simd_##name##_dequantize(const void *src, float *y, int64_t n) {          \
         const uint8_t *b = src;                                                           \
         for (int64_t i = 0; i < n; i += KVQ_BLOCK, b += (BYTES)) {                        \
             VF c[VPB];                                                                    \
-            vcodes_float(codes_##name(b), c);                                             \
+            FLOATS(name, b, c);                                                           \
             const VF d = vset1(kvq_half_to_float(kvq_rd16(b)));                           \
             const VF m = vset1((HAS_MIN) ? kvq_half_to_float(kvq_rd16(b + 2)) : 0.0f);    \
             for (int k = 0; k < VPB; k++) {                                               \
@@ -49,15 +51,15 @@ static inline float scale_of(const uint8_t *p) { return _cvtsh_ss(kvq_rd16(p)); 
         VF acc = vzero(), acc_m = vzero();                                                \
         for (int64_t i = 0; i < n; i += KVQ_BLOCK, b += (BYTES)) {                        \
             VF c[VPB];                                                                    \
-            vcodes_float(codes_##name(b), c);                                             \
+            FLOATS(name, b, c);                                                           \
             const float *xb = x + i;                                                      \
             VF cx = vmul(c[0], vload(xb));                                                \
             for (int k = 1; k < VPB; k++) cx = vfma(c[k], vload(xb + k * VL), cx);        \
-            acc = vfma(vset1(scale_of(b)), cx, acc);                                      \
+            acc = vfma(vscale_h(b), cx, acc);                                             \
             if (HAS_MIN) {                                                                \
                 VF sx = vload(xb);                                                        \
                 for (int k = 1; k < VPB; k++) sx = vadd(sx, vload(xb + k * VL));          \
-                acc_m = vfma(vset1(scale_of(b + 2)), sx, acc_m);                          \
+                acc_m = vfma(vscale_h(b + 2), sx, acc_m);                                 \
             }                                                                             \
         }                                                                                 \
         return (HAS_MIN) ? vhsum(vadd(acc, acc_m)) : vhsum(acc);                          \
@@ -67,7 +69,7 @@ static inline float scale_of(const uint8_t *p) { return _cvtsh_ss(kvq_rd16(p)); 
         const uint8_t *b = row;                                                           \
         for (int64_t i = 0; i < n; i += KVQ_BLOCK, b += (BYTES)) {                        \
             VF c[VPB];                                                                    \
-            vcodes_float(codes_##name(b), c);                                             \
+            FLOATS(name, b, c);                                                           \
             const VF wd = vset1(w * scale_of(b));                                         \
             const VF wm = vset1((HAS_MIN) ? w * scale_of(b + 2) : 0.0f);                  \
             for (int k = 0; k < VPB; k++) {                                               \
@@ -79,37 +81,26 @@ static inline float scale_of(const uint8_t *p) { return _cvtsh_ss(kvq_rd16(p)); 
         }                                                                                 \
     }
 
-KVQ_SIMD_BLOCK_KERNELS(q8_0, KVQ_BYTES_Q8_0, false)
+/* A block's 32 codes as floats: through the type's decoder
+ * (simd_x86_codes.h), or for q8_0's plain bytes converted straight from
+ * memory (vcodes_q8_0: no 32-byte load and lane extracts; the values are
+ * the same). */
+#define DECODED_FLOATS(name, b, c) vcodes_float(codes_##name(b), c)
+#define Q8_0_FLOATS(name, b, c) vcodes_q8_0((b) + 2, c)
 
-/* q8_0's dot, the one Q8_0 weights' decode products run: the generic
- * dot's operations on the same values (so the same bits), its codes
- * converted straight from memory (vcodes_q8_0) instead of a 32-byte load
- * and lane extracts, d broadcast as fp16 and converted in the vector
- * (vscale_h: the same value). */
-static float simd_q8_0_dot_direct(const void *row, const float *x, int64_t n) {
-    const uint8_t *b = row;
-    VF acc = vzero();
-    for (int64_t i = 0; i < n; i += KVQ_BLOCK, b += KVQ_BYTES_Q8_0) {
-        VF c[VPB];
-        vcodes_q8_0(b + 2, c);
-        const float *xb = x + i;
-        VF cx = vmul(c[0], vload(xb));
-        for (int k = 1; k < VPB; k++) cx = vfma(c[k], vload(xb + k * VL), cx);
-        acc = vfma(vscale_h(b), cx, acc);
-    }
-    return vhsum(acc);
-}
-KVQ_SIMD_BLOCK_KERNELS(q6_0, KVQ_BYTES_Q6_0, false)
-KVQ_SIMD_BLOCK_KERNELS(q6_1, KVQ_BYTES_Q6_1, true)
-KVQ_SIMD_BLOCK_KERNELS(q5_0, KVQ_BYTES_Q5_0, false)
-KVQ_SIMD_BLOCK_KERNELS(q5_1, KVQ_BYTES_Q5_1, true)
-KVQ_SIMD_BLOCK_KERNELS(q4_0, KVQ_BYTES_Q4_0, false)
-KVQ_SIMD_BLOCK_KERNELS(q4_1, KVQ_BYTES_Q4_1, true)
-KVQ_SIMD_BLOCK_KERNELS(iq4_nl, KVQ_BYTES_IQ4_NL, false)
-KVQ_SIMD_BLOCK_KERNELS(q3_0, KVQ_BYTES_Q3_0, false)
-KVQ_SIMD_BLOCK_KERNELS(q3_1, KVQ_BYTES_Q3_1, true)
-KVQ_SIMD_BLOCK_KERNELS(q2_0, KVQ_BYTES_Q2_0, false)
-KVQ_SIMD_BLOCK_KERNELS(q2_1, KVQ_BYTES_Q2_1, true)
+KVQ_SIMD_BLOCK_KERNELS(q8_0, KVQ_BYTES_Q8_0, false, Q8_0_FLOATS)
+
+KVQ_SIMD_BLOCK_KERNELS(q6_0, KVQ_BYTES_Q6_0, false, DECODED_FLOATS)
+KVQ_SIMD_BLOCK_KERNELS(q6_1, KVQ_BYTES_Q6_1, true, DECODED_FLOATS)
+KVQ_SIMD_BLOCK_KERNELS(q5_0, KVQ_BYTES_Q5_0, false, DECODED_FLOATS)
+KVQ_SIMD_BLOCK_KERNELS(q5_1, KVQ_BYTES_Q5_1, true, DECODED_FLOATS)
+KVQ_SIMD_BLOCK_KERNELS(q4_0, KVQ_BYTES_Q4_0, false, DECODED_FLOATS)
+KVQ_SIMD_BLOCK_KERNELS(q4_1, KVQ_BYTES_Q4_1, true, DECODED_FLOATS)
+KVQ_SIMD_BLOCK_KERNELS(iq4_nl, KVQ_BYTES_IQ4_NL, false, DECODED_FLOATS)
+KVQ_SIMD_BLOCK_KERNELS(q3_0, KVQ_BYTES_Q3_0, false, DECODED_FLOATS)
+KVQ_SIMD_BLOCK_KERNELS(q3_1, KVQ_BYTES_Q3_1, true, DECODED_FLOATS)
+KVQ_SIMD_BLOCK_KERNELS(q2_0, KVQ_BYTES_Q2_0, false, DECODED_FLOATS)
+KVQ_SIMD_BLOCK_KERNELS(q2_1, KVQ_BYTES_Q2_1, true, DECODED_FLOATS)
 
 /* q8_0 encoder: the scalar rule (d = max|x|/127, q = roundf(x/d)) on
  * vectors; bitwise identical to the reference. */
@@ -216,6 +207,5 @@ static void simd_install_kernels(kvq_type_traits table[KVQ_TYPE_COUNT]) {
     table[KVQ_TYPE_F16].quantize = simd_f16_quantize;
     table[KVQ_TYPE_BF16].quantize = simd_bf16_quantize;
     table[KVQ_TYPE_Q8_0].quantize = simd_q8_0_quantize;
-    table[KVQ_TYPE_Q8_0].dot = simd_q8_0_dot_direct;
     table[KVQ_TYPE_IQ4_NL].quantize = simd_iq4_nl_quantize;
 }
