@@ -54,13 +54,13 @@ static inline float q45_K_xdot(const uint8_t *b, const float *xp, int64_t n, boo
                                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc_m, 8))));
         corr = _mm256_fmadd_ps(_mm256_add_ps(scale8, min8), _mm256_loadu_ps(xsum), corr);
         _mm256_storeu_ps(scale, scale8);
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
         _Pragma("GCC unroll 4")
         for (int c = 0; c < 4; c++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(b + qs_at + 32 * c));
             const float *xb = xp + 128 * (c / 2) + 8 * (c % 2);
             __m256 t0, t1;
             if (five) {   /* bits 2c, 2c+1 of qh to bit 4 */
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
                 /* the shifted qh keeps out of the nibble (its bits cross bytes) */
                 const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_andnot_si256(low4, shift_by(qh, 4 - 2 * c)));
                 const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(q, 4), low4),
@@ -119,15 +119,16 @@ static float q6_K_xdot(const void *row, const float *xp, int64_t n) {
 
 /* Rows one at a time, each one sequential stream (two at once were no
  * faster from memory: kquants_xperm_avx512.c). */
-static void q4_K_xrows(const void *W, size_t row_bytes, int64_t rows, const float *xp, int64_t n, float *y) {
-    for (int64_t r = 0; r < rows; r++) y[r] = q45_K_xdot((const uint8_t *)W + (size_t)r * row_bytes, xp, n, false);
-}
-static void q5_K_xrows(const void *W, size_t row_bytes, int64_t rows, const float *xp, int64_t n, float *y) {
-    for (int64_t r = 0; r < rows; r++) y[r] = q45_K_xdot((const uint8_t *)W + (size_t)r * row_bytes, xp, n, true);
-}
-static void q6_K_xrows(const void *W, size_t row_bytes, int64_t rows, const float *xp, int64_t n, float *y) {
-    for (int64_t r = 0; r < rows; r++) y[r] = q6_K_xdot((const uint8_t *)W + (size_t)r * row_bytes, xp, n);
-}
+#define XROWS(name, DOT)                                                                            \
+    static void name##_xrows(const void *W, size_t row_bytes, int64_t rows, const float *xp, int64_t n, \
+                             float *y) {                                                            \
+        for (int64_t r = 0; r < rows; r++) y[r] = DOT((const uint8_t *)W + (size_t)r * row_bytes, xp, n); \
+    }
+#define Q4_K_DOT(b, xp, n) q45_K_xdot(b, xp, n, false)
+#define Q5_K_DOT(b, xp, n) q45_K_xdot(b, xp, n, true)
+XROWS(q4_K, Q4_K_DOT)
+XROWS(q5_K, Q5_K_DOT)
+XROWS(q6_K, q6_K_xdot)
 
 void kvq_kq_xperm_install_avx2(kvq_kq_xrows_fn table[KVQ_TYPE_COUNT]) {
     table[KVQ_TYPE_Q4_K] = q4_K_xrows;
