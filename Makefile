@@ -31,7 +31,13 @@ CSTD     = -std=c11
 WARN     = -Wall -Wextra -Werror
 LAYERS = base format cache model eval
 CPPFLAGS_ALL = -Iinclude $(LAYERS:%=-Isrc/%) -D_GNU_SOURCE
-CFLAGS_ALL   = $(CSTD) $(OPT) $(WARN) -fPIC -pthread -g $(EXTRA_CFLAGS)
+# glibc's _FORTIFY_SOURCE, as Ubuntu's gcc turns it on by default: bounds
+# checks on string and I/O calls, and warn_unused_result on fread and its
+# kin, so an ignored result fails here on every distribution, not only
+# there.  It needs an optimised build; the sanitizer builds leave it off
+# (their interceptors do the checking).
+FORTIFY     ?= $(if $(filter -O0,$(OPT)),,-U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2)
+CFLAGS_ALL   = $(CSTD) $(OPT) $(WARN) -fPIC -pthread -g $(FORTIFY) $(EXTRA_CFLAGS)
 LDLIBS_ALL   = -lm -pthread
 
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
@@ -137,7 +143,7 @@ test: $(TESTS) $(KVQ) $(EXAMPLES) $(SHARED)
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 SAN_BUILD ?= build-san$(if $(findstring clang,$(CC)),-clang,)
 sanitize:
-	$(MAKE) BUILD=$(SAN_BUILD) OPT=-O1 EXTRA_CFLAGS="$(SAN_FLAGS)" EXTRA_LDFLAGS="$(SAN_FLAGS)" \
+	$(MAKE) BUILD=$(SAN_BUILD) OPT=-O1 FORTIFY= EXTRA_CFLAGS="$(SAN_FLAGS)" EXTRA_LDFLAGS="$(SAN_FLAGS)" \
 	    $(SAN_BUILD)/run_tests $(SAN_BUILD)/kvq $(SAN_BUILD)/examples/generate
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 KVQ_SANITIZE=1 \
 	    KVQ_BIN=$(abspath $(SAN_BUILD)/kvq) KVQ_EXAMPLES=$(abspath $(SAN_BUILD)/examples) $(SAN_BUILD)/run_tests $(TEST_ARGS)
@@ -187,7 +193,7 @@ fuzz-check:
 
 FUZZ_BINS := $(FUZZ_NAMES:%=build-fuzz/fuzz_%)
 fuzz-build: fuzz-check
-	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) OPT=-O1 \
+	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) OPT=-O1 FORTIFY= \
 	    EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" build-fuzz/libkvq.a
 	$(MAKE) $(FUZZ_BINS)
 

@@ -297,7 +297,10 @@ TEST(cli_kld_exact_base_round_trip_and_checks) {
     const char *paths[2] = { base, llama };
     for (int i = 0; i < 2; i++) {
         FILE *f = fopen(paths[i], "rb");
-        if (f) { CHECK(fread(magic[i], 1, 8, f) == 8 || 1, "read"); fclose(f); }
+        if (f) { /* a short read leaves a short magic, which the checks below name */
+            magic[i][fread(magic[i], 1, 8, f)] = 0;
+            fclose(f);
+        }
     }
     if (rc || strcmp(magic[0], "KVQBASE1") || strcmp(magic[1], "_logits_")) { remove(base); remove(llama); }
     CHECK(rc == 0, "writing the bases exited %d: %s", rc, out);
