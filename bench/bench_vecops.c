@@ -3,7 +3,7 @@
  * kernels are made of, on this machine (kvq-bench vecops [-n ITERS] [-r ROUNDS]).
  *
  * Why: at depth a quantised cache's decode step is bound by the kernels'
- * arithmetic, not by memory (docs/benchmarks.md section 6), so the other
+ * arithmetic, not by memory (docs/performance.md), so the other
  * physical bound of a step is the number of vector instructions per key
  * over the rate the core issues them.  This measures that rate per
  * instruction: VECOPS_CHAINS independent chains of one instruction, the

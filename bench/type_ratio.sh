@@ -1,6 +1,6 @@
 #!/bin/sh
 # Paired ratios of decode speed between cache types on a shared host
-# (docs/benchmarks.md section 5): ROUNDS invocations of `kvq bench --json`,
+# (docs/benchmarks.md section 3): ROUNDS invocations of `kvq bench --json`,
 # each running every type of TYPES at one depth back to back (seconds
 # apart), so each invocation gives one ratio per type against the first
 # type, measured under the same load; then per (type, depth) the median of

@@ -519,7 +519,7 @@ KVQ_API kvq_status kvq_model_load(const char *path, kvq_model **out, kvq_error *
  * first (a load at disk speed, the file's size in private memory).  The
  * results are the same bits; the speed may not be: on some machines
  * decoding from the page cache stalls now and then where private memory
- * does not (docs/engine.md; measured in docs/benchmarks.md 3f). */
+ * does not (docs/engine.md; measured in docs/performance.md). */
 typedef enum kvq_load_mode { KVQ_LOAD_MMAP = 0, KVQ_LOAD_READ = 1 } kvq_load_mode;
 KVQ_API kvq_status kvq_model_load_ex(const char *path, kvq_load_mode mode, kvq_model **out, kvq_error *err);
 KVQ_API void kvq_model_free(kvq_model *m);
@@ -556,7 +556,7 @@ KVQ_API int kvq_ctx_max_batch(const kvq_ctx *ctx);
  * costs); other weight types keep f32.  KVQ_ACT_QUERY8: the attention
  * half alone: f32 weight products, the query of a q4_0/q4_1 K rounded to
  * int8 (its KLD is within noise of int16's on the models measured,
- * docs/benchmarks.md 3e; the K scores take 0.72x the time on AVX2).
+ * docs/performance.md; the K scores take 0.72x the time on AVX2).
  * Each gives the same bits for any thread count.  KVQ_ACT_INT8 allocates
  * the quantised rows on first use (KVQ_ERR_NOMEM). */
 typedef enum kvq_act { KVQ_ACT_F32 = 0, KVQ_ACT_INT8 = 1, KVQ_ACT_QUERY8 = 2, KVQ_ACT_COUNT /* not a value */ } kvq_act;

@@ -281,7 +281,7 @@ int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src
  * little ahead for a stream this fast.  One chunk ahead, not four: at
  * 16384 keys one layer's step took 0.83x (f16), 0.91x (q4_0) and 0.77x
  * (q8_0) the time on 2 threads, the whole model ran f16 1.28x and q8_0
- * 1.10x faster, q4_0 the same (docs/benchmarks.md 2); further ahead,
+ * 1.10x faster, q4_0 the same (docs/performance.md); further ahead,
  * the lines were evicted or queued behind the chunk's own.  Only a hint:
  * a wrong guess (past the end of the cache) costs a wasted fetch, never
  * a fault. */
@@ -458,7 +458,7 @@ static void in_place_values(const attn_block_kernels *kr, const attn_block_rows 
  * 2.5-3.1 ms in chunks of 16 against 3.6-5.3 in chunks of 32; head_dim
  * 256, ~7 ms in chunks of 8 against 10-15 in chunks of 16; head_dim 64,
  * 32 keys faster than 16.  The whole model's f16 tg at 16384 (qwen3-0.6B
- * shape) rose 12-17 % (docs/benchmarks.md, section 1), though these
+ * shape) rose 12-17 % (measured then; git history), though these
  * kernels are slower per key in L1 in short chunks.  Neither the prefetch
  * distance (1 to 8 chunks) nor the weights' row stride moved it; the
  * cause is on the memory side and not pinned down (no hardware counters

@@ -73,7 +73,7 @@ static inline __m512 q5_K_scales(const uint8_t *b) { return q45_K_scales(b, 32.0
 /* 64 bytes of codes as two 32-byte loads.  Blocks are 144 or 210 bytes,
  * so one 64-byte load mostly straddles two cache lines; from memory that
  * halved the q4_K dot's rate (10 against 17 GB/s on one Zen 5 core,
- * docs/benchmarks.md 3g), in the cache it made no difference. */
+ * docs/performance.md), in the cache it made no difference. */
 static inline __m512i load_64(const uint8_t *p) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p)),
                               _mm256_loadu_si256((const __m256i *)(p + 32)), 1);
@@ -161,7 +161,7 @@ static inline float q6_K_finish(row_acc r) {
 /* Rows one at a time, each one sequential stream.  Two rows at once
  * (sharing the loads of x) were faster in the cache but not from memory:
  * no faster with two streams far apart, 3x slower with two neighbouring
- * rows interleaved (docs/benchmarks.md 3g). */
+ * rows interleaved (docs/performance.md). */
 #define XROWS(T, BYTES)                                                                            \
     static void T##_xrows(const void *W, size_t row_bytes, int64_t rows, const float *xp, int64_t n, \
                           float *y) {                                                              \

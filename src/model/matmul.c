@@ -31,7 +31,7 @@ enum { GEMM_TASK_ROWS = 16, MAX_TILE = 8 };
  * The layers' matrices (1-3 MB in the 0.6B shape) want fewer, longer
  * runs still: every product of one q8_0 decode step, 2 threads, took a
  * median 16.2-16.9 ms with 256 KB tasks and 4 per thread, 15.3 with
- * 512 KB and 2, 14.4-14.9 with 1 MB and 2 (docs/benchmarks.md 3f).
+ * 512 KB and 2, 14.4-14.9 with 1 MB and 2 (docs/performance.md).
  * Why a task floor: a thread the scheduler starts late must still find
  * work (a 1 MB matrix in 4 MB tasks is one thread's job); two per thread
  * keep that, four cut the layers' matrices into 256-800 KB runs.  Every

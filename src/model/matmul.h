@@ -31,7 +31,7 @@ void kvq_matmul(kvq_pool *pool, kvq_type wtype, const void *W, int64_t rows, int
  * the calling thread even when a pool is given: handing work to another
  * thread costs a few microseconds (more when the cores are shared), which
  * is all a 256x256 decode product takes.  Measured by `kvq-bench matmul`
- * (its "threads break-even" table, docs/benchmarks.md): on the 2-core
+ * (its "threads break-even" table): on the 2-core
  * development VM 2 threads lost below ~1M multiply-adds even with a
  * spinning worker; 2^18 keeps the tiny test models' decode (<= 131k per
  * product) on one thread and every product of a real model (n_embd >=
