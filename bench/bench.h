@@ -97,6 +97,8 @@ int bench_levels(const char *group, const char *list, const char *const *known, 
 /* The core's clock in Hz, estimated by a chain of dependent adds (one
  * cycle each on x86); 0 where it cannot be estimated. */
 double bench_clock_hz(void);
+/* "clock ~3.80 GHz" or "clock not estimated" (hz 0) into buf. */
+const char *bench_clock_text(double hz, char *buf, size_t cap);
 /* The comma-separated word at p into word (at most cap - 1 bytes; empty
  * for ",,"); returns where the next word starts, NULL after the last. */
 const char *bench_list_word(const char *p, char *word, size_t cap);

@@ -201,12 +201,14 @@ int bench_chunk(int argc, char **argv) {
             return 1;
         }
     const double hz = bench_clock_hz();
+    char clock[64];
     printf("## chunk kernels alone: GQA %d, head_dim %d, %d rows in L1, %s query, 1 thread, CPU time, best of %d "
-           "rounds; clock ~%.2f GHz\n\n"
+           "rounds; %s\n\n"
            "| type | level | K scores (rows) ns/key | K scores (lanes) ns/key | V sums (rows) ns/key | V sums (pairs) ns/key "
            "| K+V ns/key | per query head | K+V cycles/key |\n"
            "|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
-           o.gqa, o.head_dim, (o.rows + CHUNK - 1) / CHUNK * CHUNK, o.q8 ? "int8" : "int16", o.rounds, hz * 1e-9);
+           o.gqa, o.head_dim, (o.rows + CHUNK - 1) / CHUNK * CHUNK, o.q8 ? "int8" : "int16", o.rounds,
+           bench_clock_text(hz, clock, sizeof clock));
     int status = 0;
     for (int i = 0; i < n_types && !status; i++) status = bench_type(&o, types[i], levels, n_levels, hz);
     return status;

@@ -53,8 +53,9 @@ int bench_vecops(int argc, char **argv) {
         if (!ok) return 1;
     }
     const double hz = bench_clock_hz();
-    printf("\n## vector instruction throughput: %d chains each, 1 thread, CPU time, best of %d; clock ~%.2f GHz\n\n",
-           VECOPS_CHAINS, rounds, hz * 1e-9);
+    char clock[64];
+    printf("\n## vector instruction throughput: %d chains each, 1 thread, CPU time, best of %d; %s\n\n", VECOPS_CHAINS,
+           rounds, bench_clock_text(hz, clock, sizeof clock));
     printf("| level | instruction | used by | ns each | per ns | per cycle |\n|---|---|---|---:|---:|---:|\n");
 #if defined(__x86_64__)
     const kvq_isa isa = kvq_isa_best();
