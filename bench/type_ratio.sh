@@ -4,7 +4,8 @@
 # each running every type of TYPES at one depth back to back (seconds
 # apart), so each invocation gives one ratio per type against the first
 # type, measured under the same load; then per (type, depth) the median of
-# those ratios, their range, and the median t/s.  A host whose speed
+# those ratios, their range, the median t/s and the median % of the
+# bandwidth bound (each invocation's own bound: its bandwidth reading).  A host whose speed
 # drifts by 10-50 % between minutes moves both sides of a pair alike,
 # which the separate medians of depth_table.sh do not undo.
 #   sh bench/type_ratio.sh KVQ MODEL
@@ -47,12 +48,13 @@ awk -v ref="$REF" '
     /"tg_tps"/ {
         key = num("round") SUBSEP num("depth")
         tg[key, str("cache_k")] = num("tg_tps")
+        frac[key, str("cache_k")] = num("tg_bound_fraction")
         if (!((str("cache_k"), num("depth")) in seen)) { seen[str("cache_k"), num("depth")] = 1; order[++n_order] = str("cache_k") SUBSEP num("depth") }
         rounds[num("round")] = 1
     }
     END {
-        print "| cache | depth | median tg t/s | median ratio vs " ref " | range of ratios | rounds |"
-        print "|---|---:|---:|---:|---:|---:|"
+        print "| cache | depth | median tg t/s | median % of bound | median ratio vs " ref " | range of ratios | rounds |"
+        print "|---|---:|---:|---:|---:|---:|---:|"
         for (o = 1; o <= n_order; o++) {
             split(order[o], td, SUBSEP)
             nr = 0; nt = 0
@@ -60,10 +62,13 @@ awk -v ref="$REF" '
                 k = r SUBSEP td[2]
                 if (!((k, td[1]) in tg)) continue
                 t[++nt] = tg[k, td[1]]
+                f[nt] = 100 * frac[k, td[1]]
                 if ((k, ref) in tg && tg[k, ref] > 0) rat[++nr] = tg[k, td[1]] / tg[k, ref]
             }
             lo = 1e9; hi = 0
             for (i = 1; i <= nr; i++) { if (rat[i] < lo) lo = rat[i]; if (rat[i] > hi) hi = rat[i] }
-            printf "| %s | %d | %.2f | %.2fx | %.2f-%.2fx | %d |\n", td[1], td[2], median(t, nt), median(rat, nr), lo, hi, nr
+            if (nr) printf "| %s | %d | %.2f | %.0f %% | %.2fx | %.2f-%.2fx | %d |\n", td[1], td[2], median(t, nt),
+                           median(f, nt), median(rat, nr), lo, hi, nr
+            else printf "| %s | %d | %.2f | %.0f %% | - | - | 0 |\n", td[1], td[2], median(t, nt), median(f, nt)
         }
     }' "$OUT"
