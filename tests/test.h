@@ -46,7 +46,8 @@ const char *test_shared_path(char *buf, size_t n, const char *rel);
 /* Path of the kvq CLI ($KVQ_BIN), or NULL. */
 const char *test_kvq_bin(void);
 /* Run a shell command, capturing stdout+stderr (truncated to cap) and
- * returning the exit status (or -1). */
+ * returning the exit status (or -1); the command's own redirections hold
+ * (its "2>/dev/null" keeps stderr out). */
 int test_run(const char *cmd, char *out, size_t cap);
 /* True when running under sanitizers (slow): long tests shrink. */
 int test_sanitized(void);

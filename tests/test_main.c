@@ -67,8 +67,10 @@ const char *test_kvq_bin(void) {
 int test_sanitized(void) { const char *s = getenv("KVQ_SANITIZE"); return s && *s == '1'; }
 
 int test_run(const char *cmd, char *out, size_t cap) {
-    char full[4096];
-    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    char full[8192];
+    /* In braces, so that a command's own "2>/dev/null" still holds: a
+     * plain "CMD 2>/dev/null 2>&1" sends stderr to the pipe after all. */
+    snprintf(full, sizeof full, "{ %s; } 2>&1", cmd);
     FILE *p = popen(full, "r");
     if (!p) return -1;
     size_t len = 0;
