@@ -183,11 +183,14 @@ TEST(bench_without_generation_prints_no_tg_figures) {
     static const char *nulls[] = { "\"tg_tps\": null", "\"tg_bound_tps\": null", "\"tg_bound_fraction\": null",
                                    "\"tg_bytes_per_token\": null" };
     for (size_t i = 0; i < sizeof nulls / sizeof nulls[0]; i++) CHECK(strstr(out, nulls[i]), "no %s in %s", nulls[i], out);
+    for (const char *line = out; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line))
+        CHECK(*line == '{', "--json prints JSON lines alone: %s", out);
     snprintf(cmd, sizeof cmd, "%s bench -m %s -t 1 -p 8 -n 0 -r 1 -d 0 --types f16 2>/dev/null", bin, path);
     rc = test_run(cmd, out, sizeof out);
     remove(path);
     CHECK(rc == 0, "kvq bench -n 0 exited %d: %s", rc, out);
     CHECK(strstr(out, "| - | - | - | - | - | - |"), "tg columns not '-': %s", out);
+    CHECK(strstr(out, "Read bandwidth after the runs: "), "no second bandwidth reading: %s", out);
 }
 
 /* The bandwidth buffer: 4x every level-3 cache, at least 256 MiB, at
@@ -213,4 +216,15 @@ TEST(bench_bound_buffer_outgrows_the_caches) {
     if (f) fclose(f);
     CHECK(got == 1 && kib > 0, "cpu0's L3 size unreadable");
     CHECK(bench_llc_bytes() >= (size_t)kib << 10, "L3 total %zu below cpu0's own %lu KiB", bench_llc_bytes(), kib);
+}
+
+/* The warning that the bus was shared during a run: a move of more than a
+ * quarter of the larger reading either way, never when a reading is
+ * missing (0: not measured) or the two agree. */
+TEST(bench_bandwidth_moved_by_a_quarter) {
+    CHECK(!bench_bandwidth_moved(60.0, 60.0) && !bench_bandwidth_moved(60.0, 46.0) && !bench_bandwidth_moved(46.0, 60.0),
+          "within a quarter of the larger reading");
+    CHECK(bench_bandwidth_moved(60.0, 44.0) && bench_bandwidth_moved(34.0, 70.0), "a move beyond a quarter");
+    CHECK(!bench_bandwidth_moved(0.0, 60.0) && !bench_bandwidth_moved(60.0, 0.0) && !bench_bandwidth_moved(0.0, 0.0),
+          "a missing reading is no move");
 }

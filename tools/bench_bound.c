@@ -132,3 +132,9 @@ double bench_decode_cache_bytes(const kvq_cache *c, int first, int n_gen) {
 }
 
 double bench_bound_tps(double gbs, double bytes) { return gbs > 0 && bytes > 0 ? gbs * 1e9 / bytes : 0.0; }
+
+bool bench_bandwidth_moved(double before_gbs, double after_gbs) {
+    if (!(before_gbs > 0) || !(after_gbs > 0)) return false;
+    const double hi = before_gbs > after_gbs ? before_gbs : after_gbs;
+    return before_gbs - after_gbs > 0.25 * hi || after_gbs - before_gbs > 0.25 * hi;
+}

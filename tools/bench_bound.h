@@ -7,6 +7,8 @@
 
 #include "kvq.h"
 
+#include <stdbool.h>
+
 /* The buffer the bandwidth is measured on: 4 x the last-level caches
  * (llc_bytes, all of them), at least 256 MiB, at most 4 GiB, so that no
  * pass is served by a cache; and the machine's total level-3 cache in
@@ -33,5 +35,11 @@ double bench_decode_cache_bytes(const kvq_cache *c, int first, int n_gen);
 
 /* tokens/s at `gbs` GB/s for `bytes` per token (0 when either is 0). */
 double bench_bound_tps(double gbs, double bytes);
+
+/* Whether the read bandwidth measured before the runs and again after
+ * them differ by more than a quarter of the larger: the memory bus was
+ * shared during the run, so each "% of bound" is uncertain by as much.
+ * False when either is 0 (not measured). */
+bool bench_bandwidth_moved(double before_gbs, double after_gbs);
 
 #endif

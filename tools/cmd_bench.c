@@ -475,6 +475,14 @@ int cmd_bench(int argc, char **argv) {
     o.bandwidth_gbs = bench_read_bandwidth(n_threads);
     if (!o.json) print_header(&o, in, n_threads);
     const int rc = bench(&o, m, cfg, n_cfg, n_threads);
+    /* Measured again after the runs: on a shared machine the bus the bound
+     * assumes may not have been the bus the runs had. */
+    const double after_gbs = rc ? 0.0 : bench_read_bandwidth(n_threads);
+    if (!rc && !o.json) printf("\nRead bandwidth after the runs: %.1f GB/s.\n", after_gbs);
+    if (bench_bandwidth_moved(o.bandwidth_gbs, after_gbs))
+        fprintf(stderr, "kvq %s: warning: the read bandwidth moved from %.1f GB/s before the runs to %.1f after: the "
+                "memory bus was shared, and each %% of bound is uncertain by as much\n", CMD, o.bandwidth_gbs,
+                after_gbs);
     kvq_calib_free(cal);
     kvq_model_free(m);
     return rc;
