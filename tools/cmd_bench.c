@@ -282,6 +282,10 @@ static void print_header(const bench_opts *o, const kvq_model_info *in, int n_th
            "shared machine leaves out the time spent waiting for a core.  \"vs f16\": speed / f16's.\n",
            o->run.fill == BENCH_FILL_MODEL ? "the model's prefill" : "synthetic K/V rows", o->run.n_prompt,
            o->run.n_gen);
+    if (!(o->bandwidth_gbs > 0)) {
+        printf("Read bandwidth not measured (no buffer or threads for it): no bound, no %% of it.\n");
+        return;
+    }
     printf("Read bandwidth %.1f GB/s (%d thread%s, best of 5 passes over 256 MiB); \"bound\" = that / the bytes\n"
            "a generation step reads (\"MB/tok\": weights + the cache at that depth, exact rows included),\n"
            "\"%% bound\" = median tg t/s / bound, \"best\" = the fastest run's tg t/s.\n",
@@ -478,7 +482,10 @@ int cmd_bench(int argc, char **argv) {
     /* Measured again after the runs: on a shared machine the bus the bound
      * assumes may not have been the bus the runs had. */
     const double after_gbs = rc ? 0.0 : bench_read_bandwidth(n_threads);
-    if (!rc && !o.json) printf("\nRead bandwidth after the runs: %.1f GB/s.\n", after_gbs);
+    if (!rc && !o.json) {
+        if (after_gbs > 0) printf("\nRead bandwidth after the runs: %.1f GB/s.\n", after_gbs);
+        else printf("\nRead bandwidth after the runs: not measured (no buffer or threads for it).\n");
+    }
     if (bench_bandwidth_moved(o.bandwidth_gbs, after_gbs))
         fprintf(stderr, "kvq %s: warning: the read bandwidth moved from %.1f GB/s before the runs to %.1f after: the "
                 "memory bus was shared, and each %% of bound is uncertain by as much\n", CMD, o.bandwidth_gbs,
