@@ -1,4 +1,4 @@
-/* test_cache_pairs.c - q8_0, q4_0, q4_1 and iq4_nl V bodies stored two keys per lane
+/* test_cache_pairs.c - q8_0, q4_0, q4_1, iq4_nl, q3_0 and q2_0 V bodies stored two keys per lane
  * (src/cache/cache_lanes.h, the pairs layout): rows in and out unchanged,
  * the pairs V kernel within its stated bound of the row kernel at every
  * level and the same bits at every level, non-finite input handed back to
@@ -15,12 +15,18 @@
 #include <unistd.h>
 
 static const char *const k_levels[] = { "scalar", "avx2", "avx512" };
-static const kvq_type k_pairs_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_IQ4_NL, KVQ_TYPE_Q4_1, KVQ_TYPE_Q8_0 };
-enum { N_PAIRS_TYPES = 4 };
+static const kvq_type k_pairs_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_IQ4_NL, KVQ_TYPE_Q4_1,
+                                          KVQ_TYPE_Q8_0, KVQ_TYPE_Q3_0, KVQ_TYPE_Q2_0 };
+enum { N_PAIRS_TYPES = 6 };
+/* q3_0 and q2_0: whole block quads */
+static bool quad_type(kvq_type t) { return t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q2_0; }
 
 /* The largest |value / d| of a code as the kernel reads it: q4_0's and
- * q4_1's c - 8, iq4_nl's book, q8_0's bytes (random ones: -128). */
-static double code_max(kvq_type t) { return t == KVQ_TYPE_IQ4_NL ? 127.0 : t == KVQ_TYPE_Q8_0 ? 128.0 : 8.0; }
+ * q4_1's c - 8, q3_0's c - 4, q2_0's c - 2, iq4_nl's book, q8_0's bytes
+ * (random ones: -128). */
+static double code_max(kvq_type t) {
+    return t == KVQ_TYPE_IQ4_NL ? 127.0 : t == KVQ_TYPE_Q8_0 ? 128.0 : t == KVQ_TYPE_Q3_0 ? 4.0 : t == KVQ_TYPE_Q2_0 ? 2.0 : 8.0;
+}
 static size_t block_bytes(kvq_type t) { return (size_t)kvq_type_get_scalar(t)->block_bytes; }
 
 /* Rows of a pairs type: codes anything, d of either sign, 0.003 .. 0.05
@@ -48,7 +54,7 @@ TEST(vpairs_rows_round_trip) {
     for (size_t di = 0; di < N_PAIRS_TYPES * KVQ_ARRAY_LEN(dims); di++) {
         const int dim = dims[di / N_PAIRS_TYPES];
         const kvq_type ty = k_pairs_types[di % N_PAIRS_TYPES];
-        if (dim % 64 && ty != KVQ_TYPE_Q8_0) continue;   /* whole block pairs */
+        if ((dim % 64 && ty != KVQ_TYPE_Q8_0) || (dim % 128 && quad_type(ty))) continue;   /* whole pairs, quads */
         const size_t rb = (size_t)dim / 32 * block_bytes(ty);
         CHECK(kvq_vpairs_type(ty, dim), "%s at %d in pairs", kvq_type_name(ty), dim);
         random_pairs_rows(&r, ty, rows, N, dim);
@@ -65,8 +71,11 @@ TEST(vpairs_rows_round_trip) {
     CHECK(!kvq_vpairs_type(KVQ_TYPE_Q4_0, 32) && !kvq_vpairs_type(KVQ_TYPE_Q4_0, 96) &&
           !kvq_vpairs_type(KVQ_TYPE_Q4_0, 1024) && !kvq_vpairs_type(KVQ_TYPE_IQ4_NL, 96) &&
           !kvq_vpairs_type(KVQ_TYPE_Q8_0, 48) && !kvq_vpairs_type(KVQ_TYPE_Q5_0, 128) &&
-          !kvq_vpairs_type(KVQ_TYPE_F16, 128),
-          "pairs only for q4_0 / q4_1 / iq4_nl rows of whole block pairs (q8_0: blocks) up to 512 values");
+          !kvq_vpairs_type(KVQ_TYPE_F16, 128) && !kvq_vpairs_type(KVQ_TYPE_Q3_0, 64) &&
+          !kvq_vpairs_type(KVQ_TYPE_Q2_0, 192) && !kvq_vpairs_type(KVQ_TYPE_Q3_0, 640) &&
+          !kvq_vpairs_type(KVQ_TYPE_Q3_1, 128),
+          "pairs only for q4_0 / q4_1 / iq4_nl rows of whole block pairs (q8_0: blocks; q3_0, q2_0: "
+          "quads) up to 512 values");
     const attn_block_kernels *scalar = attn_block_level("scalar");
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++)
         CHECK(!kvq_vpairs_type((kvq_type)ty, 128) == !(scalar->fused && scalar->fused[ty].accumulate_pairs),
@@ -113,7 +122,8 @@ TEST(pairs_sums_within_bound_of_row_sums) {
             for (size_t si = 0; si < KVQ_ARRAY_LEN(spans); si++) {
                 const kvq_type ty = k_pairs_types[ti];
                 test_rng r = { 100 + (uint64_t)(G * 16) + si + 1000 * ti, 0, 0 };
-                const int len = ty == KVQ_TYPE_Q8_0 && si % 3 == 1 ? 96 : lens[(G + (int)si) % 5];
+                const int len0 = ty == KVQ_TYPE_Q8_0 && si % 3 == 1 ? 96 : lens[(G + (int)si) % 5];
+                const int len = quad_type(ty) ? (len0 + 127) / 128 * 128 : len0;
                 const int key0 = spans[si][0], nk = spans[si][1];
                 const size_t rb = (size_t)len / 32 * block_bytes(ty);
                 random_pairs_rows(&r, ty, rows, NPOS, len);
@@ -168,7 +178,49 @@ TEST(pairs_sums_within_bound_of_row_sums) {
     CHECK(differ > 0, "the rounding of the weights never showed: is the pairs kernel the row kernel?");
 }
 
-/* A NaN or infinite scale in the chunk's groups, or a NaN weight: the
+/* The keys of a chunk's groups outside the chunk (an earlier sequence's
+ * rows, another range's keys) change nothing: the same bits, and the
+ * chunk accepted even where they hold NaN, infinite or larger scales. */
+TEST(pairs_sums_ignore_keys_outside_the_chunk) {
+    enum { NPOS = 64, LEN = 256, NK = ATTN_BLOCK_KEYS, G = 3 };
+    static uint8_t rows[NPOS * LEN / 32 * KVQ_BYTES_Q8_0], other[NPOS * LEN / 32 * KVQ_BYTES_Q8_0],
+        body[NPOS * LEN / 32 * KVQ_BYTES_Q8_0], body2[NPOS * LEN / 32 * KVQ_BYTES_Q8_0];
+    static const int spans[][2] = { { 5, 27 }, { 3, 1 }, { 16, 9 }, { 47, 16 } };
+    float w[G * NK], acc[G * LEN], acc2[G * LEN];
+    int cases = 0;
+    for (size_t li = 0; li < N_PAIRS_TYPES * KVQ_ARRAY_LEN(k_levels); li++) {
+        const attn_block_kernels *kr = attn_block_level(k_levels[li / N_PAIRS_TYPES]);
+        if (!kr) continue;
+        const kvq_type ty = k_pairs_types[li % N_PAIRS_TYPES];
+        const size_t rb = LEN / 32 * block_bytes(ty);
+        for (size_t si = 0; si < KVQ_ARRAY_LEN(spans); si++) {
+            const int key0 = spans[si][0], nk = spans[si][1];
+            test_rng r = { 40 + li * 8 + si, 0, 0 };
+            random_pairs_rows(&r, ty, rows, NPOS, LEN);
+            random_pairs_rows(&r, ty, other, NPOS, LEN);
+            for (int pos = 0; pos < NPOS; pos++) {
+                uint8_t *o = other + pos * rb;
+                if (pos % 3 == 0) kvq_wr16(o + (size_t)(pos % 8) * block_bytes(ty), pos % 2 ? 0x7E00 : 0x7C00);
+                if (pos % 3 == 1) kvq_wr16(o, kvq_float_to_half(60000.0f));
+                const bool inside = pos >= key0 && pos < key0 + nk;
+                kvq_vpairs_put_row(ty, body, LEN, pos, rows + pos * rb);
+                kvq_vpairs_put_row(ty, body2, LEN, pos, inside ? rows + pos * rb : o);
+            }
+            for (int i = 0; i < G * NK; i++) w[i] = (float)test_rng_uniform(&r);
+            for (int i = 0; i < G * LEN; i++) acc[i] = acc2[i] = (float)i * 0.01f;
+            const attn_block_fused *f = &kr->fused[ty];
+            CHECK(f->accumulate_pairs(body, key0, nk, w, NK, G, acc, LEN, LEN) &&
+                      f->accumulate_pairs(body2, key0, nk, w, NK, G, acc2, LEN, LEN),
+                  "%s %s keys %d..%d: refused", kr->level, kvq_type_name(ty), key0, key0 + nk - 1);
+            CHECK(!memcmp(acc, acc2, sizeof acc), "%s %s keys %d..%d: the keys outside the chunk changed its sums",
+                  kr->level, kvq_type_name(ty), key0, key0 + nk - 1);
+            cases++;
+        }
+    }
+    CHECK(cases >= N_PAIRS_TYPES * (int)KVQ_ARRAY_LEN(spans), "%d cases", cases);
+}
+
+/* A NaN or infinite scale of a key of the chunk, or a NaN weight: the
  * kernel adds nothing and says so (the caller then sums the rows, setting
  * aside keys of weight 0). */
 TEST(pairs_hand_back_nonfinite_chunks) {
@@ -189,11 +241,16 @@ TEST(pairs_hand_back_nonfinite_chunks) {
             if (c == 0) kvq_wr16(rows + 20 * rb + 2 * block_bytes(ty), 0x7E00);   /* NaN d, key 20 block 2 */
             if (c == 1) kvq_wr16(rows + 31 * rb, 0x7C00);                        /* inf d, key 31 */
             if (c == 2) w[NK + 7] = NAN;
-            if (c == 3) kvq_wr16(rows + 17 * rb, 0xFE00);   /* a NaN scale of a key outside the chunk */
+            if (c == 3) kvq_wr16(rows + 17 * rb, 0xFE00);   /* a NaN scale of a key outside the chunk: accepted */
             if (c == 4) kvq_wr16(rows + 25 * rb + 2, 0x7C00);   /* q4_1: an infinite min */
             for (int pos = 0; pos < NPOS; pos++) kvq_vpairs_put_row(ty, body, LEN, pos, rows + pos * rb);
             for (int i = 0; i < G * LEN; i++) acc[i] = acc0[i] = (float)i;
             const int key0 = c == 3 ? 18 : 16, nk = c == 3 ? 14 : 16;
+            if (c == 3) {   /* outside the chunk: not its business (pairs_sums_ignore_keys_outside_the_chunk) */
+                CHECK(f->accumulate_pairs(body, key0, nk, w, NK, G, acc, LEN, LEN), "%s %s: refused for a NaN outside",
+                      kr->level, kvq_type_name(ty));
+                continue;
+            }
             CHECK(!f->accumulate_pairs(body, key0, nk, w, NK, G, acc, LEN, LEN), "%s %s case %d: accepted", kr->level,
                   kvq_type_name(ty), c);
             CHECK(!memcmp(acc, acc0, sizeof acc), "%s case %d: added something before refusing", kr->level, c);
@@ -213,7 +270,8 @@ static kvq_cache *pairs_cache(kvq_type tk, kvq_type tv, bool pairs, int sink, in
 
 TEST(cache_pairs_attends_as_rows) {
     enum { N = 181, HKV = 2, GQA = 2, HD = 128 };
-    static const kvq_type tks[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_F16, KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1 };   /* V: k_pairs_types */
+    static const kvq_type tks[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_F16, KVQ_TYPE_Q4_0,
+                                    KVQ_TYPE_Q4_1, KVQ_TYPE_Q3_0, KVQ_TYPE_Q8_0 };   /* V: k_pairs_types */
     attn_data d;
     CHECK(attn_data_make(&d, N, HKV * GQA, HKV, HD, HD, 78), "alloc");
     const size_t per_row = (size_t)HKV * GQA * HD;

@@ -98,6 +98,7 @@ static inline void vb_floats(VB c, float *x) {
 #define vi_load(p) ((int32_t)kvq_rd32(p))
 #define vi_float(x) ((float)(x))
 #define vhalf_bytes(p) kvq_half_to_float(kvq_rd16(p))
+#define vhalf_bytes_in(p, lo, hi) ((lo) <= 0 && (hi) > 0 ? vhalf_bytes(p) : 0.0f)
 static inline int16_t lo16(int32_t x) { return (int16_t)(uint16_t)((uint32_t)x & 0xFFFFu); }
 static inline int16_t hi16(int32_t x) { return (int16_t)(uint16_t)((uint32_t)x >> 16); }
 static inline int32_t pair16(int a, int b) { return (int32_t)((uint32_t)(uint16_t)a | (uint32_t)(uint16_t)b << 16); }
@@ -120,6 +121,14 @@ static inline int32_t vi_book(int32_t x, const int8_t *book) {
 /* the V pairs kernel's (attn_codes.inc pairs_accumulate): one lane */
 static inline int snib16(int16_t h, int k) { return (int)(((unsigned)(uint16_t)h >> (4 * k) & 15u) ^ 8u) - 8; }
 #define vi_snib(x, k) pair16(snib16(lo16(x), (k)), snib16(hi16(x), (k)))
+/* int16 x >> n, arithmetic (two's complement by the flipped top bit, not
+ * by the compiler's >> of a negative number) */
+static inline int sra16(int16_t h, int n) {
+    const unsigned top = 0x8000u >> n;
+    return (int)(((unsigned)(uint16_t)h >> n) ^ top) - (int)top;
+}
+#define vi_sra16(x, n) pair16(sra16(lo16(x), (n)), sra16(hi16(x), (n)))
+#define vi_load_b2w(p) pair16((p)[0], (p)[1])
 #define vi_pair_w(p, lane) pair16((p)[2 * ((lane) % 2)], (p)[2 * ((lane) % 2) + 1])
 #define vi_store(p, x) (*(p) = (x))
 #define vi_add(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))

@@ -175,6 +175,12 @@ static inline void vf_nib(const uint8_t *p, __m256 x[4]) {
 #define vi_load(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
 #define vi_float(x) _mm256_cvtepi32_ps(x)
 #define vhalf_bytes(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+static inline __m256 vhalf_bytes_in(const uint8_t *p, int lo, int hi) {
+    const __m128i idx = _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m128i in = _mm_andnot_si128(_mm_cmpgt_epi16(_mm_set1_epi16((short)(lo < -1 ? -1 : lo > 8 ? 8 : lo)), idx),
+                                        _mm_cmpgt_epi16(_mm_set1_epi16((short)(hi < 0 ? 0 : hi > 8 ? 8 : hi)), idx));
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)p), in));
+}
 #define vi_madd(acc, c, w) _mm256_add_epi32((acc), _mm256_madd_epi16((c), (w)))
 static inline __attribute__((always_inline)) __m256i vi_field(__m256i x, const int s, uint32_t m) {
     return _mm256_and_si256(s >= 0 ? _mm256_srli_epi32(x, s) : _mm256_slli_epi32(x, -s), _mm256_set1_epi32((int)m));
@@ -190,6 +196,8 @@ static inline __m256i vi_book(__m256i x, const int8_t *book) {
 static inline __attribute__((always_inline)) __m256i vi_snib(__m256i x, const int k) {
     return _mm256_srai_epi16(k == 3 ? x : _mm256_slli_epi16(x, 12 - 4 * k), 12);
 }
+#define vi_sra16(x, n) _mm256_srai_epi16((x), (n))
+#define vi_load_b2w(p) _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 static inline __m256i vi_pair_w(const int16_t *p, int lane) {
     (void)lane;
     int64_t q;

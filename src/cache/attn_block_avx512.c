@@ -167,6 +167,12 @@ static inline void vwz_tree_store(const vwz_tree *tr, int32_t sub, int32_t *s) {
 #define vi_load(p) _mm512_loadu_si512((const void *)(p))
 #define vi_float(x) _mm512_cvtepi32_ps(x)
 #define vhalf_bytes(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+static inline __m512 vhalf_bytes_in(const uint8_t *p, int lo, int hi) {
+    lo = lo < 0 ? 0 : lo > 16 ? 16 : lo;
+    hi = hi < lo ? lo : hi > 16 ? 16 : hi;
+    const __mmask16 m = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const void *)p));
+}
 #define vi_madd(acc, c, w) _mm512_add_epi32((acc), _mm512_madd_epi16((c), (w)))
 static inline __attribute__((always_inline)) __m512i vi_field(__m512i x, const int s, uint32_t m) {
     return _mm512_and_si512(s >= 0 ? _mm512_srli_epi32(x, (unsigned)s) : _mm512_slli_epi32(x, (unsigned)-s),
@@ -183,6 +189,8 @@ static inline __m512i vi_book(__m512i x, const int8_t *book) {
 static inline __attribute__((always_inline)) __m512i vi_snib(__m512i x, const int k) {
     return _mm512_srai_epi16(k == 3 ? x : _mm512_slli_epi16(x, (unsigned)(12 - 4 * k)), 12);
 }
+#define vi_sra16(x, n) _mm512_srai_epi16((x), (unsigned)(n))
+#define vi_load_b2w(p) _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 static inline __m512i vi_pair_w(const int16_t *p, int lane) {
     (void)lane;
     long long q;
