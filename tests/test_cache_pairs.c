@@ -1,4 +1,4 @@
-/* test_cache_pairs.c - q8_0, q4_0, q4_1, iq4_nl, q3_0 and q2_0 V bodies stored two keys per lane
+/* test_cache_pairs.c - q8_0, q4_0, q4_1, iq4_nl and the 3- and 2-bit V bodies stored two keys per lane
  * (src/cache/cache_lanes.h, the pairs layout): rows in and out unchanged,
  * the pairs V kernel within its stated bound of the row kernel at every
  * level and the same bits at every level, non-finite input handed back to
@@ -15,22 +15,31 @@
 #include <unistd.h>
 
 static const char *const k_levels[] = { "scalar", "avx2", "avx512" };
-static const kvq_type k_pairs_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_IQ4_NL, KVQ_TYPE_Q4_1,
-                                          KVQ_TYPE_Q8_0, KVQ_TYPE_Q3_0, KVQ_TYPE_Q2_0 };
-enum { N_PAIRS_TYPES = 6 };
-/* q3_0 and q2_0: whole block quads */
-static bool quad_type(kvq_type t) { return t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q2_0; }
+static const kvq_type k_pairs_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_IQ4_NL, KVQ_TYPE_Q4_1, KVQ_TYPE_Q8_0,
+                                          KVQ_TYPE_Q3_0, KVQ_TYPE_Q2_0, KVQ_TYPE_Q3_1, KVQ_TYPE_Q2_1 };
+enum { N_PAIRS_TYPES = 8 };
+/* the 3- and 2-bit types: whole block quads */
+static bool quad_type(kvq_type t) {
+    return t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q2_0 || t == KVQ_TYPE_Q3_1 || t == KVQ_TYPE_Q2_1;
+}
+/* the q*_1 types: a min m per block; o, the code the kernel reads as 0 */
+static bool has_min(kvq_type t) { return t == KVQ_TYPE_Q4_1 || t == KVQ_TYPE_Q3_1 || t == KVQ_TYPE_Q2_1; }
+static double centre_code(kvq_type t) { return t == KVQ_TYPE_Q4_1 ? 8.0 : t == KVQ_TYPE_Q3_1 ? 4.0 : 2.0; }
 
 /* The largest |value / d| of a code as the kernel reads it: q4_0's and
  * q4_1's c - 8, q3_0's c - 4, q2_0's c - 2, iq4_nl's book, q8_0's bytes
  * (random ones: -128). */
 static double code_max(kvq_type t) {
-    return t == KVQ_TYPE_IQ4_NL ? 127.0 : t == KVQ_TYPE_Q8_0 ? 128.0 : t == KVQ_TYPE_Q3_0 ? 4.0 : t == KVQ_TYPE_Q2_0 ? 2.0 : 8.0;
+    return t == KVQ_TYPE_IQ4_NL                       ? 127.0
+           : t == KVQ_TYPE_Q8_0                       ? 128.0
+           : t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q3_1 ? 4.0
+           : t == KVQ_TYPE_Q2_0 || t == KVQ_TYPE_Q2_1 ? 2.0
+                                                      : 8.0;
 }
 static size_t block_bytes(kvq_type t) { return (size_t)kvq_type_get_scalar(t)->block_bytes; }
 
 /* Rows of a pairs type: codes anything, d of either sign, 0.003 .. 0.05
- * (or 0); q4_1's m of either sign up to 0.4. */
+ * (or 0); the q*_1 types' m of either sign up to 0.4. */
 static void random_pairs_rows(test_rng *r, kvq_type t, uint8_t *rows, int n, int dim) {
     const size_t blocks = (size_t)n * (size_t)(dim / 32), bb = block_bytes(t);
     for (size_t b = 0; b < blocks; b++) {
@@ -39,7 +48,7 @@ static void random_pairs_rows(test_rng *r, kvq_type t, uint8_t *rows, int n, int
         const double u = test_rng_uniform(r);
         const float d = u < 0.03 ? 0.0f : (float)(0.003 + 0.047 * test_rng_uniform(r)) * (u < 0.5 ? -1.0f : 1.0f);
         kvq_wr16(blk, kvq_float_to_half(d));
-        if (t == KVQ_TYPE_Q4_1) kvq_wr16(blk + 2, kvq_float_to_half((float)(0.8 * test_rng_uniform(r) - 0.4)));
+        if (has_min(t)) kvq_wr16(blk + 2, kvq_float_to_half((float)(0.8 * test_rng_uniform(r) - 0.4)));
     }
 }
 
@@ -73,7 +82,7 @@ TEST(vpairs_rows_round_trip) {
           !kvq_vpairs_type(KVQ_TYPE_Q8_0, 48) && !kvq_vpairs_type(KVQ_TYPE_Q5_0, 128) &&
           !kvq_vpairs_type(KVQ_TYPE_F16, 128) && !kvq_vpairs_type(KVQ_TYPE_Q3_0, 64) &&
           !kvq_vpairs_type(KVQ_TYPE_Q2_0, 192) && !kvq_vpairs_type(KVQ_TYPE_Q3_0, 640) &&
-          !kvq_vpairs_type(KVQ_TYPE_Q3_1, 128),
+          !kvq_vpairs_type(KVQ_TYPE_Q3_1, 96) && !kvq_vpairs_type(KVQ_TYPE_Q6_0, 128),
           "pairs only for q4_0 / q4_1 / iq4_nl rows of whole block pairs (q8_0: blocks; q3_0, q2_0: "
           "quads) up to 512 values");
     const attn_block_kernels *scalar = attn_block_level("scalar");
@@ -83,8 +92,8 @@ TEST(vpairs_rows_round_trip) {
 }
 
 /* The bound of attn_codes.inc pairs_accumulate for head g: nk s c_max
- * / 2, s = max_t w_t * max |d| over the chunk's groups / 32767 (q4_1: plus
- * nk s_m / 2, s_m = max_t w_t * max |m + 8 d| / 2^24), plus float
+ * / 2, s = max_t w_t * max |d| over the chunk's groups / 32767 (q*_1: plus
+ * nk s_m / 2, s_m = max_t w_t * max |m + o d| / 2^24), plus float
  * rounding of the sums (relative to what they add). */
 static double pairs_bound(kvq_type ty, const uint8_t *body, int len, int key0, int nk, const float *wg,
                           const float *acc0, double sum_abs) {
@@ -94,9 +103,9 @@ static double pairs_bound(kvq_type ty, const uint8_t *body, int len, int key0, i
     for (int g = g0; g <= g1; g++)
         for (int i = 0; i < nb * 16; i++) {
             dmax = fmax(dmax, fabs(kvq_half_to_float(kvq_rd16(body + g * group + 2 * i))));
-            if (ty == KVQ_TYPE_Q4_1)
+            if (has_min(ty))
                 mmax = fmax(mmax, fabs(kvq_half_to_float(kvq_rd16(body + g * group + 2 * (nb * 16 + i))) +
-                                       8.0 * kvq_half_to_float(kvq_rd16(body + g * group + 2 * i))));
+                                       centre_code(ty) * kvq_half_to_float(kvq_rd16(body + g * group + 2 * i))));
         }
     for (int t = 0; t < nk; t++) wmax = fmax(wmax, wg[t]);
     for (int i = 0; i < len; i++) amax = fmax(amax, fabs(acc0[i]));
@@ -150,7 +159,7 @@ TEST(pairs_sums_within_bound_of_row_sums) {
                         double sum_abs = 0.0;
                         for (int t = 0; t < nk; t++)
                             sum_abs += w[g * NK + t] * (code_max(ty) * fabs(kvq_half_to_float(kvq_rd16(vr[t]))) +
-                                                        (ty == KVQ_TYPE_Q4_1 ? 0.4 : 0.0));
+                                                        (has_min(ty) ? 0.4 : 0.0));
                         const double bound =
                             pairs_bound(ty, body, len, key0, nk, w + g * NK, acc0 + g * STRIDE, sum_abs * len);
                         double worst = 0.0;
@@ -235,14 +244,14 @@ TEST(pairs_hand_back_nonfinite_chunks) {
         const size_t rb = LEN / 32 * block_bytes(ty);
         const attn_block_fused *f = &kr->fused[ty];
         for (int c = 0; c < 5; c++) {
-            if (c == 4 && ty != KVQ_TYPE_Q4_1) continue;
+            if (c == 4 && !has_min(ty)) continue;
             random_pairs_rows(&r, ty, rows, NPOS, LEN);
             for (int i = 0; i < G * NK; i++) w[i] = (float)test_rng_uniform(&r);
             if (c == 0) kvq_wr16(rows + 20 * rb + 2 * block_bytes(ty), 0x7E00);   /* NaN d, key 20 block 2 */
             if (c == 1) kvq_wr16(rows + 31 * rb, 0x7C00);                        /* inf d, key 31 */
             if (c == 2) w[NK + 7] = NAN;
             if (c == 3) kvq_wr16(rows + 17 * rb, 0xFE00);   /* a NaN scale of a key outside the chunk: accepted */
-            if (c == 4) kvq_wr16(rows + 25 * rb + 2, 0x7C00);   /* q4_1: an infinite min */
+            if (c == 4) kvq_wr16(rows + 25 * rb + 2, 0x7C00);   /* q*_1: an infinite min */
             for (int pos = 0; pos < NPOS; pos++) kvq_vpairs_put_row(ty, body, LEN, pos, rows + pos * rb);
             for (int i = 0; i < G * LEN; i++) acc[i] = acc0[i] = (float)i;
             const int key0 = c == 3 ? 18 : 16, nk = c == 3 ? 14 : 16;
@@ -270,8 +279,8 @@ static kvq_cache *pairs_cache(kvq_type tk, kvq_type tv, bool pairs, int sink, in
 
 TEST(cache_pairs_attends_as_rows) {
     enum { N = 181, HKV = 2, GQA = 2, HD = 128 };
-    static const kvq_type tks[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_F16, KVQ_TYPE_Q4_0,
-                                    KVQ_TYPE_Q4_1, KVQ_TYPE_Q3_0, KVQ_TYPE_Q8_0 };   /* V: k_pairs_types */
+    static const kvq_type tks[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_F16,  KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1,
+                                    KVQ_TYPE_Q3_0, KVQ_TYPE_Q8_0, KVQ_TYPE_F16,  KVQ_TYPE_Q2_1 };   /* V: k_pairs_types */
     attn_data d;
     CHECK(attn_data_make(&d, N, HKV * GQA, HKV, HD, HD, 78), "alloc");
     const size_t per_row = (size_t)HKV * GQA * HD;

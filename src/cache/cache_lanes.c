@@ -93,15 +93,19 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
     }
 }
 
-/* ---- V pairs (q8_0 below; q3_0 and q2_0; q4_0, q4_1, iq4_nl): code i of a row block is nibble
+/* ---- V pairs (q8_0 below; the 3- and 2-bit types; q4_0, q4_1, iq4_nl): code i of a row block is nibble
  * i / 16 of byte i % 16 after the fp16 header (d, or d and m;
  * quant_block.c); q4_0's and q4_1's stored as c - 8 (c ^ 8, the kernel
  * reads signed nibbles), iq4_nl's as they are (book indices). */
 
+static bool vpairs_quad(kvq_type t) {
+    return t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q3_1 || t == KVQ_TYPE_Q2_0 || t == KVQ_TYPE_Q2_1;
+}
+static bool vpairs_three(kvq_type t) { return t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q3_1; }
+
 bool kvq_vpairs_type(kvq_type t, int dim) {
     if (t == KVQ_TYPE_Q8_0) return dim > 0 && dim % 32 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
-    if (t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q2_0)
-        return dim > 0 && dim % 128 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
+    if (vpairs_quad(t)) return dim > 0 && dim % 128 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
     return (t == KVQ_TYPE_Q4_0 || t == KVQ_TYPE_Q4_1 || t == KVQ_TYPE_IQ4_NL) && dim > 0 && dim % 64 == 0 &&
            dim / 32 <= KVQ_LANES_MAX_BLOCKS;
 }
@@ -142,25 +146,30 @@ static size_t vpairs_half(int nb, int hdr, int lane, int b, int j) {
            2 * (size_t)(lane % 2);
 }
 
-/* q3_0, q2_0: per block quad and key pair a unit of crumbs (dword L: quad
- * dims 16k + L at bit 2k of the key's half), q3_0's then 32 bytes of
- * high bits (byte 2L + lane % 2: the same dims at bit k); the signed
- * code's top bit flipped (q3_0: the high bit, q2_0: the crumb's high
- * bit).  A row block: d, then q3_0's bit plane (4 bytes), then the crumb
- * plane (quant_block.c). */
-static uint8_t *vpairs3_unit(uint8_t *group, int nb, bool three, int lane, int bq) {
+/* q3_0, q3_1, q2_0, q2_1: per block quad and key pair a unit of crumbs
+ * (dword L: quad dims 16k + L at bit 2k of the key's half), the 3-bit
+ * types' then 32 bytes of high bits (byte 2L + lane % 2: the same dims
+ * at bit k); the code read as c - o (o = 4, 2), its top bit flipped (the
+ * 3-bit types: the high bit, the 2-bit ones: the crumb's high bit).  A
+ * row block: d (and m), then the 3-bit types' bit plane (4 bytes), then
+ * the crumb plane (quant_block.c); the group: d[nb][16] (and m[nb][16])
+ * then the units. */
+static uint8_t *vpairs3_unit(uint8_t *group, int nb, int hdr, bool three, int lane, int bq) {
     const size_t unit = three ? KVQ_VPAIRS3_UNIT : KVQ_VPAIRS_UNIT;
-    return group + (size_t)nb * 2 * KVQ_LANES + (size_t)(bq * 8 + lane / 2) * unit;
+    return group + (size_t)nb * (size_t)hdr * KVQ_LANES + (size_t)(bq * 8 + lane / 2) * unit;
 }
 
 static void vpairs3_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
-    const bool three = t == KVQ_TYPE_Q3_0;
-    const int nb = dim / 32, lane = pos % KVQ_LANES, bytes = three ? KVQ_BYTES_Q3_0 : KVQ_BYTES_Q2_0;
-    const int crumbs = three ? 6 : 2;   /* the crumb plane's offset in a row block */
+    const bool three = vpairs_three(t);
+    const int hdr = kvq_lanes_spec_of(t)->header, bytes = kvq_lanes_block_bytes(kvq_lanes_spec_of(t)) / KVQ_LANES;
+    const int nb = dim / 32, lane = pos % KVQ_LANES;
+    const int crumbs = hdr + (three ? 4 : 0);   /* the crumb plane's offset in a row block */
     uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
-    for (int b = 0; b < nb; b++) memcpy(group + 2 * (KVQ_LANES * b + lane), row + (size_t)b * bytes, 2);
+    for (int b = 0; b < nb; b++)
+        for (int h = 0; h < hdr; h += 2)   /* d[nb][16], then m[nb][16] */
+            memcpy(group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), row + (size_t)b * bytes + h, 2);
     for (int bq = 0; bq < nb / 4; bq++) {
-        uint8_t *unit = vpairs3_unit(group, nb, three, lane, bq);
+        uint8_t *unit = vpairs3_unit(group, nb, hdr, three, lane, bq);
         for (int L = 0; L < 16; L++) {
             unsigned c = 0, h = 0;
             for (int k = 0; k < 8; k++) {
@@ -168,7 +177,7 @@ static void vpairs3_put_row(kvq_type t, uint8_t *head, int dim, int pos, const u
                 const uint8_t *blk = row + (size_t)b * bytes;
                 const unsigned crumb = (unsigned)row_plane_code(blk + crumbs, 2, i);
                 c |= (three ? crumb : crumb ^ 2u) << (2 * k);
-                if (three) h |= ((unsigned)row_plane_code(blk + 2, 1, i) ^ 1u) << k;
+                if (three) h |= ((unsigned)row_plane_code(blk + hdr, 1, i) ^ 1u) << k;
             }
             kvq_wr16(unit + 4 * L + 2 * (lane % 2), (uint16_t)c);
             if (three) unit[64 + 2 * L + lane % 2] = (uint8_t)h;
@@ -177,16 +186,18 @@ static void vpairs3_put_row(kvq_type t, uint8_t *head, int dim, int pos, const u
 }
 
 static void vpairs3_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row) {
-    const bool three = t == KVQ_TYPE_Q3_0;
-    const int nb = dim / 32, lane = pos % KVQ_LANES, bytes = three ? KVQ_BYTES_Q3_0 : KVQ_BYTES_Q2_0;
-    const int crumbs = three ? 6 : 2;
+    const bool three = vpairs_three(t);
+    const int hdr = kvq_lanes_spec_of(t)->header, bytes = kvq_lanes_block_bytes(kvq_lanes_spec_of(t)) / KVQ_LANES;
+    const int nb = dim / 32, lane = pos % KVQ_LANES;
+    const int crumbs = hdr + (three ? 4 : 0);
     uint8_t *group = (uint8_t *)(uintptr_t)head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
     for (int b = 0; b < nb; b++) {
-        memcpy(row + (size_t)b * bytes, group + 2 * (KVQ_LANES * b + lane), 2);
-        memset(row + (size_t)b * bytes + 2, 0, (size_t)bytes - 2);
+        for (int h = 0; h < hdr; h += 2)
+            memcpy(row + (size_t)b * bytes + h, group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), 2);
+        memset(row + (size_t)b * bytes + hdr, 0, (size_t)(bytes - hdr));
     }
     for (int bq = 0; bq < nb / 4; bq++) {
-        const uint8_t *unit = vpairs3_unit(group, nb, three, lane, bq);
+        const uint8_t *unit = vpairs3_unit(group, nb, hdr, three, lane, bq);
         for (int L = 0; L < 16; L++) {
             const unsigned c = kvq_rd16(unit + 4 * L + 2 * (lane % 2)), h = three ? unit[64 + 2 * L + lane % 2] : 0u;
             for (int k = 0; k < 8; k++) {
@@ -194,7 +205,7 @@ static void vpairs3_get_row(kvq_type t, const uint8_t *head, int dim, int pos, u
                 uint8_t *blk = row + (size_t)b * bytes;
                 const unsigned crumb = c >> (2 * k) & 3u;
                 row_plane_set(blk + crumbs, 2, i, (int)(three ? crumb : crumb ^ 2u));
-                if (three) row_plane_set(blk + 2, 1, i, (int)((h >> k & 1u) ^ 1u));
+                if (three) row_plane_set(blk + hdr, 1, i, (int)((h >> k & 1u) ^ 1u));
             }
         }
     }
@@ -202,7 +213,7 @@ static void vpairs3_get_row(kvq_type t, const uint8_t *head, int dim, int pos, u
 
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
     if (t == KVQ_TYPE_Q8_0) { vpairs8_put_row(head, dim, pos, row); return; }
-    if (t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q2_0) { vpairs3_put_row(t, head, dim, pos, row); return; }
+    if (vpairs_quad(t)) { vpairs3_put_row(t, head, dim, pos, row); return; }
     const kvq_lanes_spec *s = kvq_lanes_spec_of(t);   /* the row block's header and bytes */
     const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = s->header, bytes = kvq_lanes_block_bytes(s) / KVQ_LANES;
     uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
@@ -220,7 +231,7 @@ void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8
 
 void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row) {
     if (t == KVQ_TYPE_Q8_0) { vpairs8_get_row(head, dim, pos, row); return; }
-    if (t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q2_0) { vpairs3_get_row(t, head, dim, pos, row); return; }
+    if (vpairs_quad(t)) { vpairs3_get_row(t, head, dim, pos, row); return; }
     const kvq_lanes_spec *s = kvq_lanes_spec_of(t);
     const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = s->header, bytes = kvq_lanes_block_bytes(s) / KVQ_LANES;
     const uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;

@@ -91,7 +91,8 @@ static inline size_t kvq_lanes_group_bytes(const kvq_lanes_spec *s, int dim) {
 void kvq_lanes_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
 void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
 
-/* ---- V bodies: the "pairs" layout (q8_0, q4_0, q4_1, iq4_nl, q3_0, q2_0).
+/* ---- V bodies: the "pairs" layout (q8_0, q4_0, q4_1, iq4_nl, q3_0, q3_1,
+ * q2_0, q2_1).
  *
  * Why: a V sum runs along the dims of each key (out[i] += w_t v_t[i]),
  * so V wants the dims in the lanes and two keys in each lane's int16
@@ -126,23 +127,24 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
  * 2u, then of key 2u + 1: the even and the odd bytes sign-extended are
  * the pairs of dims L and L + 16.
  *
- * q3_0 and q2_0 (rows of whole block quads, dim % 128 == 0): d[nb][16],
- * then per block quad bq (blocks 4bq .. 4bq + 3, dims 0..127 of the quad)
- * and key pair u a unit of KVQ_VPAIRS_UNIT bytes of crumbs, dword L
- * holding the crumbs of quad dims 16k + L (k < 8) of key 2u at bits
- * 2k, 2k + 1 and of key 2u + 1 at 16 + 2k; q3_0 then 32 bytes of high
- * bits, byte 2L (key 2u) and 2L + 1 (key 2u + 1) holding those dims'
- * high bits at bit k.  Stored so that the signed code (c - 4, c - 2) is
- * the field in two's complement: q3_0's high bit flipped (c - 4 = crumb
- * - 4 (1 - hi)), q2_0's crumb's high bit flipped (c ^ 2).  The crumb and
- * the high bit shifted to the top of each int16 are then the signed
- * pair, one arithmetic shift away; field k is block 4bq + k / 2's dims
- * 16 (k % 2) + L, q8_0's sums. */
+ * q3_0, q3_1, q2_0 and q2_1 (rows of whole block quads, dim % 128 ==
+ * 0): d[nb][16] (the q*_1 types: then m[nb][16]), then per block quad bq
+ * (blocks 4bq .. 4bq + 3, dims 0..127 of the quad) and key pair u a unit
+ * of KVQ_VPAIRS_UNIT bytes of crumbs, dword L holding the crumbs of quad
+ * dims 16k + L (k < 8) of key 2u at bits 2k, 2k + 1 and of key 2u + 1 at
+ * 16 + 2k; the 3-bit types then 32 bytes of high bits, byte 2L (key 2u)
+ * and 2L + 1 (key 2u + 1) holding those dims' high bits at bit k.  Stored
+ * so that the signed code (c - 4, c - 2) is the field in two's
+ * complement: the 3-bit types' high bit flipped (c - 4 = crumb - 4 (1 -
+ * hi)), the 2-bit types' crumb high bit flipped (c ^ 2); a q*_1 value d c
+ * + m is d (c - o) + (m + o d).  The crumb and the high bit shifted to
+ * the top of each int16 are then the signed pair, one arithmetic shift
+ * away; field k is block 4bq + k / 2's dims 16 (k % 2) + L, q8_0's sums. */
 bool kvq_vpairs_type(kvq_type t, int dim);
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
 void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
-enum { KVQ_VPAIRS_UNIT = 64 };   /* bytes of one (key pair, block pair) unit; q3_0: of its crumbs */
-enum { KVQ_VPAIRS3_UNIT = 96 };  /* bytes of one q3_0 (key pair, block quad) unit */
+enum { KVQ_VPAIRS_UNIT = 64 };   /* bytes of one (key pair, block pair) unit; the 3-bit types': of its crumbs */
+enum { KVQ_VPAIRS3_UNIT = 96 };  /* bytes of one q3_0 / q3_1 (key pair, block quad) unit */
 _Static_assert(KVQ_BYTES_IQ4_NL == KVQ_BYTES_Q4_0 && KVQ_BYTES_Q4_1 == KVQ_BYTES_Q4_0 + 2,
                "the pairs types: a header of 2 or 4 bytes and 16 bytes of nibbles");
 
