@@ -1,4 +1,4 @@
-/* test_cache_pairs.c - q8_0, q4_0, q4_1, iq4_nl and the 3- and 2-bit V bodies stored two keys per lane
+/* test_cache_pairs.c - the V bodies of every 32-value block type stored two keys per lane
  * (src/cache/cache_lanes.h, the pairs layout): rows in and out unchanged,
  * the pairs V kernel within its stated bound of the row kernel at every
  * level and the same bits at every level, non-finite input handed back to
@@ -16,15 +16,20 @@
 
 static const char *const k_levels[] = { "scalar", "avx2", "avx512" };
 static const kvq_type k_pairs_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_IQ4_NL, KVQ_TYPE_Q4_1, KVQ_TYPE_Q8_0,
-                                          KVQ_TYPE_Q3_0, KVQ_TYPE_Q2_0, KVQ_TYPE_Q3_1, KVQ_TYPE_Q2_1 };
-enum { N_PAIRS_TYPES = 8 };
+                                          KVQ_TYPE_Q3_0, KVQ_TYPE_Q2_0, KVQ_TYPE_Q3_1, KVQ_TYPE_Q2_1,
+                                          KVQ_TYPE_Q5_0, KVQ_TYPE_Q5_1, KVQ_TYPE_Q6_0, KVQ_TYPE_Q6_1 };
+enum { N_PAIRS_TYPES = 12 };
 /* the 3- and 2-bit types: whole block quads */
 static bool quad_type(kvq_type t) {
     return t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q2_0 || t == KVQ_TYPE_Q3_1 || t == KVQ_TYPE_Q2_1;
 }
 /* the q*_1 types: a min m per block; o, the code the kernel reads as 0 */
-static bool has_min(kvq_type t) { return t == KVQ_TYPE_Q4_1 || t == KVQ_TYPE_Q3_1 || t == KVQ_TYPE_Q2_1; }
-static double centre_code(kvq_type t) { return t == KVQ_TYPE_Q4_1 ? 8.0 : t == KVQ_TYPE_Q3_1 ? 4.0 : 2.0; }
+static bool has_min(kvq_type t) {
+    return t == KVQ_TYPE_Q4_1 || t == KVQ_TYPE_Q3_1 || t == KVQ_TYPE_Q2_1 || t == KVQ_TYPE_Q5_1 || t == KVQ_TYPE_Q6_1;
+}
+static double centre_code(kvq_type t) {
+    return t == KVQ_TYPE_Q6_1 ? 32.0 : t == KVQ_TYPE_Q5_1 ? 16.0 : t == KVQ_TYPE_Q4_1 ? 8.0 : t == KVQ_TYPE_Q3_1 ? 4.0 : 2.0;
+}
 
 /* The largest |value / d| of a code as the kernel reads it: q4_0's and
  * q4_1's c - 8, q3_0's c - 4, q2_0's c - 2, iq4_nl's book, q8_0's bytes
@@ -34,6 +39,8 @@ static double code_max(kvq_type t) {
            : t == KVQ_TYPE_Q8_0                       ? 128.0
            : t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q3_1 ? 4.0
            : t == KVQ_TYPE_Q2_0 || t == KVQ_TYPE_Q2_1 ? 2.0
+           : t == KVQ_TYPE_Q5_0 || t == KVQ_TYPE_Q5_1 ? 16.0
+           : t == KVQ_TYPE_Q6_0 || t == KVQ_TYPE_Q6_1 ? 32.0
                                                       : 8.0;
 }
 static size_t block_bytes(kvq_type t) { return (size_t)kvq_type_get_scalar(t)->block_bytes; }
@@ -79,11 +86,12 @@ TEST(vpairs_rows_round_trip) {
     }
     CHECK(!kvq_vpairs_type(KVQ_TYPE_Q4_0, 32) && !kvq_vpairs_type(KVQ_TYPE_Q4_0, 96) &&
           !kvq_vpairs_type(KVQ_TYPE_Q4_0, 1024) && !kvq_vpairs_type(KVQ_TYPE_IQ4_NL, 96) &&
-          !kvq_vpairs_type(KVQ_TYPE_Q8_0, 48) && !kvq_vpairs_type(KVQ_TYPE_Q5_0, 128) &&
+          !kvq_vpairs_type(KVQ_TYPE_Q8_0, 48) && !kvq_vpairs_type(KVQ_TYPE_Q5_0, 160) &&
           !kvq_vpairs_type(KVQ_TYPE_F16, 128) && !kvq_vpairs_type(KVQ_TYPE_Q3_0, 64) &&
           !kvq_vpairs_type(KVQ_TYPE_Q2_0, 192) && !kvq_vpairs_type(KVQ_TYPE_Q3_0, 640) &&
-          !kvq_vpairs_type(KVQ_TYPE_Q3_1, 96) && !kvq_vpairs_type(KVQ_TYPE_Q6_0, 128),
-          "pairs only for q4_0 / q4_1 / iq4_nl rows of whole block pairs (q8_0: blocks; q3_0, q2_0: "
+          !kvq_vpairs_type(KVQ_TYPE_Q3_1, 96) && !kvq_vpairs_type(KVQ_TYPE_Q6_0, 96) &&
+          !kvq_vpairs_type(KVQ_TYPE_Q5_1, 32),
+          "pairs only for rows of whole block pairs (q8_0: blocks; the 3- and 2-bit types: "
           "quads) up to 512 values");
     const attn_block_kernels *scalar = attn_block_level("scalar");
     for (int ty = 0; ty < KVQ_TYPE_COUNT; ty++)
@@ -280,7 +288,8 @@ static kvq_cache *pairs_cache(kvq_type tk, kvq_type tv, bool pairs, int sink, in
 TEST(cache_pairs_attends_as_rows) {
     enum { N = 181, HKV = 2, GQA = 2, HD = 128 };
     static const kvq_type tks[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_F16,  KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1,
-                                    KVQ_TYPE_Q3_0, KVQ_TYPE_Q8_0, KVQ_TYPE_F16,  KVQ_TYPE_Q2_1 };   /* V: k_pairs_types */
+                                    KVQ_TYPE_Q3_0, KVQ_TYPE_Q8_0, KVQ_TYPE_F16,  KVQ_TYPE_Q2_1,
+                                    KVQ_TYPE_Q5_0, KVQ_TYPE_F16,  KVQ_TYPE_Q6_0, KVQ_TYPE_Q4_0 };   /* V: k_pairs_types */
     attn_data d;
     CHECK(attn_data_make(&d, N, HKV * GQA, HKV, HD, HD, 78), "alloc");
     const size_t per_row = (size_t)HKV * GQA * HD;

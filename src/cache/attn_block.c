@@ -129,6 +129,7 @@ static inline int sra16(int16_t h, int n) {
 }
 #define vi_sra16(x, n) pair16(sra16(lo16(x), (n)), sra16(hi16(x), (n)))
 #define vi_load_b2w(p) pair16((p)[0], (p)[1])
+#define vi_load_b2d(p) ((int32_t)(p)[0])
 #define vi_pair_w(p, lane) pair16((p)[2 * ((lane) % 2)], (p)[2 * ((lane) % 2) + 1])
 #define vi_store(p, x) (*(p) = (x))
 #define vi_add(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))

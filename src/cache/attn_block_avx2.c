@@ -198,6 +198,7 @@ static inline __attribute__((always_inline)) __m256i vi_snib(__m256i x, const in
 }
 #define vi_sra16(x, n) _mm256_srai_epi16((x), (n))
 #define vi_load_b2w(p) _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define vi_load_b2d(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
 static inline __m256i vi_pair_w(const int16_t *p, int lane) {
     (void)lane;
     int64_t q;

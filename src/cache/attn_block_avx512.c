@@ -191,6 +191,7 @@ static inline __attribute__((always_inline)) __m512i vi_snib(__m512i x, const in
 }
 #define vi_sra16(x, n) _mm512_srai_epi16((x), (unsigned)(n))
 #define vi_load_b2w(p) _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define vi_load_b2d(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 static inline __m512i vi_pair_w(const int16_t *p, int lane) {
     (void)lane;
     long long q;

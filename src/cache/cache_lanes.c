@@ -102,12 +102,16 @@ static bool vpairs_quad(kvq_type t) {
     return t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q3_1 || t == KVQ_TYPE_Q2_0 || t == KVQ_TYPE_Q2_1;
 }
 static bool vpairs_three(kvq_type t) { return t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q3_1; }
+/* the 5- and 6-bit types: q4_0's units with their high bits after them */
+static bool vpairs_wide(kvq_type t) {
+    return t == KVQ_TYPE_Q5_0 || t == KVQ_TYPE_Q5_1 || t == KVQ_TYPE_Q6_0 || t == KVQ_TYPE_Q6_1;
+}
 
 bool kvq_vpairs_type(kvq_type t, int dim) {
     if (t == KVQ_TYPE_Q8_0) return dim > 0 && dim % 32 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
     if (vpairs_quad(t)) return dim > 0 && dim % 128 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
-    return (t == KVQ_TYPE_Q4_0 || t == KVQ_TYPE_Q4_1 || t == KVQ_TYPE_IQ4_NL) && dim > 0 && dim % 64 == 0 &&
-           dim / 32 <= KVQ_LANES_MAX_BLOCKS;
+    return (t == KVQ_TYPE_Q4_0 || t == KVQ_TYPE_Q4_1 || t == KVQ_TYPE_IQ4_NL || vpairs_wide(t)) && dim > 0 &&
+           dim % 64 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
 }
 
 /* q8_0: per block b and key pair u a 64-byte unit, dword L holding bytes
@@ -135,15 +139,36 @@ static void vpairs8_get_row(const uint8_t *head, int dim, int pos, uint8_t *row)
     }
 }
 
-static unsigned vpairs_flip(kvq_type t) { return t == KVQ_TYPE_IQ4_NL ? 0u : 0x8888u; }
+static unsigned vpairs_flip(kvq_type t) { return t == KVQ_TYPE_IQ4_NL || vpairs_wide(t) ? 0u : 0x8888u; }
+
+/* The 4-bit types' and the 5- and 6-bit types' units: KVQ_VPAIRS_UNIT
+ * bytes of nibbles, then (q5) one byte or (q6) two per lane of high bits:
+ * lane L's key 2u holds, of dims 8k + j (k < 4), its high bit at bit k of
+ * byte L (q5), its crumb at bit 2k of byte 2L (q6); key 2u + 1 at bit 4 +
+ * k of byte L, at bit 2k of byte 2L + 1.  Stored flipped (c - 16 = nib -
+ * 16 (1 - hi); c - 32 = nib + 16 (crumb - 2), crumb ^ 2). */
+static int vpairs_high_bits(kvq_type t) {
+    return t == KVQ_TYPE_Q5_0 || t == KVQ_TYPE_Q5_1 ? 1 : t == KVQ_TYPE_Q6_0 || t == KVQ_TYPE_Q6_1 ? 2 : 0;
+}
+static size_t vpairs_unit_bytes(kvq_type t) {
+    return KVQ_VPAIRS_UNIT + (size_t)(16 * vpairs_high_bits(t));
+}
 
 /* Key `lane`'s half of the dword (2j + e) of its key pair's unit for
  * block b = 2 bp + e: the 16 bits holding dims j, 8 + j, 16 + j, 24 + j
  * (nibble k: dim 8k + j); the units follow the headers. */
-static size_t vpairs_half(int nb, int hdr, int lane, int b, int j) {
-    const int u = lane / 2, bp = b / 2, e = b % 2;
-    return (size_t)nb * (size_t)hdr * KVQ_LANES + (size_t)(bp * 8 + u) * KVQ_VPAIRS_UNIT + 4 * (size_t)(2 * j + e) +
-           2 * (size_t)(lane % 2);
+static size_t vpairs_unit_at(kvq_type t, int nb, int hdr, int lane, int b) {
+    return (size_t)nb * (size_t)hdr * KVQ_LANES + (size_t)(b / 2 * 8 + lane / 2) * vpairs_unit_bytes(t);
+}
+static size_t vpairs_half(kvq_type t, int nb, int hdr, int lane, int b, int j) {
+    return vpairs_unit_at(t, nb, hdr, lane, b) + 4 * (size_t)(2 * j + b % 2) + 2 * (size_t)(lane % 2);
+}
+/* Where the high bits of dims 8k + j (k < 4) of block b of key `lane` are:
+ * the byte, and the bit of dim k = 0 in it. */
+static size_t vpairs_high_at(kvq_type t, int nb, int hdr, int lane, int b, int j, int *bit) {
+    const int L = 2 * j + b % 2, hb = vpairs_high_bits(t);
+    *bit = hb == 1 ? 4 * (lane % 2) : 0;
+    return vpairs_unit_at(t, nb, hdr, lane, b) + KVQ_VPAIRS_UNIT + (size_t)(hb == 1 ? L : 2 * L + lane % 2);
 }
 
 /* q3_0, q3_1, q2_0, q2_1: per block quad and key pair a unit of crumbs
@@ -220,11 +245,19 @@ void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8
     for (int b = 0; b < nb; b++, row += bytes) {
         for (int h = 0; h < hdr; h += 2)   /* d[nb][16], then m[nb][16] */
             memcpy(group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), row + h, 2);
-        const uint8_t *q = row + hdr;   /* dim i: nibble i / 16 of byte i % 16 */
+        const int hb = vpairs_high_bits(t);
+        const uint8_t *q = row + hdr + 4 * hb;   /* dim i: nibble i / 16 of byte i % 16 */
         for (int j = 0; j < 8; j++) {
             const unsigned h = (unsigned)(q[j] & 15) | (unsigned)(q[j + 8] & 15) << 4 | (unsigned)(q[j] >> 4) << 8 |
                                (unsigned)(q[j + 8] >> 4) << 12;
-            kvq_wr16(group + vpairs_half(nb, hdr, lane, b, j), (uint16_t)(h ^ vpairs_flip(t)));
+            kvq_wr16(group + vpairs_half(t, nb, hdr, lane, b, j), (uint16_t)(h ^ vpairs_flip(t)));
+            if (!hb) continue;
+            int bit;
+            uint8_t *hp = group + vpairs_high_at(t, nb, hdr, lane, b, j, &bit);
+            for (int k = 0; k < 4; k++) {   /* the plane after the header (quant_block.c) */
+                const unsigned hi = (unsigned)row_plane_code(row + hdr, hb, 8 * k + j) ^ (hb == 1 ? 1u : 2u);
+                *hp = (uint8_t)(*hp & ~(((1u << hb) - 1) << (bit + hb * k))) | (uint8_t)(hi << (bit + hb * k));
+            }
         }
     }
 }
@@ -238,11 +271,19 @@ void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8
     for (int b = 0; b < nb; b++, row += bytes) {
         for (int h = 0; h < hdr; h += 2)
             memcpy(row + h, group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), 2);
-        uint8_t *q = row + hdr;
+        const int hb = vpairs_high_bits(t);
+        uint8_t *q = row + hdr + 4 * hb;
+        if (hb) memset(row + hdr, 0, 4 * (size_t)hb);
         for (int j = 0; j < 8; j++) {
-            const unsigned h = kvq_rd16(group + vpairs_half(nb, hdr, lane, b, j)) ^ vpairs_flip(t);
+            const unsigned h = kvq_rd16(group + vpairs_half(t, nb, hdr, lane, b, j)) ^ vpairs_flip(t);
             q[j] = (uint8_t)((h & 15) | (h >> 8 & 15) << 4);
             q[j + 8] = (uint8_t)((h >> 4 & 15) | (h >> 12 & 15) << 4);
+            if (!hb) continue;
+            int bit;
+            const unsigned byte = group[vpairs_high_at(t, nb, hdr, lane, b, j, &bit)];
+            for (int k = 0; k < 4; k++)
+                row_plane_set(row + hdr, hb, 8 * k + j,
+                              (int)((byte >> (bit + hb * k) & ((1u << hb) - 1)) ^ (hb == 1 ? 1u : 2u)));
         }
     }
 }

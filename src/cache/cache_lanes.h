@@ -91,8 +91,8 @@ static inline size_t kvq_lanes_group_bytes(const kvq_lanes_spec *s, int dim) {
 void kvq_lanes_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
 void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
 
-/* ---- V bodies: the "pairs" layout (q8_0, q4_0, q4_1, iq4_nl, q3_0, q3_1,
- * q2_0, q2_1).
+/* ---- V bodies: the "pairs" layout (every 32-value block type: q8_0, the
+ * 4-, 5- and 6-bit types in block pairs, the 3- and 2-bit ones in quads).
  *
  * Why: a V sum runs along the dims of each key (out[i] += w_t v_t[i]),
  * so V wants the dims in the lanes and two keys in each lane's int16
@@ -122,6 +122,13 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
  * so that a 64-byte load is 16 lanes (two blocks' 8 dims, alternating)
  * of two keys.  Rows of dim % 64 == 0 values (whole block pairs).
  *
+ * q5_0, q5_1, q6_0, q6_1: the same units (nibbles unflipped), each then
+ * followed by the dims' high bits, per lane L one byte (q5: key 2u's bit
+ * k at bit k, key 2u + 1's at 4 + k; k the nibble's) or two (q6: key
+ * 2u's crumb k at bit 2k of byte 2L, key 2u + 1's of byte 2L + 1), the
+ * high part's top bit flipped (c - 16 = nib - 16 (1 - hi), c - 32 = nib
+ * + 16 (crumb - 2)): KVQ_VPAIRS5_UNIT and KVQ_VPAIRS3_UNIT bytes.
+ *
  * q8_0 (rows of whole blocks): d[nb][16], then per block b and key pair
  * u 64 bytes whose dword L holds the bytes of dims L and L + 16 of key
  * 2u, then of key 2u + 1: the even and the odd bytes sign-extended are
@@ -144,7 +151,8 @@ bool kvq_vpairs_type(kvq_type t, int dim);
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
 void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
 enum { KVQ_VPAIRS_UNIT = 64 };   /* bytes of one (key pair, block pair) unit; the 3-bit types': of its crumbs */
-enum { KVQ_VPAIRS3_UNIT = 96 };  /* bytes of one q3_0 / q3_1 (key pair, block quad) unit */
+enum { KVQ_VPAIRS3_UNIT = 96 };  /* bytes of one q3_0 / q3_1 (key pair, block quad) unit, or q6_* (block pair) */
+enum { KVQ_VPAIRS5_UNIT = 80 };  /* bytes of one q5_0 / q5_1 (key pair, block pair) unit */
 _Static_assert(KVQ_BYTES_IQ4_NL == KVQ_BYTES_Q4_0 && KVQ_BYTES_Q4_1 == KVQ_BYTES_Q4_0 + 2,
                "the pairs types: a header of 2 or 4 bytes and 16 bytes of nibbles");
 
