@@ -227,8 +227,8 @@ int bench_levels(const char *group, const char *list, const char *const *known, 
 
 /* A chain of dependent integer adds runs at one per cycle on every x86
  * core: 8 x 10^7 of them, best of 3 (the CPU time of the fastest is the
- * least disturbed by the host). */
-/* Register operands, not immediates: Intel's Golden Cove and later cores
+ * least disturbed by the host).  Register operands, not immediates:
+ * Intel's Golden Cove and later cores
  * fold a chain of `add $imm, reg` in the renamer, several per cycle (the
  * immediate form read 10.7 GHz on a Sapphire-Rapids-class Xeon), while a
  * register-register add still waits one cycle for its input.  An estimate

@@ -2,6 +2,7 @@
  * (bench_bound.h). */
 #include "bench_bound.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +136,5 @@ double bench_bound_tps(double gbs, double bytes) { return gbs > 0 && bytes > 0 ?
 
 bool bench_bandwidth_moved(double before_gbs, double after_gbs) {
     if (!(before_gbs > 0) || !(after_gbs > 0)) return false;
-    const double hi = before_gbs > after_gbs ? before_gbs : after_gbs;
-    return before_gbs - after_gbs > 0.25 * hi || after_gbs - before_gbs > 0.25 * hi;
+    return fabs(before_gbs - after_gbs) > 0.25 * fmax(before_gbs, after_gbs);
 }

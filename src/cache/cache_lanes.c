@@ -98,20 +98,36 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
  * quant_block.c); q4_0's and q4_1's stored as c - 8 (c ^ 8, the kernel
  * reads signed nibbles), iq4_nl's as they are (book indices). */
 
-static bool vpairs_quad(kvq_type t) {
-    return t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q3_1 || t == KVQ_TYPE_Q2_0 || t == KVQ_TYPE_Q2_1;
+/* The unit shapes follow from the row format's planes (k_specs): bits per
+ * code, and where each plane starts in a row block. */
+static int code_bits(kvq_type t) {
+    const kvq_lanes_spec *s = kvq_lanes_spec_of(t);
+    int bits = 0;
+    for (int p = 0; s && p < s->n_planes; p++) bits += s->plane[p].bits;
+    return bits;
 }
-static bool vpairs_three(kvq_type t) { return t == KVQ_TYPE_Q3_0 || t == KVQ_TYPE_Q3_1; }
+static int plane_offset(kvq_type t, int bits) {
+    const kvq_lanes_spec *s = kvq_lanes_spec_of(t);
+    for (int p = 0; p < s->n_planes; p++)
+        if (s->plane[p].bits == bits) return s->plane[p].row_offset;
+    return -1;
+}
+/* the 3- and 2-bit types: block quads */
+static bool vpairs_quad(kvq_type t) { return code_bits(t) == 2 || code_bits(t) == 3; }
+static bool vpairs_three(kvq_type t) { return code_bits(t) == 3; }
 /* the 5- and 6-bit types: q4_0's units with their high bits after them */
-static bool vpairs_wide(kvq_type t) {
-    return t == KVQ_TYPE_Q5_0 || t == KVQ_TYPE_Q5_1 || t == KVQ_TYPE_Q6_0 || t == KVQ_TYPE_Q6_1;
+static int vpairs_high_bits(kvq_type t) { return code_bits(t) == 5 || code_bits(t) == 6 ? code_bits(t) - 4 : 0; }
+static bool vpairs_wide(kvq_type t) { return vpairs_high_bits(t) > 0; }
+/* a unit: KVQ_VPAIRS_UNIT bytes of nibbles (of crumbs in a quad), then 16
+ * bytes per further bit of a code (32 for the 3-bit quads' one) */
+static size_t vpairs_unit_bytes(kvq_type t) {
+    return KVQ_VPAIRS_UNIT + (size_t)(vpairs_three(t) ? 32 : 16 * vpairs_high_bits(t));
 }
 
 bool kvq_vpairs_type(kvq_type t, int dim) {
-    if (t == KVQ_TYPE_Q8_0) return dim > 0 && dim % 32 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
-    if (vpairs_quad(t)) return dim > 0 && dim % 128 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
-    return (t == KVQ_TYPE_Q4_0 || t == KVQ_TYPE_Q4_1 || t == KVQ_TYPE_IQ4_NL || vpairs_wide(t)) && dim > 0 &&
-           dim % 64 == 0 && dim / 32 <= KVQ_LANES_MAX_BLOCKS;
+    if (!kvq_lanes_spec_of(t) || dim <= 0 || dim / 32 > KVQ_LANES_MAX_BLOCKS) return false;
+    const int whole = t == KVQ_TYPE_Q8_0 ? 32 : vpairs_quad(t) ? 128 : 64;   /* a unit's values */
+    return dim % whole == 0;
 }
 
 /* q8_0: per block b and key pair u a 64-byte unit, dword L holding bytes
@@ -147,12 +163,7 @@ static unsigned vpairs_flip(kvq_type t) { return t == KVQ_TYPE_IQ4_NL || vpairs_
  * byte L (q5), its crumb at bit 2k of byte 2L (q6); key 2u + 1 at bit 4 +
  * k of byte L, at bit 2k of byte 2L + 1.  Stored flipped (c - 16 = nib -
  * 16 (1 - hi); c - 32 = nib + 16 (crumb - 2), crumb ^ 2). */
-static int vpairs_high_bits(kvq_type t) {
-    return t == KVQ_TYPE_Q5_0 || t == KVQ_TYPE_Q5_1 ? 1 : t == KVQ_TYPE_Q6_0 || t == KVQ_TYPE_Q6_1 ? 2 : 0;
-}
-static size_t vpairs_unit_bytes(kvq_type t) {
-    return KVQ_VPAIRS_UNIT + (size_t)(16 * vpairs_high_bits(t));
-}
+
 
 /* Key `lane`'s half of the dword (2j + e) of its key pair's unit for
  * block b = 2 bp + e: the 16 bits holding dims j, 8 + j, 16 + j, 24 + j
@@ -179,22 +190,21 @@ static size_t vpairs_high_at(kvq_type t, int nb, int hdr, int lane, int b, int j
  * row block: d (and m), then the 3-bit types' bit plane (4 bytes), then
  * the crumb plane (quant_block.c); the group: d[nb][16] (and m[nb][16])
  * then the units. */
-static uint8_t *vpairs3_unit(uint8_t *group, int nb, int hdr, bool three, int lane, int bq) {
-    const size_t unit = three ? KVQ_VPAIRS3_UNIT : KVQ_VPAIRS_UNIT;
-    return group + (size_t)nb * (size_t)hdr * KVQ_LANES + (size_t)(bq * 8 + lane / 2) * unit;
+static uint8_t *vpairs3_unit(kvq_type t, uint8_t *group, int nb, int hdr, int lane, int bq) {
+    return group + (size_t)nb * (size_t)hdr * KVQ_LANES + (size_t)(bq * 8 + lane / 2) * vpairs_unit_bytes(t);
 }
 
 static void vpairs3_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
     const bool three = vpairs_three(t);
     const int hdr = kvq_lanes_spec_of(t)->header, bytes = kvq_lanes_block_bytes(kvq_lanes_spec_of(t)) / KVQ_LANES;
     const int nb = dim / 32, lane = pos % KVQ_LANES;
-    const int crumbs = hdr + (three ? 4 : 0);   /* the crumb plane's offset in a row block */
+    const int crumbs = plane_offset(t, 2), highs = plane_offset(t, 1);   /* in a row block */
     uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
     for (int b = 0; b < nb; b++)
         for (int h = 0; h < hdr; h += 2)   /* d[nb][16], then m[nb][16] */
             memcpy(group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), row + (size_t)b * bytes + h, 2);
     for (int bq = 0; bq < nb / 4; bq++) {
-        uint8_t *unit = vpairs3_unit(group, nb, hdr, three, lane, bq);
+        uint8_t *unit = vpairs3_unit(t, group, nb, hdr, lane, bq);
         for (int L = 0; L < 16; L++) {
             unsigned c = 0, h = 0;
             for (int k = 0; k < 8; k++) {
@@ -202,7 +212,7 @@ static void vpairs3_put_row(kvq_type t, uint8_t *head, int dim, int pos, const u
                 const uint8_t *blk = row + (size_t)b * bytes;
                 const unsigned crumb = (unsigned)row_plane_code(blk + crumbs, 2, i);
                 c |= (three ? crumb : crumb ^ 2u) << (2 * k);
-                if (three) h |= ((unsigned)row_plane_code(blk + hdr, 1, i) ^ 1u) << k;
+                if (three) h |= ((unsigned)row_plane_code(blk + highs, 1, i) ^ 1u) << k;
             }
             kvq_wr16(unit + 4 * L + 2 * (lane % 2), (uint16_t)c);
             if (three) unit[64 + 2 * L + lane % 2] = (uint8_t)h;
@@ -214,7 +224,7 @@ static void vpairs3_get_row(kvq_type t, const uint8_t *head, int dim, int pos, u
     const bool three = vpairs_three(t);
     const int hdr = kvq_lanes_spec_of(t)->header, bytes = kvq_lanes_block_bytes(kvq_lanes_spec_of(t)) / KVQ_LANES;
     const int nb = dim / 32, lane = pos % KVQ_LANES;
-    const int crumbs = hdr + (three ? 4 : 0);
+    const int crumbs = plane_offset(t, 2), highs = plane_offset(t, 1);
     uint8_t *group = (uint8_t *)(uintptr_t)head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
     for (int b = 0; b < nb; b++) {
         for (int h = 0; h < hdr; h += 2)
@@ -222,7 +232,7 @@ static void vpairs3_get_row(kvq_type t, const uint8_t *head, int dim, int pos, u
         memset(row + (size_t)b * bytes + hdr, 0, (size_t)(bytes - hdr));
     }
     for (int bq = 0; bq < nb / 4; bq++) {
-        const uint8_t *unit = vpairs3_unit(group, nb, hdr, three, lane, bq);
+        const uint8_t *unit = vpairs3_unit(t, group, nb, hdr, lane, bq);
         for (int L = 0; L < 16; L++) {
             const unsigned c = kvq_rd16(unit + 4 * L + 2 * (lane % 2)), h = three ? unit[64 + 2 * L + lane % 2] : 0u;
             for (int k = 0; k < 8; k++) {
@@ -230,7 +240,7 @@ static void vpairs3_get_row(kvq_type t, const uint8_t *head, int dim, int pos, u
                 uint8_t *blk = row + (size_t)b * bytes;
                 const unsigned crumb = c >> (2 * k) & 3u;
                 row_plane_set(blk + crumbs, 2, i, (int)(three ? crumb : crumb ^ 2u));
-                if (three) row_plane_set(blk + hdr, 1, i, (int)((h >> k & 1u) ^ 1u));
+                if (three) row_plane_set(blk + highs, 1, i, (int)((h >> k & 1u) ^ 1u));
             }
         }
     }
@@ -245,8 +255,8 @@ void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8
     for (int b = 0; b < nb; b++, row += bytes) {
         for (int h = 0; h < hdr; h += 2)   /* d[nb][16], then m[nb][16] */
             memcpy(group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), row + h, 2);
-        const int hb = vpairs_high_bits(t);
-        const uint8_t *q = row + hdr + 4 * hb;   /* dim i: nibble i / 16 of byte i % 16 */
+        const int hb = vpairs_high_bits(t), highs = hb ? plane_offset(t, hb) : 0;
+        const uint8_t *q = row + plane_offset(t, 4);   /* dim i: nibble i / 16 of byte i % 16 */
         for (int j = 0; j < 8; j++) {
             const unsigned h = (unsigned)(q[j] & 15) | (unsigned)(q[j + 8] & 15) << 4 | (unsigned)(q[j] >> 4) << 8 |
                                (unsigned)(q[j + 8] >> 4) << 12;
@@ -255,7 +265,7 @@ void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8
             int bit;
             uint8_t *hp = group + vpairs_high_at(t, nb, hdr, lane, b, j, &bit);
             for (int k = 0; k < 4; k++) {   /* the plane after the header (quant_block.c) */
-                const unsigned hi = (unsigned)row_plane_code(row + hdr, hb, 8 * k + j) ^ (hb == 1 ? 1u : 2u);
+                const unsigned hi = (unsigned)row_plane_code(row + highs, hb, 8 * k + j) ^ (hb == 1 ? 1u : 2u);
                 *hp = (uint8_t)(*hp & ~(((1u << hb) - 1) << (bit + hb * k))) | (uint8_t)(hi << (bit + hb * k));
             }
         }
@@ -271,9 +281,9 @@ void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8
     for (int b = 0; b < nb; b++, row += bytes) {
         for (int h = 0; h < hdr; h += 2)
             memcpy(row + h, group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), 2);
-        const int hb = vpairs_high_bits(t);
-        uint8_t *q = row + hdr + 4 * hb;
-        if (hb) memset(row + hdr, 0, 4 * (size_t)hb);
+        const int hb = vpairs_high_bits(t), highs = hb ? plane_offset(t, hb) : 0;
+        uint8_t *q = row + plane_offset(t, 4);
+        if (hb) memset(row + highs, 0, 4 * (size_t)hb);
         for (int j = 0; j < 8; j++) {
             const unsigned h = kvq_rd16(group + vpairs_half(t, nb, hdr, lane, b, j)) ^ vpairs_flip(t);
             q[j] = (uint8_t)((h & 15) | (h >> 8 & 15) << 4);
@@ -282,7 +292,7 @@ void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8
             int bit;
             const unsigned byte = group[vpairs_high_at(t, nb, hdr, lane, b, j, &bit)];
             for (int k = 0; k < 4; k++)
-                row_plane_set(row + hdr, hb, 8 * k + j,
+                row_plane_set(row + highs, hb, 8 * k + j,
                               (int)((byte >> (bit + hb * k) & ((1u << hb) - 1)) ^ (hb == 1 ? 1u : 2u)));
         }
     }

@@ -127,7 +127,7 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
  * k at bit k, key 2u + 1's at 4 + k; k the nibble's) or two (q6: key
  * 2u's crumb k at bit 2k of byte 2L, key 2u + 1's of byte 2L + 1), the
  * high part's top bit flipped (c - 16 = nib - 16 (1 - hi), c - 32 = nib
- * + 16 (crumb - 2)): KVQ_VPAIRS5_UNIT and KVQ_VPAIRS3_UNIT bytes.
+ * + 16 (crumb - 2)): 80 and 96 bytes a unit.
  *
  * q8_0 (rows of whole blocks): d[nb][16], then per block b and key pair
  * u 64 bytes whose dword L holds the bytes of dims L and L + 16 of key
@@ -150,9 +150,10 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
 bool kvq_vpairs_type(kvq_type t, int dim);
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
 void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
-enum { KVQ_VPAIRS_UNIT = 64 };   /* bytes of one (key pair, block pair) unit; the 3-bit types': of its crumbs */
-enum { KVQ_VPAIRS3_UNIT = 96 };  /* bytes of one q3_0 / q3_1 (key pair, block quad) unit, or q6_* (block pair) */
-enum { KVQ_VPAIRS5_UNIT = 80 };  /* bytes of one q5_0 / q5_1 (key pair, block pair) unit */
+/* Bytes of a unit's nibbles (q4_*, iq4_nl, and of the 5- and 6-bit types)
+ * or crumbs (the 3- and 2-bit types; q8_0: of its block); then 16 bytes
+ * per further bit of a code (32 for the 3-bit types' one). */
+enum { KVQ_VPAIRS_UNIT = 64 };
 _Static_assert(KVQ_BYTES_IQ4_NL == KVQ_BYTES_Q4_0 && KVQ_BYTES_Q4_1 == KVQ_BYTES_Q4_0 + 2,
                "the pairs types: a header of 2 or 4 bytes and 16 bytes of nibbles");
 
