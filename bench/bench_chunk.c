@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { CHUNK = ATTN_BLOCK_KEYS, PAD_CHUNKS = 8, MAX_DIM = 512, MAX_GQA = 8, MAX_LEVELS = 3 };
+enum { CHUNK = ATTN_BLOCK_KEYS, PAD_CHUNKS = 8, MAX_DIM = 512, MAX_GQA = 8, MAX_LEVELS = 4 };
 
 typedef struct chunk_opts {
     const char *types, *levels;
@@ -186,7 +186,7 @@ static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *level
 int bench_chunk(int argc, char **argv) {
     chunk_opts o = { "f16,q8_0,q4_0,iq4_nl,q3_0", NULL, 2, 128, 2 * CHUNK, 3, false };
     if (parse(&o, argc, argv)) return 1;
-    static const char *const all_levels[MAX_LEVELS] = { "scalar", "avx2", "avx512" };
+    static const char *const all_levels[MAX_LEVELS] = { "scalar", "avx2", "avx512", "avx512-vnni" };
     const char *levels[MAX_LEVELS];
     const int n_levels = bench_levels("chunk", o.levels, all_levels, MAX_LEVELS, levels);
     if (n_levels < 0) return 1;

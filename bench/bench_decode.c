@@ -141,7 +141,7 @@ static bool time_all(const decode_opts *o, decode_cfg *cfg, int n, kvq_pool *poo
 int bench_decode_step(int argc, char **argv) {
     decode_opts o = { 16384, 8, 2, 128, 1, 3, "f16,q8_0,q4_0", NULL, false, 1 };
     if (parse(&o, argc, argv)) return 1;
-    static const char *const all_levels[] = { "scalar", "avx2-tile", "avx2", "avx512-tile", "avx512" };
+    static const char *const all_levels[] = { "scalar", "avx2-tile", "avx2", "avx512-tile", "avx512", "avx512-vnni" };
     const char *levels[KVQ_ARRAY_LEN(all_levels)];
     const int n_levels = bench_levels("decode", o.levels, all_levels, (int)KVQ_ARRAY_LEN(all_levels), levels);
     if (n_levels < 0) return 1;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_levels[] = { "scalar", "scalar-tile", "avx2", "avx2-tile", "avx512", "avx512-tile" };
+static const char *const k_levels[] = { "scalar", "scalar-tile", "avx2", "avx2-tile", "avx512", "avx512-tile", "avx512-vnni" };
 
 /* |a - b| in units of b's float ulp. */
 static double ulps(float a, double b) {

@@ -532,7 +532,7 @@ TEST(kvarn_fused_kernels_match_references_every_level_width_and_group) {
                                       KVQ_TYPE_KVARN5, KVQ_TYPE_KVARN6, KVQ_TYPE_KVARN8 };
     static const int hds[] = { 64, 128, 256 }, groups[] = { 1, 2, 3, 5, 7, 8, 17 };
     static const int runs[][2] = { { 128, 32 }, { 157, 3 }, { 192, 32 }, { 250, 5 }, { 255, 1 } };
-    static const char *const levels[] = { "scalar", "avx2", "avx512", "avx512-tile" };
+    static const char *const levels[] = { "scalar", "avx2", "avx512", "avx512-tile", "avx512-vnni" };
     static run_refs r;
     static float q[20 * 256], pw[20 * ATTN_BLOCK_KEYS], acc0[20 * 256], acc[20 * 256], wts[20 * ATTN_BLOCK_KEYS];
     const int n_tok = 300, acc_stride = 256;
@@ -614,7 +614,7 @@ TEST(kvarn_attention_levels_groups_and_threads_agree) {
         { KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3, 128, 1 }, { KVQ_TYPE_KVARN2, KVQ_TYPE_KVARN8, 64, 3 },
         { KVQ_TYPE_KVARN5, KVQ_TYPE_KVARN6, 256, 5 }, { KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN4, 128, 7 },
     };
-    static const char *const levels[] = { "avx2", "avx512" };
+    static const char *const levels[] = { "avx2", "avx512", "avx512-vnni" };
     const int n_tok = test_sanitized() ? 420 : 700, pos = n_tok - 1;
     kvq_pool *pool = kvq_pool_create(3);
     CHECK(pool, "pool");

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *const k_levels[] = { "scalar", "avx2", "avx512" };
+static const char *const k_levels[] = { "scalar", "avx2", "avx512", "avx512-vnni" };
 static const kvq_type k_lanes_types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1, KVQ_TYPE_IQ4_NL, KVQ_TYPE_Q8_0,
                                            KVQ_TYPE_Q6_0, KVQ_TYPE_Q6_1, KVQ_TYPE_Q5_0, KVQ_TYPE_Q5_1,
                                            KVQ_TYPE_Q3_0, KVQ_TYPE_Q3_1, KVQ_TYPE_Q2_0, KVQ_TYPE_Q2_1 };

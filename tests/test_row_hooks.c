@@ -37,7 +37,7 @@ TEST(row_hooks_every_cache_type_has_its_hooks) {
 /* The fused kernels' block sizes are the rows' (one description, derived
  * once), at every level that has them. */
 TEST(row_hooks_fused_block_sizes_are_the_rows) {
-    static const char *const levels[] = { "scalar", "avx2", "avx512" };
+    static const char *const levels[] = { "scalar", "avx2", "avx512", "avx512-vnni" };
     int checked = 0;
     for (size_t l = 0; l < KVQ_ARRAY_LEN(levels); l++) {
         const attn_block_kernels *kr = attn_block_level(levels[l]);
@@ -70,7 +70,7 @@ static bool attend_at(kvq_cache *c, const attn_data *d, int pos, const attn_bloc
 
 TEST(row_hooks_every_level_matches_scalar_for_every_cache_type) {
     enum { N_TOK = 300, POS = 280, HD = 128 };
-    static const char *const levels[] = { "avx2", "avx512" };
+    static const char *const levels[] = { "avx2", "avx512", "avx512-vnni" };
     const attn_block_kernels *scalar = attn_block_level("scalar");
     attn_data d;
     CHECK(attn_data_make(&d, N_TOK, 4, 2, HD, HD, 99), "alloc");
@@ -134,7 +134,7 @@ TEST(row_hooks_turbo_levels_gqa_and_threads) {
     static const kvq_type types[] = { KVQ_TYPE_TURBO2,     KVQ_TYPE_TURBO3,     KVQ_TYPE_TURBO4,
                                       KVQ_TYPE_TURBO2_TCQ, KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO4_TCQ };
     static const int groups[] = { 1, 2, 3, 4, 5, 8 };
-    static const char *const levels[] = { "avx2", "avx512" };
+    static const char *const levels[] = { "avx2", "avx512", "avx512-vnni" };
     const attn_block_kernels *scalar = attn_block_level("scalar"), *best = attn_block_best();
     attn_data d;
     CHECK(attn_data_make(&d, N_TOK, KV * MAXG, KV, HD, HD, 1234), "alloc");

@@ -238,6 +238,15 @@ bool attn_block_int_type(kvq_type t) { return (unsigned)t < KVQ_TYPE_COUNT && g_
 
 /* ------------------------------------------------------- ISA choice */
 
+/* Whether the AVX-512 level's kernels run with AVX512_VNNI here. */
+static bool has_vnni(void) {
+#if defined(__x86_64__)
+    return kvq_isa_best() >= KVQ_ISA_AVX512 && kvq_cpu_features()->avx512vnni;
+#else
+    return false;
+#endif
+}
+
 /* The kernels of an ISA level, or of its -tile variant. */
 static const attn_block_kernels *level_of(kvq_isa isa, bool tile) {
 #if defined(__x86_64__)
@@ -249,6 +258,9 @@ static const attn_block_kernels *level_of(kvq_isa isa, bool tile) {
 
 const attn_block_kernels *attn_block_level(const char *level) {
     if (!level) return NULL;
+#if defined(__x86_64__)
+    if (strcmp(level, "avx512-vnni") == 0) return has_vnni() ? attn_block_avx512_vnni() : NULL;
+#endif
     const kvq_isa best = kvq_isa_best();
     for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) {
         const char *name = kvq_isa_name((kvq_isa)isa);
@@ -259,7 +271,12 @@ const attn_block_kernels *attn_block_level(const char *level) {
     return NULL;
 }
 
-const attn_block_kernels *attn_block_best(void) { return level_of(kvq_isa_best(), false); }
+const attn_block_kernels *attn_block_best(void) {
+#if defined(__x86_64__)
+    if (has_vnni()) return attn_block_avx512_vnni();
+#endif
+    return level_of(kvq_isa_best(), false);
+}
 
 /* ------------------------------------------------ the steps of a chunk */
 

@@ -187,9 +187,10 @@ typedef struct attn_block_kernels {
     const attn_kvarn_kernels *kvarn;
 } attn_block_kernels;
 
-/* The widest level this CPU runs (scalar when KVQ_FORCE_SCALAR=1). */
+/* The widest level this CPU runs (scalar when KVQ_FORCE_SCALAR=1;
+ * "avx512-vnni" where the AVX-512 level runs and the CPU has AVX512_VNNI). */
 const attn_block_kernels *attn_block_best(void);
-/* One level by name ("scalar", "avx2", "avx512"; "scalar-tile",
+/* One level by name ("scalar", "avx2", "avx512", "avx512-vnni"; "scalar-tile",
  * "avx2-tile", "avx512-tile": the same without fused or in-place
  * converting kernels, every row but f32 unpacked into an f32 tile and
  * scored with the float query, what ran before them; for measurements
@@ -201,6 +202,7 @@ const attn_block_kernels *attn_block_avx2(void);
 const attn_block_kernels *attn_block_avx2_tile(void);
 const attn_block_kernels *attn_block_avx512(void);
 const attn_block_kernels *attn_block_avx512_tile(void);
+const attn_block_kernels *attn_block_avx512_vnni(void);   /* attn_block_avx512_vnni.c: needs AVX512_VNNI */
 
 /* Scalar exp with the same algorithm and bound as the vector ones. */
 float attn_block_exp(float x);

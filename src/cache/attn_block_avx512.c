@@ -1,7 +1,13 @@
 /* attn_block_avx512.c - the chunked attention kernels (attn_block.inc)
  * with AVX-512 (16 lanes), and the fused packed-row kernels
  * (attn_codes.inc; their int8 code primitives in 256-bit registers,
- * attn_codes_x86.h). */
+ * attn_codes_x86.h).
+ *
+ * attn_block_avx512_vnni.c builds this file again with ATTN_BLOCK_VNNI
+ * and AVX512_VNNI: the lanes and pairs kernels' multiply-adds then add
+ * into their accumulator in one instruction (vpdpwssd) instead of two
+ * (vpmaddwd, vpaddd).  The int32 sums are exact either way, so the two
+ * builds give the same bits; the VNNI one is the level "avx512-vnni". */
 #include "attn_block.h"
 #include "attn_codes_x86.h"
 #include "attn_kvarn_x86.h"
@@ -10,10 +16,15 @@
 #include <immintrin.h>
 #include <math.h>
 
-#define BLOCK_LEVEL "avx512"
 #define BLOCK_ISA KVQ_ISA_AVX512
+#ifdef ATTN_BLOCK_VNNI
+#define BLOCK_LEVEL "avx512-vnni"
+#define BLOCK_KERNELS g_block_avx512_vnni
+#else
+#define BLOCK_LEVEL "avx512"
 #define BLOCK_KERNELS g_block_avx512
 #define BLOCK_TILE_KERNELS g_block_avx512_tile
+#endif
 
 /* s[i] = sum of the lanes of acc[i] for 16 accumulators: each step adds
  * two halves of every accumulator (256-bit, 128-bit, 64-bit, 32-bit
@@ -173,7 +184,11 @@ static inline __m512 vhalf_bytes_in(const uint8_t *p, int lo, int hi) {
     const __mmask16 m = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const void *)p));
 }
+#ifdef ATTN_BLOCK_VNNI
+#define vi_madd(acc, c, w) _mm512_dpwssd_epi32((acc), (c), (w))
+#else
 #define vi_madd(acc, c, w) _mm512_add_epi32((acc), _mm512_madd_epi16((c), (w)))
+#endif
 static inline __attribute__((always_inline)) __m512i vi_field(__m512i x, const int s, uint32_t m) {
     return _mm512_and_si512(s >= 0 ? _mm512_srli_epi32(x, (unsigned)s) : _mm512_slli_epi32(x, (unsigned)-s),
                             _mm512_set1_epi32((int)m));
@@ -250,5 +265,9 @@ static inline void vstore_i16(int16_t *p, __m512 x) {
 
 #include "attn_block.inc"
 
+#ifdef ATTN_BLOCK_VNNI
+const attn_block_kernels *attn_block_avx512_vnni(void) { return &g_block_avx512_vnni; }
+#else
 const attn_block_kernels *attn_block_avx512(void) { return &g_block_avx512; }
 const attn_block_kernels *attn_block_avx512_tile(void) { return &g_block_avx512_tile; }
+#endif
