@@ -21,10 +21,13 @@
 #
 # Builds run one job per CPU unless -j is given (a serial build of
 # everything took 2 min 22 s on a 2-core machine, -j2 about half);
-# JOBS=1 for a serial build.
+# JOBS=1 for a serial build.  Only the top-level make sets it: a
+# recursive one (check-clang, sanitize) shares its parent's job slots.
 JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+ifeq ($(MAKELEVEL),0)
 ifeq ($(filter -j%,$(MAKEFLAGS)),)
 MAKEFLAGS += -j$(JOBS)
+endif
 endif
 # Files named *_avx2.c / *_avx512.c / *_vnni*.c (AVX-512 + AVX512_VNNI) /
 # *_vbmi.c (AVX-512 + AVX512_VBMI) are
