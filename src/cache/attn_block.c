@@ -314,13 +314,13 @@ int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src
  * a fault. */
 enum { PREFETCH_CHUNKS = 1 };
 
-/* Every cache line of [from, to): a hint, never a read.  Into L2
+/* Every cache line of [from, to) (attn_block.h).  Into L2
  * (prefetcht1), not L1: a chunk is 64 lines (4 KiB of f16 rows), more
  * than L1's outstanding misses; sent to L1 they queued there behind the
  * chunk's own loads.  On a Zen 4 host one layer's f16 step at 16384 took
  * 0.55-0.65x the time, q8_0 0.6-0.65x, q4_0 0.8-0.9x, and the model at
  * 16384 ran f16 1.45x, q8_0 1.50x, q4_0 1.06x as fast (docs/performance.md). */
-static void prefetch_range(uintptr_t from, uintptr_t to) {
+void attn_block_prefetch(uintptr_t from, uintptr_t to) {
     for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a, 0, 2);
 }
 
@@ -330,7 +330,7 @@ static void prefetch_ahead(const uint8_t *const *rows, int nk) {
     const uintptr_t step = (uintptr_t)rows[1] - first;
     if (step == 0 || step > 4096 || last - first != step * (uintptr_t)(nk - 1)) return;
     const uintptr_t from = first + step * (uintptr_t)nk * PREFETCH_CHUNKS;
-    prefetch_range(from, from + step * (uintptr_t)nk);
+    attn_block_prefetch(from, from + step * (uintptr_t)nk);
 }
 
 static bool row_is_finite(const float *x, int64_t n) {
@@ -529,7 +529,7 @@ static void fused_row_values(const attn_block_kernels *kr, const attn_block_rows
 static void prefetch_groups(const attn_block_rows *src, const attn_block_fused *fz, int nk) {
     const uintptr_t group = (uintptr_t)(src->len / 32) * KVQ_LANES * (uintptr_t)fz->block_bytes;
     const uintptr_t from = (uintptr_t)src->lanes + (uintptr_t)((src->key0 + nk * PREFETCH_CHUNKS) / KVQ_LANES) * group;
-    prefetch_range(from, from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group);
+    attn_block_prefetch(from, from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group);
 }
 
 static bool fused_lanes_scores(const attn_block_kernels *kr, const attn_block_rows *k, int nk, const attn_query *q,

@@ -118,11 +118,7 @@ static bool vpairs_three(kvq_type t) { return code_bits(t) == 3; }
 /* the 5- and 6-bit types: q4_0's units with their high bits after them */
 static int vpairs_high_bits(kvq_type t) { return code_bits(t) == 5 || code_bits(t) == 6 ? code_bits(t) - 4 : 0; }
 static bool vpairs_wide(kvq_type t) { return vpairs_high_bits(t) > 0; }
-/* a unit: KVQ_VPAIRS_UNIT bytes of nibbles (of crumbs in a quad), then 16
- * bytes per further bit of a code (32 for the 3-bit quads' one) */
-static size_t vpairs_unit_bytes(kvq_type t) {
-    return KVQ_VPAIRS_UNIT + (size_t)(vpairs_three(t) ? 32 : 16 * vpairs_high_bits(t));
-}
+static size_t vpairs_unit_bytes(kvq_type t) { return kvq_vpairs_unit_bytes(code_bits(t)); }
 
 bool kvq_vpairs_type(kvq_type t, int dim) {
     if (!kvq_lanes_spec_of(t) || dim <= 0 || dim / 32 > KVQ_LANES_MAX_BLOCKS) return false;
@@ -162,10 +158,9 @@ static unsigned vpairs_flip(kvq_type t) { return t == KVQ_TYPE_IQ4_NL || vpairs_
  * lane L's key 2u holds, of dims 8k + j (k < 4), its high bit at bit k of
  * byte L (q5), its crumb at bit 2k of byte 2L (q6); key 2u + 1 at bit 4 +
  * k of byte L, at bit 2k of byte 2L + 1.  Stored flipped (c - 16 = nib -
- * 16 (1 - hi); c - 32 = nib + 16 (crumb - 2), crumb ^ 2). */
-
-
-/* Key `lane`'s half of the dword (2j + e) of its key pair's unit for
+ * 16 (1 - hi); c - 32 = nib + 16 (crumb - 2), crumb ^ 2).
+ *
+ * Key `lane`'s half of the dword (2j + e) of its key pair's unit for
  * block b = 2 bp + e: the 16 bits holding dims j, 8 + j, 16 + j, 24 + j
  * (nibble k: dim 8k + j); the units follow the headers. */
 static size_t vpairs_unit_at(kvq_type t, int nb, int hdr, int lane, int b) {

@@ -154,6 +154,11 @@ void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8
  * or crumbs (the 3- and 2-bit types; q8_0: of its block); then 16 bytes
  * per further bit of a code (32 for the 3-bit types' one). */
 enum { KVQ_VPAIRS_UNIT = 64 };
+/* Bytes of one unit of a type whose codes have `bits` bits (the writer,
+ * cache_lanes.c, and the kernels, attn_codes.inc, both read this). */
+static inline size_t kvq_vpairs_unit_bytes(int bits) {
+    return KVQ_VPAIRS_UNIT + (size_t)(bits == 3 ? 32 : bits > 4 && bits < 8 ? 16 * (bits - 4) : 0);
+}
 _Static_assert(KVQ_BYTES_IQ4_NL == KVQ_BYTES_Q4_0 && KVQ_BYTES_Q4_1 == KVQ_BYTES_Q4_0 + 2,
                "the pairs types: a header of 2 or 4 bytes and 16 bytes of nibbles");
 

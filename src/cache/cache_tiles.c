@@ -244,7 +244,7 @@ static void halves_padded(const tile_unpack *u, const uint8_t *src, int n, int p
 static void prefetch_next_record(const kvq_cache_side *sd, const uint8_t *rec, int t0) {
     if (t0 != 0) return;
     const uintptr_t from = (uintptr_t)rec + (uintptr_t)sd->n_slices * sd->record_bytes;
-    for (uintptr_t a = from & ~(uintptr_t)63; a < from + sd->record_bytes; a += 64) __builtin_prefetch((const void *)a, 0, 2);
+    attn_block_prefetch(from, from + sd->record_bytes);
 }
 
 /* Runs of keys are at most one attention chunk (ATTN_BLOCK_KEYS), within
