@@ -157,7 +157,7 @@ int bench_decode_step(int argc, char **argv) {
     int n = 0;
     for (int ti = 0; ti < n_types; ti++)
         for (int rows = 0; rows < 2; rows++) {   /* one cache per type and layout, shared by its levels */
-            const bool has_lanes = kvq_lanes_type(types[ti], o.head_dim) || kvq_vpairs_type(types[ti], o.head_dim);
+            const bool has_lanes = kvq_cache_type_has_layout(types[ti], o.head_dim);
             if (has_lanes ? !(o.layouts >> rows & 1) : rows) continue;
             if (n + n_levels > MAX_CFG) { fprintf(stderr, "decode: at most %d configurations\n", MAX_CFG); break; }
             kvq_cache *cache = make_cache(&o, types[ti], !rows);

@@ -328,7 +328,8 @@ bool attn_attend_rows(kvq_cache *c, const attn_data *d, int pos, int n, float *o
 
 double attn_tolerance(kvq_type tv, int head_dim_v) {
     const int padded = (head_dim_v + 31) / 32 * 32;   /* a rotated head may be stored at whole blocks */
-    return kvq_vpairs_type(tv, head_dim_v) || kvq_vpairs_type(tv, padded) ? 3e-4 : 1e-5;
+    const bool kvarn_pairs = tv == KVQ_TYPE_KVARN4;   /* 4-bit V records kept in pairs (cache_tiles_layout.h) */
+    return kvarn_pairs || kvq_vpairs_type(tv, head_dim_v) || kvq_vpairs_type(tv, padded) ? 3e-4 : 1e-5;
 }
 
 double attn_sq_err(const float *a, const float *b, size_t n) {

@@ -136,7 +136,8 @@ typedef struct attn_block_fused {
  *     NaN, 0 for a block below KVARN_Q_TINY), qsub = off * sum_b qi,
  *     qz[g] = sum_c q_c Z_c + off * sum_c qs_c (off: the codes' centre,
  *     2^(b-1), so the rounding error multiplies code - off, not code);
- *     qi in the order the level's K decoder yields a block's codes;
+ *     qi in channel order for `lanes`, else in the order the level's K
+ *     decoder yields a block's codes;
  *   scores: w[g*ldw + t] += O_t (sum_b qscale_gb (sum_{c in b} qi_gc code_tc
  *     - qsub_gb) + qz_g), the integer sums exact;
  *   values: acc[g*acc_stride + c] += O_c (sum_t ps[g*lds + t] code_tc
@@ -145,11 +146,25 @@ typedef struct attn_block_fused {
 #define KVARN_Q_TINY 1e-30f
 typedef struct attn_kvarn_kernels {
     void (*fold_query)(const float *q, int q_stride, int G, const float *S, const float *Z, int w, int bits,
-                       int16_t *qi, float *qscale, int32_t *qsub, float *qz);
+                       bool lanes, int16_t *qi, float *qscale, int32_t *qsub, float *qz);
     void (*scores)(int bits, const uint8_t *codes, int w, int nk, const int16_t *qi, const float *qscale,
                    const int32_t *qsub, const float *qz, const float *O, int G, float *wts, int ldw);
     void (*values)(int bits, const uint8_t *const *rows, int nk, int w, const float *ps, int lds, int G,
                    const float *O, const float *pz, float *acc, int acc_stride);
+    /* 4-bit records kept in lanes (K) and pairs (V) in the cache
+     * (cache_tiles_layout.h; `payload` the record's first byte, tokens
+     * t0 .. t0 + nk - 1 of its tile):
+     *   scores_lanes: as scores, the same bits, with qi folded in channel
+     *     order (fold_query's `lanes`);
+     *   values_pairs: acc[g*acc_stride + c] += O_c (sum_t p_gt S_t (code_tc
+     *     - 8) + pz_g), p the softmax weights wts[g*ldw + t], S_t the
+     *     run's row scales, pz_g = sum_t p_gt (Z_t + 8 S_t); the weights
+     *     p_gt S_t rounded to int16 per chunk and head (attn_kvarn.inc);
+     *     false, nothing added, when a weight or S_t is not finite. */
+    void (*scores_lanes)(const uint8_t *payload, int w, int t0, int nk, const int16_t *qi, const float *qscale,
+                         const int32_t *qsub, const float *qz, const float *O, int G, float *wts, int ldw);
+    bool (*values_pairs)(const uint8_t *payload, int w, int t0, int nk, const float *S, const float *wts, int ldw,
+                         int G, const float *O, const float *pz, float *acc, int acc_stride);
 } attn_kvarn_kernels;
 
 /* Rows the tile kernels read in place, converted in registers. */

@@ -8,6 +8,7 @@
  */
 #include "cache.h"
 #include "cache_lanes.h"
+#include "cache_tiles_layout.h"
 #include "hadamard.h"
 #include "calib.h"
 #include "turbo_traits.h"
@@ -188,6 +189,14 @@ static atomic_bool g_lanes = true, g_pairs = true;
 void kvq_cache_set_lanes(bool on) { atomic_store(&g_lanes, on); }
 void kvq_cache_set_pairs(bool on) { atomic_store(&g_pairs, on); }
 
+bool kvq_cache_type_has_layout(kvq_type t, int head_dim) {
+    const kvq_type_traits *tr = kvq_type_get_scalar(t);
+    if (!tr) return false;
+    if (tr->layout == KVQ_LAYOUT_TILES)
+        return kvq_tiles_layout_applies((kvq_kvarn_shape){ head_dim <= 64 ? 64 : 128, tr->bits, true });
+    return kvq_lanes_type(t, head_dim) || kvq_vpairs_type(t, head_dim);
+}
+
 /* Rows: the plan's rotation, tail and sink as given; the ring is the tail,
  * exactly (a batch's own rows wait in the stage). */
 static void shape_row_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
@@ -241,6 +250,7 @@ static void shape_tile_side(const kvq_cache *c, kvq_cache_side *sd, bool is_v) {
     const int T = KVQ_KVARN_TILE;
     sd->records = kvq_row_hooks_of(sd->type);
     sd->records->shape(sd, is_v);
+    sd->tile_layout = kvq_tiles_layout_applies(sd->tile) && atomic_load(is_v ? &g_pairs : &g_lanes);
     sd->rot_kind = KVQ_FMT_ROT_SLICE;
     sd->rot_block = sd->tile.width;
     sd->rot_signs = NULL;

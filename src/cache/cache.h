@@ -67,6 +67,9 @@ typedef struct kvq_cache_side {
                                (pairs); rows go in and out through
                                kvq_cache_body_put / get                      */
     kvq_kvarn_shape tile;   /* tiles: slice width, bits, orientation       */
+    bool tile_layout;       /* tiles: the records' codes in lanes (K) or
+                               pairs (V) in memory, token-major in files
+                               (cache_tiles_layout.h)                        */
     int n_slices;           /* tiles: store_dim / tile.width               */
     size_t record_bytes;    /* tiles: one slice's record                   */
     int first_tile;         /* tiles: first tile with a record             */
@@ -190,6 +193,16 @@ void kvq_cache_side_unrotate(const kvq_cache_side *sd, int head, float *acc);
  * pairs kernel's rounding). */
 void kvq_cache_set_lanes(bool on);
 void kvq_cache_set_pairs(bool on);
+/* Whether those switches change how a body of type t with heads of
+ * head_dim values is kept (K lanes / V pairs, either side, or KVarN's
+ * 4-bit records, cache_tiles_layout.h). */
+bool kvq_cache_type_has_layout(kvq_type t, int head_dim);
+
+/* A tile side's record (record_bytes) as files hold it, the codes
+ * token-major, from the body's copy at `rec` / into it. */
+void kvq_tiles_record_out(const kvq_cache_side *sd, const uint8_t *rec, uint8_t *out);
+void kvq_tiles_record_in(const kvq_cache_side *sd, const uint8_t *in, uint8_t *rec);
+enum { KVQ_TILES_RECORD_MAX = KVQ_KVARN_TILE * 128 + 2 * 3 * 128 };   /* 8-bit codes, width 128 */
 
 /* Store / read row `pos` of one head of a rows-layout body in the type's
  * row format (row_bytes), whichever way the body keeps it (sd->lanes). */

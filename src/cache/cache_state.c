@@ -105,6 +105,14 @@ static void put_side(writer *w, const kvq_cache *c, int layer, const kvq_cache_s
     put32(w, (uint32_t)from);
     const size_t body = body_bytes(sd, n);
     for (int h = 0; body && h < c->p.n_head_kv; h++) {
+        if (sd->tile_layout) {   /* records: the codes token-major in the file */
+            uint8_t rec[KVQ_TILES_RECORD_MAX];
+            for (size_t at = 0; at < body; at += sd->record_bytes) {
+                kvq_tiles_record_out(sd, sd->body + (size_t)h * sd->body_head_bytes + at, rec);
+                put(w, rec, sd->record_bytes);
+            }
+            continue;
+        }
         if (!sd->lanes) { put(w, sd->body + (size_t)h * sd->body_head_bytes, body); continue; }
         uint8_t row[KVQ_LANES_ROW_MAX];   /* the file holds rows whatever the memory's layout */
         for (int pos = 0; pos < n; pos++) {
@@ -204,6 +212,14 @@ static bool load_side(reader *r, kvq_cache *c, kvq_cache_side *sd, int n, kvq_er
     }
     const size_t body = body_bytes(sd, n);
     for (int h = 0; body && h < c->p.n_head_kv; h++) {
+        if (sd->tile_layout) {
+            uint8_t rec[KVQ_TILES_RECORD_MAX];
+            for (size_t at = 0; at < body; at += sd->record_bytes) {
+                if (!take(r, rec, sd->record_bytes)) return false;
+                kvq_tiles_record_in(sd, rec, sd->body + (size_t)h * sd->body_head_bytes + at);
+            }
+            continue;
+        }
         if (!sd->lanes) {
             if (!take(r, sd->body + (size_t)h * sd->body_head_bytes, body)) return false;
             continue;

@@ -17,13 +17,16 @@
  * At a level with KVarN kernels (attn_kvarn.inc) the codes are read in
  * place: K by integer dot products with the folded query q_c S_c rounded
  * to int16 per 32 channels, V widened to floats in registers; each block
- * of a key decoded once for every query head.  The "-tile" levels unpack
+ * of a key decoded once for every query head.  4-bit records are kept in
+ * lanes (K) and pairs (V) in memory (cache_tiles_layout.h): 16 keys' sums
+ * in one vector, and V's sums in integers too.  The "-tile" levels unpack
  * a run's codes into f32 rows for the tile kernels (the float path).
  */
 #include "cache.h"
 #include "format_row.h"
 #include "row_hooks.h"
 #include "cache_tiles_simd.h"
+#include "cache_tiles_layout.h"
 
 #include <math.h>
 
@@ -73,6 +76,28 @@ static const uint8_t *record_of(const kvq_cache_side *sd, int head, int tile, in
            ((size_t)(tile - sd->first_tile) * (size_t)sd->n_slices + (size_t)slice) * sd->record_bytes;
 }
 
+enum { RUN_CODE_BYTES = ATTN_BLOCK_KEYS * MAX_WIDTH };   /* a run's token-major codes, 8-bit at most */
+
+/* Tokens t0 .. t0 + n - 1 of a record's codes, token-major: in place, or
+ * out of the memory's layout into buf (n * width * bits / 8 bytes). */
+static const uint8_t *run_tokens(const kvq_cache_side *sd, const uint8_t *rec, int t0, int n, uint8_t *buf) {
+    if (!sd->tile_layout) return rec + (size_t)t0 * sd->tile.width * sd->tile.bits / 8;
+    kvq_tiles_layout_get(sd->tile, rec, t0, n, buf);
+    return buf;
+}
+
+static size_t payload_bytes(const kvq_cache_side *sd) { return (size_t)T * sd->tile.width * sd->tile.bits / 8; }
+
+void kvq_tiles_record_out(const kvq_cache_side *sd, const uint8_t *rec, uint8_t *out) {
+    memcpy(out, rec, sd->record_bytes);
+    if (sd->tile_layout) kvq_tiles_layout_get(sd->tile, rec, 0, T, out);
+}
+
+void kvq_tiles_record_in(const kvq_cache_side *sd, const uint8_t *in, uint8_t *rec) {
+    memcpy(rec, in, sd->record_bytes);
+    if (sd->tile_layout) kvq_tiles_layout_put(sd->tile, in, rec);
+}
+
 static kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *sd, int h, int tile, float *scratch,
                                      kvq_error *err) {
     const int w = sd->tile.width;
@@ -83,10 +108,16 @@ static kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *s
             kvq_dequantize_row_tr(sd->tail_tr, src, row, sd->store_dim);
             memcpy(x + (size_t)t * w, row + (size_t)s * w, (size_t)w * sizeof *x);
         }
-        kvq_status st = kvq_kvarn_quantize(sd->tile, x, c->p.kvarn_iters ? c->p.kvarn_iters : KVQ_KVARN_ITERS,
-                                           (uint8_t *)record_of(sd, h, tile, s), work);
+        uint8_t *rec = (uint8_t *)record_of(sd, h, tile, s);
+        kvq_status st = kvq_kvarn_quantize(sd->tile, x, c->p.kvarn_iters ? c->p.kvarn_iters : KVQ_KVARN_ITERS, rec,
+                                           work);
         if (st != KVQ_OK) return kvq_fail(err, st, "cache: quantising tile %d of head %d failed (%s)", tile, h,
                                          st == KVQ_ERR_NOMEM ? "out of memory" : "bad tile shape");
+        if (sd->tile_layout) {   /* the codes into the memory's order */
+            uint8_t tokens[T * MAX_WIDTH / 2];
+            memcpy(tokens, rec, payload_bytes(sd));
+            kvq_tiles_layout_put(sd->tile, tokens, rec);
+        }
     }
     return KVQ_OK;
 }
@@ -95,11 +126,11 @@ static float h2f(const uint8_t *p, int i) { return kvq_half_to_float(kvq_rd16(p 
 
 static void kvq_tiles_read_row(const kvq_cache_side *sd, int head, int pos, float *out) {
     const int w = sd->tile.width, tile = pos / T, t = pos % T;
-    uint8_t codes[MAX_WIDTH];
+    uint8_t codes[MAX_WIDTH], buf[MAX_WIDTH];
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, head, tile, s);
         const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
-        kvq_kvarn_unpack(sd->tile, rec, t, 1, codes);
+        kvq_kvarn_unpack(sd->tile, run_tokens(sd, rec, t, 1, buf), 0, 1, codes);
         for (int ch = 0; ch < w; ch++) {
             const int r = sd->tile.is_key ? ch : t, col = sd->tile.is_key ? t : ch;
             out[s * w + ch] = ((float)codes[ch] * h2f(m.S, r) + h2f(m.Z, r)) * h2f(m.O, col);
@@ -114,7 +145,9 @@ static void kvq_tiles_read_row(const kvq_cache_side *sd, int head, int pos, floa
 static void run_codes(const tile_unpack *u, const kvq_cache_side *sd, const uint8_t *rec, int t0, int nk, float *cf) {
     const int w = sd->tile.width;
     const size_t tok_bytes = (size_t)w * sd->tile.bits / 8;
-    for (int t = 0; t < nk; t++) u->codes(rec + (size_t)(t0 + t) * tok_bytes, w, sd->tile.bits, cf + (size_t)t * w);
+    uint8_t buf[RUN_CODE_BYTES];
+    const uint8_t *tokens = run_tokens(sd, rec, t0, nk, buf);
+    for (int t = 0; t < nk; t++) u->codes(tokens + (size_t)t * tok_bytes, w, sd->tile.bits, cf + (size_t)t * w);
 }
 
 /* Heads handled per block call (their scaled queries / weights sit on the
@@ -237,14 +270,26 @@ static void halves_padded(const tile_unpack *u, const uint8_t *src, int n, int p
 /* A head's records lie one after the other, tile by tile, so decode reads
  * each side as one stream.  The hardware prefetchers restart at every 4
  * KiB page, and a record (8-9 KiB at 128 channels, 4 bits) spans several:
- * at a tile's first chunk the next tile's records of this slice are
- * fetched while this tile is read.  A hint only (uintptr_t arithmetic: no
- * pointer is formed past the body; a fetch past it is wasted, never a
- * fault). */
-static void prefetch_next_record(const kvq_cache_side *sd, const uint8_t *rec, int t0) {
-    if (t0 != 0) return;
-    const uintptr_t from = (uintptr_t)rec + (uintptr_t)sd->n_slices * sd->record_bytes;
-    attn_block_prefetch(from, from + sd->record_bytes);
+ * each run fetches the bytes of the next one into L2 (attn_block.c), from
+ * this record or, past its codes, the next tile's of this slice (and
+ * that record's scales, which its first run reads), so that the fetches
+ * spread over the tile's runs.  Codes are in token order
+ * in either layout (cache_tiles_layout.h: groups of 16 tokens), so run t0
+ * .. t0 + nk - 1 is bytes t0 .. t0 + nk - 1 times a token's share.  A
+ * hint only (uintptr_t arithmetic: no pointer is formed past the body; a
+ * fetch past it is wasted, never a fault). */
+static void prefetch_next_run(const kvq_cache_side *sd, const uint8_t *rec, int t0, int nk) {
+    const uintptr_t tok = payload_bytes(sd) / T, end = payload_bytes(sd);
+    uintptr_t from = (uintptr_t)(t0 + nk) * tok, to = from + (uintptr_t)nk * tok;
+    uintptr_t base = (uintptr_t)rec;
+    if (to > end) {   /* the rest of these codes, then the next tile's record, its scales first */
+        if (from < end) attn_block_prefetch(base + from, base + end);
+        base += (uintptr_t)sd->n_slices * sd->record_bytes;
+        attn_block_prefetch(base + end, base + sd->record_bytes);
+        from = from > end ? from - end : 0;
+        to -= end;
+    }
+    attn_block_prefetch(base + from, base + to);
 }
 
 /* Runs of keys are at most one attention chunk (ATTN_BLOCK_KEYS), within
@@ -258,6 +303,7 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
     const int w = sd->tile.width, tile = k->key0 / T, t0 = k->key0 % T, bits = sd->tile.bits;
     const size_t tok_bytes = (size_t)w * bits / 8;
     const tile_unpack u = g_unpack[blk->isa];
+    const bool lanes = sd->tile_layout;   /* the kernel that reads lanes (every fused level has it) */
     float S[MAX_WIDTH], Z[MAX_WIDTH], O[ATTN_BLOCK_KEYS], qscale[HEADS * MAX_WIDTH / 32], qz[HEADS];
     int16_t qi[HEADS * MAX_WIDTH];
     int32_t qsub[HEADS * MAX_WIDTH / 32];
@@ -268,19 +314,23 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, k->kv_head, tile, s);
         const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
-        prefetch_next_record(sd, rec, t0);
+        prefetch_next_run(sd, rec, t0, nk);
         halves_padded(&u, m.O + 2 * t0, nk, ATTN_BLOCK_KEYS, O);
         if (memo) {
             if (memo->k_rec != rec || memo->k_heads != G) {
                 u.halves(m.S, w, S);
                 u.halves(m.Z, w, Z);
-                blk->kvarn->fold_query(aq->q, aq->stride, G, S, Z, w, bits, memo->qi, memo->qscale, memo->qsub,
-                                       memo->qz);
+                blk->kvarn->fold_query(aq->q, aq->stride, G, S, Z, w, bits, lanes, memo->qi, memo->qscale,
+                                       memo->qsub, memo->qz);
                 memo->k_rec = rec;
                 memo->k_heads = G;
             }
-            blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, memo->qi, memo->qscale, memo->qsub,
-                               memo->qz, O, G, wts, w_stride);
+            if (lanes)
+                blk->kvarn->scores_lanes(rec, w, t0, nk, memo->qi, memo->qscale, memo->qsub, memo->qz, O, G, wts,
+                                         w_stride);
+            else
+                blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, memo->qi, memo->qscale, memo->qsub,
+                                   memo->qz, O, G, wts, w_stride);
             continue;
         }
         u.halves(m.S, w, S);
@@ -288,9 +338,13 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
         for (int j0 = 0; j0 < G; j0 += HEADS) {
             const int hg = KVQ_MIN(HEADS, G - j0);
             blk->kvarn->fold_query(aq->q + (size_t)j0 * aq->stride + (size_t)s * w, aq->stride, hg, S, Z, w,
-                                   bits, qi, qscale, qsub, qz);
-            blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, qi, qscale, qsub, qz, O, hg,
-                               wts + (size_t)j0 * w_stride, w_stride);
+                                   bits, lanes, qi, qscale, qsub, qz);
+            if (lanes)
+                blk->kvarn->scores_lanes(rec, w, t0, nk, qi, qscale, qsub, qz, O, hg, wts + (size_t)j0 * w_stride,
+                                         w_stride);
+            else
+                blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, qi, qscale, qsub, qz, O, hg,
+                                   wts + (size_t)j0 * w_stride, w_stride);
         }
     }
     for (int j = 0; j < G; j++) scale_keys(wts + (size_t)j * w_stride, nk, scale);
@@ -332,6 +386,46 @@ static float weighted_sum(const float *p, const float *z, int n) {
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
+/* A V record's column scales O as floats: in `O`, or once per tile in
+ * the run memo (one slice). */
+static const float *column_scales(const tile_unpack *u, const kvq_cache_side *sd, const uint8_t *rec,
+                                  attn_run_memo *memo, float *O) {
+    const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
+    if (sd->n_slices == 1 && memo) {
+        if (memo->v_rec != rec) {
+            u->halves(m.O, sd->tile.width, memo->o);
+            memo->v_rec = rec;
+        }
+        return memo->o;
+    }
+    u->halves(m.O, sd->tile.width, O);
+    return O;
+}
+
+/* V sums of a run of a record kept in pairs (cache_tiles_layout.h), every
+ * head's weights rounded to int16 (attn_kvarn.inc kvarn_values_pairs;
+ * the row's zero Z_t and the codes' centre 8 S_t added as floats); false,
+ * nothing added, when S, Z or a weight is not finite (the caller sums
+ * the codes as floats, where a key of weight 0 stays out). */
+static bool values_in_pairs(const attn_block_kernels *blk, const kvq_cache_side *sd, const uint8_t *rec, int t0,
+                            int nk, const float *S, const float *Z, const float *wts, int w_stride, int G,
+                            attn_run_memo *memo, float *O, float *acc, int acc_stride) {
+    if (!keys_finite(S, Z, nk)) return false;
+    for (int j = 0; j < G; j++)   /* every head's, before any is added */
+        if (!keys_finite(wts + (size_t)j * w_stride, wts + (size_t)j * w_stride, nk)) return false;
+    float centred[ATTN_BLOCK_KEYS], pz[HEADS];   /* Z_t + 8 S_t: the value of code 8, read as 0 */
+    for (int t = 0; t < nk; t++) centred[t] = Z[t] + 8.0f * S[t];
+    const float *Ow = column_scales(&g_unpack[blk->isa], sd, rec, memo, O);
+    for (int j0 = 0; j0 < G; j0 += HEADS) {
+        const int hg = KVQ_MIN(HEADS, G - j0);
+        for (int j = 0; j < hg; j++) pz[j] = weighted_sum(wts + (size_t)(j0 + j) * w_stride, centred, nk);
+        if (!blk->kvarn->values_pairs(rec, sd->tile.width, t0, nk, S, wts + (size_t)j0 * w_stride, w_stride, hg, Ow,
+                                      pz, acc + (size_t)j0 * acc_stride, acc_stride))
+            return false;
+    }
+    return true;
+}
+
 /* Keys weighted 0 by every head are not read, and a weight of 0 adds
  * nothing (not 0 * S or 0 * Z: a non-finite record value stays out of the
  * heads that do not weight it). */
@@ -347,24 +441,19 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
     bool live[ATTN_BLOCK_KEYS];
     const int n_live = live_keys(wts, w_stride, G, nk, live);
     if (!n_live) return;
+    uint8_t buf[RUN_CODE_BYTES];
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, v->kv_head, tile, s);
         const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
-        prefetch_next_record(sd, rec, t0);
-        const uint8_t *rows[ATTN_BLOCK_KEYS], *row = rec + (size_t)t0 * tok_bytes;
-        for (int t = 0; t < nk; t++, row += tok_bytes) rows[t] = live[t] ? row : NULL;
+        prefetch_next_run(sd, rec, t0, nk);
         u.halves(m.S + 2 * t0, nk, S);
         u.halves(m.Z + 2 * t0, nk, Z);
-        const float *Ow = O;                        /* the tile's column scales, once per tile */
-        if (sd->n_slices == 1 && v->memo) {
-            if (v->memo->v_rec != rec) {
-                u.halves(m.O, w, v->memo->o);
-                v->memo->v_rec = rec;
-            }
-            Ow = v->memo->o;
-        } else {
-            u.halves(m.O, w, O);
-        }
+        if (sd->tile_layout && values_in_pairs(blk, sd, rec, t0, nk, S, Z, wts, w_stride, G, v->memo, O,
+                                               acc + (size_t)s * w, acc_stride))
+            continue;
+        const uint8_t *rows[ATTN_BLOCK_KEYS], *row = run_tokens(sd, rec, t0, nk, buf);
+        for (int t = 0; t < nk; t++, row += tok_bytes) rows[t] = live[t] ? row : NULL;
+        const float *Ow = column_scales(&u, sd, rec, v->memo, O);
         const bool finite = keys_finite(S, Z, nk);  /* S, Z finite: 0 * S = 0 without a test */
         for (int j0 = 0; j0 < G; j0 += HEADS) {
             const int hg = KVQ_MIN(HEADS, G - j0);
