@@ -328,7 +328,9 @@ bool attn_attend_rows(kvq_cache *c, const attn_data *d, int pos, int n, float *o
 
 double attn_tolerance(kvq_type tv, int head_dim_v) {
     const int padded = (head_dim_v + 31) / 32 * 32;   /* a rotated head may be stored at whole blocks */
-    const bool kvarn_pairs = tv == KVQ_TYPE_KVARN4;   /* 4-bit V records kept in pairs (cache_tiles_layout.h) */
+    /* KVarN V records kept in pairs (cache_tiles_layout.h) */
+    const kvq_type_traits *tr = kvq_type_get_scalar(tv);
+    const bool kvarn_pairs = tr && tr->layout == KVQ_LAYOUT_TILES;
     return kvarn_pairs || kvq_vpairs_type(tv, head_dim_v) || kvq_vpairs_type(tv, padded) ? 3e-4 : 1e-5;
 }
 

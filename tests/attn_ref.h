@@ -73,8 +73,8 @@ double attn_rel_err(const float *a, const float *b, size_t n);
  * of its weights to int16 (attn_codes.inc
  * pairs_accumulate: at most 4 nk s per chunk of nk keys, s = max w max |d|
  * / 32767; 6-8e-5 of the largest output on these tests' random data),
- * 3e-4; the same for kvarn4, whose V records are kept in pairs too
- * (cache_tiles_layout.h).  test_cache_pairs.c checks that kernel against its exact bound. */
+ * 3e-4; the same for the KVarN types, whose V records are kept in pairs
+ * too (cache_tiles_layout.h).  test_cache_pairs.c checks that kernel against its exact bound. */
 double attn_tolerance(kvq_type tv, int head_dim_v);
 /* sum (a-b)^2 */
 double attn_sq_err(const float *a, const float *b, size_t n);

@@ -225,7 +225,9 @@ TEST(kvarn_cache_attention_equals_reference_on_cached_values) {
         CHECK(st == KVQ_OK && ref_ok, "case %zu: %s", i, msg);
         CHECK(!int_k || e_tile < 2e-5, "case %zu (%s/%s hd %d/%d): float path rel err %.3g vs reference on cached values", i,
               kvq_type_name(cases[i].k), kvq_type_name(cases[i].v), cases[i].hd_k, cases[i].hd_v, e_tile);
-        CHECK(e < (int_k ? 2e-4 : 2e-5), "case %zu (%s/%s hd %d/%d): rel err %.3g vs reference on cached values", i,
+        /* V records in pairs: their weights' rounding (attn_tolerance) */
+        const double tol = KVQ_MAX(int_k ? 2e-4 : 2e-5, attn_tolerance(cases[i].v, cases[i].hd_v));
+        CHECK(e < tol, "case %zu (%s/%s hd %d/%d): rel err %.3g vs reference on cached values", i,
               kvq_type_name(cases[i].k), kvq_type_name(cases[i].v), cases[i].hd_k, cases[i].hd_v, e);
     }
 }
@@ -260,8 +262,10 @@ TEST(kvarn_cache_prefill_equals_decode_and_threads_agree) {
              !kvq_cache_attend(dec, 0, t, 1, n_head, d.q + (size_t)t * row, scale, b + (size_t)t * row, NULL, &err);
     CHECK(ok, "%s", err.msg);
     CHECK(!memcmp(pre->mem[0], dec->mem[0], pre->bytes.k), "records differ between prefill and decode");
+    /* prefill and decode cut the keys into other chunks, and V in pairs
+     * rounds its weights per chunk (attn_tolerance) */
     const double e = attn_rel_err(a, b, (size_t)n_tok * row);
-    CHECK(e < 1e-5, "prefill vs decode rel err %.3g", e);
+    CHECK(e < attn_tolerance(KVQ_TYPE_KVARN3, hd), "prefill vs decode rel err %.3g", e);
     CHECK(!memcmp(a, c3, (size_t)n_tok * row * sizeof *a), "1 vs 3 threads not bitwise equal");
     free(a); free(b); free(c3);
     kvq_pool_free(pool);
@@ -525,17 +529,18 @@ static void run_reference(const kvq_cache *c, int h, int key0, int nk, int G, co
     }
     /* V in pairs (cache_tiles_layout.h): each weight p_t S_t rounded to
      * int16 on the scale s = max_t p_t max_t |S_t| / 32767 of the run, so
-     * each term is off by at most s / 2 times |code - 8| <= 8, times O_c */
+     * each term is off by at most s / 2 times |code - m| <= m, times O_c */
     for (int sl = 0; sl < sv->n_slices; sl++) {
         const kvq_kvarn_meta mt = kvq_kvarn_meta_of(sv->tile, record_at(sv, h, tile, sl));
         double smax = 0;
         for (int t = 0; t < nk; t++) smax = fmax(smax, fabs(half_at(mt.S, (key0 + t) % TILE)));
         for (int g = 0; g < G; g++) {
             double pmax = 0;
+            const double m = 1 << (sv->tile.bits - 1);
             for (int t = 0; t < nk; t++) pmax = fmax(pmax, pw[g * ATTN_BLOCK_KEYS + t]);
             for (int ch = 0; ch < w; ch++)
                 r->v_bound[g * 512 + sl * w + ch] = sv->tile_layout
-                                                        ? nk * 4.0 * (pmax * smax / 32767) * fabs(half_at(mt.O, ch))
+                                                        ? nk * (m / 2.0) * (pmax * smax / 32767) * fabs(half_at(mt.O, ch))
                                                         : 0.0;
         }
     }
@@ -614,8 +619,9 @@ TEST(kvarn_fused_kernels_match_references_every_level_width_and_group) {
                                 CHECK(e <= bound, "%s %s hd %d G %d run %d+%d head %d ch %d: V sum %.9g, "
                                       "reference %.9g (bound %.3g)", kr->level, kvq_type_name(types[ti]), hd, G, key0,
                                       nk, g, dd, acc[g * acc_stride + dd], r.v[g * 512 + dd], bound);
-                                if (fused && r.v_bound[g * 512 + dd] > 0) {
-                                    worst_v = e / r.v_bound[g * 512 + dd] > worst_v ? e / r.v_bound[g * 512 + dd] : worst_v;
+                                if (fused && r.v_bound[g * 512 + dd] > 0) {   /* beyond float rounding */
+                                    const double over = fmax(0.0, e - 2e-6 * v_mag) / r.v_bound[g * 512 + dd];
+                                    worst_v = over > worst_v ? over : worst_v;
                                     paired++;
                                 }
                             }
@@ -629,7 +635,7 @@ TEST(kvarn_fused_kernels_match_references_every_level_width_and_group) {
     CHECK(worst_k > 0, "the rounded query changed no score (is it rounded?)");
     printf("  int16 folded query: largest score change %.2g of the run's largest score (bound %.2g)\n", worst_k,
            worst_bound);
-    if (paired) printf("  kvarn4 V in pairs: largest error %.2g of its bound (%d sums)\n", worst_v, paired);
+    if (paired) printf("  V in pairs: largest error %.2g of its bound (%d sums)\n", worst_v, paired);
 }
 
 /* Whole decode steps: every level against the scalar one, GQA groups 1, 3,
@@ -679,6 +685,8 @@ TEST(kvarn_attention_levels_groups_and_threads_agree) {
     (void)compared;   /* 0 on a CPU without SIMD levels: groups and threads still checked */
 }
 
+static int kvq_tile_bits_of(kvq_type t) { return kvq_type_get_scalar(t)->bits; }
+
 static uint8_t *read_whole_file(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     uint8_t *buf = NULL;
@@ -694,21 +702,25 @@ static uint8_t *read_whole_file(const char *path, size_t *n) {
     return buf;
 }
 
-/* 4-bit records kept in lanes (K) and pairs (V) in memory
- * (cache_tiles_layout.h) against the same cache made without that order:
- * the same records as files hold them, the same state file byte for byte,
- * K scores the same bits at every level, V sums within the pairs
- * rounding, and the memory's bytes really in another order. */
-TEST(kvarn4_memory_layout_is_invisible_outside_attention) {
+/* Records kept in lanes (K) and pairs (V) in memory
+ * (cache_tiles_layout.h) against the same cache made without that order,
+ * every width: the same records as files hold them, the same state file
+ * byte for byte, K scores the same bits at every level, V sums within the
+ * pairs rounding, and the memory's bytes really in another order (V of 2
+ * and 3 bits at width 64 stays token-major: no block quads). */
+TEST(kvarn_memory_layout_is_invisible_outside_attention) {
+    static const kvq_type types[] = { KVQ_TYPE_KVARN2, KVQ_TYPE_KVARN3, KVQ_TYPE_KVARN4,
+                                      KVQ_TYPE_KVARN5, KVQ_TYPE_KVARN6, KVQ_TYPE_KVARN8 };
     static const int hds[] = { 64, 128, 256 };
     static const char *const levels[] = { "scalar", "avx2", "avx512", "avx512-vnni", "avx512-tile" };
     const int n_tok = 400, n_head_kv = 2, G = 3;
-    for (size_t hi = 0; hi < KVQ_ARRAY_LEN(hds); hi++) {
-        const int hd = hds[hi];
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(types) * KVQ_ARRAY_LEN(hds); i++) {
+        const kvq_type ty = types[i / KVQ_ARRAY_LEN(hds)];
+        const int hd = hds[i % KVQ_ARRAY_LEN(hds)];
         attn_data d;
-        CHECK(attn_data_make(&d, n_tok, n_head_kv * G, n_head_kv, hd, hd, 77 + hi), "alloc");
+        CHECK(attn_data_make(&d, n_tok, n_head_kv * G, n_head_kv, hd, hd, 77 + i), "alloc");
         kvq_cache_params p;
-        attn_params(&p, n_head_kv, hd, hd, 512, KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN4, KVQ_ROT_AUTO);
+        attn_params(&p, n_head_kv, hd, hd, 512, ty, ty, KVQ_ROT_AUTO);
         p.max_batch = 100;
         kvq_cache *on = make_cache(&p);
         kvq_cache_set_lanes(false);
@@ -717,12 +729,14 @@ TEST(kvarn4_memory_layout_is_invisible_outside_attention) {
         kvq_cache_set_lanes(true);
         kvq_cache_set_pairs(true);
         CHECK(on && off && attn_fill(on, &d, 100) && attn_fill(off, &d, 100), "hd %d: create/fill", hd);
-        CHECK(on->k[0].tile_layout && on->v[0].tile_layout && !off->k[0].tile_layout && !off->v[0].tile_layout,
-              "hd %d: layout flags", hd);
+        const bool v_layout = kvq_tile_bits_of(ty) >= 4 || hd > 64;
+        CHECK(on->k[0].tile_layout && on->v[0].tile_layout == v_layout && !off->k[0].tile_layout &&
+                  !off->v[0].tile_layout, "%s hd %d: layout flags", kvq_type_name(ty), hd);
         for (int side = 0; side < 2; side++) {
             const kvq_cache_side *a = side ? &on->v[0] : &on->k[0], *b = side ? &off->v[0] : &off->k[0];
             const size_t body = (size_t)(n_tok / TILE - a->first_tile) * a->n_slices * a->record_bytes;
-            CHECK(memcmp(a->body, b->body, body) != 0, "hd %d side %d: the memory holds token-major codes", hd, side);
+            CHECK(memcmp(a->body, b->body, body) != 0 || (side && !v_layout),
+                  "%s hd %d side %d: the memory holds token-major codes", kvq_type_name(ty), hd, side);
             for (int h = 0; h < n_head_kv; h++)
                 for (size_t at = 0; at < body; at += a->record_bytes) {
                     uint8_t rec[KVQ_TILES_RECORD_MAX];
@@ -758,29 +772,30 @@ TEST(kvarn4_memory_layout_is_invisible_outside_attention) {
         /* K scores bitwise, V sums within the pairs rounding, per level */
         static float q[8 * 256], pw[8 * ATTN_BLOCK_KEYS], w_on[8 * ATTN_BLOCK_KEYS], w_off[8 * ATTN_BLOCK_KEYS];
         static float a_on[8 * 256], a_off[8 * 256];
-        test_rng rng = { 99 + hi, 0, 0 };
+        test_rng rng = { 99 + i, 0, 0 };
         const int stride = on->k[0].store_dim, key0 = 131, nk = 29;
-        for (int i = 0; i < G * stride; i++) q[i] = (float)test_rng_gauss(&rng);
-        for (int i = 0; i < G * ATTN_BLOCK_KEYS; i++) pw[i] = (float)test_rng_uniform(&rng);
+        for (int j = 0; j < G * stride; j++) q[j] = (float)test_rng_gauss(&rng);
+        for (int j = 0; j < G * ATTN_BLOCK_KEYS; j++) pw[j] = (float)test_rng_uniform(&rng);
         for (size_t li = 0; li < KVQ_ARRAY_LEN(levels); li++) {
             const attn_block_kernels *kr = attn_block_level(levels[li]);
             if (!kr) continue;
             const attn_query aq = { q, NULL, NULL, NULL, stride, false };
             float *wk[2] = { w_on, w_off }, *av[2] = { a_on, a_off };
             kvq_cache *cs[2] = { on, off };
-            for (int i = 0; i < 2; i++) {
+            for (int x = 0; x < 2; x++) {
                 attn_block_rows rk = { 0 }, rv = { 0 };
-                rk.sd = &cs[i]->k[0]; rk.type = KVQ_TYPE_KVARN4; rk.kv_head = 1; rk.key0 = key0;
-                rv.sd = &cs[i]->v[0]; rv.type = KVQ_TYPE_KVARN4; rv.kv_head = 1; rv.key0 = key0;
-                kvq_row_hooks_of(KVQ_TYPE_KVARN4)->score(kr, &rk, NULL, nk, &aq, G, 0.09f, wk[i], ATTN_BLOCK_KEYS);
-                memset(av[i], 0, sizeof a_on);
-                kvq_row_hooks_of(KVQ_TYPE_KVARN4)->accumulate(kr, &rv, NULL, nk, pw, ATTN_BLOCK_KEYS, G, av[i], 256);
+                rk.sd = &cs[x]->k[0]; rk.type = ty; rk.kv_head = 1; rk.key0 = key0;
+                rv.sd = &cs[x]->v[0]; rv.type = ty; rv.kv_head = 1; rv.key0 = key0;
+                kvq_row_hooks_of(ty)->score(kr, &rk, NULL, nk, &aq, G, 0.09f, wk[x], ATTN_BLOCK_KEYS);
+                memset(av[x], 0, sizeof a_on);
+                kvq_row_hooks_of(ty)->accumulate(kr, &rv, NULL, nk, pw, ATTN_BLOCK_KEYS, G, av[x], 256);
             }
             for (int g = 0; g < G; g++)
                 CHECK(!memcmp(w_on + g * ATTN_BLOCK_KEYS, w_off + g * ATTN_BLOCK_KEYS, (size_t)nk * sizeof *w_on),
-                      "hd %d %s head %d: K scores differ with the lanes layout", hd, kr->level, g);
+                      "%s hd %d %s head %d: K scores differ with the lanes layout", kvq_type_name(ty), hd, kr->level, g);
             const double e = attn_rel_err(a_on, a_off, (size_t)G * 256);
-            CHECK(e < (kr->kvarn ? 3e-4 : 1e-7), "hd %d %s: V sums differ by %.3g", hd, kr->level, e);
+            CHECK(e < (kr->kvarn && v_layout ? 3e-4 : 1e-7), "%s hd %d %s: V sums differ by %.3g", kvq_type_name(ty), hd,
+                  kr->level, e);
         }
         kvq_cache_free(on);
         kvq_cache_free(off);

@@ -151,20 +151,22 @@ typedef struct attn_kvarn_kernels {
                    const int32_t *qsub, const float *qz, const float *O, int G, float *wts, int ldw);
     void (*values)(int bits, const uint8_t *const *rows, int nk, int w, const float *ps, int lds, int G,
                    const float *O, const float *pz, float *acc, int acc_stride);
-    /* 4-bit records kept in lanes (K) and pairs (V) in the cache
+    /* records kept in lanes (K) and pairs (V) in the cache
      * (cache_tiles_layout.h; `payload` the record's first byte, tokens
      * t0 .. t0 + nk - 1 of its tile):
      *   scores_lanes: as scores, the same bits, with qi folded in channel
      *     order (fold_query's `lanes`);
      *   values_pairs: acc[g*acc_stride + c] += O_c (sum_t p_gt S_t (code_tc
-     *     - 8) + pz_g), p the softmax weights wts[g*ldw + t], S_t the
-     *     run's row scales, pz_g = sum_t p_gt (Z_t + 8 S_t); the weights
-     *     p_gt S_t rounded to int16 per chunk and head (attn_kvarn.inc);
-     *     false, nothing added, when a weight or S_t is not finite. */
-    void (*scores_lanes)(const uint8_t *payload, int w, int t0, int nk, const int16_t *qi, const float *qscale,
-                         const int32_t *qsub, const float *qz, const float *O, int G, float *wts, int ldw);
-    bool (*values_pairs)(const uint8_t *payload, int w, int t0, int nk, const float *S, const float *wts, int ldw,
-                         int G, const float *O, const float *pz, float *acc, int acc_stride);
+     *     - m) + pz_g), m = 2^(bits-1), p the softmax weights wts[g*ldw +
+     *     t], S_t the run's row scales, pz_g = sum_t p_gt (Z_t + m S_t);
+     *     the weights p_gt S_t rounded to int16 per chunk and head
+     *     (attn_kvarn.inc); false, nothing added, when a weight or S_t is
+     *     not finite. */
+    void (*scores_lanes)(int bits, const uint8_t *payload, int w, int t0, int nk, const int16_t *qi,
+                         const float *qscale, const int32_t *qsub, const float *qz, const float *O, int G, float *wts,
+                         int ldw);
+    bool (*values_pairs)(int bits, const uint8_t *payload, int w, int t0, int nk, const float *S, const float *wts,
+                         int ldw, int G, const float *O, const float *pz, float *acc, int acc_stride);
 } attn_kvarn_kernels;
 
 /* Rows the tile kernels read in place, converted in registers. */

@@ -195,7 +195,7 @@ void kvq_cache_set_lanes(bool on);
 void kvq_cache_set_pairs(bool on);
 /* Whether those switches change how a body of type t with heads of
  * head_dim values is kept (K lanes / V pairs, either side, or KVarN's
- * 4-bit records, cache_tiles_layout.h). */
+ * records, cache_tiles_layout.h). */
 bool kvq_cache_type_has_layout(kvq_type t, int head_dim);
 
 /* A tile side's record (record_bytes) as files hold it, the codes

@@ -17,9 +17,9 @@
  * At a level with KVarN kernels (attn_kvarn.inc) the codes are read in
  * place: K by integer dot products with the folded query q_c S_c rounded
  * to int16 per 32 channels, V widened to floats in registers; each block
- * of a key decoded once for every query head.  4-bit records are kept in
- * lanes (K) and pairs (V) in memory (cache_tiles_layout.h): 16 keys' sums
- * in one vector, and V's sums in integers too.  The "-tile" levels unpack
+ * of a key decoded once for every query head.  The records' codes are
+ * kept in lanes (K) and pairs (V) in memory (cache_tiles_layout.h): 16
+ * keys' sums in one vector, and V's sums in integers too.  The "-tile" levels unpack
  * a run's codes into f32 rows for the tile kernels (the float path).
  */
 #include "cache.h"
@@ -114,7 +114,7 @@ static kvq_status kvq_tiles_quantize(const kvq_cache *c, const kvq_cache_side *s
         if (st != KVQ_OK) return kvq_fail(err, st, "cache: quantising tile %d of head %d failed (%s)", tile, h,
                                          st == KVQ_ERR_NOMEM ? "out of memory" : "bad tile shape");
         if (sd->tile_layout) {   /* the codes into the memory's order */
-            uint8_t tokens[T * MAX_WIDTH / 2];
+            uint8_t tokens[T * MAX_WIDTH];   /* 8-bit codes at most */
             memcpy(tokens, rec, payload_bytes(sd));
             kvq_tiles_layout_put(sd->tile, tokens, rec);
         }
@@ -326,7 +326,7 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
                 memo->k_heads = G;
             }
             if (lanes)
-                blk->kvarn->scores_lanes(rec, w, t0, nk, memo->qi, memo->qscale, memo->qsub, memo->qz, O, G, wts,
+                blk->kvarn->scores_lanes(bits, rec, w, t0, nk, memo->qi, memo->qscale, memo->qsub, memo->qz, O, G, wts,
                                          w_stride);
             else
                 blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, memo->qi, memo->qscale, memo->qsub,
@@ -340,7 +340,7 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
             blk->kvarn->fold_query(aq->q + (size_t)j0 * aq->stride + (size_t)s * w, aq->stride, hg, S, Z, w,
                                    bits, lanes, qi, qscale, qsub, qz);
             if (lanes)
-                blk->kvarn->scores_lanes(rec, w, t0, nk, qi, qscale, qsub, qz, O, hg, wts + (size_t)j0 * w_stride,
+                blk->kvarn->scores_lanes(bits, rec, w, t0, nk, qi, qscale, qsub, qz, O, hg, wts + (size_t)j0 * w_stride,
                                          w_stride);
             else
                 blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, qi, qscale, qsub, qz, O, hg,
@@ -404,7 +404,7 @@ static const float *column_scales(const tile_unpack *u, const kvq_cache_side *sd
 
 /* V sums of a run of a record kept in pairs (cache_tiles_layout.h), every
  * head's weights rounded to int16 (attn_kvarn.inc kvarn_values_pairs;
- * the row's zero Z_t and the codes' centre 8 S_t added as floats); false,
+ * the row's zero Z_t and the codes' centre m S_t added as floats); false,
  * nothing added, when S, Z or a weight is not finite (the caller sums
  * the codes as floats, where a key of weight 0 stays out). */
 static bool values_in_pairs(const attn_block_kernels *blk, const kvq_cache_side *sd, const uint8_t *rec, int t0,
@@ -413,13 +413,15 @@ static bool values_in_pairs(const attn_block_kernels *blk, const kvq_cache_side 
     if (!keys_finite(S, Z, nk)) return false;
     for (int j = 0; j < G; j++)   /* every head's, before any is added */
         if (!keys_finite(wts + (size_t)j * w_stride, wts + (size_t)j * w_stride, nk)) return false;
-    float centred[ATTN_BLOCK_KEYS], pz[HEADS];   /* Z_t + 8 S_t: the value of code 8, read as 0 */
-    for (int t = 0; t < nk; t++) centred[t] = Z[t] + 8.0f * S[t];
+    /* Z_t + m S_t: the value of the centre code m = 2^(bits-1), read as 0 */
+    const float m = (float)(1 << (sd->tile.bits - 1));
+    float centred[ATTN_BLOCK_KEYS], pz[HEADS];
+    for (int t = 0; t < nk; t++) centred[t] = Z[t] + m * S[t];
     const float *Ow = column_scales(&g_unpack[blk->isa], sd, rec, memo, O);
     for (int j0 = 0; j0 < G; j0 += HEADS) {
         const int hg = KVQ_MIN(HEADS, G - j0);
         for (int j = 0; j < hg; j++) pz[j] = weighted_sum(wts + (size_t)(j0 + j) * w_stride, centred, nk);
-        if (!blk->kvarn->values_pairs(rec, sd->tile.width, t0, nk, S, wts + (size_t)j0 * w_stride, w_stride, hg, Ow,
+        if (!blk->kvarn->values_pairs(sd->tile.bits, rec, sd->tile.width, t0, nk, S, wts + (size_t)j0 * w_stride, w_stride, hg, Ow,
                                       pz, acc + (size_t)j0 * acc_stride, acc_stride))
             return false;
     }
