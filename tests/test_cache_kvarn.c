@@ -536,12 +536,11 @@ static void run_reference(const kvq_cache *c, int h, int key0, int nk, int G, co
         for (int t = 0; t < nk; t++) smax = fmax(smax, fabs(half_at(mt.S, (key0 + t) % TILE)));
         for (int g = 0; g < G; g++) {
             double pmax = 0;
-            const double m = 1 << (sv->tile.bits - 1);
+            const double m_v = 1 << (sv->tile.bits - 1);   /* V's centre code */
             for (int t = 0; t < nk; t++) pmax = fmax(pmax, pw[g * ATTN_BLOCK_KEYS + t]);
             for (int ch = 0; ch < w; ch++)
-                r->v_bound[g * 512 + sl * w + ch] = sv->tile_layout
-                                                        ? nk * (m / 2.0) * (pmax * smax / 32767) * fabs(half_at(mt.O, ch))
-                                                        : 0.0;
+                r->v_bound[g * 512 + sl * w + ch] =
+                    sv->tile_layout ? nk * (m_v / 2.0) * (pmax * smax / 32767) * fabs(half_at(mt.O, ch)) : 0.0;
         }
     }
 }
