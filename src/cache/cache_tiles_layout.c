@@ -98,15 +98,17 @@ static int v_fields(kvq_kvarn_shape s, int t, int c, field f[2]) {
     return 2;
 }
 
-/* Set code c of token t of a token-major payload (kvarn.h: groups of 8
- * codes in `bits` bytes, little-endian). */
-static void token_set(uint8_t *tokens, kvq_kvarn_shape s, int t, int c, unsigned code) {
-    uint8_t *p = tokens + (size_t)t * s.width * s.bits / 8 + (size_t)(c / 8) * s.bits;
-    const int at = c % 8 * s.bits;
-    for (int k = 0; k < s.bits; k++) {
-        const int bit = at + k;
-        p[bit / 8] = (uint8_t)((p[bit / 8] & ~(1u << (bit % 8))) | ((code >> k & 1u) << (bit % 8)));
-    }
+/* n tokens' codes (bytes, width each) packed token-major (kvarn.h:
+ * groups of 8 codes in `bits` bytes, little-endian). */
+static void pack_tokens(kvq_kvarn_shape s, const uint8_t *codes, int n, uint8_t *tokens) {
+    for (int t = 0; t < n; t++)
+        for (int g = 0; g < s.width / 8; g++) {
+            const uint8_t *c = codes + (size_t)t * s.width + 8 * g;
+            uint64_t word = 0;
+            for (int j = 0; j < 8; j++) word |= (uint64_t)c[j] << (j * s.bits);
+            uint8_t *out = tokens + ((size_t)t * s.width / 8 + (size_t)g) * s.bits;
+            for (int k = 0; k < s.bits; k++) out[k] = (uint8_t)(word >> (8 * k));
+        }
 }
 
 static int fields_of(kvq_kvarn_shape s, int t, int c, field f[2]) {
@@ -135,15 +137,25 @@ void kvq_tiles_layout_put(kvq_kvarn_shape s, const uint8_t *tokens, uint8_t *pay
         }
 }
 
+/* As the writer: each code position of a group placed once, then read
+ * for every token of the range at that position. */
 void kvq_tiles_layout_get(kvq_kvarn_shape s, const uint8_t *payload, int t0, int n, uint8_t *tokens) {
-    memset(tokens, 0, (size_t)n * s.width * s.bits / 8);
-    for (int t = 0; t < n; t++)
+    uint8_t codes[T * 128];
+    const size_t group_bytes = (size_t)2 * s.width * s.bits;
+    for (int l = 0; l < GROUP; l++) {
+        const int first = t0 + ((l - t0 % GROUP) + GROUP) % GROUP;   /* the range's first token at lane l */
+        if (first >= t0 + n) continue;
         for (int c = 0; c < s.width; c++) {
             field f[2];
-            const int nf = fields_of(s, t0 + t, c, f);
-            unsigned code = 0;
-            for (int i = 0; i < nf; i++)
-                code |= ((payload[f[i].byte] >> f[i].bit & ((1u << f[i].width) - 1)) ^ f[i].flip) << f[i].shift;
-            token_set(tokens, s, t, c, code);
+            const int nf = fields_of(s, l, c, f);
+            for (int t = first; t < t0 + n; t += GROUP) {
+                const uint8_t *p = payload + group_bytes * (size_t)(t / GROUP);
+                unsigned code = 0;
+                for (int i = 0; i < nf; i++)
+                    code |= ((p[f[i].byte] >> f[i].bit & ((1u << f[i].width) - 1)) ^ f[i].flip) << f[i].shift;
+                codes[(size_t)(t - t0) * s.width + c] = (uint8_t)code;
+            }
         }
+    }
+    pack_tokens(s, codes, n, tokens);
 }
