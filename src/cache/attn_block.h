@@ -158,15 +158,15 @@ typedef struct attn_kvarn_kernels {
      *     order (fold_query's `lanes`);
      *   values_pairs: acc[g*acc_stride + c] += O_c (sum_t p_gt S_t (code_tc
      *     - m) + pz_g), m = 2^(bits-1), p the softmax weights wts[g*ldw +
-     *     t], S_t the run's row scales, pz_g = sum_t p_gt (Z_t + m S_t);
-     *     the weights p_gt S_t rounded to int16 per chunk and head
-     *     (attn_kvarn.inc); false, nothing added, when a weight or S_t is
-     *     not finite. */
+     *     t], S_t and Z_t the run's row scales and zeros, pz_g = sum_t
+     *     p_gt (Z_t + m S_t) in floats; the weights p_gt S_t rounded to
+     *     int16 per chunk and head (attn_kvarn.inc); false, nothing added,
+     *     when a weight, S_t or Z_t is not finite. */
     void (*scores_lanes)(int bits, const uint8_t *payload, int w, int t0, int nk, const int16_t *qi,
                          const float *qscale, const int32_t *qsub, const float *qz, const float *O, int G, float *wts,
                          int ldw);
-    bool (*values_pairs)(int bits, const uint8_t *payload, int w, int t0, int nk, const float *S, const float *wts,
-                         int ldw, int G, const float *O, const float *pz, float *acc, int acc_stride);
+    bool (*values_pairs)(int bits, const uint8_t *payload, int w, int t0, int nk, const float *S, const float *Z,
+                         const float *wts, int ldw, int G, const float *O, float *acc, int acc_stride);
 } attn_kvarn_kernels;
 
 /* Rows the tile kernels read in place, converted in registers. */

@@ -406,25 +406,21 @@ static const float *column_scales(const tile_unpack *u, const kvq_cache_side *sd
  * head's weights rounded to int16 (attn_kvarn.inc kvarn_values_pairs;
  * the row's zero Z_t and the codes' centre m S_t added as floats); false,
  * nothing added, when S, Z or a weight is not finite (the caller sums
- * the codes as floats, where a key of weight 0 stays out). */
+ * the codes as floats, where a key of weight 0 stays out).  The kernel
+ * checks what one call reads before it adds; with more than HEADS heads
+ * (prefill) the later groups' weights are checked here first, so that no
+ * group adds before a later one fails. */
 static bool values_in_pairs(const attn_block_kernels *blk, const kvq_cache_side *sd, const uint8_t *rec, int t0,
                             int nk, const float *S, const float *Z, const float *wts, int w_stride, int G,
                             attn_run_memo *memo, float *O, float *acc, int acc_stride) {
-    if (!keys_finite(S, Z, nk)) return false;
-    for (int j = 0; j < G; j++)   /* every head's, before any is added */
+    for (int j = HEADS; j < G; j++)
         if (!keys_finite(wts + (size_t)j * w_stride, wts + (size_t)j * w_stride, nk)) return false;
-    /* Z_t + m S_t: the value of the centre code m = 2^(bits-1), read as 0 */
-    const float m = (float)(1 << (sd->tile.bits - 1));
-    float centred[ATTN_BLOCK_KEYS], pz[HEADS];
-    for (int t = 0; t < nk; t++) centred[t] = Z[t] + m * S[t];
     const float *Ow = column_scales(&g_unpack[blk->isa], sd, rec, memo, O);
-    for (int j0 = 0; j0 < G; j0 += HEADS) {
-        const int hg = KVQ_MIN(HEADS, G - j0);
-        for (int j = 0; j < hg; j++) pz[j] = weighted_sum(wts + (size_t)(j0 + j) * w_stride, centred, nk);
-        if (!blk->kvarn->values_pairs(sd->tile.bits, rec, sd->tile.width, t0, nk, S, wts + (size_t)j0 * w_stride, w_stride, hg, Ow,
-                                      pz, acc + (size_t)j0 * acc_stride, acc_stride))
+    for (int j0 = 0; j0 < G; j0 += HEADS)
+        if (!blk->kvarn->values_pairs(sd->tile.bits, rec, sd->tile.width, t0, nk, S, Z, wts + (size_t)j0 * w_stride,
+                                      w_stride, KVQ_MIN(HEADS, G - j0), Ow, acc + (size_t)j0 * acc_stride,
+                                      acc_stride))
             return false;
-    }
     return true;
 }
 
