@@ -128,6 +128,9 @@ static inline int sra16(int16_t h, int n) {
     return (int)(((unsigned)(uint16_t)h >> n) ^ top) - (int)top;
 }
 #define vi_sra16(x, n) pair16(sra16(lo16(x), (n)), sra16(hi16(x), (n)))
+static inline int shl16(int16_t h, int n) { return (int)(uint16_t)(n >= 0 ? (unsigned)(uint16_t)h << n : (unsigned)(uint16_t)h >> -n); }
+#define vi_shl16(x, n) pair16(shl16(lo16(x), (n)), shl16(hi16(x), (n)))
+#define vi_select(m, a, b) ((int32_t)(((uint32_t)(a) & (uint32_t)(m)) | ((uint32_t)(b) & ~(uint32_t)(m))))
 #define vi_load_b2w(p) pair16((p)[0], (p)[1])
 #define vi_load_b2d(p) ((int32_t)(p)[0])
 #define vi_pair_w(p, lane) pair16((p)[2 * ((lane) % 2)], (p)[2 * ((lane) % 2) + 1])

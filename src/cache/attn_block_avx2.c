@@ -198,6 +198,9 @@ static inline __attribute__((always_inline)) __m256i vi_snib(__m256i x, const in
     return _mm256_srai_epi16(k == 3 ? x : _mm256_slli_epi16(x, 12 - 4 * k), 12);
 }
 #define vi_sra16(x, n) _mm256_srai_epi16((x), (n))
+#define vi_shl16(x, n) ((n) >= 0 ? _mm256_slli_epi16((x), (n)) : _mm256_srli_epi16((x), -(n)))
+#define vi_select(m, a, b) \
+    _mm256_or_si256(_mm256_and_si256(_mm256_set1_epi32((int)(m)), (a)), _mm256_andnot_si256(_mm256_set1_epi32((int)(m)), (b)))
 #define vi_load_b2w(p) _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define vi_load_b2d(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
 static inline __m256i vi_pair_w(const int16_t *p, int lane) {

@@ -207,6 +207,9 @@ static inline __attribute__((always_inline)) __m512i vi_snib(__m512i x, const in
     return _mm512_srai_epi16(k == 3 ? x : _mm512_slli_epi16(x, (unsigned)(12 - 4 * k)), 12);
 }
 #define vi_sra16(x, n) _mm512_srai_epi16((x), (unsigned)(n))
+#define vi_shl16(x, n) ((n) >= 0 ? _mm512_slli_epi16((x), (unsigned)(n)) : _mm512_srli_epi16((x), (unsigned)-(n)))
+/* m's bits from a, the others from b: one ternary logic op (0xCA) */
+#define vi_select(m, a, b) _mm512_ternarylogic_epi32(_mm512_set1_epi32((int)(m)), (a), (b), 0xCA)
 #define vi_load_b2w(p) _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define vi_load_b2d(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 static inline __m512i vi_pair_w(const int16_t *p, int lane) {
