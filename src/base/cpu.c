@@ -12,10 +12,26 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 static kvq_cpu g_cpu;
 static kvq_isa g_isa = KVQ_ISA_SCALAR;
 static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__) || defined(__i386__)
+/* AMD family 19h (Zen 3 and Zen 4; of the two only Zen 4 has AVX-512):
+ * its 512-bit operations issue as two 256-bit halves. */
+static bool amd_family_19h(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    if (b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u) return false;   /* "AuthenticAMD" */
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const unsigned base = (a >> 8) & 0xFu, ext = (a >> 20) & 0xFFu;
+    return (base == 0xFu ? base + ext : base) == 0x19u;
+}
+#endif
 
 static void detect(void) {
     const char *force = getenv("KVQ_FORCE_SCALAR");
@@ -32,6 +48,7 @@ static void detect(void) {
     if (avx2_only && *avx2_only && *avx2_only != '0') g_cpu.avx512 = false;
     g_cpu.avx512vnni = g_cpu.avx512 && __builtin_cpu_supports("avx512vnni");
     g_cpu.avx512vbmi = g_cpu.avx512 && __builtin_cpu_supports("avx512vbmi");
+    g_cpu.avx512_halves = g_cpu.avx512 && amd_family_19h();
 #endif
     g_isa = g_cpu.avx512 ? KVQ_ISA_AVX512 : g_cpu.avx2 && g_cpu.fma && g_cpu.f16c ? KVQ_ISA_AVX2 : KVQ_ISA_SCALAR;
 }

@@ -71,8 +71,11 @@ static inline void kvq_wr64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++
 /* avx512vnni: AVX512_VNNI with AVX-512 (vpdpbusd/vpdpwssd, the int8
  * activation kernels of src/format/act8_vnni.c); avx512vbmi: AVX512_VBMI
  * with AVX-512 (byte permutes, the trellis look-ups of
- * src/format/turbo_tcq64_vbmi.c); both false when avx512 is. */
-typedef struct kvq_cpu { bool avx2, fma, f16c, avx512, avx512vnni, avx512vbmi; } kvq_cpu;
+ * src/format/turbo_tcq64_vbmi.c); avx512_halves: AVX-512 on a core that
+ * runs a 512-bit operation as two 256-bit halves (AMD family 19h, Zen 4),
+ * where a kernel that wins by wide permutes elsewhere may lose; all three
+ * false when avx512 is. */
+typedef struct kvq_cpu { bool avx2, fma, f16c, avx512, avx512vnni, avx512vbmi, avx512_halves; } kvq_cpu;
 /* Detected once (thread-safe); forced scalar when KVQ_FORCE_SCALAR=1. */
 const kvq_cpu *kvq_cpu_features(void);
 
