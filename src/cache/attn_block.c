@@ -16,6 +16,7 @@
 #include "vec1.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 /* ------------------------------------------------ the scalar instance */
@@ -250,10 +251,37 @@ static bool has_vnni(void) {
 #endif
 }
 
+#if defined(__x86_64__)
+/* On a core that runs 512-bit operations as two 256-bit halves (Zen 4,
+ * kvq_cpu.avx512_halves) the 8-lane f16 kernels beat the 16-lane ones
+ * (their transposing add trees' 512-bit shuffles; `kvq-bench chunk
+ * --types f16`: 15.7 against 17.6 ns per key): there the AVX-512 levels
+ * read f16 rows with the AVX2 level's in-place kernels. */
+static attn_block_kernels g_halves[2];   /* avx512, avx512-vnni */
+static pthread_once_t g_halves_once = PTHREAD_ONCE_INIT;
+
+static void make_halves(void) {
+    const attn_block_kernels *avx2 = attn_block_avx2();
+    g_halves[0] = *attn_block_avx512();
+    g_halves[1] = has_vnni() ? *attn_block_avx512_vnni() : g_halves[0];
+    for (int i = 0; i < 2; i++) {
+        g_halves[i].scores_as[ATTN_ROW_F16] = avx2->scores_as[ATTN_ROW_F16];
+        g_halves[i].accumulate_as[ATTN_ROW_F16] = avx2->accumulate_as[ATTN_ROW_F16];
+    }
+}
+
+/* An AVX-512 level (vnni: its VNNI build) as this CPU runs it. */
+static const attn_block_kernels *avx512_level(bool vnni) {
+    if (!kvq_cpu_features()->avx512_halves) return vnni ? attn_block_avx512_vnni() : attn_block_avx512();
+    pthread_once(&g_halves_once, make_halves);
+    return &g_halves[vnni];
+}
+#endif
+
 /* The kernels of an ISA level, or of its -tile variant. */
 static const attn_block_kernels *level_of(kvq_isa isa, bool tile) {
 #if defined(__x86_64__)
-    if (isa == KVQ_ISA_AVX512) return tile ? attn_block_avx512_tile() : attn_block_avx512();
+    if (isa == KVQ_ISA_AVX512) return tile ? attn_block_avx512_tile() : avx512_level(false);
     if (isa == KVQ_ISA_AVX2) return tile ? attn_block_avx2_tile() : attn_block_avx2();
 #endif
     return tile ? &g_block_scalar_tile : &g_block_scalar;
@@ -262,7 +290,7 @@ static const attn_block_kernels *level_of(kvq_isa isa, bool tile) {
 const attn_block_kernels *attn_block_level(const char *level) {
     if (!level) return NULL;
 #if defined(__x86_64__)
-    if (strcmp(level, "avx512-vnni") == 0) return has_vnni() ? attn_block_avx512_vnni() : NULL;
+    if (strcmp(level, "avx512-vnni") == 0) return has_vnni() ? avx512_level(true) : NULL;
 #endif
     const kvq_isa best = kvq_isa_best();
     for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) {
@@ -276,7 +304,7 @@ const attn_block_kernels *attn_block_level(const char *level) {
 
 const attn_block_kernels *attn_block_best(void) {
 #if defined(__x86_64__)
-    if (has_vnni()) return attn_block_avx512_vnni();
+    if (has_vnni()) return avx512_level(true);
 #endif
     return level_of(kvq_isa_best(), false);
 }
