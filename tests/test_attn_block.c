@@ -592,8 +592,17 @@ TEST(attn_block_half_rows_in_place_match_double) {
             }
         const float *rows[NK];
         for (int t = 0; t < NK; t++) rows[t] = (const float *)(const void *)rows16[t];
-        for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
-            const attn_block_kernels *kr = attn_block_level(k_levels[li]);
+        /* every level, and the AVX-512 instance's own 16-lane kernels,
+         * which a CPU that runs 512-bit operations as halves (Zen 4)
+         * replaces in its levels by AVX2's (attn_block.c) */
+        const attn_block_kernels *levels[KVQ_ARRAY_LEN(k_levels) + 1];
+        size_t n_levels = 0;
+        for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) levels[n_levels++] = attn_block_level(k_levels[li]);
+#if defined(__x86_64__)
+        if (attn_block_level("avx512")) levels[n_levels++] = attn_block_avx512();
+#endif
+        for (size_t li = 0; li < n_levels; li++) {
+            const attn_block_kernels *kr = levels[li];
             if (!kr || !kr->scores_as[kind]) continue;
             const int nk = 29;
             kr->scores_as[kind](rows, nk, &q[0][0], G, LEN, LEN, 0.5f, &w[0][0], NK);
