@@ -98,19 +98,6 @@ static int v_fields(kvq_kvarn_shape s, int t, int c, field f[2]) {
     return 2;
 }
 
-/* n tokens' codes (bytes, width each) packed token-major (kvarn.h:
- * groups of 8 codes in `bits` bytes, little-endian). */
-static void pack_tokens(kvq_kvarn_shape s, const uint8_t *codes, int n, uint8_t *tokens) {
-    for (int t = 0; t < n; t++)
-        for (int g = 0; g < s.width / 8; g++) {
-            const uint8_t *c = codes + (size_t)t * s.width + 8 * g;
-            uint64_t word = 0;
-            for (int j = 0; j < 8; j++) word |= (uint64_t)c[j] << (j * s.bits);
-            uint8_t *out = tokens + ((size_t)t * s.width / 8 + (size_t)g) * s.bits;
-            for (int k = 0; k < s.bits; k++) out[k] = (uint8_t)(word >> (8 * k));
-        }
-}
-
 static int fields_of(kvq_kvarn_shape s, int t, int c, field f[2]) {
     return s.is_key ? k_fields(s, t, c, f) : v_fields(s, t, c, f);
 }
@@ -157,5 +144,5 @@ void kvq_tiles_layout_get(kvq_kvarn_shape s, const uint8_t *payload, int t0, int
             }
         }
     }
-    pack_tokens(s, codes, n, tokens);
+    kvq_kvarn_pack(s, codes, 0, n, tokens);
 }

@@ -287,6 +287,12 @@ static void pack_token_groups(const uint8_t *codes, int width, int bits, uint8_t
     }
 }
 
+void kvq_kvarn_pack(kvq_kvarn_shape s, const uint8_t *codes, int t0, int n, uint8_t *record) {
+    const size_t tok_bytes = (size_t)s.width * s.bits / 8;
+    for (int i = 0; i < n; i++)
+        pack_token_groups(codes + (size_t)i * s.width, s.width, s.bits, record + (size_t)(t0 + i) * tok_bytes);
+}
+
 /* Row r of A quantised b-bit round-to-nearest between its minimum and
  * maximum after normalisation; codes in token-major order.  k NULL: the
  * reference, one value at a time; else its row_codes kernel (same bytes). */

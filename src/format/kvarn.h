@@ -94,8 +94,10 @@ kvq_status kvq_kvarn_quantize_with(kvq_kvarn_shape s, const float *x, int iters,
 /* Reconstruct the tile: y[t*width + c]. */
 void kvq_kvarn_dequantize(kvq_kvarn_shape s, const uint8_t *record, float *y);
 
-/* Codes of tokens t0..t0+n-1 of a record: codes[i*width + ch]. */
+/* Codes of tokens t0..t0+n-1 of a record: codes[i*width + ch]; and the
+ * inverse, those codes (each < 2^bits) packed into the record's tokens. */
 void kvq_kvarn_unpack(kvq_kvarn_shape s, const uint8_t *record, int t0, int n, uint8_t *codes);
+void kvq_kvarn_pack(kvq_kvarn_shape s, const uint8_t *codes, int t0, int n, uint8_t *record);
 /* The record's fp16 metadata: S[rows], Z[rows], O[cols] of A (K: rows are
  * channels, cols tokens; V the reverse). */
 typedef struct kvq_kvarn_meta { const uint8_t *S, *Z, *O; } kvq_kvarn_meta;
