@@ -52,6 +52,23 @@ static void row_plane_set(uint8_t *p, int bits, int i, int c) {
 static int lanes_dword(int bits, int i) { return i / 2 / (16 / bits); }
 static int lanes_bit(int bits, int i) { return (i % 2) * 16 + bits * (i / 2 % (16 / bits)); }
 
+/* One row plane's 32 codes into the lane's dwords of a lanes plane.
+ * Inlined with `bits` a constant (put_plane), so the loop folds into
+ * fixed shifts: a cache write stores every K row through here. */
+static inline void put_plane_bits(const uint8_t *p, int bits, uint8_t *codes, int lane) {
+    uint32_t dw[8] = { 0 };
+    _Pragma("GCC unroll 32") for (int i = 0; i < 32; i++) dw[lanes_dword(bits, i)] |= (uint32_t)row_plane_code(p, bits, i) << lanes_bit(bits, i);
+    for (int j = 0; j < bits; j++) kvq_wr32(codes + 64 * j + 4 * lane, dw[j]);
+}
+static void put_plane(const uint8_t *p, int bits, uint8_t *codes, int lane) {
+    switch (bits) {
+    case 8: put_plane_bits(p, 8, codes, lane); break;
+    case 4: put_plane_bits(p, 4, codes, lane); break;
+    case 2: put_plane_bits(p, 2, codes, lane); break;
+    default: put_plane_bits(p, 1, codes, lane); break;
+    }
+}
+
 void kvq_lanes_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
     const kvq_lanes_spec *s = kvq_lanes_spec_of(t);
     const int row_block = kvq_lanes_block_bytes(s) / KVQ_LANES;
@@ -62,11 +79,7 @@ void kvq_lanes_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_
         for (int h = 0; h < s->header; h += 2) memcpy(blk + KVQ_LANES * h + 2 * lane, row + h, 2);
         for (int pl = 0; pl < s->n_planes; pl++) {
             const kvq_lanes_plane *P = &s->plane[pl];
-            uint32_t dw[8] = { 0 };
-            for (int i = 0; i < 32; i++)
-                dw[lanes_dword(P->bits, i)] |= (uint32_t)row_plane_code(row + P->row_offset, P->bits, i)
-                                               << lanes_bit(P->bits, i);
-            for (int j = 0; j < P->bits; j++) kvq_wr32(codes + 64 * j + 4 * lane, dw[j]);
+            put_plane(row + P->row_offset, P->bits, codes, lane);
             codes += 64 * P->bits;
         }
     }
