@@ -7,6 +7,7 @@
 #include "test.h"
 #include "kvq.h"
 #include "simd.h"
+#include "quant_block.h"
 
 #include <float.h>
 #include <string.h>
@@ -14,9 +15,10 @@
 enum { N = 512, BLOCK = 32 };
 
 typedef enum { ROW_GAUSS, ROW_MIXED_SCALES, ROW_SCALE_EDGES, ROW_ZEROS, ROW_HUGE, ROW_F16_EDGE, ROW_DENORMAL,
-               ROW_TINY, ROW_NONFINITE, ROW_TIES, ROW_RANDOM_BITS, ROW_KINDS } row_kind;
+               ROW_TINY, ROW_NONFINITE, ROW_TIES, ROW_RANDOM_BITS, ROW_IQ4_MIDPOINTS, ROW_KINDS } row_kind;
 static const char *const row_names[ROW_KINDS] = {
     "gauss", "mixed-scales", "fp16-scale edges", "zeros", "one 1e30", "one 6e4", "denormals", "1e-30 scaled", "nan/inf", "q8 ties", "random bit patterns",
+    "iq4_nl midpoints",
 };
 
 static void make_row(row_kind kind, test_rng *r, float *x) {
@@ -42,6 +44,24 @@ static void make_row(row_kind kind, test_rng *r, float *x) {
         for (int i = 0; i < N; i++) {
             const uint32_t u = (uint32_t)test_rng_u64(r);
             memcpy(&x[i], &u, 4);
+        }
+        break;
+    case ROW_IQ4_MIDPOINTS:
+        /* iq4_nl's search meets every value exactly on, one ulp above and
+         * below a midpoint of its codebook (the compare that decides the
+         * index) and near the SIMD levels' bucket edges: the block's
+         * largest value -127 s makes s (a power of two) its first scale */
+        for (int i = 0; i < N; i++) {
+            const int j = i % BLOCK, blk = i / BLOCK;
+            const float mid = kvq_iq4nl_mids[(j + blk) % 15];
+            float v;
+            switch ((blk + j) % 4) {
+            case 0: v = mid; break;
+            case 1: v = nextafterf(mid, INFINITY); break;
+            case 2: v = nextafterf(mid, -INFINITY); break;
+            default: v = (float)(8 * ((7 * j + blk) % 32) - 126) + (blk % 2 ? 0.01f : -0.01f); break;
+            }
+            x[i] = ldexpf(j == 0 ? -127.0f : v, blk % 5 - 2);
         }
         break;
     default: break;
@@ -140,6 +160,75 @@ static void compare_level(test_ctx *t, const char *level) {
 
 TEST(simd_avx2_matches_scalar) { compare_level(t, "avx2"); }
 TEST(simd_avx512_matches_scalar) { compare_level(t, "avx512"); }
+
+/* A random fp16 scale (subnormal to the largest), negative when `neg`. */
+static float random_half(test_rng *r, bool neg) {
+    uint16_t h;
+    do h = (uint16_t)(test_rng_u64(r) % 0x7c00u); while (h == 0);
+    return neg ? -kvq_half_to_float(h) : kvq_half_to_float(h);
+}
+
+/* iq4_nl's search steps of one level against the scalar steps, directly
+ * (whole rows reach them only through the search's choices): the stored
+ * indices for values exactly on and one ulp either side of every midpoint
+ * of the codebook at random scales (the compare that decides an index,
+ * in every bucket of the SIMD tables), and whole passes over random lanes,
+ * every field bit for bit. */
+static void compare_iq4nl_steps(test_ctx *t, const char *level) {
+    const kvq_iq4nl_ops *fast = kvq_simd_iq4nl_ops(level), *ref = kvq_iq4nl_ops_scalar();
+    if (!fast) SKIP("%s not available on this CPU (or KVQ_FORCE_SCALAR)", level);
+    test_rng rng = { 4242, 0, 0 };
+    for (int trial = 0; trial < 3000; trial++) {
+        const float d = random_half(&rng, trial % 2), ad = fabsf(d);
+        float x[32];
+        for (int j = 0; j < 32; j++) {
+            const float on = copysignf(ad * kvq_iq4nl_mids[(j + trial) % 15], d);   /* exact */
+            x[j] = j % 4 == 0 ? on : j % 4 == 1 ? nextafterf(on, INFINITY) : j % 4 == 2 ? nextafterf(on, -INFINITY)
+                 : d * (float)(test_rng_uniform(&rng) * 300.0 - 150.0);
+        }
+        uint8_t want[32], got[32];
+        ref->indices(x, d, want);
+        fast->indices(x, d, got);
+        for (int j = 0; j < 32; j++)
+            if (want[j] != got[j]) {
+                CHECK(0, "%s indices, d %a, x[%d] %a: %d vs scalar %d", level, (double)d, j, (double)x[j], got[j], want[j]);
+                return;
+            }
+    }
+    for (int trial = 0; trial < 3000; trial++) {
+        kvq_iq4nl_lanes L;
+        const float s = trial % 2 ? 1.0f : -1.0f, scale = ldexpf(1.0f, (int)(test_rng_u64(&rng) % 40) - 20);
+        for (int i = 0; i < KVQ_IQ4NL_LANES; i++) {   /* lanes 0-7 one sign, 8-15 the other */
+            L.ad[i] = test_rng_u64(&rng) % 8 == 0 ? 0.0f : fabsf(random_half(&rng, false));
+            L.sg[i] = i < KVQ_IQ4NL_LANES / 2 ? s : -s;
+            L.best_sse[i] = trial % 3 == 0 ? INFINITY : (float)test_rng_uniform(&rng) * scale * scale * 32;
+            L.best_d[i] = 0.0f;
+            L.best_pass[i] = 3.0f;
+        }
+        float x[32];
+        for (int j = 0; j < 32; j++)
+            x[j] = j % 3 == 0 && L.ad[j % 16] != 0.0f ? L.sg[j % 16] * L.ad[j % 16] * kvq_iq4nl_mids[j % 15]
+                                                     : (float)test_rng_gauss(&rng) * scale;
+        kvq_iq4nl_lanes want = L, got = L;
+        const int p = trial % 3;
+        const bool refine = trial % 5 != 0;
+        ref->pass(x, &want, p, refine);
+        fast->pass(x, &got, p, refine);
+        if (memcmp(&want, &got, sizeof want) != 0) {
+            int i = 0;
+            while (i < KVQ_IQ4NL_LANES && memcmp(&want.ad[i], &got.ad[i], 4) == 0 &&
+                   memcmp(&want.best_sse[i], &got.best_sse[i], 4) == 0 && memcmp(&want.best_d[i], &got.best_d[i], 4) == 0)
+                i++;
+            CHECK(0, "%s pass %d (refine %d), trial %d, lane %d: ad %a sse %a d %a vs scalar ad %a sse %a d %a", level,
+                  p, refine, trial, i, (double)got.ad[i % 16], (double)got.best_sse[i % 16], (double)got.best_d[i % 16],
+                  (double)want.ad[i % 16], (double)want.best_sse[i % 16], (double)want.best_d[i % 16]);
+            return;
+        }
+    }
+}
+
+TEST(simd_iq4nl_steps_avx2_match_scalar) { compare_iq4nl_steps(t, "avx2"); }
+TEST(simd_iq4nl_steps_avx512_match_scalar) { compare_iq4nl_steps(t, "avx512"); }
 
 /* The active table is one of the levels, and KVQ_FORCE_SCALAR is obeyed
  * (the CLI runs in a child process with the variable set). */

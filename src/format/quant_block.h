@@ -73,8 +73,10 @@ extern const float kvq_iq4nl_mids[16];
 /* iq4_nl's scale search (quant_iq4nl.c): 16 candidate scales in lanes, one
  * pass over the block per refinement, the steps written once per vector
  * width (iq4nl_search.inc).  ad: each candidate's |d| (an fp16 value, 0 for
- * an unused lane); sg: its sign (+-1); best_*: the lane's lowest error so
- * far, its signed scale and the pass that found it. */
+ * an unused lane); sg: its sign (+-1), one for lanes 0-7 and the other for
+ * lanes 8-15 (the steps of 8 lanes or fewer per vector take one sign per
+ * vector); best_*: the lane's lowest error so far, its signed scale and
+ * the pass that found it. */
 #define KVQ_IQ4NL_LANES 16
 typedef struct kvq_iq4nl_lanes {
     float ad[KVQ_IQ4NL_LANES], sg[KVQ_IQ4NL_LANES];
@@ -96,6 +98,9 @@ typedef struct kvq_iq4nl_ops {
     void (*scales)(const float *want, float *ad);
     void (*indices)(const float *x, float d, uint8_t *idx);
 } kvq_iq4nl_ops;
+
+/* The scalar level's steps (every SIMD level's give the same floats). */
+const kvq_iq4nl_ops *kvq_iq4nl_ops_scalar(void);
 
 /* The encoder with a level's steps (every level stores the same bytes). */
 void kvq_iq4nl_quantize_with(const float *x, void *dst, int64_t n, const kvq_iq4nl_ops *ops);

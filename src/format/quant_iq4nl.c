@@ -341,6 +341,7 @@ void kvq_iq4nl_quantize_with(const float *x, void *dst, int64_t n, const kvq_iq4
  * per "vector". */
 #define IQ4NL_OPS iq4nl_ops_scalar
 #include "iq4nl_search.inc"
+const kvq_iq4nl_ops *kvq_iq4nl_ops_scalar(void) { return &iq4nl_ops_scalar; }
 
 void kvq_iq4_nl_quantize(const float *x, void *dst, int64_t n) {
     kvq_iq4nl_quantize_with(x, dst, n, &iq4nl_ops_scalar);

@@ -16,4 +16,12 @@ void kvq_simd_install_avx512(kvq_type_traits table[KVQ_TYPE_COUNT]);
  * KVQ_FORCE_SCALAR) does not allow it. */
 bool kvq_simd_table(const char *level, kvq_type_traits table[KVQ_TYPE_COUNT]);
 
+/* iq4_nl's scale search steps (quant_block.h) of one level, for tests
+ * that compare them with the scalar steps directly: NULL where the level
+ * is unknown, not allowed (as kvq_simd_table) or has no steps of its own. */
+struct kvq_iq4nl_ops;
+const struct kvq_iq4nl_ops *kvq_simd_iq4nl_ops(const char *level);
+const struct kvq_iq4nl_ops *kvq_simd_iq4nl_ops_avx2(void);
+const struct kvq_iq4nl_ops *kvq_simd_iq4nl_ops_avx512(void);
+
 #endif

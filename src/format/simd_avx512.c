@@ -64,7 +64,9 @@ static inline void q8_codes_store(const VF v[VPB], float id, uint8_t *dst) {
 #include "simd_x86_kernels.h"
 
 void kvq_simd_install_avx512(kvq_type_traits table[KVQ_TYPE_COUNT]) { simd_install_kernels(table); }
+const struct kvq_iq4nl_ops *kvq_simd_iq4nl_ops_avx512(void) { return &simd_iq4nl_ops; }
 
 #else
 void kvq_simd_install_avx512(kvq_type_traits table[KVQ_TYPE_COUNT]) { (void)table; }
+const struct kvq_iq4nl_ops *kvq_simd_iq4nl_ops_avx512(void) { return NULL; }
 #endif

@@ -154,6 +154,17 @@ bool kvq_simd_table(const char *level, kvq_type_traits table[KVQ_TYPE_COUNT]) {
     return false;
 }
 
+const struct kvq_iq4nl_ops *kvq_simd_iq4nl_ops(const char *level) {
+    for (int isa = 0; isa <= (int)kvq_isa_best(); isa++) {
+        if (strcmp(level, kvq_isa_name((kvq_isa)isa)) != 0) continue;
+        if (isa == KVQ_ISA_SCALAR) return kvq_iq4nl_ops_scalar();
+        if (isa == KVQ_ISA_AVX2) return kvq_simd_iq4nl_ops_avx2();
+        if (isa == KVQ_ISA_AVX512) return kvq_simd_iq4nl_ops_avx512();
+        return NULL;
+    }
+    return NULL;
+}
+
 static void init_active(void) {
     g_level = kvq_isa_name(kvq_isa_best());
     fill_table(kvq_isa_best(), g_active);
