@@ -267,17 +267,22 @@ typedef struct block_search {
  * for float sums), or set up the lanes of one that does: returns whether
  * it does. */
 static bool search_start(const float *x, uint8_t *dst, const kvq_iq4nl_ops *ops, block_search *bs) {
-    if (!kvq_block_is_finite(x)) { store_poisoned(dst); return false; }
-    float amax = 0.0f, m = 0.0f, sxx = 0.0f;
-    for (int j = 0; j < KVQ_BLOCK; j++) {
-        const float xx = x[j] * x[j];
-        sxx += xx;
-        if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); m = x[j]; }
-    }
+    /* the sum of squares in four interleaved parts, not one chain of 32
+     * adds (this runs for every block of every cache write) */
+    float part[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    for (int j = 0; j < KVQ_BLOCK; j += 4)
+        for (int k = 0; k < 4; k++) part[k] += x[j + k] * x[j + k];
+    const float sxx = (part[0] + part[1]) + (part[2] + part[3]);
     /* the lanes sum in float: a block anywhere near FLT_MAX goes to the
-     * exact search, which sums in double */
+     * exact search, which sums in double.  NaN or +-inf anywhere fails
+     * the test too, and the exact search stores those blocks poisoned. */
     if (!(sxx < 1e30f)) { encode_block_exact(x, dst); return false; }
+    float amax = 0.0f;
+    for (int j = 0; j < KVQ_BLOCK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
     if (!(amax > 0.0f)) { store_block(x, 0.0f, dst); return false; }
+    int jm = 0;
+    while (fabsf(x[jm]) != amax) jm++;   /* the first value of largest magnitude */
+    const float m = x[jm];
     kvq_iq4nl_lanes *L = &bs->L;
     float want[KVQ_IQ4NL_LANES];
     const float ref = amax / 127.0f;
@@ -299,12 +304,12 @@ static bool search_start(const float *x, uint8_t *dst, const kvq_iq4nl_ops *ops,
 static void search_finish(const float *x, uint8_t *dst, const kvq_iq4nl_ops *ops, const block_search *bs) {
     const kvq_iq4nl_lanes *L = &bs->L;
     float best_d = 0.0f, best_sse = bs->sxx, best_p = (float)SEARCH_PASSES;
-    for (int i = 0; i < KVQ_IQ4NL_LANES; i++)
-        if (L->best_sse[i] < best_sse || (L->best_sse[i] == best_sse && L->best_pass[i] < best_p)) {
-            best_sse = L->best_sse[i];
-            best_d = L->best_d[i];
-            best_p = L->best_pass[i];
-        }
+    for (int i = 0; i < KVQ_IQ4NL_LANES; i++) {   /* selects, not branches: the winner is data */
+        const bool take = L->best_sse[i] < best_sse || (L->best_sse[i] == best_sse && L->best_pass[i] < best_p);
+        best_sse = take ? L->best_sse[i] : best_sse;
+        best_d = take ? L->best_d[i] : best_d;
+        best_p = take ? L->best_pass[i] : best_p;
+    }
     if (best_d == 0.0f) { store_block(x, 0.0f, dst); return; }   /* nothing beat storing zeros */
     uint8_t idx[KVQ_BLOCK];
     ops->indices(x, best_d, idx);
