@@ -52,20 +52,53 @@ static void row_plane_set(uint8_t *p, int bits, int i, int c) {
 static int lanes_dword(int bits, int i) { return i / 2 / (16 / bits); }
 static int lanes_bit(int bits, int i) { return (i % 2) * 16 + bits * (i / 2 % (16 / bits)); }
 
-/* One row plane's 32 codes into the lane's dwords of a lanes plane.
- * Inlined with `bits` a constant (put_plane), so the loop folds into
- * fixed shifts: a cache write stores every K row through here. */
-static inline void put_plane_bits(const uint8_t *p, int bits, uint8_t *codes, int lane) {
+/* The loops below are inlined with `bits` a constant (the switches), so
+ * that they fold into fixed shifts: every K row of a cache write, and
+ * every KVarN K record (cache_tiles_layout.c), goes through them. */
+static inline void put_plane_bits(const uint8_t *codes, int bits, uint8_t *dst) {
     uint32_t dw[8] = { 0 };
-    _Pragma("GCC unroll 32") for (int i = 0; i < 32; i++) dw[lanes_dword(bits, i)] |= (uint32_t)row_plane_code(p, bits, i) << lanes_bit(bits, i);
-    for (int j = 0; j < bits; j++) kvq_wr32(codes + 64 * j + 4 * lane, dw[j]);
+    _Pragma("GCC unroll 32") for (int i = 0; i < 32; i++) dw[lanes_dword(bits, i)] |= (uint32_t)codes[i] << lanes_bit(bits, i);
+    for (int j = 0; j < bits; j++) kvq_wr32(dst + 64 * j, dw[j]);
 }
-static void put_plane(const uint8_t *p, int bits, uint8_t *codes, int lane) {
+static inline void get_plane_bits(const uint8_t *src, int bits, uint8_t *codes) {
+    _Pragma("GCC unroll 32") for (int i = 0; i < 32; i++)
+        codes[i] = (uint8_t)((kvq_rd32(src + 64 * lanes_dword(bits, i)) >> lanes_bit(bits, i)) & ((1u << bits) - 1));
+}
+static inline void row_codes_bits(const uint8_t *p, int bits, uint8_t *codes) {
+    _Pragma("GCC unroll 32") for (int i = 0; i < 32; i++) codes[i] = (uint8_t)row_plane_code(p, bits, i);
+}
+
+void kvq_lanes_put_plane(const uint8_t codes[32], int bits, uint8_t *dst) {
     switch (bits) {
-    case 8: put_plane_bits(p, 8, codes, lane); break;
-    case 4: put_plane_bits(p, 4, codes, lane); break;
-    case 2: put_plane_bits(p, 2, codes, lane); break;
-    default: put_plane_bits(p, 1, codes, lane); break;
+    case 8: put_plane_bits(codes, 8, dst); break;
+    case 4: put_plane_bits(codes, 4, dst); break;
+    case 2: put_plane_bits(codes, 2, dst); break;
+    default: put_plane_bits(codes, 1, dst); break;
+    }
+}
+
+void kvq_lanes_get_plane(const uint8_t *src, int bits, uint8_t codes[32]) {
+    switch (bits) {
+    case 8: get_plane_bits(src, 8, codes); break;
+    case 4: get_plane_bits(src, 4, codes); break;
+    case 2: get_plane_bits(src, 2, codes); break;
+    default: get_plane_bits(src, 1, codes); break;
+    }
+}
+
+/* A row plane's 32 codes (quant_block.c's order) into a key's lanes
+ * plane, the two steps inlined together. */
+static inline void put_row_plane_bits(const uint8_t *p, int bits, uint8_t *dst) {
+    uint8_t codes[32];
+    row_codes_bits(p, bits, codes);
+    put_plane_bits(codes, bits, dst);
+}
+static void put_row_plane(const uint8_t *p, int bits, uint8_t *dst) {
+    switch (bits) {
+    case 8: put_row_plane_bits(p, 8, dst); break;
+    case 4: put_row_plane_bits(p, 4, dst); break;
+    case 2: put_row_plane_bits(p, 2, dst); break;
+    default: put_row_plane_bits(p, 1, dst); break;
     }
 }
 
@@ -79,7 +112,7 @@ void kvq_lanes_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_
         for (int h = 0; h < s->header; h += 2) memcpy(blk + KVQ_LANES * h + 2 * lane, row + h, 2);
         for (int pl = 0; pl < s->n_planes; pl++) {
             const kvq_lanes_plane *P = &s->plane[pl];
-            put_plane(row + P->row_offset, P->bits, codes, lane);
+            put_row_plane(row + P->row_offset, P->bits, codes + 4 * lane);
             codes += 64 * P->bits;
         }
     }
@@ -96,11 +129,9 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
         memset(row + s->header, 0, (size_t)(row_block - s->header));
         for (int pl = 0; pl < s->n_planes; pl++) {
             const kvq_lanes_plane *P = &s->plane[pl];
-            const uint32_t mask = (1u << P->bits) - 1;
-            for (int i = 0; i < 32; i++) {
-                const uint32_t dw = kvq_rd32(codes + 64 * lanes_dword(P->bits, i) + 4 * lane);
-                row_plane_set(row + P->row_offset, P->bits, i, (int)((dw >> lanes_bit(P->bits, i)) & mask));
-            }
+            uint8_t c[32];
+            kvq_lanes_get_plane(codes + 4 * lane, P->bits, c);
+            for (int i = 0; i < 32; i++) row_plane_set(row + P->row_offset, P->bits, i, c[i]);
             codes += 64 * P->bits;
         }
     }

@@ -91,6 +91,14 @@ static inline size_t kvq_lanes_group_bytes(const kvq_lanes_spec *s, int dim) {
 void kvq_lanes_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
 void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
 
+/* One key's 32 codes of one plane of a block (each below 2^bits; bits 8,
+ * 4, 2 or 1) into the key's `bits` dwords, dword j at dst + 64 j (dst =
+ * the plane's first byte + 4 x the key's lane), and back: the placement
+ * above, for every writer of this layout (block rows here, KVarN's K
+ * records in cache_tiles_layout.c). */
+void kvq_lanes_put_plane(const uint8_t codes[32], int bits, uint8_t *dst);
+void kvq_lanes_get_plane(const uint8_t *src, int bits, uint8_t codes[32]);
+
 /* ---- V bodies: the "pairs" layout (every 32-value block type: q8_0, the
  * 4-, 5- and 6-bit types in block pairs, the 3- and 2-bit ones in quads).
  *

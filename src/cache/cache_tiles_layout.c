@@ -26,8 +26,7 @@
  * Both are the record's 128 * width * bits / 8 bytes, so a record keeps
  * its size and its metadata's place; only files (state, codecs) and the
  * readers that need a token's codes see the token-major order, through
- * the two conversions here.  Every code is at most two fields, each
- * within one byte.
+ * the two conversions here, token by token.
  */
 #include "cache_tiles_layout.h"
 #include "cache_lanes.h"
@@ -39,110 +38,152 @@ bool kvq_tiles_layout_applies(kvq_kvarn_shape s) {
     return s.is_key || s.bits >= 4 || s.width == 128;   /* V block quads: whole 128 channels */
 }
 
-/* One field of a code: `width` bits at `bit` of byte `byte`, holding the
- * code's bits shift .. shift + width - 1 xor `flip`. */
-typedef struct field { size_t byte; int bit, width, shift; unsigned flip; } field;
-
-/* The planes of a K code of `bits` (the q*_1 types' split, cache_lanes.h). */
+/* The planes of a K code of `bits` (the q*_1 types' split, cache_lanes.h;
+ * 8 bits one plane, q8_0's). */
 static int k_planes(int bits, int pbits[2], int shift[2]) {
     switch (bits) {
     case 3: pbits[0] = 1; shift[0] = 2; pbits[1] = 2; shift[1] = 0; return 2;
     case 5: pbits[0] = 1; shift[0] = 4; pbits[1] = 4; shift[1] = 0; return 2;
     case 6: pbits[0] = 2; shift[0] = 4; pbits[1] = 4; shift[1] = 0; return 2;
-    default: pbits[0] = bits; shift[0] = 0; return 1;   /* 2, 4 */
+    default: pbits[0] = bits; shift[0] = 0; return 1;   /* 2, 4, 8 */
     }
 }
 
-static int k_fields(kvq_kvarn_shape s, int t, int c, field f[2]) {
-    const int nb = s.width / 32, l = t % GROUP, i = c % 32;
-    const size_t base = (size_t)64 * s.bits * ((size_t)nb * (t / GROUP) + (size_t)(c / 32)) + 4 * (size_t)l;
-    if (s.bits == 8) {   /* dword i / 4 holds codes 4j, 4j + 2, 4j + 1, 4j + 3 */
-        static const int at[4] = { 0, 2, 1, 3 };
-        f[0] = (field){ base + 64 * (size_t)(i / 4) + (size_t)at[i % 4], 0, 8, 0, 0x80u };
-        return 1;
+/* K: token t's codes (width of them) into its lane of each block, plane
+ * by plane, by the block types' placement (kvq_lanes_put_plane); 8-bit
+ * codes stored as code - 128 (q8_0's bytes), the others as they are. */
+static void k_put_token(kvq_kvarn_shape s, const uint8_t *codes, int t, uint8_t *payload) {
+    int pbits[2], shift[2];
+    const int n = k_planes(s.bits, pbits, shift), nb = s.width / 32;
+    const unsigned flip = s.bits == 8 ? 0x80u : 0u;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *dst = payload + (size_t)64 * s.bits * ((size_t)nb * (t / GROUP) + (size_t)b) + 4 * (size_t)(t % GROUP);
+        for (int p = 0; p < n; p++) {
+            const unsigned mask = (1u << pbits[p]) - 1;
+            uint8_t plane[32];
+            for (int i = 0; i < 32; i++) plane[i] = (uint8_t)((((unsigned)codes[32 * b + i] >> shift[p]) & mask) ^ flip);
+            kvq_lanes_put_plane(plane, pbits[p], dst);
+            dst += 64 * pbits[p];
+        }
     }
-    int pbits[2], shift[2], dwords = 0;
-    const int n = k_planes(s.bits, pbits, shift);
-    for (int p = 0; p < n; p++) {
-        const int per = 16 / pbits[p], pair = i / 2, j = pair / per, pos = pbits[p] * (pair % per) + 16 * (i % 2);
-        f[p] = (field){ base + 64 * (size_t)(dwords + j) + (size_t)(pos / 8), pos % 8, pbits[p], shift[p], 0u };
-        dwords += pbits[p];
-    }
-    return n;
 }
 
-static int v_fields(kvq_kvarn_shape s, int t, int c, field f[2]) {
+static void k_get_token(kvq_kvarn_shape s, const uint8_t *payload, int t, uint8_t *codes) {
+    int pbits[2], shift[2];
+    const int n = k_planes(s.bits, pbits, shift), nb = s.width / 32;
+    const unsigned flip = s.bits == 8 ? 0x80u : 0u;
+    memset(codes, 0, (size_t)s.width);
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *src = payload + (size_t)64 * s.bits * ((size_t)nb * (t / GROUP) + (size_t)b) + 4 * (size_t)(t % GROUP);
+        for (int p = 0; p < n; p++) {
+            uint8_t plane[32];
+            kvq_lanes_get_plane(src, pbits[p], plane);
+            for (int i = 0; i < 32; i++) codes[32 * b + i] |= (uint8_t)(((unsigned)plane[i] ^ flip) << shift[p]);
+            src += 64 * pbits[p];
+        }
+    }
+}
+
+/* V: token t's codes into its half of each unit (cache_lanes.h's pairs:
+ * q8_0's units for 8 bits, the block quads of q3_0 / q2_0 for 3 and 2,
+ * the block pairs of q4_0 and q5_0 / q6_0's high planes for 4-6), each
+ * code as code - 2^(bits-1) in two's complement: its top field's top bit
+ * flipped.  The two tokens of a pair share the units' bytes, so the
+ * payload starts zeroed and fields are or'ed in. */
+static void v_put_token(kvq_kvarn_shape s, const uint8_t *c, int t, uint8_t *payload) {
     const int u = (t % GROUP) / 2, half = t % 2;
-    const size_t group = (size_t)2 * s.width * s.bits * (size_t)(t / GROUP), unit_bytes = kvq_vpairs_unit_bytes(s.bits);
+    uint8_t *group = payload + (size_t)2 * s.width * s.bits * (size_t)(t / GROUP);
+    const size_t unit_bytes = kvq_vpairs_unit_bytes(s.bits);
     if (s.bits == 8) {   /* per block and token pair: dword L = channels L, L + 16 of both tokens */
-        const int b = c / 32, i = c % 32;
-        f[0] = (field){ group + 64 * (size_t)(8 * b + u) + 4 * (size_t)(i % 16) + 2 * (size_t)half + (size_t)(i / 16), 0,
-                        8, 0, 0x80u };
-        return 1;
+        for (int b = 0; b < s.width / 32; b++) {
+            uint8_t *unit = group + 64 * (size_t)(8 * b + u);
+            for (int i = 0; i < 32; i++) unit[4 * (i % 16) + 2 * half + i / 16] = (uint8_t)(c[32 * b + i] ^ 0x80u);
+        }
+    } else if (s.bits <= 3) {   /* block quads: dword L = crumbs of quad channels 16k + L, then the high bits */
+        for (int q = 0; q < s.width / 128; q++) {
+            uint8_t *unit = group + unit_bytes * (size_t)(8 * q + u);
+            for (int L = 0; L < 16; L++) {
+                unsigned lo = 0, hi = 0;
+                for (int k = 0; k < 8; k++) {
+                    const unsigned code = c[128 * q + 16 * k + L];
+                    lo |= ((code & 3u) ^ (s.bits == 2 ? 2u : 0u)) << (2 * k);
+                    hi |= (((code >> 2) & 1u) ^ 1u) << k;
+                }
+                kvq_wr16(unit + 4 * L + 2 * half, (uint16_t)lo);
+                if (s.bits == 3) unit[64 + 2 * L + half] = (uint8_t)hi;
+            }
+        }
+    } else {   /* block pairs: dword L = 2j + e, the nibbles of channels 8k + j of block 2 bp + e */
+        for (int b = 0; b < s.width / 32; b++) {
+            uint8_t *unit = group + unit_bytes * (size_t)(8 * (b / 2) + u);
+            for (int j = 0; j < 8; j++) {
+                const int L = 2 * j + b % 2;
+                unsigned lo = 0, hi = 0;
+                for (int k = 0; k < 4; k++) {
+                    const unsigned code = c[32 * b + 8 * k + j];
+                    lo |= ((code & 15u) ^ (s.bits == 4 ? 8u : 0u)) << (4 * k);
+                    hi |= s.bits == 5 ? (((code >> 4) & 1u) ^ 1u) << k : (((code >> 4) & 3u) ^ 2u) << (2 * k);
+                }
+                kvq_wr16(unit + 4 * L + 2 * half, (uint16_t)lo);
+                if (s.bits == 5) unit[64 + L] |= (uint8_t)(hi << (4 * half));
+                else if (s.bits == 6) unit[64 + 2 * L + half] = (uint8_t)hi;
+            }
+        }
     }
-    if (s.bits <= 3) {   /* block quads: dword L = crumbs of quad channels 16k + L */
-        const int qd = c % 128, k = qd / 16, L = qd % 16, pos = 2 * k + 16 * half;
-        const size_t unit = group + unit_bytes * (size_t)(8 * (c / 128) + u);
-        f[0] = (field){ unit + 4 * (size_t)L + (size_t)(pos / 8), pos % 8, 2, 0, s.bits == 2 ? 2u : 0u };
-        if (s.bits == 2) return 1;
-        f[1] = (field){ unit + 64 + 2 * (size_t)L + (size_t)half, k, 1, 2, 1u };
-        return 2;
-    }
-    /* block pairs: dword L = 2j + e, the nibbles of channels 8k + j of block 2 bp + e */
-    const int b = c / 32, i = c % 32, k = i / 8, L = 2 * (i % 8) + b % 2, pos = 4 * k + 16 * half;
-    const size_t unit = group + unit_bytes * (size_t)(8 * (b / 2) + u);
-    f[0] = (field){ unit + 4 * (size_t)L + (size_t)(pos / 8), pos % 8, 4, 0, s.bits == 4 ? 8u : 0u };
-    if (s.bits == 4) return 1;
-    if (s.bits == 5) f[1] = (field){ unit + 64 + (size_t)L, 4 * half + k, 1, 4, 1u };
-    else f[1] = (field){ unit + 64 + 2 * (size_t)L + (size_t)half, 2 * k, 2, 4, 2u };
-    return 2;
 }
 
-static int fields_of(kvq_kvarn_shape s, int t, int c, field f[2]) {
-    return s.is_key ? k_fields(s, t, c, f) : v_fields(s, t, c, f);
-}
-
-/* A group's fields repeat in every group (2 width bits bytes on), so
- * each code position of a group is placed once and its 8 tokens written
- * from the tile's codes unpacked to bytes. */
-void kvq_tiles_layout_put(kvq_kvarn_shape s, const uint8_t *tokens, uint8_t *payload) {
-    uint8_t codes[T * 128];
-    const size_t group_bytes = (size_t)2 * s.width * s.bits;
-    kvq_kvarn_unpack(s, tokens, 0, T, codes);
-    memset(payload, 0, (size_t)T * s.width * s.bits / 8);
-    for (int l = 0; l < GROUP; l++)
-        for (int c = 0; c < s.width; c++) {
-            field f[2];
-            const int n = fields_of(s, l, c, f);
-            for (int g = 0; g < T / GROUP; g++) {
-                const unsigned code = codes[(size_t)(GROUP * g + l) * s.width + c];
-                for (int i = 0; i < n; i++) {
-                    const unsigned v = ((code >> f[i].shift) & ((1u << f[i].width) - 1)) ^ f[i].flip;
-                    payload[group_bytes * g + f[i].byte] |= (uint8_t)(v << f[i].bit);
+static void v_get_token(kvq_kvarn_shape s, const uint8_t *payload, int t, uint8_t *c) {
+    const int u = (t % GROUP) / 2, half = t % 2;
+    const uint8_t *group = payload + (size_t)2 * s.width * s.bits * (size_t)(t / GROUP);
+    const size_t unit_bytes = kvq_vpairs_unit_bytes(s.bits);
+    if (s.bits == 8) {
+        for (int b = 0; b < s.width / 32; b++) {
+            const uint8_t *unit = group + 64 * (size_t)(8 * b + u);
+            for (int i = 0; i < 32; i++) c[32 * b + i] = (uint8_t)(unit[4 * (i % 16) + 2 * half + i / 16] ^ 0x80u);
+        }
+    } else if (s.bits <= 3) {
+        for (int q = 0; q < s.width / 128; q++) {
+            const uint8_t *unit = group + unit_bytes * (size_t)(8 * q + u);
+            for (int L = 0; L < 16; L++) {
+                const unsigned lo = kvq_rd16(unit + 4 * L + 2 * half), hi = s.bits == 3 ? unit[64 + 2 * L + half] : 0u;
+                for (int k = 0; k < 8; k++)
+                    c[128 * q + 16 * k + L] = (uint8_t)((((lo >> (2 * k)) & 3u) ^ (s.bits == 2 ? 2u : 0u)) |
+                                                        (s.bits == 3 ? (((hi >> k) & 1u) ^ 1u) << 2 : 0u));
+            }
+        }
+    } else {
+        for (int b = 0; b < s.width / 32; b++) {
+            const uint8_t *unit = group + unit_bytes * (size_t)(8 * (b / 2) + u);
+            for (int j = 0; j < 8; j++) {
+                const int L = 2 * j + b % 2;
+                const unsigned lo = kvq_rd16(unit + 4 * L + 2 * half);
+                const unsigned hi = s.bits == 5   ? (unsigned)unit[64 + L] >> (4 * half)
+                                    : s.bits == 6 ? (unsigned)unit[64 + 2 * L + half]
+                                                  : 0u;
+                for (int k = 0; k < 4; k++) {
+                    unsigned code = ((lo >> (4 * k)) & 15u) ^ (s.bits == 4 ? 8u : 0u);
+                    if (s.bits == 5) code |= (((hi >> k) & 1u) ^ 1u) << 4;
+                    if (s.bits == 6) code |= (((hi >> (2 * k)) & 3u) ^ 2u) << 4;
+                    c[32 * b + 8 * k + j] = (uint8_t)code;
                 }
             }
         }
+    }
 }
 
-/* As the writer: each code position of a group placed once, then read
- * for every token of the range at that position. */
+/* Token by token: a token's codes fill its lane (K) or its half of its
+ * pair's units (V). */
+void kvq_tiles_layout_put(kvq_kvarn_shape s, const uint8_t *tokens, uint8_t *payload) {
+    uint8_t codes[T * 128];
+    kvq_kvarn_unpack(s, tokens, 0, T, codes);
+    memset(payload, 0, (size_t)T * s.width * s.bits / 8);
+    for (int t = 0; t < T; t++)
+        (s.is_key ? k_put_token : v_put_token)(s, codes + (size_t)t * s.width, t, payload);
+}
+
 void kvq_tiles_layout_get(kvq_kvarn_shape s, const uint8_t *payload, int t0, int n, uint8_t *tokens) {
     uint8_t codes[T * 128];
-    const size_t group_bytes = (size_t)2 * s.width * s.bits;
-    for (int l = 0; l < GROUP; l++) {
-        const int first = t0 + ((l - t0 % GROUP) + GROUP) % GROUP;   /* the range's first token at lane l */
-        if (first >= t0 + n) continue;
-        for (int c = 0; c < s.width; c++) {
-            field f[2];
-            const int nf = fields_of(s, l, c, f);
-            for (int t = first; t < t0 + n; t += GROUP) {
-                const uint8_t *p = payload + group_bytes * (size_t)(t / GROUP);
-                unsigned code = 0;
-                for (int i = 0; i < nf; i++)
-                    code |= ((p[f[i].byte] >> f[i].bit & ((1u << f[i].width) - 1)) ^ f[i].flip) << f[i].shift;
-                codes[(size_t)(t - t0) * s.width + c] = (uint8_t)code;
-            }
-        }
-    }
+    for (int t = t0; t < t0 + n; t++)
+        (s.is_key ? k_get_token : v_get_token)(s, payload, t, codes + (size_t)(t - t0) * s.width);
     kvq_kvarn_pack(s, codes, 0, n, tokens);
 }
