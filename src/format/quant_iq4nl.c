@@ -268,10 +268,14 @@ typedef struct block_search {
  * it does. */
 static bool search_start(const float *x, uint8_t *dst, const kvq_iq4nl_ops *ops, block_search *bs) {
     /* the sum of squares in four interleaved parts, not one chain of 32
-     * adds (this runs for every block of every cache write) */
+     * adds (this runs for every block of every cache write); the square
+     * its own statement, so that no compiler fuses it into the add */
     float part[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
     for (int j = 0; j < KVQ_BLOCK; j += 4)
-        for (int k = 0; k < 4; k++) part[k] += x[j + k] * x[j + k];
+        for (int k = 0; k < 4; k++) {
+            const float xx = x[j + k] * x[j + k];
+            part[k] += xx;
+        }
     const float sxx = (part[0] + part[1]) + (part[2] + part[3]);
     /* the lanes sum in float: a block anywhere near FLT_MAX goes to the
      * exact search, which sums in double.  NaN or +-inf anywhere fails
