@@ -59,7 +59,7 @@ static void make_row(row_kind kind, test_rng *r, float *x) {
             case 0: v = mid; break;
             case 1: v = nextafterf(mid, INFINITY); break;
             case 2: v = nextafterf(mid, -INFINITY); break;
-            default: v = (float)(8 * ((7 * j + blk) % 32) - 124) + (blk % 2 ? 0.01f : -0.01f); break;
+            default: v = (float)(8 * ((7 * j + blk) % 32) - 124) + 0.01f * (float)(blk % 3 - 1); break;   /* on, around an edge */
             }
             x[i] = ldexpf(j == 0 ? -127.0f : v, blk % 5 - 2);
         }
