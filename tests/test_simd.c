@@ -205,10 +205,13 @@ static void compare_iq4nl_steps(test_ctx *t, const char *level) {
             L.best_d[i] = 0.0f;
             L.best_pass[i] = 3.0f;
         }
-        float x[32];
-        for (int j = 0; j < 32; j++)
-            x[j] = j % 3 == 0 && L.ad[j % 16] != 0.0f ? L.sg[j % 16] * L.ad[j % 16] * kvq_iq4nl_mids[j % 15]
-                                                     : (float)test_rng_gauss(&rng) * scale;
+        float x[32];   /* some on a lane's midpoints and bucket edges (-124 + 8b) at its scale, exactly */
+        for (int j = 0; j < 32; j++) {
+            const float sd = L.sg[j % 16] * L.ad[j % 16];
+            x[j] = sd != 0.0f && j % 3 == 0   ? sd * kvq_iq4nl_mids[j % 15]
+                   : sd != 0.0f && j % 3 == 1 ? sd * (float)(8 * (5 * j % 32) - 124)
+                                              : (float)test_rng_gauss(&rng) * scale;
+        }
         kvq_iq4nl_lanes want = L, got = L;
         const int p = trial % 3;
         const bool refine = trial % 5 != 0;
