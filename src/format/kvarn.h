@@ -61,7 +61,8 @@ typedef struct kvq_kvarn_kernels {
     float (*row_codes)(const float *a, int cols, float sr, const float *s_col, int qmax, float *lo, int32_t *q);
 } kvq_kvarn_kernels;
 /* "scalar", "avx2", "avx512": NULL when the CPU lacks it (or the name is
- * unknown); _best: the widest this CPU runs (KVQ_FORCE_* obeyed). */
+ * unknown); _best: the widest this CPU runs (KVQ_FORCE_* obeyed), AVX2 on
+ * cores that issue 512-bit operations as halves (kvq_cpu.avx512_halves). */
 const kvq_kvarn_kernels *kvq_kvarn_kernels_level(const char *name);
 const kvq_kvarn_kernels *kvq_kvarn_kernels_best(void);
 void kvq_kvarn_sigmas_avx2(const float *M, int n, int lanes, const double *mul, const double *k, double *out);
