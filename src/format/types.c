@@ -145,24 +145,32 @@ static void fill_table(kvq_isa isa, kvq_type_traits table[KVQ_TYPE_COUNT]) {
     if (isa >= KVQ_ISA_AVX2) kvq_turbo_install_active(table);
 }
 
-bool kvq_simd_table(const char *level, kvq_type_traits table[KVQ_TYPE_COUNT]) {
-    for (int isa = 0; isa <= (int)kvq_isa_best(); isa++)
-        if (strcmp(level, kvq_isa_name((kvq_isa)isa)) == 0) {
-            fill_table((kvq_isa)isa, table);
+/* The level named `level` if this CPU (and KVQ_FORCE_*) allows it. */
+static bool allowed_level(const char *level, kvq_isa *isa) {
+    for (int i = 0; i <= (int)kvq_isa_best(); i++)
+        if (strcmp(level, kvq_isa_name((kvq_isa)i)) == 0) {
+            *isa = (kvq_isa)i;
             return true;
         }
     return false;
 }
 
+bool kvq_simd_table(const char *level, kvq_type_traits table[KVQ_TYPE_COUNT]) {
+    kvq_isa isa;
+    if (!allowed_level(level, &isa)) return false;
+    fill_table(isa, table);
+    return true;
+}
+
 const struct kvq_iq4nl_ops *kvq_simd_iq4nl_ops(const char *level) {
-    for (int isa = 0; isa <= (int)kvq_isa_best(); isa++) {
-        if (strcmp(level, kvq_isa_name((kvq_isa)isa)) != 0) continue;
-        if (isa == KVQ_ISA_SCALAR) return kvq_iq4nl_ops_scalar();
-        if (isa == KVQ_ISA_AVX2) return kvq_simd_iq4nl_ops_avx2();
-        if (isa == KVQ_ISA_AVX512) return kvq_simd_iq4nl_ops_avx512();
-        return NULL;
+    kvq_isa isa;
+    if (!allowed_level(level, &isa)) return NULL;
+    switch (isa) {
+    case KVQ_ISA_SCALAR: return kvq_iq4nl_ops_scalar();
+    case KVQ_ISA_AVX2: return kvq_simd_iq4nl_ops_avx2();
+    case KVQ_ISA_AVX512: return kvq_simd_iq4nl_ops_avx512();
+    default: return NULL;
     }
-    return NULL;
 }
 
 static void init_active(void) {
