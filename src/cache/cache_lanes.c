@@ -221,11 +221,48 @@ static size_t vpairs_high_at(kvq_type t, int nb, int hdr, int lane, int b, int j
     return vpairs_unit_at(t, nb, hdr, lane, b) + KVQ_VPAIRS_UNIT + (size_t)(hb == 1 ? L : 2 * L + lane % 2);
 }
 
-/* q3_0, q3_1, q2_0, q2_1: per block quad and key pair a unit of crumbs
- * (dword L: quad dims 16k + L at bit 2k of the key's half), the 3-bit
- * types' then 32 bytes of high bits (byte 2L + lane % 2: the same dims
- * at bit k); the code read as c - o (o = 4, 2), its top bit flipped (the
- * 3-bit types: the high bit, the 2-bit ones: the crumb's high bit).  A
+/* One key's half of a block-quad unit (cache_lanes.h): code d (dim d of
+ * the quad, 0..127) is field k = d / 16 of lane L = d % 16, stored as
+ * f = c ^ 2^(bits-1), the signed code c - 2^(bits-1) in two's complement.
+ * 2 bits: field k at bits 2k of the lane's 16-bit word.  3 bits: fields
+ * 0-4 at bits 3k of the word, field 7's top bit at its bit 15, and fields
+ * 5, 6 and field 7's low two bits at bits 0, 3 and 6 of the lane's byte
+ * after the words, so that all but field 7 are one field of one int16
+ * (a shift to the top, an arithmetic shift back: attn_codes.inc). */
+static void quad_lane_put(int bits, const uint8_t *codes, int L, uint8_t *word, uint8_t *byte) {
+    unsigned f[8], w = 0;
+    for (int k = 0; k < 8; k++) f[k] = codes[16 * k + L] ^ (1u << (bits - 1));
+    if (bits == 2) {
+        for (int k = 0; k < 8; k++) w |= f[k] << (2 * k);
+    } else {
+        for (int k = 0; k < 5; k++) w |= f[k] << (3 * k);
+        w |= (f[7] >> 2) << 15;
+        *byte = (uint8_t)(f[5] | f[6] << 3 | (f[7] & 3u) << 6);
+    }
+    kvq_wr16(word, (uint16_t)w);
+}
+static void quad_lane_get(int bits, const uint8_t *word, const uint8_t *byte, int L, uint8_t *codes) {
+    const unsigned w = kvq_rd16(word), flip = 1u << (bits - 1);
+    for (int k = 0; k < 8; k++) {
+        unsigned f;
+        if (bits == 2) f = w >> (2 * k) & 3u;
+        else if (k < 5) f = w >> (3 * k) & 7u;
+        else if (k < 7) f = (unsigned)*byte >> (3 * (k - 5)) & 7u;
+        else f = (w >> 15) << 2 | (unsigned)*byte >> 6;
+        codes[16 * k + L] = (uint8_t)(f ^ flip);
+    }
+}
+
+void kvq_vpairs_put_quad(int bits, const uint8_t codes[128], uint8_t *unit, int half) {
+    for (int L = 0; L < 16; L++)
+        quad_lane_put(bits, codes, L, unit + 4 * L + 2 * half, unit + KVQ_VPAIRS_UNIT + 2 * L + half);
+}
+void kvq_vpairs_get_quad(int bits, const uint8_t *unit, int half, uint8_t codes[128]) {
+    for (int L = 0; L < 16; L++)
+        quad_lane_get(bits, unit + 4 * L + 2 * half, unit + KVQ_VPAIRS_UNIT + 2 * L + half, L, codes);
+}
+
+/* q3_0, q3_1, q2_0, q2_1: per block quad and key pair a unit (above).  A
  * row block: d (and m), then the 3-bit types' bit plane (4 bytes), then
  * the crumb plane (quant_block.c); the group: d[nb][16] (and m[nb][16])
  * then the units. */
@@ -243,19 +280,12 @@ static void vpairs3_put_row(kvq_type t, uint8_t *head, int dim, int pos, const u
         for (int h = 0; h < hdr; h += 2)   /* d[nb][16], then m[nb][16] */
             memcpy(group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), row + (size_t)b * bytes + h, 2);
     for (int bq = 0; bq < nb / 4; bq++) {
-        uint8_t *unit = vpairs3_unit(t, group, nb, hdr, lane, bq);
-        for (int L = 0; L < 16; L++) {
-            unsigned c = 0, h = 0;
-            for (int k = 0; k < 8; k++) {
-                const int d = 16 * k + L, b = 4 * bq + d / 32, i = d % 32;
-                const uint8_t *blk = row + (size_t)b * bytes;
-                const unsigned crumb = (unsigned)row_plane_code(blk + crumbs, 2, i);
-                c |= (three ? crumb : crumb ^ 2u) << (2 * k);
-                if (three) h |= ((unsigned)row_plane_code(blk + highs, 1, i) ^ 1u) << k;
-            }
-            kvq_wr16(unit + 4 * L + 2 * (lane % 2), (uint16_t)c);
-            if (three) unit[64 + 2 * L + lane % 2] = (uint8_t)h;
+        uint8_t codes[128];
+        for (int d = 0; d < 128; d++) {
+            const uint8_t *blk = row + (size_t)(4 * bq + d / 32) * bytes;
+            codes[d] = (uint8_t)(row_plane_code(blk + crumbs, 2, d % 32) | (three ? row_plane_code(blk + highs, 1, d % 32) << 2 : 0));
         }
+        kvq_vpairs_put_quad(three ? 3 : 2, codes, vpairs3_unit(t, group, nb, hdr, lane, bq), lane % 2);
     }
 }
 
@@ -271,16 +301,12 @@ static void vpairs3_get_row(kvq_type t, const uint8_t *head, int dim, int pos, u
         memset(row + (size_t)b * bytes + hdr, 0, (size_t)(bytes - hdr));
     }
     for (int bq = 0; bq < nb / 4; bq++) {
-        const uint8_t *unit = vpairs3_unit(t, group, nb, hdr, lane, bq);
-        for (int L = 0; L < 16; L++) {
-            const unsigned c = kvq_rd16(unit + 4 * L + 2 * (lane % 2)), h = three ? unit[64 + 2 * L + lane % 2] : 0u;
-            for (int k = 0; k < 8; k++) {
-                const int d = 16 * k + L, b = 4 * bq + d / 32, i = d % 32;
-                uint8_t *blk = row + (size_t)b * bytes;
-                const unsigned crumb = c >> (2 * k) & 3u;
-                row_plane_set(blk + crumbs, 2, i, (int)(three ? crumb : crumb ^ 2u));
-                if (three) row_plane_set(blk + highs, 1, i, (int)((h >> k & 1u) ^ 1u));
-            }
+        uint8_t codes[128];
+        kvq_vpairs_get_quad(three ? 3 : 2, vpairs3_unit(t, group, nb, hdr, lane, bq), lane % 2, codes);
+        for (int d = 0; d < 128; d++) {
+            uint8_t *blk = row + (size_t)(4 * bq + d / 32) * bytes;
+            row_plane_set(blk + crumbs, 2, d % 32, codes[d] & 3);
+            if (three) row_plane_set(blk + highs, 1, d % 32, codes[d] >> 2);
         }
     }
 }

@@ -144,17 +144,19 @@ void kvq_lanes_get_plane(const uint8_t *src, int bits, uint8_t codes[32]);
  *
  * q3_0, q3_1, q2_0 and q2_1 (rows of whole block quads, dim % 128 ==
  * 0): d[nb][16] (the q*_1 types: then m[nb][16]), then per block quad bq
- * (blocks 4bq .. 4bq + 3, dims 0..127 of the quad) and key pair u a unit
- * of KVQ_VPAIRS_UNIT bytes of crumbs, dword L holding the crumbs of quad
- * dims 16k + L (k < 8) of key 2u at bits 2k, 2k + 1 and of key 2u + 1 at
- * 16 + 2k; the 3-bit types then 32 bytes of high bits, byte 2L (key 2u)
- * and 2L + 1 (key 2u + 1) holding those dims' high bits at bit k.  Stored
- * so that the signed code (c - 4, c - 2) is the field in two's
- * complement: the 3-bit types' high bit flipped (c - 4 = crumb - 4 (1 -
- * hi)), the 2-bit types' crumb high bit flipped (c ^ 2); a q*_1 value d c
- * + m is d (c - o) + (m + o d).  The crumb and the high bit shifted to
- * the top of each int16 are then the signed pair, one arithmetic shift
- * away; field k is block 4bq + k / 2's dims 16 (k % 2) + L, q8_0's sums. */
+ * (blocks 4bq .. 4bq + 3, dims 0..127 of the quad) and key pair u a unit:
+ * 64 bytes of words, then (3-bit types) 32 bytes, one byte per lane and
+ * key.  Field k of lane L is quad dim 16k + L, stored as f = c ^ 2^(bits
+ * - 1): the signed code (c - 4, c - 2) in two's complement.  2 bits: dword
+ * L holds key 2u's fields at bits 2k and key 2u + 1's at 16 + 2k.  3 bits:
+ * dword L holds key 2u's fields 0-4 at bits 3k and its field 7's top bit
+ * at bit 15 (key 2u + 1's from bit 16 on), and byte 2L (key 2u) or 2L + 1
+ * (key 2u + 1) after the words holds fields 5 and 6 at bits 0 and 3 and
+ * field 7's low two bits at bit 6.  A field shifted to the top of its
+ * int16 is then the signed pair, one arithmetic shift away (field 7: its
+ * two parts joined by one select); field k is block 4bq + k / 2's dims
+ * 16 (k % 2) + L, q8_0's sums; a q*_1 value d c + m is d (c - o) + (m +
+ * o d). */
 bool kvq_vpairs_type(kvq_type t, int dim);
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row);
 void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row);
@@ -162,6 +164,12 @@ void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8
  * or crumbs (the 3- and 2-bit types; q8_0: of its block); then 16 bytes
  * per further bit of a code (32 for the 3-bit types' one). */
 enum { KVQ_VPAIRS_UNIT = 64 };
+/* One key's codes of a block quad (quad dim order, each below 2^bits, bits
+ * 2 or 3) into its half (key 2u + half) of a unit, and back: the placement
+ * above, for every writer of these units (block rows here, KVarN's 2- and
+ * 3-bit V records in cache_tiles_layout.c). */
+void kvq_vpairs_put_quad(int bits, const uint8_t codes[128], uint8_t *unit, int half);
+void kvq_vpairs_get_quad(int bits, const uint8_t *unit, int half, uint8_t codes[128]);
 /* Bytes of one unit of a type whose codes have `bits` bits (the writer,
  * cache_lanes.c, and the kernels, attn_codes.inc, both read this). */
 static inline size_t kvq_vpairs_unit_bytes(int bits) {

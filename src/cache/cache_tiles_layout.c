@@ -99,20 +99,8 @@ static void v_put_token(kvq_kvarn_shape s, const uint8_t *c, int t, uint8_t *pay
             uint8_t *unit = group + 64 * (size_t)(8 * b + u);
             for (int i = 0; i < 32; i++) unit[4 * (i % 16) + 2 * half + i / 16] = (uint8_t)(c[32 * b + i] ^ 0x80u);
         }
-    } else if (s.bits <= 3) {   /* block quads: dword L = crumbs of quad channels 16k + L, then the high bits */
-        for (int q = 0; q < s.width / 128; q++) {
-            uint8_t *unit = group + unit_bytes * (size_t)(8 * q + u);
-            for (int L = 0; L < 16; L++) {
-                unsigned lo = 0, hi = 0;
-                for (int k = 0; k < 8; k++) {
-                    const unsigned code = c[128 * q + 16 * k + L];
-                    lo |= ((code & 3u) ^ (s.bits == 2 ? 2u : 0u)) << (2 * k);
-                    hi |= (((code >> 2) & 1u) ^ 1u) << k;
-                }
-                kvq_wr16(unit + 4 * L + 2 * half, (uint16_t)lo);
-                if (s.bits == 3) unit[64 + 2 * L + half] = (uint8_t)hi;
-            }
-        }
+    } else if (s.bits <= 3) {   /* block quads, as q3_0's and q2_0's (kvq_vpairs_put_quad) */
+        for (int q = 0; q < s.width / 128; q++) kvq_vpairs_put_quad(s.bits, c + 128 * q, group + unit_bytes * (size_t)(8 * q + u), half);
     } else {   /* block pairs: dword L = 2j + e, the nibbles of channels 8k + j of block 2 bp + e */
         for (int b = 0; b < s.width / 32; b++) {
             uint8_t *unit = group + unit_bytes * (size_t)(8 * (b / 2) + u);
@@ -142,15 +130,7 @@ static void v_get_token(kvq_kvarn_shape s, const uint8_t *payload, int t, uint8_
             for (int i = 0; i < 32; i++) c[32 * b + i] = (uint8_t)(unit[4 * (i % 16) + 2 * half + i / 16] ^ 0x80u);
         }
     } else if (s.bits <= 3) {
-        for (int q = 0; q < s.width / 128; q++) {
-            const uint8_t *unit = group + unit_bytes * (size_t)(8 * q + u);
-            for (int L = 0; L < 16; L++) {
-                const unsigned lo = kvq_rd16(unit + 4 * L + 2 * half), hi = s.bits == 3 ? unit[64 + 2 * L + half] : 0u;
-                for (int k = 0; k < 8; k++)
-                    c[128 * q + 16 * k + L] = (uint8_t)((((lo >> (2 * k)) & 3u) ^ (s.bits == 2 ? 2u : 0u)) |
-                                                        (s.bits == 3 ? (((hi >> k) & 1u) ^ 1u) << 2 : 0u));
-            }
-        }
+        for (int q = 0; q < s.width / 128; q++) kvq_vpairs_get_quad(s.bits, group + unit_bytes * (size_t)(8 * q + u), half, c + 128 * q);
     } else {
         for (int b = 0; b < s.width / 32; b++) {
             const uint8_t *unit = group + unit_bytes * (size_t)(8 * (b / 2) + u);
