@@ -6,14 +6,15 @@
 #define ONE(h, b0, o0) { h, 1, { { b0, o0, 0 }, { 0, 0, 0 } } }
 #define TWO(h, b0, o0, s0, b1, o1, s1) { h, 2, { { b0, o0, s0 }, { b1, o1, s1 } } }
 /* the row formats' planes (quant_block.c): narrowest first, it holds the
- * high bits; q8_0 one plane of bytes */
+ * high bits; q8_0 one plane of bytes; the 3-bit types one plane of whole
+ * codes (the row's bit plane and the crumb plane after it, read as one) */
 static const kvq_lanes_spec k_specs[KVQ_TYPE_COUNT] = {
     [KVQ_TYPE_Q8_0] = ONE(2, 8, 2),
     [KVQ_TYPE_Q6_0] = TWO(2, 2, 2, 4, 4, 10, 0), [KVQ_TYPE_Q6_1] = TWO(4, 2, 4, 4, 4, 12, 0),
     [KVQ_TYPE_Q5_0] = TWO(2, 1, 2, 4, 4, 6, 0),  [KVQ_TYPE_Q5_1] = TWO(4, 1, 4, 4, 4, 8, 0),
     [KVQ_TYPE_Q4_0] = ONE(2, 4, 2),              [KVQ_TYPE_Q4_1] = ONE(4, 4, 4),
     [KVQ_TYPE_IQ4_NL] = ONE(2, 4, 2),
-    [KVQ_TYPE_Q3_0] = TWO(2, 1, 2, 2, 2, 6, 0),  [KVQ_TYPE_Q3_1] = TWO(4, 1, 4, 2, 2, 8, 0),
+    [KVQ_TYPE_Q3_0] = ONE(2, 3, 2),              [KVQ_TYPE_Q3_1] = ONE(4, 3, 4),
     [KVQ_TYPE_Q2_0] = ONE(2, 2, 2),              [KVQ_TYPE_Q2_1] = ONE(4, 2, 4),
 };
 #undef ONE
@@ -28,11 +29,14 @@ bool kvq_lanes_type(kvq_type t, int dim) {
 }
 
 /* Code i (0..31) of a row plane of `bits` (quant_block.c): 8, byte i; 4,
- * byte i % 16, nibble i / 16; 2, byte i % 8, crumb i / 8; 1, bit i. */
+ * byte i % 16, nibble i / 16; 2, byte i % 8, crumb i / 8; 1, bit i; 3, the
+ * 3-bit types' bit plane (4 bytes, the code's bit 2) and the crumb plane
+ * after it (its bits 0-1) together. */
 static int row_plane_code(const uint8_t *p, int bits, int i) {
     switch (bits) {
     case 8: return p[i];
     case 4: return (p[i % 16] >> (4 * (i / 16))) & 15;
+    case 3: return ((p[i / 8] >> (i % 8)) & 1) << 2 | ((p[4 + i % 8] >> (2 * (i / 8))) & 3);
     case 2: return (p[i % 8] >> (2 * (i / 8))) & 3;
     default: return (p[i / 8] >> (i % 8)) & 1;
     }
@@ -41,28 +45,43 @@ static void row_plane_set(uint8_t *p, int bits, int i, int c) {
     switch (bits) {
     case 8: p[i] = (uint8_t)c; break;
     case 4: p[i % 16] |= (uint8_t)(c << (4 * (i / 16))); break;
+    case 3: p[i / 8] |= (uint8_t)((c >> 2) << (i % 8)); p[4 + i % 8] |= (uint8_t)((c & 3) << (2 * (i / 8))); break;
     case 2: p[i % 8] |= (uint8_t)(c << (2 * (i / 8))); break;
     default: p[i / 8] |= (uint8_t)(c << (i % 8)); break;
     }
 }
 
-/* Where code i sits in a lanes plane of `bits`: its pair p = i / 2 is
- * k = p % (16 / bits) of dword p / (16 / bits), the even code in the low
- * half, the odd one in the high half. */
-static int lanes_dword(int bits, int i) { return i / 2 / (16 / bits); }
-static int lanes_bit(int bits, int i) { return (i % 2) * 16 + bits * (i / 2 % (16 / bits)); }
+/* Where code i sits in a lanes plane of `bits` (1, 2, 4, 8): its pair p =
+ * i / 2 is k = p % (16 / bits) of dword p / (16 / bits), the even code in
+ * the low half, the odd one in the high half.  3 bits: pairs p < 15 are
+ * k = p % 5 of dword p / 5 (bits 3k of each half); the last pair's bit b
+ * is the top bit of each half of dword b. */
+static int lanes_dword(int bits, int i) { return bits == 3 ? i / 10 : i / 2 / (16 / bits); }
+static int lanes_bit(int bits, int i) { return (i % 2) * 16 + (bits == 3 ? 3 * (i / 2 % 5) : bits * (i / 2 % (16 / bits))); }
 
 /* The loops below are inlined with `bits` a constant (the switches), so
  * that they fold into fixed shifts: every K row of a cache write, and
  * every KVarN K record (cache_tiles_layout.c), goes through them. */
 static inline void put_plane_bits(const uint8_t *codes, int bits, uint8_t *dst) {
     uint32_t dw[8] = { 0 };
-    _Pragma("GCC unroll 32") for (int i = 0; i < 32; i++) dw[lanes_dword(bits, i)] |= (uint32_t)codes[i] << lanes_bit(bits, i);
+    const int whole = bits == 3 ? 30 : 32;   /* the pairs in fields */
+    _Pragma("GCC unroll 32") for (int i = 0; i < whole; i++) dw[lanes_dword(bits, i)] |= (uint32_t)codes[i] << lanes_bit(bits, i);
+    if (bits == 3)
+        for (int b = 0; b < 3; b++) dw[b] |= (uint32_t)(codes[30] >> b & 1) << 15 | (uint32_t)(codes[31] >> b & 1) << 31;
     for (int j = 0; j < bits; j++) kvq_wr32(dst + 64 * j, dw[j]);
 }
 static inline void get_plane_bits(const uint8_t *src, int bits, uint8_t *codes) {
-    _Pragma("GCC unroll 32") for (int i = 0; i < 32; i++)
+    const int whole = bits == 3 ? 30 : 32;
+    _Pragma("GCC unroll 32") for (int i = 0; i < whole; i++)
         codes[i] = (uint8_t)((kvq_rd32(src + 64 * lanes_dword(bits, i)) >> lanes_bit(bits, i)) & ((1u << bits) - 1));
+    if (bits == 3) {
+        codes[30] = codes[31] = 0;
+        for (int b = 0; b < 3; b++) {
+            const uint32_t d = kvq_rd32(src + 64 * b);
+            codes[30] |= (uint8_t)((d >> 15 & 1) << b);
+            codes[31] |= (uint8_t)((d >> 31 & 1) << b);
+        }
+    }
 }
 static inline void row_codes_bits(const uint8_t *p, int bits, uint8_t *codes) {
     _Pragma("GCC unroll 32") for (int i = 0; i < 32; i++) codes[i] = (uint8_t)row_plane_code(p, bits, i);
@@ -72,6 +91,7 @@ void kvq_lanes_put_plane(const uint8_t codes[32], int bits, uint8_t *dst) {
     switch (bits) {
     case 8: put_plane_bits(codes, 8, dst); break;
     case 4: put_plane_bits(codes, 4, dst); break;
+    case 3: put_plane_bits(codes, 3, dst); break;
     case 2: put_plane_bits(codes, 2, dst); break;
     default: put_plane_bits(codes, 1, dst); break;
     }
@@ -81,6 +101,7 @@ void kvq_lanes_get_plane(const uint8_t *src, int bits, uint8_t codes[32]) {
     switch (bits) {
     case 8: get_plane_bits(src, 8, codes); break;
     case 4: get_plane_bits(src, 4, codes); break;
+    case 3: get_plane_bits(src, 3, codes); break;
     case 2: get_plane_bits(src, 2, codes); break;
     default: get_plane_bits(src, 1, codes); break;
     }
@@ -97,6 +118,7 @@ static void put_row_plane(const uint8_t *p, int bits, uint8_t *dst) {
     switch (bits) {
     case 8: put_row_plane_bits(p, 8, dst); break;
     case 4: put_row_plane_bits(p, 4, dst); break;
+    case 3: put_row_plane_bits(p, 3, dst); break;
     case 2: put_row_plane_bits(p, 2, dst); break;
     default: put_row_plane_bits(p, 1, dst); break;
     }
@@ -274,7 +296,7 @@ static void vpairs3_put_row(kvq_type t, uint8_t *head, int dim, int pos, const u
     const bool three = vpairs_three(t);
     const int hdr = kvq_lanes_spec_of(t)->header, bytes = kvq_lanes_block_bytes(kvq_lanes_spec_of(t)) / KVQ_LANES;
     const int nb = dim / 32, lane = pos % KVQ_LANES;
-    const int crumbs = plane_offset(t, 2), highs = plane_offset(t, 1);   /* in a row block */
+    const int bits = three ? 3 : 2, codes_at = plane_offset(t, bits);   /* in a row block */
     uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
     for (int b = 0; b < nb; b++)
         for (int h = 0; h < hdr; h += 2)   /* d[nb][16], then m[nb][16] */
@@ -283,9 +305,9 @@ static void vpairs3_put_row(kvq_type t, uint8_t *head, int dim, int pos, const u
         uint8_t codes[128];
         for (int d = 0; d < 128; d++) {
             const uint8_t *blk = row + (size_t)(4 * bq + d / 32) * bytes;
-            codes[d] = (uint8_t)(row_plane_code(blk + crumbs, 2, d % 32) | (three ? row_plane_code(blk + highs, 1, d % 32) << 2 : 0));
+            codes[d] = (uint8_t)row_plane_code(blk + codes_at, bits, d % 32);
         }
-        kvq_vpairs_put_quad(three ? 3 : 2, codes, vpairs3_unit(t, group, nb, hdr, lane, bq), lane % 2);
+        kvq_vpairs_put_quad(bits, codes, vpairs3_unit(t, group, nb, hdr, lane, bq), lane % 2);
     }
 }
 
@@ -293,7 +315,7 @@ static void vpairs3_get_row(kvq_type t, const uint8_t *head, int dim, int pos, u
     const bool three = vpairs_three(t);
     const int hdr = kvq_lanes_spec_of(t)->header, bytes = kvq_lanes_block_bytes(kvq_lanes_spec_of(t)) / KVQ_LANES;
     const int nb = dim / 32, lane = pos % KVQ_LANES;
-    const int crumbs = plane_offset(t, 2), highs = plane_offset(t, 1);
+    const int bits = three ? 3 : 2, codes_at = plane_offset(t, bits);
     uint8_t *group = (uint8_t *)(uintptr_t)head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
     for (int b = 0; b < nb; b++) {
         for (int h = 0; h < hdr; h += 2)
@@ -302,12 +324,8 @@ static void vpairs3_get_row(kvq_type t, const uint8_t *head, int dim, int pos, u
     }
     for (int bq = 0; bq < nb / 4; bq++) {
         uint8_t codes[128];
-        kvq_vpairs_get_quad(three ? 3 : 2, vpairs3_unit(t, group, nb, hdr, lane, bq), lane % 2, codes);
-        for (int d = 0; d < 128; d++) {
-            uint8_t *blk = row + (size_t)(4 * bq + d / 32) * bytes;
-            row_plane_set(blk + crumbs, 2, d % 32, codes[d] & 3);
-            if (three) row_plane_set(blk + highs, 1, d % 32, codes[d] >> 2);
-        }
+        kvq_vpairs_get_quad(bits, vpairs3_unit(t, group, nb, hdr, lane, bq), lane % 2, codes);
+        for (int d = 0; d < 128; d++) row_plane_set(row + (size_t)(4 * bq + d / 32) * bytes + codes_at, bits, d % 32, codes[d]);
     }
 }
 

@@ -31,7 +31,11 @@
  *                     masked in place, its pairs already scaled by 2^shift;
  *                     q8_0's bytes, c0 c2 c1 c3 per dword, are
  *                     sign-extended; iq4_nl's nibbles looked up in its
- *                     book first).
+ *                     book first).  q3_0 and q3_1: one plane of whole
+ *                     3-bit codes, pairs p < 15 at bits 3k and 16 + 3k
+ *                     of dword j (p = 5j + k), the last pair's bit b at
+ *                     bits 15 and 31 of dword b: a shift and a mask per
+ *                     pair, not a pair from each of two planes joined.
 
  * The layout is a property of the memory only: rows go in and come out
  * in the type's row format (kvq_lanes_put_row / kvq_lanes_get_row), state
@@ -58,7 +62,7 @@ enum {
  * in the row's order (narrowest first, quant_block.c). */
 enum { KVQ_LANES_MAX_PLANES = 2 };
 typedef struct kvq_lanes_plane {
-    int bits;            /* 8, 4, 2 or 1: dwords per key and block          */
+    int bits;            /* 8, 4, 3, 2 or 1: dwords per key and block       */
     int row_offset;      /* where the plane starts in a row's block         */
     int shift;           /* the bits of the code it holds: code >> shift    */
 } kvq_lanes_plane;

@@ -12,11 +12,12 @@
  *
  *   K (lanes): block b of group g at 64 bits (nb g + b), one dword per
  *     token lane l and plane dword j at 64 j + 4 l; the code split into
- *     the planes of the matching q*_1 type (narrowest first: 3 bits =
- *     bit 2, then bits 0-1; 5 = bit 4, then 0-3; 6 = bits 4-5, then 0-3),
- *     plane dword j holding the pairs p = j (16 / pbits) + k of channels
- *     (2p, 2p + 1) at bits pbits k and 16 + pbits k; 8-bit codes as
- *     q8_0's bytes c0 c2 c1 c3 per dword, read as code - 128.
+ *     the planes of the matching q*_1 type (narrowest first: 5 bits =
+ *     bit 4, then 0-3; 6 = bits 4-5, then 0-3), plane dword j holding
+ *     the pairs p = j (16 / pbits) + k of channels (2p, 2p + 1) at bits
+ *     pbits k and 16 + pbits k; 3-bit codes whole in one plane as q3_1's
+ *     (cache_lanes.h); 8-bit codes as q8_0's bytes c0 c2 c1 c3 per dword,
+ *     read as code - 128.
  *   V (pairs): the units of the matching q*_0 type (q8_0's for 8 bits,
  *     the block quads of q3_0 / q2_0 for 3 and 2 bits, widths of 128),
  *     two tokens' codes of a channel in one int32 lane, each code stored
@@ -42,10 +43,9 @@ bool kvq_tiles_layout_applies(kvq_kvarn_shape s) {
  * 8 bits one plane, q8_0's). */
 static int k_planes(int bits, int pbits[2], int shift[2]) {
     switch (bits) {
-    case 3: pbits[0] = 1; shift[0] = 2; pbits[1] = 2; shift[1] = 0; return 2;
     case 5: pbits[0] = 1; shift[0] = 4; pbits[1] = 4; shift[1] = 0; return 2;
     case 6: pbits[0] = 2; shift[0] = 4; pbits[1] = 4; shift[1] = 0; return 2;
-    default: pbits[0] = bits; shift[0] = 0; return 1;   /* 2, 4, 8 */
+    default: pbits[0] = bits; shift[0] = 0; return 1;   /* 2, 3 (whole codes, as q3_1's), 4, 8 */
     }
 }
 
