@@ -68,6 +68,40 @@ TEST(turbo_cache_rotation_is_the_formats) {
     kvq_cache_free(c);
 }
 
+/* A batch of trellis rows is quantised two at a time (write_row_pair):
+ * the cache holds the same rows as after one-token writes, odd batch
+ * lengths and a padded head (80 -> 128) included. */
+TEST(turbo_cache_batch_write_equals_token_writes) {
+    static const int dims[] = { 128, 80 };
+    for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
+        const int hd = dims[di], n = 7, heads = 2;
+        kvq_cache_params p;
+        attn_params(&p, heads, hd, hd, 16, KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO2_TCQ, KVQ_ROT_AUTO);
+        kvq_cache *batch = make_cache(&p), *single = make_cache(&p);
+        CHECK(batch && single, "hd %d: caches", hd);
+        if (!batch || !single) { kvq_cache_free(batch); kvq_cache_free(single); continue; }
+        float k[7 * 2 * 128], v[7 * 2 * 128];
+        test_rng r = { 80 + (uint64_t)hd, 0, 0 };
+        for (int i = 0; i < n * heads * hd; i++) k[i] = (float)test_rng_gauss(&r), v[i] = (float)test_rng_gauss(&r);
+        kvq_error err;
+        CHECK(!kvq_cache_write(batch, 0, 0, n, k, v, &err), "hd %d: batch write", hd);
+        for (int pos = 0; pos < n; pos++)
+            CHECK(!kvq_cache_write(single, 0, pos, 1, k + (size_t)pos * heads * hd, v + (size_t)pos * heads * hd, &err),
+                  "hd %d: write %d", hd, pos);
+        for (int side = 0; side < 2; side++)
+            for (int h = 0; h < heads; h++)
+                for (int pos = 0; pos < n; pos++) {
+                    float a[128], b[128];
+                    const bool ok = !kvq_cache_read_row(batch, 0, side, KVQ_PART_BODY, h, pos, a, &err) &&
+                                    !kvq_cache_read_row(single, 0, side, KVQ_PART_BODY, h, pos, b, &err);
+                    CHECK(ok && !memcmp(a, b, sizeof(float) * (size_t)hd), "hd %d side %d head %d row %d differs", hd,
+                          side, h, pos);
+                }
+        kvq_cache_free(batch);
+        kvq_cache_free(single);
+    }
+}
+
 /* Attention in the rotated domain == formula over the cached values (Q
  * rotated with R once, output rotated back once, rows read by dot_rot /
  * axpy_rot), every turbo type, heads 64/128/256/512 and padded 80/192, GQA,

@@ -417,6 +417,86 @@ TEST(turbo_viterbi_each_level_matches_scalar) {
     }
 }
 
+/* Each two-row Viterbi this CPU runs finds, for each row, the one-row
+ * path and cost of its level (itself the scalar path, above): rows of
+ * different kinds side by side (Gaussian, all zeros, codebook values,
+ * large values), every k and length. */
+TEST(turbo_viterbi2_each_level_matches_one_row) {
+    const kvq_cpu *cpu = kvq_cpu_features();
+    const struct { const char *name; turbo_viterbi_fn one; turbo_viterbi2_fn two; bool ok; } lv[] = {
+        { "avx2", turbo_viterbi_avx2, turbo_viterbi2_avx2, cpu->avx2 },
+        { "avx512", turbo_viterbi_avx512, turbo_viterbi2_avx512, cpu->avx512 },
+    };
+    test_rng r = { 78, 0, 0 };
+    static const int lens[] = { 1, 2, 37, 128 };
+    int runs = 0;
+    for (size_t l = 0; l < KVQ_ARRAY_LEN(lv); l++) {
+        if (!lv[l].ok) continue;
+        for (int k = 2; k <= 4; k++)
+            for (int kind = 0; kind < 4; kind++)
+                for (size_t li = 0; li < KVQ_ARRAY_LEN(lens); li++) {
+                    const int n = lens[li];
+                    const float *c = kvq_turbo_tcq_codebook(k);
+                    float x[2][128];
+                    for (int i = 0; i < n; i++) {
+                        x[0][i] = kind == 0 ? (float)test_rng_gauss(&r) : kind == 1 ? 0.0f
+                                : kind == 2 ? c[(i * 37) % (64 << k)] : 40.0f * (float)test_rng_gauss(&r);
+                        x[1][i] = (float)test_rng_gauss(&r);
+                    }
+                    uint16_t one[2][128], two[2][128];
+                    double e_one[2], e_two[2];
+                    for (int row = 0; row < 2; row++) e_one[row] = lv[l].one(k, c, x[row], n, one[row]);
+                    const float *const xs[2] = { x[0], x[1] };
+                    uint16_t *const ss[2] = { two[0], two[1] };
+                    lv[l].two(k, c, xs, n, ss, e_two);
+                    for (int row = 0; row < 2; row++)
+                        CHECK(e_two[row] == e_one[row] && !memcmp(two[row], one[row], sizeof(uint16_t) * n),
+                              "%s k=%d kind %d d=%d row %d: cost %.9g vs one row %.9g", lv[l].name, k, kind, n, row,
+                              e_two[row], e_one[row]);
+                    runs++;
+                }
+    }
+    if (!runs) printf("  no AVX2 on this CPU: the two-row Viterbi is not installed here\n");
+}
+
+/* Two rows at once store the bytes of two one-row calls: every trellis
+ * type, one and two blocks (192 = 128 + 64), a zero and a non-finite row
+ * next to a normal one (those go the one-row way); the other types are
+ * declined and nothing is written. */
+TEST(turbo_quantize_pair_equals_two_rows) {
+    test_rng r = { 79, 0, 0 };
+    static const kvq_turbo_type types[] = { KVQ_TURBO2_TCQ, KVQ_TURBO3_TCQ, KVQ_TURBO4_TCQ };
+    static const int dims[] = { 64, 128, 192 };
+    const bool has_two = turbo_active_kernels()->viterbi2 != NULL;
+    for (size_t ti = 0; ti < KVQ_ARRAY_LEN(types); ti++)
+        for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++)
+            for (int odd = 0; odd < 3; odd++) {
+                const kvq_turbo_type ty = types[ti];
+                const int d = dims[di];
+                float x[2][192];
+                gauss_vec(&r, x[0], d);
+                gauss_vec(&r, x[1], d);
+                if (odd == 1) memset(x[1], 0, sizeof x[1]);
+                if (odd == 2) x[0][d - 1] = INFINITY;
+                const size_t bytes = kvq_turbo_row_bytes(ty, d);
+                uint8_t one[2][256], two[2][256];
+                memset(two, 0xAB, sizeof two);
+                for (int row = 0; row < 2; row++) kvq_turbo_quantize(ty, x[row], one[row], d, NULL);
+                const bool took = kvq_turbo_quantize_pair(ty, x[0], x[1], two[0], two[1], d);
+                CHECK(took == has_two, "%s d=%d: pair %s", kvq_turbo_name(ty), d, took ? "taken" : "declined");
+                if (!took) continue;
+                for (int row = 0; row < 2; row++)
+                    CHECK(!memcmp(one[row], two[row], bytes), "%s d=%d case %d row %d: bytes differ",
+                          kvq_turbo_name(ty), d, odd, row);
+            }
+    float x[128] = { 1.0f };
+    uint8_t dst[2][128];
+    memset(dst, 0x5A, sizeof dst);
+    CHECK(!kvq_turbo_quantize_pair(KVQ_TURBO3, x, x, dst[0], dst[1], 128), "turbo3 (scalar codes) declined");
+    CHECK(!kvq_turbo_quantize_pair(KVQ_TURBO3_TCQ, x, x, dst[0], dst[1], 0), "a head of 0 declined");
+    CHECK(dst[0][0] == 0x5A && dst[1][127] == 0x5A, "nothing written when declined");
+}
+
 /* Attention's chunk kernels (kvq_turbo_chunk_scores / _values) at every
  * level this CPU runs: every type, heads of 64, 128 and 256 (two blocks),
  * G 1..8 (passes of 2 and 4 heads and their rests), key counts that fill

@@ -239,7 +239,7 @@ static void block_scales_ref(const uint8_t *const *rows, int nk, size_t at, floa
 static const turbo_kernels g_scalar_kernels = {
     turbo_scalar_dot_ref, { turbo_tcq_dot_ref, turbo_tcq_dot_ref, turbo_tcq_dot_ref },
     turbo_scalar_axpy_ref, { turbo_tcq_axpy_ref, turbo_tcq_axpy_ref, turbo_tcq_axpy_ref },
-    kvq_turbo_tcq_viterbi_scalar,
+    kvq_turbo_tcq_viterbi_scalar, NULL,
     scalar_dot_heads_ref, { tcq_dot_heads_ref, tcq_dot_heads_ref, tcq_dot_heads_ref },
     scalar_axpy_keys_ref, { tcq_axpy_keys_ref, tcq_axpy_keys_ref, tcq_axpy_keys_ref },
     block_scales_ref,
@@ -308,31 +308,69 @@ double kvq_turbo_ip_gain(kvq_turbo_type t) {
 
 /* --------------------------------------------------------------- encoding */
 
-/* Quantise the n real values of one block of width d into blk. */
-static void encode_block(kvq_turbo_type t, const float *x, int n, int d, uint8_t *blk,
-                         const turbo_kernels *kern) {
-    size_t bytes = kvq_turbo_block_bytes(t, d);
+/* The targets of one block of width d (n real values, zero-padded):
+ * sqrt(d) R x / ||x|| in y, unit variance, and ||x||.  A block with no
+ * direction (zero, NaN or Inf) is stored as its norm alone here, and
+ * false returned. */
+static bool block_targets(const float *x, int n, int d, float *y, double *norm, uint8_t *blk, size_t bytes) {
     memset(blk, 0, bytes);
-    float y[KVQ_TURBO_BLOCK];
     load_padded(y, x, n, d);
     double norm2 = 0.0;
     for (int i = 0; i < d; i++) norm2 += (double)y[i] * y[i];
-    double norm = sqrt(norm2);
-    if (!(norm > 0.0) || !isfinite(norm)) {          /* zero, NaN or Inf: no direction */
-        kvq_wr16(blk, kvq_float_to_half((float)norm));
-        return;
+    *norm = sqrt(norm2);
+    if (!(*norm > 0.0) || !isfinite(*norm)) {          /* zero, NaN or Inf: no direction */
+        kvq_wr16(blk, kvq_float_to_half((float)*norm));
+        return false;
     }
-    /* unit-variance targets: sqrt(d) * R x / ||x|| */
     rotate_block(y, d);
-    float to_unit = (float)(sqrt((double)d) / norm);
+    float to_unit = (float)(sqrt((double)d) / *norm);
     for (int i = 0; i < d; i++) y[i] *= to_unit;
+    return true;
+}
+
+/* The block's scale: ||c_hat|| at N(0,1/d) scale is sqrt(sumsq / d), so
+ * norm' = ||x|| / ||c_hat||. */
+static void block_finish(uint8_t *blk, double norm, double sumsq, int d) {
+    double norm_prime = sumsq > 0.0 ? norm / sqrt(sumsq / d) : 0.0;
+    kvq_wr16(blk, kvq_float_to_half((float)fmin(norm_prime, FP16_MAX)));
+}
+
+/* Quantise the n real values of one block of width d into blk. */
+static void encode_block(kvq_turbo_type t, const float *x, int n, int d, uint8_t *blk,
+                         const turbo_kernels *kern) {
+    float y[KVQ_TURBO_BLOCK];
+    double norm;
+    if (!block_targets(x, n, d, y, &norm, blk, kvq_turbo_block_bytes(t, d))) return;
     uint8_t *codes = blk + TURBO_NORM_BYTES;
     int bits = g_formats[t].bits;
     double sumsq = g_formats[t].tcq ? turbo_tcq_encode(bits, y, d, codes, kern->viterbi)
                                     : scalar_encode(bits, y, d, codes);
-    /* ||c_hat|| at N(0,1/d) scale is sqrt(sumsq / d); norm' = ||x|| / ||c_hat|| */
-    double norm_prime = sumsq > 0.0 ? norm / sqrt(sumsq / d) : 0.0;
-    kvq_wr16(blk, kvq_float_to_half((float)fmin(norm_prime, FP16_MAX)));
+    block_finish(blk, norm, sumsq, d);
+}
+
+/* Block `off` of two rows of a trellis type through the two-row Viterbi
+ * (the same paths as one row at a time); a block without a direction in
+ * either row goes the one-row way. */
+static void encode_block_pair(kvq_turbo_type t, const float *const x[2], int n, int d, uint8_t *const blk[2],
+                              const turbo_kernels *kern) {
+    float y[2][KVQ_TURBO_BLOCK];
+    double norm[2];
+    const size_t bytes = kvq_turbo_block_bytes(t, d);
+    const bool ok0 = block_targets(x[0], n, d, y[0], &norm[0], blk[0], bytes);
+    const bool ok1 = block_targets(x[1], n, d, y[1], &norm[1], blk[1], bytes);
+    if (!ok0 || !ok1) {
+        if (ok0) encode_block(t, x[0], n, d, blk[0], kern);
+        if (ok1) encode_block(t, x[1], n, d, blk[1], kern);
+        return;
+    }
+    const int k = g_formats[t].bits;
+    uint16_t states[2][KVQ_TURBO_BLOCK];
+    const float *const ys[2] = { y[0], y[1] };
+    uint16_t *const ss[2] = { states[0], states[1] };
+    double err[2];
+    kern->viterbi2(k, kvq_turbo_tcq_codebook(k), ys, d, ss, err);
+    for (int r = 0; r < 2; r++)
+        block_finish(blk[r], norm[r], turbo_tcq_store(k, states[r], d, blk[r] + TURBO_NORM_BYTES), d);
 }
 
 static kvq_status check_row(kvq_turbo_type t, int head_dim, kvq_error *err) {
@@ -364,6 +402,21 @@ kvq_status kvq_turbo_quantize(kvq_turbo_type t, const float *x, void *dst, int h
 kvq_status kvq_turbo_quantize_scalar(kvq_turbo_type t, const float *x, void *dst, int head_dim,
                                      kvq_error *err) {
     return quantize_with(&g_scalar_kernels, t, x, dst, head_dim, err);
+}
+
+bool kvq_turbo_quantize_pair(kvq_turbo_type t, const float *x0, const float *x1, void *dst0, void *dst1,
+                             int head_dim) {
+    const turbo_kernels *kern = turbo_active_kernels();
+    if (!valid_type(t) || !g_formats[t].tcq || !kern->viterbi2 || check_row(t, head_dim, NULL) != KVQ_OK)
+        return false;
+    uint8_t *blk[2] = { dst0, dst1 };
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
+        const int d = block_dim_at(head_dim, off);
+        const float *const x[2] = { x0 + off, x1 + off };
+        encode_block_pair(t, x, KVQ_MIN(d, head_dim - off), d, blk, kern);
+        for (int r = 0; r < 2; r++) blk[r] += kvq_turbo_block_bytes(t, d);
+    }
+    return true;
 }
 
 /* --------------------------------------------------- rotated-domain rows */

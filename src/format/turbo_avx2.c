@@ -126,6 +126,7 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
 #define V_GATHER(dst, base, idx) \
     _mm256_storeu_ps((dst), _mm256_i32gather_ps((base), _mm256_loadu_si256((const __m256i *)(const void *)(idx)), 4))
 #define VITERBI_FN turbo_viterbi_avx2
+#define VITERBI2_FN turbo_viterbi2_avx2
 
 /* k >= 3: one run of 8 columns shares need[m]; k = 2: two runs of 4. */
 ALWAYS_INLINE __m256 need_avx2(const float *need, int m, int k) {
@@ -166,4 +167,5 @@ void turbo_install_avx2(turbo_kernels *k) {
     install_blocks_avx2(k);
     k->scales = block_scales_avx2;
     k->viterbi = turbo_viterbi_avx2;
+    k->viterbi2 = turbo_viterbi2_avx2;
 }

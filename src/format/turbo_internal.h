@@ -43,10 +43,16 @@ typedef void (*turbo_scales_fn)(const uint8_t *const *rows, int nk, size_t at, f
  * level may read some widths one way and others another (AVX-512 with
  * VBMI: table look-ups for k = 2, 3, scalar loads for k = 4). */
 enum { TURBO_TCQ_WIDTHS = 3 };
+/* Two rows x[0], x[1] at once (their steps interleaved): the states and
+ * costs of two calls of the one-row form. */
+typedef void (*turbo_viterbi2_fn)(int k, const float *c, const float *const x[2], int d, uint16_t *const states[2],
+                                  double err[2]);
+
 typedef struct turbo_kernels {
     turbo_dot_fn  scalar_dot, tcq_dot[TURBO_TCQ_WIDTHS];
     turbo_axpy_fn scalar_axpy, tcq_axpy[TURBO_TCQ_WIDTHS];
     turbo_viterbi_fn viterbi;
+    turbo_viterbi2_fn viterbi2;      /* NULL: one row at a time only */
     turbo_dot_heads_fn scalar_dot_heads, tcq_dot_heads[TURBO_TCQ_WIDTHS];
     turbo_axpy_keys_fn scalar_axpy_keys, tcq_axpy_keys[TURBO_TCQ_WIDTHS];
     turbo_scales_fn scales;
@@ -89,6 +95,9 @@ void turbo_install_avx512(turbo_kernels *k);
  * the same states and cost as kvq_turbo_tcq_viterbi_scalar. */
 double turbo_viterbi_avx2(int k, const float *c, const float *x, int d, uint16_t *states);
 double turbo_viterbi_avx512(int k, const float *c, const float *x, int d, uint16_t *states);
+void turbo_viterbi2_avx2(int k, const float *c, const float *const x[2], int d, uint16_t *const states[2], double err[2]);
+void turbo_viterbi2_avx512(int k, const float *c, const float *const x[2], int d, uint16_t *const states[2],
+                           double err[2]);
 
 /* Scalar reference kernels (src/format/turbo.c, src/format/turbo_tcq.c). */
 float turbo_scalar_dot_ref(const uint8_t *codes, const float *codebook, int bits,
@@ -102,6 +111,9 @@ void  turbo_tcq_axpy_ref(const uint8_t *codes, const float *codebook, int k,
 /* Encode d unit-variance rotated targets into the code stream; returns
  * sum of squares of the chosen unit-variance reconstruction values. */
 double turbo_tcq_encode(int k, const float *x, int d, uint8_t *codes, turbo_viterbi_fn viterbi);
+/* A path's bit stream into codes (zeroed) and sum c[s_t]^2: the second
+ * half of turbo_tcq_encode, for paths found elsewhere (two rows at once). */
+double turbo_tcq_store(int k, const uint16_t *states, int d, uint8_t *codes);
 
 /* The committed trellis codebook of k (2..4) by pairs of neighbouring
  * values: entry i = { c[i & (2^L - 1)], c[i >> k] } for the L + k bit

@@ -145,19 +145,25 @@ static void put_stream(uint8_t *codes, const uint16_t *states, int d, int k) {
     if (nbits) codes[pos] |= (uint8_t)acc;
 }
 
-double turbo_tcq_encode(int k, const float *x, int d, uint8_t *codes, turbo_viterbi_fn viterbi) {
-    const float *c = kvq_turbo_tcq_codebook(k);
-    uint16_t states[KVQ_TURBO_BLOCK];
-    viterbi(k, c, x, d, states);
-    if (viterbi == kvq_turbo_tcq_viterbi_scalar) {      /* the reference: bit by bit */
-        put_bits(codes, 0, states[0] & CTX_MASK, CTX_BITS);
-        for (int t = 0; t < d; t++) put_bits(codes, CTX_BITS + t * k, (uint32_t)states[t] >> CTX_BITS, k);
-    } else {
-        put_stream(codes, states, d, k);
-    }
+/* sum c[s_t]^2 of a path: the reconstruction's squared norm */
+static double path_sumsq(const float *c, const uint16_t *states, int d) {
     double sumsq = 0.0;
     for (int t = 0; t < d; t++) sumsq += (double)c[states[t]] * c[states[t]];
     return sumsq;
+}
+
+double turbo_tcq_store(int k, const uint16_t *states, int d, uint8_t *codes) {
+    put_stream(codes, states, d, k);
+    return path_sumsq(kvq_turbo_tcq_codebook(k), states, d);
+}
+
+double turbo_tcq_encode(int k, const float *x, int d, uint8_t *codes, turbo_viterbi_fn viterbi) {
+    uint16_t states[KVQ_TURBO_BLOCK];
+    viterbi(k, kvq_turbo_tcq_codebook(k), x, d, states);
+    if (viterbi != kvq_turbo_tcq_viterbi_scalar) return turbo_tcq_store(k, states, d, codes);
+    put_bits(codes, 0, states[0] & CTX_MASK, CTX_BITS);      /* the reference: bit by bit */
+    for (int t = 0; t < d; t++) put_bits(codes, CTX_BITS + t * k, (uint32_t)states[t] >> CTX_BITS, k);
+    return path_sumsq(kvq_turbo_tcq_codebook(k), states, d);
 }
 
 float turbo_tcq_dot_ref(const uint8_t *codes, const float *codebook, int k,

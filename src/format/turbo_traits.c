@@ -50,6 +50,32 @@ static void quantize_rot(kvq_turbo_type t, turbo_quantize_fn q, const float *x_r
     free(pad);
 }
 
+/* The trellis type of a table row, false for the others. */
+static bool tcq_type_of(kvq_type ty, kvq_turbo_type *t) {
+    switch (ty) {
+    case KVQ_TYPE_TURBO2_TCQ: *t = KVQ_TURBO2_TCQ; return true;
+    case KVQ_TYPE_TURBO3_TCQ: *t = KVQ_TURBO3_TCQ; return true;
+    case KVQ_TYPE_TURBO4_TCQ: *t = KVQ_TURBO4_TCQ; return true;
+    default: return false;
+    }
+}
+
+bool kvq_turbo_pair_type(kvq_type ty) {
+    kvq_turbo_type t;
+    return tcq_type_of(ty, &t);
+}
+
+bool kvq_turbo_quantize_rot_pair(kvq_type ty, const float *x0_rot, const float *x1_rot, void *dst0, void *dst1,
+                                 int64_t n) {
+    kvq_turbo_type t;
+    const int d = kvq_turbo_rot_dim((int)n);
+    if (!tcq_type_of(ty, &t) || d != n || d > STACK_ROW) return false;
+    float x0[STACK_ROW], x1[STACK_ROW];
+    kvq_turbo_unrotate(x0_rot, x0, d);
+    kvq_turbo_unrotate(x1_rot, x1, d);
+    return kvq_turbo_quantize_pair(t, x0, x1, dst0, dst1, d);
+}
+
 typedef void (*turbo_axpy_rot_fn)(kvq_turbo_type, float, const void *, float *, int);
 
 /* R x_hat: axpy with weight 1 into zeros (exactly the codebook value times

@@ -28,6 +28,14 @@ KVQ_TURBO_TRAIT_DECL(turbo4_tcq)
  * where the CPU has it, decided inside src/format/turbo.c). */
 void kvq_turbo_install_active(kvq_type_traits *table);
 
+/* Two rows of a trellis type, in its rotated domain, at once (the active
+ * level's two-row Viterbi, kvq_turbo_quantize_pair): the bytes of two
+ * quantize calls.  False, nothing written, where that does not apply (not
+ * a trellis type, n not a whole row of blocks, a level without it). */
+bool kvq_turbo_pair_type(kvq_type ty);
+bool kvq_turbo_quantize_rot_pair(kvq_type ty, const float *x0_rot, const float *x1_rot, void *dst0, void *dst1,
+                                 int64_t n);
+
 /* The cache's rotation of a turbo side: x[head_dim] -> out[rot_dim], and
  * acc[rot_dim] -> out[head_dim] (the inverse). */
 int  kvq_turbo_store_dim(int head_dim);

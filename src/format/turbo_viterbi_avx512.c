@@ -55,4 +55,5 @@ ALWAYS_INLINE void gather64(float *dst, const float *base, const int32_t *idx) {
 #define V_STORE_MIN(min_in, back, best, arg) store_min((min_in), (back), (best), (arg))
 #define V_GATHER(dst, base, idx) gather64((dst), (base), (idx))
 #define VITERBI_FN turbo_viterbi_avx512
+#define VITERBI2_FN turbo_viterbi2_avx512
 #include "turbo_viterbi.inc"
