@@ -63,7 +63,8 @@ enum {
 enum { KVQ_LANES_MAX_PLANES = 2 };
 typedef struct kvq_lanes_plane {
     int bits;            /* 8, 4, 3, 2 or 1: dwords per key and block       */
-    int row_offset;      /* where the plane starts in a row's block         */
+    int row_offset;      /* where the plane starts in a row's block (3 bits:
+                            the bit plane, the crumb plane 4 bytes on)     */
     int shift;           /* the bits of the code it holds: code >> shift    */
 } kvq_lanes_plane;
 typedef struct kvq_lanes_spec {

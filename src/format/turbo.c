@@ -348,9 +348,9 @@ static void encode_block(kvq_turbo_type t, const float *x, int n, int d, uint8_t
     block_finish(blk, norm, sumsq, d);
 }
 
-/* Block `off` of two rows of a trellis type through the two-row Viterbi
- * (the same paths as one row at a time); a block without a direction in
- * either row goes the one-row way. */
+/* One block of each of two rows of a trellis type through the two-row
+ * Viterbi (the same paths as one row at a time); where either block has
+ * no direction, the other goes the one-row way. */
 static void encode_block_pair(kvq_turbo_type t, const float *const x[2], int n, int d, uint8_t *const blk[2],
                               const turbo_kernels *kern) {
     float y[2][KVQ_TURBO_BLOCK];
