@@ -14,31 +14,20 @@
 #include "row_hooks.h"
 #include "format_row.h"
 #include "turbo.h"
+#include "turbo_traits.h"
 
 enum { FUSED_MAX_HEADS = 4 };   /* query vectors of one pass of the block kernels */
-
-static kvq_turbo_type turbo_of(kvq_type t) {
-    switch (t) {
-    case KVQ_TYPE_TURBO2: return KVQ_TURBO2;
-    case KVQ_TYPE_TURBO3: return KVQ_TURBO3;
-    case KVQ_TYPE_TURBO4: return KVQ_TURBO4;
-    case KVQ_TYPE_TURBO2_TCQ: return KVQ_TURBO2_TCQ;
-    case KVQ_TYPE_TURBO3_TCQ: return KVQ_TURBO3_TCQ;
-    case KVQ_TYPE_TURBO4_TCQ: return KVQ_TURBO4_TCQ;
-    default: return KVQ_TURBO_COUNT;
-    }
-}
 
 static void turbo_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows, int nk,
                          const attn_query *q, int G, float scale, float *w, int ldw) {
     if (!kr->fused || G > FUSED_MAX_HEADS) { attn_hooks_decode.score(kr, k, rows, nk, q, G, scale, w, ldw); return; }
-    kvq_turbo_chunk_scores(kr->isa, turbo_of(k->type), rows, nk, q->q, G, q->stride, (int)k->len, scale, w, ldw);
+    kvq_turbo_chunk_scores(kr->isa, kvq_turbo_of(k->type), rows, nk, q->q, G, q->stride, (int)k->len, scale, w, ldw);
 }
 
 static void turbo_values(const attn_block_kernels *kr, const attn_block_rows *v, const uint8_t *const *rows, int nk,
                          const float *w, int ldw, int G, float *acc, int acc_stride) {
     if (!kr->fused || G > FUSED_MAX_HEADS) { attn_hooks_decode.accumulate(kr, v, rows, nk, w, ldw, G, acc, acc_stride); return; }
-    kvq_turbo_chunk_values(kr->isa, turbo_of(v->type), rows, nk, w, ldw, G, acc, acc_stride, (int)v->len);
+    kvq_turbo_chunk_values(kr->isa, kvq_turbo_of(v->type), rows, nk, w, ldw, G, acc, acc_stride, (int)v->len);
 }
 
 static const kvq_row_hooks g_turbo_hooks = { .name = "turbo codes", .score = turbo_scores,

@@ -50,30 +50,28 @@ static void quantize_rot(kvq_turbo_type t, turbo_quantize_fn q, const float *x_r
     free(pad);
 }
 
-/* The trellis type of a table row, false for the others. */
-static bool tcq_type_of(kvq_type ty, kvq_turbo_type *t) {
+kvq_turbo_type kvq_turbo_of(kvq_type ty) {
     switch (ty) {
-    case KVQ_TYPE_TURBO2_TCQ: *t = KVQ_TURBO2_TCQ; return true;
-    case KVQ_TYPE_TURBO3_TCQ: *t = KVQ_TURBO3_TCQ; return true;
-    case KVQ_TYPE_TURBO4_TCQ: *t = KVQ_TURBO4_TCQ; return true;
-    default: return false;
+    case KVQ_TYPE_TURBO2: return KVQ_TURBO2;
+    case KVQ_TYPE_TURBO3: return KVQ_TURBO3;
+    case KVQ_TYPE_TURBO4: return KVQ_TURBO4;
+    case KVQ_TYPE_TURBO2_TCQ: return KVQ_TURBO2_TCQ;
+    case KVQ_TYPE_TURBO3_TCQ: return KVQ_TURBO3_TCQ;
+    case KVQ_TYPE_TURBO4_TCQ: return KVQ_TURBO4_TCQ;
+    default: return KVQ_TURBO_COUNT;
     }
 }
 
-bool kvq_turbo_pair_type(kvq_type ty) {
-    kvq_turbo_type t;
-    return tcq_type_of(ty, &t);
-}
+bool kvq_turbo_pair_type(kvq_type ty) { return kvq_turbo_is_tcq(kvq_turbo_of(ty)); }
 
 bool kvq_turbo_quantize_rot_pair(kvq_type ty, const float *x0_rot, const float *x1_rot, void *dst0, void *dst1,
                                  int64_t n) {
-    kvq_turbo_type t;
     const int d = kvq_turbo_rot_dim((int)n);
-    if (!tcq_type_of(ty, &t) || d != n || d > STACK_ROW) return false;
+    if (!kvq_turbo_pair_type(ty) || d != n || d > STACK_ROW) return false;
     float x0[STACK_ROW], x1[STACK_ROW];
     kvq_turbo_unrotate(x0_rot, x0, d);
     kvq_turbo_unrotate(x1_rot, x1, d);
-    return kvq_turbo_quantize_pair(t, x0, x1, dst0, dst1, d);
+    return kvq_turbo_quantize_pair(kvq_turbo_of(ty), x0, x1, dst0, dst1, d);
 }
 
 typedef void (*turbo_axpy_rot_fn)(kvq_turbo_type, float, const void *, float *, int);

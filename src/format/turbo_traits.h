@@ -5,6 +5,7 @@
 #define KVQ_TURBO_TRAITS_H
 
 #include "kvq_internal.h"
+#include "turbo.h"
 
 #define KVQ_TURBO_TRAIT_DECL(K)                                                      \
     size_t kvq_##K##_row_bytes(int64_t n);                                           \
@@ -27,6 +28,9 @@ KVQ_TURBO_TRAIT_DECL(turbo4_tcq)
 /* Replace the turbo rows' scalar kernels by the dispatching ones (AVX2
  * where the CPU has it, decided inside src/format/turbo.c). */
 void kvq_turbo_install_active(kvq_type_traits *table);
+
+/* The turbo type of a table row (KVQ_TURBO_COUNT for the others). */
+kvq_turbo_type kvq_turbo_of(kvq_type ty);
 
 /* Two rows of a trellis type, in its rotated domain, at once (the active
  * level's two-row Viterbi, kvq_turbo_quantize_pair): the bytes of two
