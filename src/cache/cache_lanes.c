@@ -194,9 +194,14 @@ bool kvq_vpairs_type(kvq_type t, int dim) {
 
 /* q8_0: per block b and key pair u a 64-byte unit, dword L holding bytes
  * (dim L, dim L + 16) of key 2u, then of key 2u + 1. */
-static uint8_t *vpairs8_at(uint8_t *group, int nb, int lane, int b, int i) {
-    return group + (size_t)nb * 2 * KVQ_LANES + (size_t)(b * 8 + lane / 2) * KVQ_VPAIRS_UNIT + 4 * (size_t)(i % 16) +
-           2 * (size_t)(lane % 2) + (size_t)(i / 16);
+void kvq_vpairs_put_block8(const uint8_t bytes[32], uint8_t *unit, int half) {
+    for (int i = 0; i < 32; i++) unit[4 * (i % 16) + 2 * half + i / 16] = bytes[i];
+}
+void kvq_vpairs_get_block8(const uint8_t *unit, int half, uint8_t bytes[32]) {
+    for (int i = 0; i < 32; i++) bytes[i] = unit[4 * (i % 16) + 2 * half + i / 16];
+}
+static size_t vpairs8_unit_at(int nb, int lane, int b) {
+    return (size_t)nb * 2 * KVQ_LANES + (size_t)(b * 8 + lane / 2) * KVQ_VPAIRS_UNIT;
 }
 
 static void vpairs8_put_row(uint8_t *head, int dim, int pos, const uint8_t *row) {
@@ -204,43 +209,73 @@ static void vpairs8_put_row(uint8_t *head, int dim, int pos, const uint8_t *row)
     uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * KVQ_BYTES_Q8_0;
     for (int b = 0; b < nb; b++, row += KVQ_BYTES_Q8_0) {
         memcpy(group + 2 * (KVQ_LANES * b + lane), row, 2);
-        for (int i = 0; i < 32; i++) *vpairs8_at(group, nb, lane, b, i) = row[2 + i];
+        kvq_vpairs_put_block8(row + 2, group + vpairs8_unit_at(nb, lane, b), lane % 2);
     }
 }
 
 static void vpairs8_get_row(const uint8_t *head, int dim, int pos, uint8_t *row) {
     const int nb = dim / 32, lane = pos % KVQ_LANES;
-    uint8_t *group = (uint8_t *)(uintptr_t)head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * KVQ_BYTES_Q8_0;
+    const uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * KVQ_BYTES_Q8_0;
     for (int b = 0; b < nb; b++, row += KVQ_BYTES_Q8_0) {
         memcpy(row, group + 2 * (KVQ_LANES * b + lane), 2);
-        for (int i = 0; i < 32; i++) row[2 + i] = *vpairs8_at(group, nb, lane, b, i);
+        kvq_vpairs_get_block8(group + vpairs8_unit_at(nb, lane, b), lane % 2, row + 2);
     }
 }
 
-static unsigned vpairs_flip(kvq_type t) { return t == KVQ_TYPE_IQ4_NL || vpairs_wide(t) ? 0u : 0x8888u; }
+/* The 4-bit types' nibbles are stored as c - 8 (c ^ 8) where the code is
+ * a signed value's offset (q4_0, q4_1), as they are where it is a book
+ * index (iq4_nl) or the low part of a wider code (q5, q6). */
+static unsigned vpairs_nib_flip(kvq_type t) { return t == KVQ_TYPE_IQ4_NL || vpairs_wide(t) ? 0u : 8u; }
 
-/* The 4-bit types' and the 5- and 6-bit types' units: KVQ_VPAIRS_UNIT
- * bytes of nibbles, then (q5) one byte or (q6) two per lane of high bits:
- * lane L's key 2u holds, of dims 8k + j (k < 4), its high bit at bit k of
- * byte L (q5), its crumb at bit 2k of byte 2L (q6); key 2u + 1 at bit 4 +
- * k of byte L, at bit 2k of byte 2L + 1.  Stored flipped (c - 16 = nib -
- * 16 (1 - hi); c - 32 = nib + 16 (crumb - 2), crumb ^ 2).
- *
- * Key `lane`'s half of the dword (2j + e) of its key pair's unit for
- * block b = 2 bp + e: the 16 bits holding dims j, 8 + j, 16 + j, 24 + j
- * (nibble k: dim 8k + j); the units follow the headers. */
-static size_t vpairs_unit_at(kvq_type t, int nb, int hdr, int lane, int b) {
-    return (size_t)nb * (size_t)hdr * KVQ_LANES + (size_t)(b / 2 * 8 + lane / 2) * vpairs_unit_bytes(t);
+/* The 4- to 6-bit types' units (cache_lanes.h): KVQ_VPAIRS_UNIT bytes of
+ * nibbles, then (5 bits) one byte or (6 bits) two per lane of high bits.
+ * Lane L = 2j + e holds dims 8k + j (k < 4) of block e of the pair: key
+ * 2u's nibbles at bits 4k of the lane's first 16-bit half, key 2u + 1's
+ * in its second; the high bit of key 2u's nibble k at bit k of byte L and
+ * key 2u + 1's at bit 4 + k (5 bits), or key 2u's crumb k at bit 2k of
+ * byte 2L and key 2u + 1's of byte 2L + 1 (6 bits).  The high part is
+ * stored with its top bit flipped (c - 16 = nib - 16 (1 - hi), c - 32 =
+ * nib + 16 (crumb - 2): the kernel's signed fields). */
+void kvq_vpairs_put_pair(int bits, unsigned nib_flip, const uint8_t codes[64], uint8_t *unit, int half) {
+    const int hb = bits - 4;
+    const unsigned hmask = (1u << hb) - 1, hflip = hb ? 1u << (hb - 1) : 0u;
+    for (int L = 0; L < 16; L++) {
+        const int e = L % 2, j = L / 2;
+        unsigned lo = 0, hi = 0;
+        for (int k = 0; k < 4; k++) {
+            const unsigned c = codes[32 * e + 8 * k + j];
+            lo |= ((c & 15u) ^ nib_flip) << (4 * k);
+            hi |= ((c >> 4 & hmask) ^ hflip) << (hb * k);
+        }
+        kvq_wr16(unit + 4 * L + 2 * half, (uint16_t)lo);
+        if (hb == 1) {   /* the byte is shared with the other key of the pair */
+            uint8_t *p = unit + KVQ_VPAIRS_UNIT + L;
+            *p = (uint8_t)((*p & ~(15u << (4 * half))) | hi << (4 * half));
+        } else if (hb == 2) {
+            unit[KVQ_VPAIRS_UNIT + 2 * L + half] = (uint8_t)hi;
+        }
+    }
 }
-static size_t vpairs_half(kvq_type t, int nb, int hdr, int lane, int b, int j) {
-    return vpairs_unit_at(t, nb, hdr, lane, b) + 4 * (size_t)(2 * j + b % 2) + 2 * (size_t)(lane % 2);
+void kvq_vpairs_get_pair(int bits, unsigned nib_flip, const uint8_t *unit, int half, uint8_t codes[64]) {
+    const int hb = bits - 4;
+    const unsigned hmask = (1u << hb) - 1, hflip = hb ? 1u << (hb - 1) : 0u;
+    for (int L = 0; L < 16; L++) {
+        const int e = L % 2, j = L / 2;
+        const unsigned lo = kvq_rd16(unit + 4 * L + 2 * half);
+        const unsigned hi = hb == 1   ? (unsigned)unit[KVQ_VPAIRS_UNIT + L] >> (4 * half)
+                            : hb == 2 ? (unsigned)unit[KVQ_VPAIRS_UNIT + 2 * L + half]
+                                      : 0u;
+        for (int k = 0; k < 4; k++)
+            codes[32 * e + 8 * k + j] =
+                (uint8_t)((((lo >> (4 * k)) & 15u) ^ nib_flip) | ((hi >> (hb * k) & hmask) ^ hflip) << 4);
+    }
 }
-/* Where the high bits of dims 8k + j (k < 4) of block b of key `lane` are:
- * the byte, and the bit of dim k = 0 in it. */
-static size_t vpairs_high_at(kvq_type t, int nb, int hdr, int lane, int b, int j, int *bit) {
-    const int L = 2 * j + b % 2, hb = vpairs_high_bits(t);
-    *bit = hb == 1 ? 4 * (lane % 2) : 0;
-    return vpairs_unit_at(t, nb, hdr, lane, b) + KVQ_VPAIRS_UNIT + (size_t)(hb == 1 ? L : 2 * L + lane % 2);
+
+/* Where, in a group, the unit of key `lane`'s pair for block pair (or,
+ * 3 and 2 bits, block quad) `unit` starts: after the headers, 8 units per
+ * block pair (quad), one per key pair. */
+static size_t vpairs_unit_at(kvq_type t, int nb, int hdr, int lane, int unit) {
+    return (size_t)nb * (size_t)hdr * KVQ_LANES + (size_t)(unit * 8 + lane / 2) * vpairs_unit_bytes(t);
 }
 
 /* One key's half of a block-quad unit (cache_lanes.h): code d (dim d of
@@ -288,10 +323,6 @@ void kvq_vpairs_get_quad(int bits, const uint8_t *unit, int half, uint8_t codes[
  * row block: d (and m), then the 3-bit types' bit plane (4 bytes), then
  * the crumb plane (quant_block.c); the group: d[nb][16] (and m[nb][16])
  * then the units. */
-static uint8_t *vpairs3_unit(kvq_type t, uint8_t *group, int nb, int hdr, int lane, int bq) {
-    return group + (size_t)nb * (size_t)hdr * KVQ_LANES + (size_t)(bq * 8 + lane / 2) * vpairs_unit_bytes(t);
-}
-
 static void vpairs3_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
     const bool three = vpairs_three(t);
     const int hdr = kvq_lanes_spec_of(t)->header, bytes = kvq_lanes_block_bytes(kvq_lanes_spec_of(t)) / KVQ_LANES;
@@ -307,7 +338,7 @@ static void vpairs3_put_row(kvq_type t, uint8_t *head, int dim, int pos, const u
             const uint8_t *blk = row + (size_t)(4 * bq + d / 32) * bytes;
             codes[d] = (uint8_t)row_plane_code(blk + codes_at, bits, d % 32);
         }
-        kvq_vpairs_put_quad(bits, codes, vpairs3_unit(t, group, nb, hdr, lane, bq), lane % 2);
+        kvq_vpairs_put_quad(bits, codes, group + vpairs_unit_at(t, nb, hdr, lane, bq), lane % 2);
     }
 }
 
@@ -324,8 +355,30 @@ static void vpairs3_get_row(kvq_type t, const uint8_t *head, int dim, int pos, u
     }
     for (int bq = 0; bq < nb / 4; bq++) {
         uint8_t codes[128];
-        kvq_vpairs_get_quad(bits, vpairs3_unit(t, group, nb, hdr, lane, bq), lane % 2, codes);
+        kvq_vpairs_get_quad(bits, group + vpairs_unit_at(t, nb, hdr, lane, bq), lane % 2, codes);
         for (int d = 0; d < 128; d++) row_plane_set(row + (size_t)(4 * bq + d / 32) * bytes + codes_at, bits, d % 32, codes[d]);
+    }
+}
+
+/* A row's block pair bp as codes (block e's dim i at 32 e + i): the
+ * nibble plane and, for q5 / q6, the high plane above it (quant_block.c). */
+static void row_pair_codes(kvq_type t, const uint8_t *row, int bytes, int bp, uint8_t codes[64]) {
+    const int hb = vpairs_high_bits(t), nibs = plane_offset(t, 4), highs = hb ? plane_offset(t, hb) : 0;
+    for (int e = 0; e < 2; e++) {
+        const uint8_t *blk = row + (size_t)(2 * bp + e) * bytes;
+        for (int i = 0; i < 32; i++)
+            codes[32 * e + i] =
+                (uint8_t)(row_plane_code(blk + nibs, 4, i) | (hb ? row_plane_code(blk + highs, hb, i) << 4 : 0));
+    }
+}
+static void row_pair_set(kvq_type t, uint8_t *row, int bytes, int bp, const uint8_t codes[64]) {
+    const int hb = vpairs_high_bits(t), nibs = plane_offset(t, 4), highs = hb ? plane_offset(t, hb) : 0;
+    for (int e = 0; e < 2; e++) {
+        uint8_t *blk = row + (size_t)(2 * bp + e) * bytes;
+        for (int i = 0; i < 32; i++) {
+            row_plane_set(blk + nibs, 4, i, codes[32 * e + i] & 15);
+            if (hb) row_plane_set(blk + highs, hb, i, codes[32 * e + i] >> 4);
+        }
     }
 }
 
@@ -335,23 +388,14 @@ void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8
     const kvq_lanes_spec *s = kvq_lanes_spec_of(t);   /* the row block's header and bytes */
     const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = s->header, bytes = kvq_lanes_block_bytes(s) / KVQ_LANES;
     uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
-    for (int b = 0; b < nb; b++, row += bytes) {
+    for (int b = 0; b < nb; b++)
         for (int h = 0; h < hdr; h += 2)   /* d[nb][16], then m[nb][16] */
-            memcpy(group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), row + h, 2);
-        const int hb = vpairs_high_bits(t), highs = hb ? plane_offset(t, hb) : 0;
-        const uint8_t *q = row + plane_offset(t, 4);   /* dim i: nibble i / 16 of byte i % 16 */
-        for (int j = 0; j < 8; j++) {
-            const unsigned h = (unsigned)(q[j] & 15) | (unsigned)(q[j + 8] & 15) << 4 | (unsigned)(q[j] >> 4) << 8 |
-                               (unsigned)(q[j + 8] >> 4) << 12;
-            kvq_wr16(group + vpairs_half(t, nb, hdr, lane, b, j), (uint16_t)(h ^ vpairs_flip(t)));
-            if (!hb) continue;
-            int bit;
-            uint8_t *hp = group + vpairs_high_at(t, nb, hdr, lane, b, j, &bit);
-            for (int k = 0; k < 4; k++) {   /* the plane after the header (quant_block.c) */
-                const unsigned hi = (unsigned)row_plane_code(row + highs, hb, 8 * k + j) ^ (hb == 1 ? 1u : 2u);
-                *hp = (uint8_t)(*hp & ~(((1u << hb) - 1) << (bit + hb * k))) | (uint8_t)(hi << (bit + hb * k));
-            }
-        }
+            memcpy(group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), row + (size_t)b * bytes + h, 2);
+    for (int bp = 0; bp < nb / 2; bp++) {
+        uint8_t codes[64];
+        row_pair_codes(t, row, bytes, bp, codes);
+        kvq_vpairs_put_pair(code_bits(t), vpairs_nib_flip(t), codes, group + vpairs_unit_at(t, nb, hdr, lane, bp),
+                            lane % 2);
     }
 }
 
@@ -361,22 +405,15 @@ void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8
     const kvq_lanes_spec *s = kvq_lanes_spec_of(t);
     const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = s->header, bytes = kvq_lanes_block_bytes(s) / KVQ_LANES;
     const uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
-    for (int b = 0; b < nb; b++, row += bytes) {
+    for (int b = 0; b < nb; b++) {
         for (int h = 0; h < hdr; h += 2)
-            memcpy(row + h, group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), 2);
-        const int hb = vpairs_high_bits(t), highs = hb ? plane_offset(t, hb) : 0;
-        uint8_t *q = row + plane_offset(t, 4);
-        if (hb) memset(row + highs, 0, 4 * (size_t)hb);
-        for (int j = 0; j < 8; j++) {
-            const unsigned h = kvq_rd16(group + vpairs_half(t, nb, hdr, lane, b, j)) ^ vpairs_flip(t);
-            q[j] = (uint8_t)((h & 15) | (h >> 8 & 15) << 4);
-            q[j + 8] = (uint8_t)((h >> 4 & 15) | (h >> 12 & 15) << 4);
-            if (!hb) continue;
-            int bit;
-            const unsigned byte = group[vpairs_high_at(t, nb, hdr, lane, b, j, &bit)];
-            for (int k = 0; k < 4; k++)
-                row_plane_set(row + highs, hb, 8 * k + j,
-                              (int)((byte >> (bit + hb * k) & ((1u << hb) - 1)) ^ (hb == 1 ? 1u : 2u)));
-        }
+            memcpy(row + (size_t)b * bytes + h, group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), 2);
+        memset(row + (size_t)b * bytes + hdr, 0, (size_t)(bytes - hdr));
+    }
+    for (int bp = 0; bp < nb / 2; bp++) {
+        uint8_t codes[64];
+        kvq_vpairs_get_pair(code_bits(t), vpairs_nib_flip(t), group + vpairs_unit_at(t, nb, hdr, lane, bp), lane % 2,
+                            codes);
+        row_pair_set(t, row, bytes, bp, codes);
     }
 }

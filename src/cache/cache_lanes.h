@@ -169,10 +169,21 @@ void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8
  * or crumbs (the 3- and 2-bit types; q8_0: of its block); then 16 bytes
  * per further bit of a code (32 for the 3-bit types' one). */
 enum { KVQ_VPAIRS_UNIT = 64 };
-/* One key's codes of a block quad (quad dim order, each below 2^bits, bits
- * 2 or 3) into its half (key 2u + half) of a unit, and back: the placement
- * above, for every writer of these units (block rows here, KVarN's 2- and
- * 3-bit V records in cache_tiles_layout.c). */
+/* One key's share of a unit (its half: key 2u + half), written and read
+ * back: the placements above, once for every writer of these units (block
+ * rows in cache_lanes.c, KVarN's V records in cache_tiles_layout.c).
+ *   block8: q8_0's 32 bytes of a block, as stored (int8);
+ *   pair:   a block pair's 64 codes (block e's dim i at 32 e + i, each
+ *           below 2^bits, bits 4-6), each nibble xor'ed with nib_flip (8:
+ *           q4_0's and q4_1's c - 8; 0: iq4_nl's book indices, the low
+ *           nibble of a 5- or 6-bit code), the high part's top bit flipped;
+ *   quad:   a block quad's 128 codes (quad dim order, bits 2 or 3), each
+ *           as c ^ 2^(bits-1).
+ * Each sets only its own key's bits of the unit. */
+void kvq_vpairs_put_block8(const uint8_t bytes[32], uint8_t *unit, int half);
+void kvq_vpairs_get_block8(const uint8_t *unit, int half, uint8_t bytes[32]);
+void kvq_vpairs_put_pair(int bits, unsigned nib_flip, const uint8_t codes[64], uint8_t *unit, int half);
+void kvq_vpairs_get_pair(int bits, unsigned nib_flip, const uint8_t *unit, int half, uint8_t codes[64]);
 void kvq_vpairs_put_quad(int bits, const uint8_t codes[128], uint8_t *unit, int half);
 void kvq_vpairs_get_quad(int bits, const uint8_t *unit, int half, uint8_t codes[128]);
 /* Bytes of one unit of a type whose codes have `bits` bits (the writer,

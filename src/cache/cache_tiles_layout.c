@@ -88,35 +88,23 @@ static void k_get_token(kvq_kvarn_shape s, const uint8_t *payload, int t, uint8_
  * q8_0's units for 8 bits, the block quads of q3_0 / q2_0 for 3 and 2,
  * the block pairs of q4_0 and q5_0 / q6_0's high planes for 4-6), each
  * code as code - 2^(bits-1) in two's complement: its top field's top bit
- * flipped.  The two tokens of a pair share the units' bytes, so the
- * payload starts zeroed and fields are or'ed in. */
+ * flipped.  The two tokens of a pair share the units' bytes; each writer
+ * sets only its own token's bits. */
 static void v_put_token(kvq_kvarn_shape s, const uint8_t *c, int t, uint8_t *payload) {
     const int u = (t % GROUP) / 2, half = t % 2;
     uint8_t *group = payload + (size_t)2 * s.width * s.bits * (size_t)(t / GROUP);
     const size_t unit_bytes = kvq_vpairs_unit_bytes(s.bits);
-    if (s.bits == 8) {   /* per block and token pair: dword L = channels L, L + 16 of both tokens */
+    if (s.bits == 8) {   /* q8_0's units, a byte c - 128 (kvq_vpairs_put_block8) */
         for (int b = 0; b < s.width / 32; b++) {
-            uint8_t *unit = group + 64 * (size_t)(8 * b + u);
-            for (int i = 0; i < 32; i++) unit[4 * (i % 16) + 2 * half + i / 16] = (uint8_t)(c[32 * b + i] ^ 0x80u);
+            uint8_t x[32];
+            for (int i = 0; i < 32; i++) x[i] = (uint8_t)(c[32 * b + i] ^ 0x80u);
+            kvq_vpairs_put_block8(x, group + KVQ_VPAIRS_UNIT * (size_t)(8 * b + u), half);
         }
     } else if (s.bits <= 3) {   /* block quads, as q3_0's and q2_0's (kvq_vpairs_put_quad) */
         for (int q = 0; q < s.width / 128; q++) kvq_vpairs_put_quad(s.bits, c + 128 * q, group + unit_bytes * (size_t)(8 * q + u), half);
-    } else {   /* block pairs: dword L = 2j + e, the nibbles of channels 8k + j of block 2 bp + e */
-        for (int b = 0; b < s.width / 32; b++) {
-            uint8_t *unit = group + unit_bytes * (size_t)(8 * (b / 2) + u);
-            for (int j = 0; j < 8; j++) {
-                const int L = 2 * j + b % 2;
-                unsigned lo = 0, hi = 0;
-                for (int k = 0; k < 4; k++) {
-                    const unsigned code = c[32 * b + 8 * k + j];
-                    lo |= ((code & 15u) ^ (s.bits == 4 ? 8u : 0u)) << (4 * k);
-                    hi |= s.bits == 5 ? (((code >> 4) & 1u) ^ 1u) << k : (((code >> 4) & 3u) ^ 2u) << (2 * k);
-                }
-                kvq_wr16(unit + 4 * L + 2 * half, (uint16_t)lo);
-                if (s.bits == 5) unit[64 + L] |= (uint8_t)(hi << (4 * half));
-                else if (s.bits == 6) unit[64 + 2 * L + half] = (uint8_t)hi;
-            }
-        }
+    } else {   /* block pairs, as q4_0's and q5_0 / q6_0's (kvq_vpairs_put_pair) */
+        for (int bp = 0; bp < s.width / 64; bp++)
+            kvq_vpairs_put_pair(s.bits, s.bits == 4 ? 8u : 0u, c + 64 * bp, group + unit_bytes * (size_t)(8 * bp + u), half);
     }
 }
 
@@ -126,28 +114,14 @@ static void v_get_token(kvq_kvarn_shape s, const uint8_t *payload, int t, uint8_
     const size_t unit_bytes = kvq_vpairs_unit_bytes(s.bits);
     if (s.bits == 8) {
         for (int b = 0; b < s.width / 32; b++) {
-            const uint8_t *unit = group + 64 * (size_t)(8 * b + u);
-            for (int i = 0; i < 32; i++) c[32 * b + i] = (uint8_t)(unit[4 * (i % 16) + 2 * half + i / 16] ^ 0x80u);
+            kvq_vpairs_get_block8(group + KVQ_VPAIRS_UNIT * (size_t)(8 * b + u), half, c + 32 * b);
+            for (int i = 0; i < 32; i++) c[32 * b + i] ^= 0x80u;
         }
     } else if (s.bits <= 3) {
         for (int q = 0; q < s.width / 128; q++) kvq_vpairs_get_quad(s.bits, group + unit_bytes * (size_t)(8 * q + u), half, c + 128 * q);
     } else {
-        for (int b = 0; b < s.width / 32; b++) {
-            const uint8_t *unit = group + unit_bytes * (size_t)(8 * (b / 2) + u);
-            for (int j = 0; j < 8; j++) {
-                const int L = 2 * j + b % 2;
-                const unsigned lo = kvq_rd16(unit + 4 * L + 2 * half);
-                const unsigned hi = s.bits == 5   ? (unsigned)unit[64 + L] >> (4 * half)
-                                    : s.bits == 6 ? (unsigned)unit[64 + 2 * L + half]
-                                                  : 0u;
-                for (int k = 0; k < 4; k++) {
-                    unsigned code = ((lo >> (4 * k)) & 15u) ^ (s.bits == 4 ? 8u : 0u);
-                    if (s.bits == 5) code |= (((hi >> k) & 1u) ^ 1u) << 4;
-                    if (s.bits == 6) code |= (((hi >> (2 * k)) & 3u) ^ 2u) << 4;
-                    c[32 * b + 8 * k + j] = (uint8_t)code;
-                }
-            }
-        }
+        for (int bp = 0; bp < s.width / 64; bp++)
+            kvq_vpairs_get_pair(s.bits, s.bits == 4 ? 8u : 0u, group + unit_bytes * (size_t)(8 * bp + u), half, c + 64 * bp);
     }
 }
 
