@@ -118,6 +118,7 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
 #define V_ADD _mm256_add_ps
 #define V_SUB _mm256_sub_ps
 #define V_MUL _mm256_mul_ps
+#define V_MIN _mm256_min_ps
 #define V_ISET1 _mm256_set1_epi32
 #define V_IZERO _mm256_setzero_si256()
 #define V_NEED(need, m, k) need_avx2((need), (m), (k))

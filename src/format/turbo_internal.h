@@ -123,6 +123,26 @@ double turbo_tcq_store(int k, const uint16_t *states, int d, uint8_t *codes);
  * 8 / 32 / 128 KiB, made once (thread-safe). */
 const float *turbo_tcq_pairs(int k);
 
+/* The vector Viterbi's codebook layout (turbo_viterbi.inc), a function of
+ * k and the codebook alone.  Write a state as s = (a << k) | j: a = its
+ * top 6 bits (the context its successors see), j = its low k bits.  With
+ * K = 2^k and R = 64 / K, context a = q*R + m (m = a mod R) is stored in
+ * row j at column sigma(a) = m*K + q.  Then the cost of state (row j,
+ * column sigma(a)) at a step is best_in[(m << k) | j] + (x_t - c)^2: every
+ * run of K columns with the same m needs one broadcast arrival cost, and
+ * the best arrival into context a at the next step is the minimum over
+ * the K rows at column sigma(a), element-wise over rows. */
+typedef struct turbo_tcq_layout {
+    float cpos[TURBO_MAX_STATES];                      /* codebook by position j*64 + sigma(a) */
+    int32_t need_from[1 << KVQ_TURBO_TCQ_CONTEXT];     /* column of context (m << k) | j, at j*R + m */
+    uint8_t column[1 << KVQ_TURBO_TCQ_CONTEXT];        /* sigma(a) */
+} turbo_tcq_layout;
+/* The layout of codebook c into *own; for the committed codebook of k
+ * (kvq_turbo_tcq_codebook) the one made once (thread-safe) instead: a
+ * cache write's rows all use it, and making it took ~1/10 of a row's
+ * Viterbi. */
+const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, turbo_tcq_layout *own);
+
 /* Viterbi back-pointers -> states: back[t][column[ctx]] (column NULL:
  * back[t][ctx]) is the low k bits of the best predecessor of any state
  * with context ctx at step t. */

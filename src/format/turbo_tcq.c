@@ -66,6 +66,30 @@ const float *turbo_tcq_pairs(int k) {
     return k == 2 ? g_pairs2 : k == 3 ? g_pairs3 : g_pairs4;
 }
 
+static void make_layout(int k, const float *c, turbo_tcq_layout *l) {
+    const int K = 1 << k, R = N_CTX >> k;
+    for (int a = 0; a < N_CTX; a++) l->column[a] = (uint8_t)((a % R) * K + a / R);
+    for (int s = 0; s < (N_CTX << k); s++) l->cpos[(s & (K - 1)) * N_CTX + l->column[s >> k]] = c[s];
+    for (int j = 0; j < K; j++)
+        for (int m = 0; m < R; m++) l->need_from[j * R + m] = l->column[(m << k) | j];
+}
+
+static turbo_tcq_layout g_layouts[TURBO_TCQ_WIDTHS];
+static pthread_once_t g_layouts_once = PTHREAD_ONCE_INIT;
+
+static void make_layouts(void) {
+    for (int k = 2; k <= 4; k++) make_layout(k, kvq_turbo_tcq_codebook(k), &g_layouts[k - 2]);
+}
+
+const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, turbo_tcq_layout *own) {
+    if (c == kvq_turbo_tcq_codebook(k)) {   /* a const table: its layout never changes */
+        pthread_once(&g_layouts_once, make_layouts);
+        return &g_layouts[k - 2];
+    }
+    make_layout(k, c, own);
+    return own;
+}
+
 static int argmin_first(const float *v, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)

@@ -4,6 +4,7 @@
 #include "turbo_internal.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 #define CTX_BITS KVQ_TURBO_TCQ_CONTEXT
 #define N_CTX (1 << CTX_BITS)
@@ -48,6 +49,7 @@ ALWAYS_INLINE void gather64(float *dst, const float *base, const int32_t *idx) {
 #define V_ADD _mm512_add_ps
 #define V_SUB _mm512_sub_ps
 #define V_MUL _mm512_mul_ps
+#define V_MIN _mm512_min_ps
 #define V_ISET1 _mm512_set1_epi32
 #define V_IZERO _mm512_setzero_si512()
 #define V_NEED(need, m, k) need_avx512((need), (m), (k))
