@@ -107,6 +107,18 @@ void kvq_lanes_get_plane(const uint8_t *src, int bits, uint8_t codes[32]) {
     }
 }
 
+/* A row plane's 32 codes (quant_block.c's order), `bits` a constant in
+ * each case. */
+static void row_plane_codes(const uint8_t *p, int bits, uint8_t codes[32]) {
+    switch (bits) {
+    case 8: row_codes_bits(p, 8, codes); break;
+    case 4: row_codes_bits(p, 4, codes); break;
+    case 3: row_codes_bits(p, 3, codes); break;
+    case 2: row_codes_bits(p, 2, codes); break;
+    default: row_codes_bits(p, 1, codes); break;
+    }
+}
+
 /* A row plane's 32 codes (quant_block.c's order) into a key's lanes
  * plane, the two steps inlined together. */
 static inline void put_row_plane_bits(const uint8_t *p, int bits, uint8_t *dst) {
@@ -165,22 +177,15 @@ void kvq_lanes_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_
  * reads signed nibbles), iq4_nl's as they are (book indices). */
 
 /* The unit shapes follow from the row format's planes (k_specs): bits per
- * code, and where each plane starts in a row block. */
+ * code. */
 static int code_bits(kvq_type t) {
     const kvq_lanes_spec *s = kvq_lanes_spec_of(t);
     int bits = 0;
     for (int p = 0; s && p < s->n_planes; p++) bits += s->plane[p].bits;
     return bits;
 }
-static int plane_offset(kvq_type t, int bits) {
-    const kvq_lanes_spec *s = kvq_lanes_spec_of(t);
-    for (int p = 0; p < s->n_planes; p++)
-        if (s->plane[p].bits == bits) return s->plane[p].row_offset;
-    return -1;
-}
 /* the 3- and 2-bit types: block quads */
 static bool vpairs_quad(kvq_type t) { return code_bits(t) == 2 || code_bits(t) == 3; }
-static bool vpairs_three(kvq_type t) { return code_bits(t) == 3; }
 /* the 5- and 6-bit types: q4_0's units with their high bits after them */
 static int vpairs_high_bits(kvq_type t) { return code_bits(t) == 5 || code_bits(t) == 6 ? code_bits(t) - 4 : 0; }
 static bool vpairs_wide(kvq_type t) { return vpairs_high_bits(t) > 0; }
@@ -319,101 +324,70 @@ void kvq_vpairs_get_quad(int bits, const uint8_t *unit, int half, uint8_t codes[
         quad_lane_get(bits, unit + 4 * L + 2 * half, unit + KVQ_VPAIRS_UNIT + 2 * L + half, L, codes);
 }
 
-/* q3_0, q3_1, q2_0, q2_1: per block quad and key pair a unit (above).  A
- * row block: d (and m), then the 3-bit types' bit plane (4 bytes), then
- * the crumb plane (quant_block.c); the group: d[nb][16] (and m[nb][16])
- * then the units. */
-static void vpairs3_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
-    const bool three = vpairs_three(t);
-    const int hdr = kvq_lanes_spec_of(t)->header, bytes = kvq_lanes_block_bytes(kvq_lanes_spec_of(t)) / KVQ_LANES;
-    const int nb = dim / 32, lane = pos % KVQ_LANES;
-    const int bits = three ? 3 : 2, codes_at = plane_offset(t, bits);   /* in a row block */
-    uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
-    for (int b = 0; b < nb; b++)
-        for (int h = 0; h < hdr; h += 2)   /* d[nb][16], then m[nb][16] */
-            memcpy(group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), row + (size_t)b * bytes + h, 2);
-    for (int bq = 0; bq < nb / 4; bq++) {
-        uint8_t codes[128];
-        for (int d = 0; d < 128; d++) {
-            const uint8_t *blk = row + (size_t)(4 * bq + d / 32) * bytes;
-            codes[d] = (uint8_t)row_plane_code(blk + codes_at, bits, d % 32);
+/* A row block's 32 codes, its planes joined (each holds the code's bits
+ * shift.. of it: quant_block.c's planes, k_specs), and back (into a block
+ * zeroed past its header). */
+static void row_block_codes(const kvq_lanes_spec *s, const uint8_t *blk, uint8_t codes[32]) {
+    memset(codes, 0, 32);
+    for (int p = 0; p < s->n_planes; p++) {
+        uint8_t c[32];
+        row_plane_codes(blk + s->plane[p].row_offset, s->plane[p].bits, c);
+        for (int i = 0; i < 32; i++) codes[i] |= (uint8_t)(c[i] << s->plane[p].shift);
+    }
+}
+static void row_block_set(const kvq_lanes_spec *s, uint8_t *blk, const uint8_t codes[32]) {
+    for (int i = 0; i < 32; i++)
+        for (int p = 0; p < s->n_planes; p++) {
+            const kvq_lanes_plane *P = &s->plane[p];
+            row_plane_set(blk + P->row_offset, P->bits, i, codes[i] >> P->shift & ((1 << P->bits) - 1));
         }
-        kvq_vpairs_put_quad(bits, codes, group + vpairs_unit_at(t, nb, hdr, lane, bq), lane % 2);
-    }
 }
 
-static void vpairs3_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row) {
-    const bool three = vpairs_three(t);
-    const int hdr = kvq_lanes_spec_of(t)->header, bytes = kvq_lanes_block_bytes(kvq_lanes_spec_of(t)) / KVQ_LANES;
-    const int nb = dim / 32, lane = pos % KVQ_LANES;
-    const int bits = three ? 3 : 2, codes_at = plane_offset(t, bits);
-    uint8_t *group = (uint8_t *)(uintptr_t)head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
-    for (int b = 0; b < nb; b++) {
-        for (int h = 0; h < hdr; h += 2)
-            memcpy(row + (size_t)b * bytes + h, group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), 2);
-        memset(row + (size_t)b * bytes + hdr, 0, (size_t)(bytes - hdr));
-    }
-    for (int bq = 0; bq < nb / 4; bq++) {
-        uint8_t codes[128];
-        kvq_vpairs_get_quad(bits, group + vpairs_unit_at(t, nb, hdr, lane, bq), lane % 2, codes);
-        for (int d = 0; d < 128; d++) row_plane_set(row + (size_t)(4 * bq + d / 32) * bytes + codes_at, bits, d % 32, codes[d]);
-    }
+/* The row blocks one unit holds: a block quad (3 and 2 bits) or a block
+ * pair (4-6 bits); its codes in a unit's order (block e's dim i at 32 e +
+ * i) into key `half`'s share of it, and back. */
+static int vpairs_unit_blocks(kvq_type t) { return vpairs_quad(t) ? 4 : 2; }
+static void vpairs_put_unit(kvq_type t, const uint8_t *codes, uint8_t *unit, int half) {
+    if (vpairs_quad(t)) kvq_vpairs_put_quad(code_bits(t), codes, unit, half);
+    else kvq_vpairs_put_pair(code_bits(t), vpairs_nib_flip(t), codes, unit, half);
+}
+static void vpairs_get_unit(kvq_type t, const uint8_t *unit, int half, uint8_t *codes) {
+    if (vpairs_quad(t)) kvq_vpairs_get_quad(code_bits(t), unit, half, codes);
+    else kvq_vpairs_get_pair(code_bits(t), vpairs_nib_flip(t), unit, half, codes);
 }
 
-/* A row's block pair bp as codes (block e's dim i at 32 e + i): the
- * nibble plane and, for q5 / q6, the high plane above it (quant_block.c). */
-static void row_pair_codes(kvq_type t, const uint8_t *row, int bytes, int bp, uint8_t codes[64]) {
-    const int hb = vpairs_high_bits(t), nibs = plane_offset(t, 4), highs = hb ? plane_offset(t, hb) : 0;
-    for (int e = 0; e < 2; e++) {
-        const uint8_t *blk = row + (size_t)(2 * bp + e) * bytes;
-        for (int i = 0; i < 32; i++)
-            codes[32 * e + i] =
-                (uint8_t)(row_plane_code(blk + nibs, 4, i) | (hb ? row_plane_code(blk + highs, hb, i) << 4 : 0));
-    }
-}
-static void row_pair_set(kvq_type t, uint8_t *row, int bytes, int bp, const uint8_t codes[64]) {
-    const int hb = vpairs_high_bits(t), nibs = plane_offset(t, 4), highs = hb ? plane_offset(t, hb) : 0;
-    for (int e = 0; e < 2; e++) {
-        uint8_t *blk = row + (size_t)(2 * bp + e) * bytes;
-        for (int i = 0; i < 32; i++) {
-            row_plane_set(blk + nibs, 4, i, codes[32 * e + i] & 15);
-            if (hb) row_plane_set(blk + highs, hb, i, codes[32 * e + i] >> 4);
-        }
-    }
-}
-
+/* Every type but q8_0: a group is d[nb][16] (the q*_1 types: then
+ * m[nb][16]), then the units. */
 void kvq_vpairs_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
     if (t == KVQ_TYPE_Q8_0) { vpairs8_put_row(head, dim, pos, row); return; }
-    if (vpairs_quad(t)) { vpairs3_put_row(t, head, dim, pos, row); return; }
-    const kvq_lanes_spec *s = kvq_lanes_spec_of(t);   /* the row block's header and bytes */
+    const kvq_lanes_spec *s = kvq_lanes_spec_of(t);   /* the row block's header, planes and bytes */
     const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = s->header, bytes = kvq_lanes_block_bytes(s) / KVQ_LANES;
+    const int per = vpairs_unit_blocks(t);
     uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
     for (int b = 0; b < nb; b++)
         for (int h = 0; h < hdr; h += 2)   /* d[nb][16], then m[nb][16] */
             memcpy(group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), row + (size_t)b * bytes + h, 2);
-    for (int bp = 0; bp < nb / 2; bp++) {
-        uint8_t codes[64];
-        row_pair_codes(t, row, bytes, bp, codes);
-        kvq_vpairs_put_pair(code_bits(t), vpairs_nib_flip(t), codes, group + vpairs_unit_at(t, nb, hdr, lane, bp),
-                            lane % 2);
+    for (int u = 0; u < nb / per; u++) {
+        uint8_t codes[128];
+        for (int e = 0; e < per; e++) row_block_codes(s, row + (size_t)(per * u + e) * bytes, codes + 32 * e);
+        vpairs_put_unit(t, codes, group + vpairs_unit_at(t, nb, hdr, lane, u), lane % 2);
     }
 }
 
 void kvq_vpairs_get_row(kvq_type t, const uint8_t *head, int dim, int pos, uint8_t *row) {
     if (t == KVQ_TYPE_Q8_0) { vpairs8_get_row(head, dim, pos, row); return; }
-    if (vpairs_quad(t)) { vpairs3_get_row(t, head, dim, pos, row); return; }
     const kvq_lanes_spec *s = kvq_lanes_spec_of(t);
     const int nb = dim / 32, lane = pos % KVQ_LANES, hdr = s->header, bytes = kvq_lanes_block_bytes(s) / KVQ_LANES;
+    const int per = vpairs_unit_blocks(t);
     const uint8_t *group = head + (size_t)(pos / KVQ_LANES) * (size_t)nb * KVQ_LANES * (size_t)bytes;
     for (int b = 0; b < nb; b++) {
         for (int h = 0; h < hdr; h += 2)
             memcpy(row + (size_t)b * bytes + h, group + (size_t)h * nb * KVQ_LANES + 2 * (KVQ_LANES * b + lane), 2);
         memset(row + (size_t)b * bytes + hdr, 0, (size_t)(bytes - hdr));
     }
-    for (int bp = 0; bp < nb / 2; bp++) {
-        uint8_t codes[64];
-        kvq_vpairs_get_pair(code_bits(t), vpairs_nib_flip(t), group + vpairs_unit_at(t, nb, hdr, lane, bp), lane % 2,
-                            codes);
-        row_pair_set(t, row, bytes, bp, codes);
+    for (int u = 0; u < nb / per; u++) {
+        uint8_t codes[128];
+        vpairs_get_unit(t, group + vpairs_unit_at(t, nb, hdr, lane, u), lane % 2, codes);
+        for (int e = 0; e < per; e++) row_block_set(s, row + (size_t)(per * u + e) * bytes, codes + 32 * e);
     }
 }
