@@ -66,12 +66,13 @@ bool kvq_turbo_pair_type(kvq_type ty) { return kvq_turbo_is_tcq(kvq_turbo_of(ty)
 
 bool kvq_turbo_quantize_rot_pair(kvq_type ty, const float *x0_rot, const float *x1_rot, void *dst0, void *dst1,
                                  int64_t n) {
+    const kvq_turbo_type t = kvq_turbo_of(ty);
     const int d = kvq_turbo_rot_dim((int)n);
-    if (!kvq_turbo_pair_type(ty) || d != n || d > STACK_ROW) return false;
+    if (!kvq_turbo_is_tcq(t) || d != n || d > STACK_ROW) return false;
     float x0[STACK_ROW], x1[STACK_ROW];
     kvq_turbo_unrotate(x0_rot, x0, d);
     kvq_turbo_unrotate(x1_rot, x1, d);
-    return kvq_turbo_quantize_pair(kvq_turbo_of(ty), x0, x1, dst0, dst1, d);
+    return kvq_turbo_quantize_pair(t, x0, x1, dst0, dst1, d);
 }
 
 typedef void (*turbo_axpy_rot_fn)(kvq_turbo_type, float, const void *, float *, int);
