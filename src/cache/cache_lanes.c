@@ -87,36 +87,29 @@ static inline void row_codes_bits(const uint8_t *p, int bits, uint8_t *codes) {
     _Pragma("GCC unroll 32") for (int i = 0; i < 32; i++) codes[i] = (uint8_t)row_plane_code(p, bits, i);
 }
 
-void kvq_lanes_put_plane(const uint8_t codes[32], int bits, uint8_t *dst) {
-    switch (bits) {
-    case 8: put_plane_bits(codes, 8, dst); break;
-    case 4: put_plane_bits(codes, 4, dst); break;
-    case 3: put_plane_bits(codes, 3, dst); break;
-    case 2: put_plane_bits(codes, 2, dst); break;
-    default: put_plane_bits(codes, 1, dst); break;
+/* fn(a, bits, b) with `bits` (8, 4, 3, 2, else 1) a constant in each
+ * case, so that the inlined loop folds into fixed shifts. */
+#define WITH_PLANE_BITS(fn, a, bits, b)                                                 \
+    switch (bits) {                                                                     \
+    case 8: fn(a, 8, b); break;                                                         \
+    case 4: fn(a, 4, b); break;                                                         \
+    case 3: fn(a, 3, b); break;                                                         \
+    case 2: fn(a, 2, b); break;                                                         \
+    default: fn(a, 1, b); break;                                                        \
     }
+
+void kvq_lanes_put_plane(const uint8_t codes[32], int bits, uint8_t *dst) {
+    WITH_PLANE_BITS(put_plane_bits, codes, bits, dst);
 }
 
 void kvq_lanes_get_plane(const uint8_t *src, int bits, uint8_t codes[32]) {
-    switch (bits) {
-    case 8: get_plane_bits(src, 8, codes); break;
-    case 4: get_plane_bits(src, 4, codes); break;
-    case 3: get_plane_bits(src, 3, codes); break;
-    case 2: get_plane_bits(src, 2, codes); break;
-    default: get_plane_bits(src, 1, codes); break;
-    }
+    WITH_PLANE_BITS(get_plane_bits, src, bits, codes);
 }
 
 /* A row plane's 32 codes (quant_block.c's order), `bits` a constant in
  * each case. */
 static void row_plane_codes(const uint8_t *p, int bits, uint8_t codes[32]) {
-    switch (bits) {
-    case 8: row_codes_bits(p, 8, codes); break;
-    case 4: row_codes_bits(p, 4, codes); break;
-    case 3: row_codes_bits(p, 3, codes); break;
-    case 2: row_codes_bits(p, 2, codes); break;
-    default: row_codes_bits(p, 1, codes); break;
-    }
+    WITH_PLANE_BITS(row_codes_bits, p, bits, codes);
 }
 
 /* A row plane's 32 codes (quant_block.c's order) into a key's lanes
@@ -127,13 +120,7 @@ static inline void put_row_plane_bits(const uint8_t *p, int bits, uint8_t *dst) 
     put_plane_bits(codes, bits, dst);
 }
 static void put_row_plane(const uint8_t *p, int bits, uint8_t *dst) {
-    switch (bits) {
-    case 8: put_row_plane_bits(p, 8, dst); break;
-    case 4: put_row_plane_bits(p, 4, dst); break;
-    case 3: put_row_plane_bits(p, 3, dst); break;
-    case 2: put_row_plane_bits(p, 2, dst); break;
-    default: put_row_plane_bits(p, 1, dst); break;
-    }
+    WITH_PLANE_BITS(put_row_plane_bits, p, bits, dst);
 }
 
 void kvq_lanes_put_row(kvq_type t, uint8_t *head, int dim, int pos, const uint8_t *row) {
