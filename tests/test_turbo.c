@@ -196,6 +196,48 @@ TEST(turbo_viterbi_is_optimal) {
     }
 }
 
+/* The tagged costs the Viterbi's minima are taken over (turbo_internal.h):
+ * the tag is the predecessor's index in the low k bits; a cost smaller
+ * above those bits wins whatever the tags; costs equal above them (equal,
+ * or within 2^k ulp) go to the smaller index; a NaN never beats a number,
+ * and infinity loses to every finite cost.  And the Viterbi's path keeps
+ * to it: two predecessors of equal cost, the first wins (the states of a
+ * codebook whose entries repeat). */
+TEST(turbo_tcq_tagged_costs_order) {
+    test_rng r = { 91, 0, 0 };
+    for (int k = 2; k <= 4; k++) {
+        const uint32_t mask = (1u << k) - 1;
+        for (int rep = 0; rep < 2000; rep++) {
+            const float a = fabsf((float)test_rng_gauss(&r)) * (rep % 3 ? 1.0f : 1e-30f);
+            const float b = nextafterf(a, INFINITY) * (1.0f + (float)(rep % 7) * 1e-3f);   /* b > a */
+            const int ja = (int)(test_rng_u64(&r) & mask), jb = (int)(test_rng_u64(&r) & mask);
+            const uint32_t ta = turbo_tcq_tag(a, ja, mask), tb = turbo_tcq_tag(b, jb, mask);
+            CHECK((ta & mask) == (uint32_t)ja && (tb & mask) == (uint32_t)jb, "k=%d: tags not in the low bits", k);
+            const bool apart = (kvq_f32_bits(a) & ~mask) != (kvq_f32_bits(b) & ~mask);
+            CHECK(apart ? ta < tb : (ta < tb) == (ja < jb), "k=%d %a (j %d) vs %a (j %d): wrong winner", k,
+                  (double)a, ja, (double)b, jb);
+            CHECK(turbo_tcq_tag(a, 1, mask) > turbo_tcq_tag(a, 0, mask), "k=%d: a tie went to the later index", k);
+            CHECK(turbo_tcq_tag(NAN, 0, mask) > turbo_tcq_tag(b, (int)mask, mask), "k=%d: NaN beat %g", k, (double)b);
+            CHECK(turbo_tcq_tag(INFINITY, 0, mask) > turbo_tcq_tag(b, (int)mask, mask), "k=%d: inf beat %g", k,
+                  (double)b);
+        }
+    }
+    /* a constant codebook: every path costs the same (the same float
+     * operations), so every predecessor ties at every step and the first
+     * (j = 0) must win each time, and state 0 at the end: all states 0 */
+    float flat[1024];
+    for (int s = 0; s < 1024; s++) flat[s] = 0.5f;
+    for (int k = 2; k <= 4; k++) {
+        float x[37];
+        gauss_vec(&r, x, 37);
+        uint16_t st[37];
+        kvq_turbo_tcq_viterbi_scalar(k, flat, x, 37, st);
+        int nonzero = 0;
+        for (int t = 0; t < 37; t++) nonzero += st[t] != 0;
+        CHECK(nonzero == 0, "k=%d: %d states not the first of their ties", k, nonzero);
+    }
+}
+
 /* Mean Viterbi / greedy error over random Gaussian sequences. */
 static void trellis_vs_greedy(int k, const float *c, int n, double *viterbi, double *greedy, int *worse) {
     test_rng r = { 77, 0, 0 };

@@ -115,15 +115,13 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
 #define V_SET1 _mm256_set1_ps
 #define V_LOADU _mm256_loadu_ps
 #define V_STOREU _mm256_storeu_ps
-#define V_ADD _mm256_add_ps
 #define V_SUB _mm256_sub_ps
-#define V_MUL _mm256_mul_ps
+#define V_FMA _mm256_fmadd_ps
 #define V_MIN _mm256_min_ps
-#define V_ISET1 _mm256_set1_epi32
-#define V_IZERO _mm256_setzero_si256()
 #define V_NEED(need, m, k) need_avx2((need), (m), (k))
-#define V_KEEP_SMALLER(best, arg, cur, jv) keep_smaller(&(best), &(arg), (cur), (jv))
-#define V_STORE_MIN(min_in, back, best, arg) store_min((min_in), (back), (best), (arg))
+#define V_TAG(c, j, mask) tag_avx2((c), (j), (mask))
+#define V_TAGGED_MIN(a, b) _mm256_min_epu32((a), (b))
+#define V_STORE_MIN(min_in, back, best, mask) store_min((min_in), (back), (best), (mask))
 #define V_GATHER(dst, base, idx) \
     _mm256_storeu_ps((dst), _mm256_i32gather_ps((base), _mm256_loadu_si256((const __m256i *)(const void *)(idx)), 4))
 #define VITERBI_FN turbo_viterbi_avx2
@@ -136,14 +134,15 @@ ALWAYS_INLINE __m256 need_avx2(const float *need, int m, int k) {
     return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(pair), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
 }
 
-ALWAYS_INLINE void keep_smaller(__m256 *best, __m256i *arg, __m256 cur, __m256i j) {
-    __m256 lt = _mm256_cmp_ps(cur, *best, _CMP_LT_OQ);       /* ties keep the smaller j */
-    *best = _mm256_blendv_ps(*best, cur, lt);
-    *arg = _mm256_blendv_epi8(*arg, j, _mm256_castps_si256(lt));
+/* The cost's bits with the low ones (mask) replaced by the row j. */
+ALWAYS_INLINE __m256i tag_avx2(__m256 c, int j, int mask) {
+    return _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(c), _mm256_set1_epi32(~mask)), _mm256_set1_epi32(j));
 }
 
-ALWAYS_INLINE void store_min(float *min_in, uint8_t *back, __m256 best, __m256i arg) {
-    _mm256_storeu_ps(min_in, best);
+/* The tagged minima as the next arrival costs, their tags as back-pointers. */
+ALWAYS_INLINE void store_min(float *min_in, uint8_t *back, __m256i best, int mask) {
+    _mm256_storeu_si256((__m256i *)(void *)min_in, best);
+    const __m256i arg = _mm256_and_si256(best, _mm256_set1_epi32(mask));
     /* 8 x int32 (values < 16) -> 8 bytes */
     __m128i a16 = _mm_packs_epi32(_mm256_castsi256_si128(arg), _mm256_extracti128_si256(arg, 1));
     _mm_storel_epi64((__m128i *)back, _mm_packus_epi16(a16, a16));

@@ -143,6 +143,25 @@ typedef struct turbo_tcq_layout {
  * Viterbi. */
 const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, turbo_tcq_layout *own);
 
+/* Tagged costs.  A step's best arrival into a context is the smallest of
+ * its 2^k predecessors' costs, the first of them on ties.  Every cost is
+ * a sum of squares, so >= 0 (or NaN), and for such floats the order of
+ * the bit patterns as unsigned integers is the order of the values.  Each
+ * cost's low k bits are replaced by its predecessor's index j (the tag),
+ * and the unsigned minimum of the tagged patterns is then the best cost
+ * and its j in one: costs that differ above the low k bits keep their
+ * order; costs that agree there (a tie, or within 2^k ulp) go to the
+ * smaller j.  The tagged minimum is the arrival cost the next step adds
+ * to (a change of at most 2^k - 1 ulp per step), its tag the back-pointer.
+ * A NaN cost (a NaN in x) never beats a number; where all are NaN the
+ * first wins.  The vector kernels tag a whole vector in one operation and
+ * take one unsigned minimum per pair of predecessors, where a compare and
+ * two blends kept cost and index apart.  Every level, the scalar one
+ * included, tags the same way, so all find the same path. */
+static inline uint32_t turbo_tcq_tag(float cost, int j, uint32_t mask) {
+    return (kvq_f32_bits(cost) & ~mask) | (uint32_t)j;
+}
+
 /* Viterbi back-pointers -> states: back[t][column[ctx]] (column NULL:
  * back[t][ctx]) is the low k bits of the best predecessor of any state
  * with context ctx at step t. */

@@ -11,7 +11,10 @@
  * best path into s is  min_j cost[((s & 63) << k) | j] + (x_t - c[s])^2:
  * the minimum depends only on the 6-bit context s & 63.  One step is
  * therefore 2^L comparisons (64 minima over 2^k each) plus 2^L squared
- * errors, O(2^L) and not O(2^L * 2^k). */
+ * errors, O(2^L) and not O(2^L * 2^k).  The minima are taken over tagged
+ * costs (turbo_internal.h) and a cost is fmaf(e, e, in), so that the
+ * vector kernels (turbo_viterbi.inc) find the same path with fewer
+ * operations. */
 #include "turbo_internal.h"
 
 #include <math.h>
@@ -90,6 +93,18 @@ const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, turbo_tcq_lay
     return own;
 }
 
+/* The best predecessor of a context among the n = 2^k costs at pred:
+ * their smallest tagged pattern (its tag j is the back-pointer). */
+static uint32_t tagged_min(const float *pred, int n) {
+    const uint32_t mask = (uint32_t)n - 1;
+    uint32_t best = turbo_tcq_tag(pred[0], 0, mask);
+    for (int j = 1; j < n; j++) {
+        const uint32_t t = turbo_tcq_tag(pred[j], j, mask);
+        if (t < best) best = t;
+    }
+    return best;
+}
+
 static int argmin_first(const float *v, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
@@ -109,14 +124,13 @@ double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d
     }
     for (int t = 1; t < d; t++) {
         for (int ctx = 0; ctx < N_CTX; ctx++) {     /* best predecessor per context */
-            const float *pred = cost + (ctx << k);
-            int j = argmin_first(pred, branches);
-            min_in[ctx] = pred[j];
-            back[t][ctx] = (uint8_t)j;
+            const uint32_t best = tagged_min(cost + (ctx << k), branches);
+            min_in[ctx] = kvq_bits_f32(best);
+            back[t][ctx] = (uint8_t)(best & (uint32_t)(branches - 1));
         }
         for (int s = 0; s < n_states; s++) {
             float e = x[t] - c[s];
-            cost[s] = min_in[s & CTX_MASK] + e * e;
+            cost[s] = fmaf(e, e, min_in[s & CTX_MASK]);
         }
     }
     int last = argmin_first(cost, n_states);

@@ -19,15 +19,16 @@ ALWAYS_INLINE __m512 need_avx512(const float *need, int m, int k) {
     return _mm512_permutexvar_ps(_mm512_srli_epi32(lane, (unsigned)k), _mm512_castps128_ps512(runs));
 }
 
-ALWAYS_INLINE void keep_smaller(__m512 *best, __m512i *arg, __m512 cur, __m512i j) {
-    const __mmask16 lt = _mm512_cmp_ps_mask(cur, *best, _CMP_LT_OQ);   /* ties keep the smaller j */
-    *best = _mm512_mask_blend_ps(lt, *best, cur);
-    *arg = _mm512_mask_blend_epi32(lt, *arg, j);
+/* The cost's bits with the low ones (mask) replaced by the row j: one
+ * vpternlogd, (c & ~mask) | j. */
+ALWAYS_INLINE __m512i tag_avx512(__m512 c, int j, int mask) {
+    return _mm512_ternarylogic_epi32(_mm512_castps_si512(c), _mm512_set1_epi32(~mask), _mm512_set1_epi32(j), 0xEA);
 }
 
-ALWAYS_INLINE void store_min(float *min_in, uint8_t *back, __m512 best, __m512i arg) {
-    _mm512_storeu_ps(min_in, best);
-    _mm_storeu_si128((__m128i *)back, _mm512_cvtepi32_epi8(arg));    /* values < 16 */
+/* The tagged minima as the next arrival costs, their tags as back-pointers. */
+ALWAYS_INLINE void store_min(float *min_in, uint8_t *back, __m512i best, int mask) {
+    _mm512_storeu_si512(min_in, best);
+    _mm_storeu_si128((__m128i *)back, _mm512_cvtepi32_epi8(_mm512_and_si512(best, _mm512_set1_epi32(mask))));
 }
 
 /* dst[i] = base[idx[i]] from the 64 floats of base by two-register
@@ -46,15 +47,13 @@ ALWAYS_INLINE void gather64(float *dst, const float *base, const int32_t *idx) {
 #define V_SET1 _mm512_set1_ps
 #define V_LOADU _mm512_loadu_ps
 #define V_STOREU _mm512_storeu_ps
-#define V_ADD _mm512_add_ps
 #define V_SUB _mm512_sub_ps
-#define V_MUL _mm512_mul_ps
+#define V_FMA _mm512_fmadd_ps
 #define V_MIN _mm512_min_ps
-#define V_ISET1 _mm512_set1_epi32
-#define V_IZERO _mm512_setzero_si512()
 #define V_NEED(need, m, k) need_avx512((need), (m), (k))
-#define V_KEEP_SMALLER(best, arg, cur, jv) keep_smaller(&(best), &(arg), (cur), (jv))
-#define V_STORE_MIN(min_in, back, best, arg) store_min((min_in), (back), (best), (arg))
+#define V_TAG(c, j, mask) tag_avx512((c), (j), (mask))
+#define V_TAGGED_MIN(a, b) _mm512_min_epu32((a), (b))
+#define V_STORE_MIN(min_in, back, best, mask) store_min((min_in), (back), (best), (mask))
 #define V_GATHER(dst, base, idx) gather64((dst), (base), (idx))
 #define VITERBI_FN turbo_viterbi_avx512
 #define VITERBI2_FN turbo_viterbi2_avx512
