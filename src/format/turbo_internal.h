@@ -132,6 +132,10 @@ const float *turbo_tcq_pairs(int k);
  * run of K columns with the same m needs one broadcast arrival cost, and
  * the best arrival into context a at the next step is the minimum over
  * the K rows at column sigma(a), element-wise over rows. */
+/* sigma(a), the column of context a (R = 64 / 2^k): (a mod R) * 2^k + a / R. */
+static inline int turbo_tcq_column(int k, int a) {
+    return ((a & ((1 << (KVQ_TURBO_TCQ_CONTEXT - k)) - 1)) << k) | (a >> (KVQ_TURBO_TCQ_CONTEXT - k));
+}
 typedef struct turbo_tcq_layout {
     float cpos[TURBO_MAX_STATES];                      /* codebook by position j*64 + sigma(a) */
     int32_t need_from[1 << KVQ_TURBO_TCQ_CONTEXT];     /* column of context (m << k) | j, at j*R + m */
@@ -162,11 +166,13 @@ static inline uint32_t turbo_tcq_tag(float cost, int j, uint32_t mask) {
     return (kvq_f32_bits(cost) & ~mask) | (uint32_t)j;
 }
 
-/* Viterbi back-pointers -> states: back[t][column[ctx]] (column NULL:
- * back[t][ctx]) is the low k bits of the best predecessor of any state
- * with context ctx at step t. */
-void turbo_tcq_backtrack(int k, const uint8_t (*back)[1 << KVQ_TURBO_TCQ_CONTEXT],
-                         const uint8_t *column, int d, int last, uint16_t *states);
+/* Viterbi back-pointers -> states: back[t][turbo_tcq_column(k, ctx)]
+ * (by_column false: back[t][ctx]) is the low k bits of the best
+ * predecessor of any state with context ctx at step t.  The column is
+ * computed, not looked up: a load in the walk's chain of dependent steps
+ * took ~1/3 of its time. */
+void turbo_tcq_backtrack(int k, const uint8_t (*back)[1 << KVQ_TURBO_TCQ_CONTEXT], bool by_column, int d,
+                         int last, uint16_t *states);
 
 /* The 2^bits - 1 cell boundaries of kvq_turbo_lloyd_centroids(bits):
  * midpoints of neighbouring centroids, ascending. */

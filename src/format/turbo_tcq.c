@@ -38,13 +38,13 @@ static bool viterbi_args_ok(int k, const float *c, int d) {
 }
 
 /* Walk the back-pointers from the final state. */
-void turbo_tcq_backtrack(int k, const uint8_t (*back)[N_CTX], const uint8_t *column, int d, int last,
+void turbo_tcq_backtrack(int k, const uint8_t (*back)[N_CTX], bool by_column, int d, int last,
                          uint16_t *states) {
     int s = last;
     states[d - 1] = (uint16_t)s;
     for (int t = d - 1; t > 0; t--) {
         int ctx = s & CTX_MASK;
-        s = (ctx << k) | back[t][column ? column[ctx] : ctx];
+        s = (ctx << k) | back[t][by_column ? turbo_tcq_column(k, ctx) : ctx];
         states[t - 1] = (uint16_t)s;
     }
 }
@@ -71,7 +71,7 @@ const float *turbo_tcq_pairs(int k) {
 
 static void make_layout(int k, const float *c, turbo_tcq_layout *l) {
     const int K = 1 << k, R = N_CTX >> k;
-    for (int a = 0; a < N_CTX; a++) l->column[a] = (uint8_t)((a % R) * K + a / R);
+    for (int a = 0; a < N_CTX; a++) l->column[a] = (uint8_t)turbo_tcq_column(k, a);
     for (int s = 0; s < (N_CTX << k); s++) l->cpos[(s & (K - 1)) * N_CTX + l->column[s >> k]] = c[s];
     for (int j = 0; j < K; j++)
         for (int m = 0; m < R; m++) l->need_from[j * R + m] = l->column[(m << k) | j];
@@ -134,7 +134,7 @@ double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d
         }
     }
     int last = argmin_first(cost, n_states);
-    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])back, NULL, d, last, states);
+    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])back, false, d, last, states);
     return cost[last];
 }
 
