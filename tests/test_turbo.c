@@ -201,8 +201,8 @@ TEST(turbo_viterbi_is_optimal) {
  * above those bits wins whatever the tags; costs equal above them (equal,
  * or within 2^k ulp) go to the smaller index; a NaN never beats a number,
  * and infinity loses to every finite cost.  And the Viterbi's path keeps
- * to it: two predecessors of equal cost, the first wins (the states of a
- * codebook whose entries repeat). */
+ * to it: with a constant codebook every predecessor ties, and the first
+ * must win every time. */
 TEST(turbo_tcq_tagged_costs_order) {
     test_rng r = { 91, 0, 0 };
     for (int k = 2; k <= 4; k++) {

@@ -132,10 +132,6 @@ const float *turbo_tcq_pairs(int k);
  * run of K columns with the same m needs one broadcast arrival cost, and
  * the best arrival into context a at the next step is the minimum over
  * the K rows at column sigma(a), element-wise over rows. */
-/* sigma(a), the column of context a (R = 64 / 2^k): (a mod R) * 2^k + a / R. */
-static inline int turbo_tcq_column(int k, int a) {
-    return ((a & ((1 << (KVQ_TURBO_TCQ_CONTEXT - k)) - 1)) << k) | (a >> (KVQ_TURBO_TCQ_CONTEXT - k));
-}
 typedef struct turbo_tcq_layout {
     float cpos[TURBO_MAX_STATES];                      /* codebook by position j*64 + sigma(a) */
     int32_t need_from[1 << KVQ_TURBO_TCQ_CONTEXT];     /* column of context (m << k) | j, at j*R + m */
@@ -146,6 +142,11 @@ typedef struct turbo_tcq_layout {
  * cache write's rows all use it, and making it took ~1/10 of a row's
  * Viterbi. */
 const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, turbo_tcq_layout *own);
+/* sigma(a), the layout's column of context a (R = 64 / 2^k):
+ * (a mod R) * 2^k + a / R. */
+static inline int turbo_tcq_column(int k, int a) {
+    return ((a & ((1 << (KVQ_TURBO_TCQ_CONTEXT - k)) - 1)) << k) | (a >> (KVQ_TURBO_TCQ_CONTEXT - k));
+}
 
 /* Tagged costs.  A step's best arrival into a context is the smallest of
  * its 2^k predecessors' costs, the first of them on ties.  Every cost is
@@ -157,8 +158,8 @@ const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, turbo_tcq_lay
  * order; costs that agree there (a tie, or within 2^k ulp) go to the
  * smaller j.  The tagged minimum is the arrival cost the next step adds
  * to (a change of at most 2^k - 1 ulp per step), its tag the back-pointer.
- * A NaN cost (a NaN in x) never beats a number; where all are NaN the
- * first wins.  The vector kernels tag a whole vector in one operation and
+ * A NaN cost (a NaN in x) never beats a number (NaNs order among
+ * themselves by their bit patterns).  The vector kernels tag a whole vector in one operation and
  * take one unsigned minimum per pair of predecessors, where a compare and
  * two blends kept cost and index apart.  Every level, the scalar one
  * included, tags the same way, so all find the same path. */
