@@ -508,6 +508,46 @@ TEST(turbo_viterbi2_each_level_matches_one_row) {
  * type, one and two blocks (192 = 128 + 64), a zero and a non-finite row
  * next to a normal one (those go the one-row way); the other types are
  * declined and nothing is written. */
+/* Encoding from rotated rows (kvq_turbo_quantize_rot, what the cache
+ * writes) against encoding the rows themselves: the same R x is coded, so
+ * the reconstructions agree to float rounding of the norm (and the odd
+ * near tie); the two-row form gives the one-row bytes; a zero row keeps
+ * its zero norm. */
+TEST(turbo_quantize_from_rotated_rows) {
+    test_rng r = { 83, 0, 0 };
+    static const int dims[] = { 64, 128, 192 };
+    ALL_TYPES(ty) for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
+        const int d = dims[di];
+        float x[2][192], xr[2][256], a[192], b[192];
+        uint8_t plain[256], rot[2][256], two[2][256];
+        for (int row = 0; row < 2; row++) {
+            gauss_vec(&r, x[row], d);
+            kvq_turbo_rotate_query(x[row], xr[row], d);
+        }
+        CHECK(kvq_turbo_quantize(ty, x[0], plain, d, NULL) == KVQ_OK &&
+                  kvq_turbo_quantize_rot(ty, xr[0], rot[0], d, NULL) == KVQ_OK &&
+                  kvq_turbo_quantize_rot_scalar(ty, xr[1], rot[1], d, NULL) == KVQ_OK,
+              "%s d=%d: refused", kvq_turbo_name(ty), d);
+        kvq_turbo_dequantize(ty, plain, a, d, NULL);
+        kvq_turbo_dequantize(ty, rot[0], b, d, NULL);
+        double diff = 0, mag = 0;
+        for (int i = 0; i < d; i++) { diff += (a[i] - b[i]) * (double)(a[i] - b[i]); mag += (double)x[0][i] * x[0][i]; }
+        CHECK(diff <= 1e-3 * mag, "%s d=%d: rotated-row codes reconstruct %.3g (of %.3g) away", kvq_turbo_name(ty),
+              d, diff, mag);
+        kvq_turbo_quantize_rot(ty, xr[1], two[0], d, NULL);
+        CHECK(!memcmp(two[0], rot[1], kvq_turbo_row_bytes(ty, d)), "%s d=%d: scalar and SIMD rotated rows differ",
+              kvq_turbo_name(ty), d);
+        if (kvq_turbo_quantize_pair_rot(ty, xr[0], xr[1], two[0], two[1], d))
+            for (int row = 0; row < 2; row++)
+                CHECK(!memcmp(two[row], rot[row], kvq_turbo_row_bytes(ty, d)), "%s d=%d row %d: pair differs",
+                      kvq_turbo_name(ty), d, row);
+        float zero[256] = { 0 };
+        kvq_turbo_quantize_rot(ty, zero, rot[0], d, NULL);
+        kvq_turbo_dequantize(ty, rot[0], b, d, NULL);
+        for (int i = 0; i < d; i++) CHECK(b[i] == 0.0f, "%s d=%d: a zero row gave %g", kvq_turbo_name(ty), d, b[i]);
+    }
+}
+
 TEST(turbo_quantize_pair_equals_two_rows) {
     test_rng r = { 79, 0, 0 };
     static const kvq_turbo_type types[] = { KVQ_TURBO2_TCQ, KVQ_TURBO3_TCQ, KVQ_TURBO4_TCQ };

@@ -309,10 +309,12 @@ double kvq_turbo_ip_gain(kvq_turbo_type t) {
 /* --------------------------------------------------------------- encoding */
 
 /* The targets of one block of width d (n real values, zero-padded):
- * sqrt(d) R x / ||x|| in y, unit variance, and ||x||.  A block with no
- * direction (zero, NaN or Inf) is stored as its norm alone here, and
- * false returned. */
-static bool block_targets(const float *x, int n, int d, float *y, double *norm, uint8_t *blk, size_t bytes) {
+ * sqrt(d) R x / ||x|| in y, unit variance, and ||x||.  `rotated`: x is
+ * already R x (n = d; the cache keeps its rows rotated), and ||R x|| is
+ * ||x||.  A block with no direction (zero, NaN or Inf) is stored as its
+ * norm alone here, and false returned. */
+static bool block_targets(const float *x, int n, int d, bool rotated, float *y, double *norm, uint8_t *blk,
+                          size_t bytes) {
     memset(blk, 0, bytes);
     load_padded(y, x, n, d);
     double norm2 = 0.0;
@@ -322,7 +324,7 @@ static bool block_targets(const float *x, int n, int d, float *y, double *norm, 
         kvq_wr16(blk, kvq_float_to_half((float)*norm));
         return false;
     }
-    rotate_block(y, d);
+    if (!rotated) rotate_block(y, d);
     float to_unit = (float)(sqrt((double)d) / *norm);
     for (int i = 0; i < d; i++) y[i] *= to_unit;
     return true;
@@ -336,11 +338,11 @@ static void block_finish(uint8_t *blk, double norm, double sumsq, int d) {
 }
 
 /* Quantise the n real values of one block of width d into blk. */
-static void encode_block(kvq_turbo_type t, const float *x, int n, int d, uint8_t *blk,
+static void encode_block(kvq_turbo_type t, const float *x, int n, int d, bool rotated, uint8_t *blk,
                          const turbo_kernels *kern) {
     float y[KVQ_TURBO_BLOCK];
     double norm;
-    if (!block_targets(x, n, d, y, &norm, blk, kvq_turbo_block_bytes(t, d))) return;
+    if (!block_targets(x, n, d, rotated, y, &norm, blk, kvq_turbo_block_bytes(t, d))) return;
     uint8_t *codes = blk + TURBO_NORM_BYTES;
     int bits = g_formats[t].bits;
     double sumsq = g_formats[t].tcq ? turbo_tcq_encode(bits, y, d, codes, kern->viterbi)
@@ -351,16 +353,16 @@ static void encode_block(kvq_turbo_type t, const float *x, int n, int d, uint8_t
 /* One block of each of two rows of a trellis type through the two-row
  * Viterbi (the same paths as one row at a time); where either block has
  * no direction, the other goes the one-row way. */
-static void encode_block_pair(kvq_turbo_type t, const float *const x[2], int n, int d, uint8_t *const blk[2],
-                              const turbo_kernels *kern) {
+static void encode_block_pair(kvq_turbo_type t, const float *const x[2], int n, int d, bool rotated,
+                              uint8_t *const blk[2], const turbo_kernels *kern) {
     float y[2][KVQ_TURBO_BLOCK];
     double norm[2];
     const size_t bytes = kvq_turbo_block_bytes(t, d);
-    const bool ok0 = block_targets(x[0], n, d, y[0], &norm[0], blk[0], bytes);
-    const bool ok1 = block_targets(x[1], n, d, y[1], &norm[1], blk[1], bytes);
+    const bool ok0 = block_targets(x[0], n, d, rotated, y[0], &norm[0], blk[0], bytes);
+    const bool ok1 = block_targets(x[1], n, d, rotated, y[1], &norm[1], blk[1], bytes);
     if (!ok0 || !ok1) {
-        if (ok0) encode_block(t, x[0], n, d, blk[0], kern);
-        if (ok1) encode_block(t, x[1], n, d, blk[1], kern);
+        if (ok0) encode_block(t, x[0], n, d, rotated, blk[0], kern);
+        if (ok1) encode_block(t, x[1], n, d, rotated, blk[1], kern);
         return;
     }
     const int k = g_formats[t].bits;
@@ -381,14 +383,16 @@ static kvq_status check_row(kvq_turbo_type t, int head_dim, kvq_error *err) {
     return KVQ_OK;
 }
 
-static kvq_status quantize_with(const turbo_kernels *kern, kvq_turbo_type t, const float *x,
+/* A row of head_dim values, or (rotated) its kvq_turbo_rot_dim(head_dim)
+ * rotated values: every block then whole. */
+static kvq_status quantize_with(const turbo_kernels *kern, kvq_turbo_type t, const float *x, bool rotated,
                                 void *dst, int head_dim, kvq_error *err) {
     kvq_status st = check_row(t, head_dim, err);
     if (st != KVQ_OK) return st;
     uint8_t *blk = dst;
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
         int d = block_dim_at(head_dim, off);
-        encode_block(t, x + off, KVQ_MIN(d, head_dim - off), d, blk, kern);
+        encode_block(t, x + off, rotated ? d : KVQ_MIN(d, head_dim - off), d, rotated, blk, kern);
         blk += kvq_turbo_block_bytes(t, d);
     }
     return KVQ_OK;
@@ -396,16 +400,25 @@ static kvq_status quantize_with(const turbo_kernels *kern, kvq_turbo_type t, con
 
 kvq_status kvq_turbo_quantize(kvq_turbo_type t, const float *x, void *dst, int head_dim,
                               kvq_error *err) {
-    return quantize_with(turbo_active_kernels(), t, x, dst, head_dim, err);
+    return quantize_with(turbo_active_kernels(), t, x, false, dst, head_dim, err);
 }
 
 kvq_status kvq_turbo_quantize_scalar(kvq_turbo_type t, const float *x, void *dst, int head_dim,
                                      kvq_error *err) {
-    return quantize_with(&g_scalar_kernels, t, x, dst, head_dim, err);
+    return quantize_with(&g_scalar_kernels, t, x, false, dst, head_dim, err);
 }
 
-bool kvq_turbo_quantize_pair(kvq_turbo_type t, const float *x0, const float *x1, void *dst0, void *dst1,
-                             int head_dim) {
+kvq_status kvq_turbo_quantize_rot(kvq_turbo_type t, const float *x_rot, void *dst, int head_dim, kvq_error *err) {
+    return quantize_with(turbo_active_kernels(), t, x_rot, true, dst, head_dim, err);
+}
+
+kvq_status kvq_turbo_quantize_rot_scalar(kvq_turbo_type t, const float *x_rot, void *dst, int head_dim,
+                                         kvq_error *err) {
+    return quantize_with(&g_scalar_kernels, t, x_rot, true, dst, head_dim, err);
+}
+
+static bool quantize_pair_with(kvq_turbo_type t, const float *x0, const float *x1, bool rotated, void *dst0,
+                               void *dst1, int head_dim) {
     const turbo_kernels *kern = turbo_active_kernels();
     if (!valid_type(t) || !g_formats[t].tcq || !kern->viterbi2 || check_row(t, head_dim, NULL) != KVQ_OK)
         return false;
@@ -413,10 +426,20 @@ bool kvq_turbo_quantize_pair(kvq_turbo_type t, const float *x0, const float *x1,
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
         const int d = block_dim_at(head_dim, off);
         const float *const x[2] = { x0 + off, x1 + off };
-        encode_block_pair(t, x, KVQ_MIN(d, head_dim - off), d, blk, kern);
+        encode_block_pair(t, x, rotated ? d : KVQ_MIN(d, head_dim - off), d, rotated, blk, kern);
         for (int r = 0; r < 2; r++) blk[r] += kvq_turbo_block_bytes(t, d);
     }
     return true;
+}
+
+bool kvq_turbo_quantize_pair(kvq_turbo_type t, const float *x0, const float *x1, void *dst0, void *dst1,
+                             int head_dim) {
+    return quantize_pair_with(t, x0, x1, false, dst0, dst1, head_dim);
+}
+
+bool kvq_turbo_quantize_pair_rot(kvq_turbo_type t, const float *x0_rot, const float *x1_rot, void *dst0, void *dst1,
+                                 int head_dim) {
+    return quantize_pair_with(t, x0_rot, x1_rot, true, dst0, dst1, head_dim);
 }
 
 /* --------------------------------------------------- rotated-domain rows */

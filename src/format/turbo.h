@@ -133,6 +133,15 @@ kvq_status kvq_turbo_quantize_scalar(kvq_turbo_type t, const float *x, void *dst
  * without it (the caller then quantises one row at a time). */
 bool kvq_turbo_quantize_pair(kvq_turbo_type t, const float *x0, const float *x1, void *dst0, void *dst1,
                              int head_dim);
+/* The same from rotated rows (kvq_turbo_rot_dim(head_dim) values of R x,
+ * as kvq_turbo_rotate_query makes them and the cache keeps them): no
+ * transform back and forth; ||R x|| stands for ||x||, so a norm may differ
+ * from kvq_turbo_quantize's in its last bits. */
+kvq_status kvq_turbo_quantize_rot(kvq_turbo_type t, const float *x_rot, void *dst, int head_dim, kvq_error *err);
+kvq_status kvq_turbo_quantize_rot_scalar(kvq_turbo_type t, const float *x_rot, void *dst, int head_dim,
+                                         kvq_error *err);
+bool kvq_turbo_quantize_pair_rot(kvq_turbo_type t, const float *x0_rot, const float *x1_rot, void *dst0, void *dst1,
+                                 int head_dim);
 float kvq_turbo_dot_rot_scalar(kvq_turbo_type t, const void *row, const float *q_rot, int head_dim);
 void  kvq_turbo_axpy_rot_scalar(kvq_turbo_type t, float w, const void *row, float *acc_rot,
                                 int head_dim);

@@ -3,9 +3,9 @@
  *
  * The cache keeps every row in its side's rotated domain (one rotated Q
  * serves body, ring and sink), so the table's turbo kernels work there:
- *   quantize(R x)  -> the row of x (turbo.c rotates internally, so the
- *                     rotated input is rotated back first: one extra
- *                     transform per block at write time, never per key);
+ *   quantize(R x)  -> the row of x, encoded from R x as it is
+ *                     (kvq_turbo_quantize_rot: no transform back and
+ *                     forth);
  *   dequantize     -> R x_hat (axpy with weight 1 into zeros);
  *   dot, axpy      -> kvq_turbo_dot_rot / kvq_turbo_axpy_rot directly.
  * A row of n values holds kvq_turbo_rot_dim(n) rotated values (128-blocks,
@@ -39,14 +39,9 @@ enum { STACK_ROW = 512 };   /* heads up to 512 need no allocation */
 
 static void quantize_rot(kvq_turbo_type t, turbo_quantize_fn q, const float *x_rot, void *dst, int64_t n) {
     const int d = kvq_turbo_rot_dim((int)n);
-    float stack[STACK_ROW], *heap = NULL, *pad;
-    float *x = d <= STACK_ROW ? stack : (heap = kvq_malloc_n((size_t)d, sizeof *x));
+    float *pad;
     const float *full = whole_row(x_rot, (int)n, d, &pad);
-    if (d && x && full) {
-        kvq_turbo_unrotate(full, x, d);
-        q(t, x, dst, d, NULL);
-    }
-    free(heap);
+    if (d && full) q(t, full, dst, d, NULL);
     free(pad);
 }
 
@@ -68,11 +63,8 @@ bool kvq_turbo_quantize_rot_pair(kvq_type ty, const float *x0_rot, const float *
                                  int64_t n) {
     const kvq_turbo_type t = kvq_turbo_of(ty);
     const int d = kvq_turbo_rot_dim((int)n);
-    if (!kvq_turbo_is_tcq(t) || d != n || d > STACK_ROW) return false;
-    float x0[STACK_ROW], x1[STACK_ROW];
-    kvq_turbo_unrotate(x0_rot, x0, d);
-    kvq_turbo_unrotate(x1_rot, x1, d);
-    return kvq_turbo_quantize_pair(t, x0, x1, dst0, dst1, d);
+    if (!kvq_turbo_is_tcq(t) || d != n) return false;
+    return kvq_turbo_quantize_pair_rot(t, x0_rot, x1_rot, dst0, dst1, d);
 }
 
 typedef void (*turbo_axpy_rot_fn)(kvq_turbo_type, float, const void *, float *, int);
@@ -115,9 +107,9 @@ static void axpy_rot(kvq_turbo_type t, turbo_axpy_rot_fn axpy, float w, const vo
 #define KVQ_TURBO_TRAIT_DEF(K, T)                                                                            \
     size_t kvq_##K##_row_bytes(int64_t n) { return n > 0 && n <= 65536 ? kvq_turbo_row_bytes(T, (int)n) : 0; } \
     void kvq_##K##_quantize_scalar(const float *x, void *dst, int64_t n) {                                   \
-        quantize_rot(T, kvq_turbo_quantize_scalar, x, dst, n);                                               \
+        quantize_rot(T, kvq_turbo_quantize_rot_scalar, x, dst, n);                                               \
     }                                                                                                        \
-    void kvq_##K##_quantize(const float *x, void *dst, int64_t n) { quantize_rot(T, kvq_turbo_quantize, x, dst, n); } \
+    void kvq_##K##_quantize(const float *x, void *dst, int64_t n) { quantize_rot(T, kvq_turbo_quantize_rot, x, dst, n); } \
     void kvq_##K##_dequantize(const void *src, float *y, int64_t n) {                                        \
         dequantize_rot(T, kvq_turbo_axpy_rot_scalar, src, y, n);                                             \
     }                                                                                                        \
