@@ -371,8 +371,11 @@ static void encode_block_pair(kvq_turbo_type t, const float *const x[2], int n, 
     uint16_t *const ss[2] = { states[0], states[1] };
     double err[2];
     kern->viterbi2(k, kvq_turbo_tcq_codebook(k), ys, d, ss, err);
-    for (int r = 0; r < 2; r++)
-        block_finish(blk[r], norm[r], turbo_tcq_store(k, states[r], d, blk[r] + TURBO_NORM_BYTES), d);
+    uint8_t *const codes[2] = { blk[0] + TURBO_NORM_BYTES, blk[1] + TURBO_NORM_BYTES };
+    const uint16_t *const paths[2] = { states[0], states[1] };
+    double sumsq[2];
+    turbo_tcq_store2(k, paths, d, codes, sumsq);
+    for (int r = 0; r < 2; r++) block_finish(blk[r], norm[r], sumsq[r], d);
 }
 
 static kvq_status check_row(kvq_turbo_type t, int head_dim, kvq_error *err) {

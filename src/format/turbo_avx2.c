@@ -122,10 +122,20 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
 #define V_TAG(c, j, mask) tag_avx2((c), (j), (mask))
 #define V_TAGGED_MIN(a, b) _mm256_min_epu32((a), (b))
 #define V_STORE_MIN(min_in, back, best, mask) store_min((min_in), (back), (best), (mask))
-#define V_GATHER(dst, base, idx) \
-    _mm256_storeu_ps((dst), _mm256_i32gather_ps((base), _mm256_loadu_si256((const __m256i *)(const void *)(idx)), 4))
+#define V_GATHER_PLAN gather_plan
+#define V_GATHER_PLAN_MAKE(p, need_from) ((p)->from = (need_from))
+#define V_GATHER_ALL(dst, base, p) gather64((dst), (base), (p))
 #define VITERBI_FN turbo_viterbi_avx2
 #define VITERBI2_FN turbo_viterbi2_avx2
+
+/* The layout's need_from, read by 8-lane gathers (no two-register
+ * permute reaches 64 floats at 8 lanes). */
+typedef struct gather_plan { const int32_t *from; } gather_plan;
+
+ALWAYS_INLINE void gather64(float *dst, const float *base, const gather_plan *p) {
+    for (int i = 0; i < 64; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_i32gather_ps(base, _mm256_loadu_si256((const __m256i *)(const void *)(p->from + i)), 4));
+}
 
 /* k >= 3: one run of 8 columns shares need[m]; k = 2: two runs of 4. */
 ALWAYS_INLINE __m256 need_avx2(const float *need, int m, int k) {

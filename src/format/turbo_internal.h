@@ -114,6 +114,9 @@ double turbo_tcq_encode(int k, const float *x, int d, uint8_t *codes, turbo_vite
 /* A path's bit stream into codes (zeroed) and sum c[s_t]^2: the second
  * half of turbo_tcq_encode, for paths found elsewhere (two rows at once). */
 double turbo_tcq_store(int k, const uint16_t *states, int d, uint8_t *codes);
+/* turbo_tcq_store of two rows (the same bytes and sums), their sums of
+ * squares in sumsq[0..1]. */
+void turbo_tcq_store2(int k, const uint16_t *const states[2], int d, uint8_t *const codes[2], double sumsq[2]);
 
 /* The committed trellis codebook of k (2..4) by pairs of neighbouring
  * values: entry i = { c[i & (2^L - 1)], c[i >> k] } for the L + k bit
@@ -174,6 +177,9 @@ static inline uint32_t turbo_tcq_tag(float cost, int j, uint32_t mask) {
  * took ~1/3 of its time. */
 void turbo_tcq_backtrack(int k, const uint8_t (*back)[1 << KVQ_TURBO_TCQ_CONTEXT], bool by_column, int d,
                          int last, uint16_t *states);
+/* turbo_tcq_backtrack (by column) of two rows at once: the same states. */
+void turbo_tcq_backtrack2(int k, const uint8_t (*const back[2])[1 << KVQ_TURBO_TCQ_CONTEXT], int d, const int last[2],
+                          uint16_t *const states[2]);
 
 /* The 2^bits - 1 cell boundaries of kvq_turbo_lloyd_centroids(bits):
  * midpoints of neighbouring centroids, ascending. */

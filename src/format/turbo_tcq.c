@@ -49,6 +49,23 @@ void turbo_tcq_backtrack(int k, const uint8_t (*back)[N_CTX], bool by_column, in
     }
 }
 
+/* Two rows' walks (by column) in one loop: each step of a walk waits on
+ * its last load, and the other walk's step fills that wait (the walks
+ * one after the other took a tenth of turbo2_tcq's two-row write). */
+void turbo_tcq_backtrack2(int k, const uint8_t (*const back[2])[N_CTX], int d, const int last[2],
+                          uint16_t *const states[2]) {
+    int s0 = last[0], s1 = last[1];
+    states[0][d - 1] = (uint16_t)s0;
+    states[1][d - 1] = (uint16_t)s1;
+    for (int t = d - 1; t > 0; t--) {
+        const int c0 = s0 & CTX_MASK, c1 = s1 & CTX_MASK;
+        s0 = (c0 << k) | back[0][t][turbo_tcq_column(k, c0)];
+        s1 = (c1 << k) | back[1][t][turbo_tcq_column(k, c1)];
+        states[0][t - 1] = (uint16_t)s0;
+        states[1][t - 1] = (uint16_t)s1;
+    }
+}
+
 static float g_pairs2[2 << (CTX_BITS + 4)], g_pairs3[2 << (CTX_BITS + 6)], g_pairs4[2 << (CTX_BITS + 8)];
 static pthread_once_t g_pairs_once = PTHREAD_ONCE_INIT;
 
@@ -175,8 +192,18 @@ static void put_bits(uint8_t *codes, int pos, uint32_t value, int bits) {
  * OR-ed in little-endian order), a byte at a time through a bit buffer. */
 static void put_stream(uint8_t *codes, const uint16_t *states, int d, int k) {
     uint64_t acc = states[0] & CTX_MASK;
-    int nbits = CTX_BITS, pos = 0;
-    for (int t = 0; t < d; t++) {
+    int nbits = CTX_BITS, pos = 0, t = 0;
+    /* 8 values are k whole bytes: a group's codes in one word, put after
+     * the 6 bits still pending, and k bytes out at once (a byte per
+     * branch of the loop below mispredicted at k = 3) */
+    for (; t + 8 <= d; t += 8) {
+        uint64_t w = 0;
+        for (int j = 0; j < 8; j++) w |= (uint64_t)(states[t + j] >> CTX_BITS) << (j * k);
+        acc |= w << CTX_BITS;
+        for (int b = 0; b < k; b++) codes[pos++] |= (uint8_t)(acc >> (8 * b));
+        acc >>= 8 * k;
+    }
+    for (; t < d; t++) {
         acc |= (uint64_t)(states[t] >> CTX_BITS) << nbits;
         for (nbits += k; nbits >= 8; nbits -= 8, acc >>= 8) codes[pos++] |= (uint8_t)acc;
     }
@@ -193,6 +220,21 @@ static double path_sumsq(const float *c, const uint16_t *states, int d) {
 double turbo_tcq_store(int k, const uint16_t *states, int d, uint8_t *codes) {
     put_stream(codes, states, d, k);
     return path_sumsq(kvq_turbo_tcq_codebook(k), states, d);
+}
+
+void turbo_tcq_store2(int k, const uint16_t *const states[2], int d, uint8_t *const codes[2], double sumsq[2]) {
+    for (int r = 0; r < 2; r++) put_stream(codes[r], states[r], d, k);
+    /* path_sumsq of both rows in one loop: each row's sum in its own
+     * order (the same value), the two chains of dependent adds side by
+     * side */
+    const float *c = kvq_turbo_tcq_codebook(k);
+    double s0 = 0.0, s1 = 0.0;
+    for (int t = 0; t < d; t++) {
+        s0 += (double)c[states[0][t]] * c[states[0][t]];
+        s1 += (double)c[states[1][t]] * c[states[1][t]];
+    }
+    sumsq[0] = s0;
+    sumsq[1] = s1;
 }
 
 double turbo_tcq_encode(int k, const float *x, int d, uint8_t *codes, turbo_viterbi_fn viterbi) {

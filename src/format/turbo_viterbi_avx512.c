@@ -31,14 +31,30 @@ ALWAYS_INLINE void store_min(float *min_in, uint8_t *back, __m512i best, int mas
     _mm_storeu_si128((__m128i *)back, _mm512_cvtepi32_epi8(_mm512_and_si512(best, _mm512_set1_epi32(mask))));
 }
 
-/* dst[i] = base[idx[i]] from the 64 floats of base by two-register
- * permutes (a gather instruction is microcoded and slower here). */
-ALWAYS_INLINE void gather64(float *dst, const float *base, const int32_t *idx) {
-    const __m512i ix = _mm512_loadu_si512(idx);
-    const __m512 lo = _mm512_permutex2var_ps(_mm512_loadu_ps(base), ix, _mm512_loadu_ps(base + 16));
-    const __m512 hi = _mm512_permutex2var_ps(_mm512_loadu_ps(base + 32), ix, _mm512_loadu_ps(base + 48));
-    const __mmask16 upper = _mm512_test_epi32_mask(ix, _mm512_set1_epi32(32));
-    _mm512_storeu_ps(dst, _mm512_mask_blend_ps(upper, lo, hi));
+/* need_from as 4 index vectors, and the lanes of each that read the
+ * upper 32 floats. */
+typedef struct gather_plan {
+    __m512i idx[4];
+    __mmask16 upper[4];
+} gather_plan;
+
+ALWAYS_INLINE void gather_plan_make(gather_plan *p, const int32_t *need_from) {
+    for (int i = 0; i < 4; i++) {
+        p->idx[i] = _mm512_loadu_si512(need_from + 16 * i);
+        p->upper[i] = _mm512_test_epi32_mask(p->idx[i], _mm512_set1_epi32(32));
+    }
+}
+
+/* dst[i] = base[need_from[i]] from the 64 floats of base, loaded once, by
+ * two-register permutes (a gather instruction is microcoded and slower
+ * here). */
+ALWAYS_INLINE void gather64(float *dst, const float *base, const gather_plan *p) {
+    const __m512 b0 = _mm512_loadu_ps(base), b1 = _mm512_loadu_ps(base + 16);
+    const __m512 b2 = _mm512_loadu_ps(base + 32), b3 = _mm512_loadu_ps(base + 48);
+    for (int i = 0; i < 4; i++) {
+        const __m512 lo = _mm512_permutex2var_ps(b0, p->idx[i], b1), hi = _mm512_permutex2var_ps(b2, p->idx[i], b3);
+        _mm512_storeu_ps(dst + 16 * i, _mm512_mask_blend_ps(p->upper[i], lo, hi));
+    }
 }
 
 #define VF __m512
@@ -54,7 +70,9 @@ ALWAYS_INLINE void gather64(float *dst, const float *base, const int32_t *idx) {
 #define V_TAG(c, j, mask) tag_avx512((c), (j), (mask))
 #define V_TAGGED_MIN(a, b) _mm512_min_epu32((a), (b))
 #define V_STORE_MIN(min_in, back, best, mask) store_min((min_in), (back), (best), (mask))
-#define V_GATHER(dst, base, idx) gather64((dst), (base), (idx))
+#define V_GATHER_PLAN gather_plan
+#define V_GATHER_PLAN_MAKE(p, need_from) gather_plan_make((p), (need_from))
+#define V_GATHER_ALL(dst, base, p) gather64((dst), (base), (p))
 #define VITERBI_FN turbo_viterbi_avx512
 #define VITERBI2_FN turbo_viterbi2_avx512
 #include "turbo_viterbi.inc"
