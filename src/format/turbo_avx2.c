@@ -122,6 +122,9 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
 #define V_TAG(c, j, mask) tag_avx2((c), (j), (mask))
 #define V_TAGGED_MIN(a, b) _mm256_min_epu32((a), (b))
 #define V_STORE_MIN(min_in, back, best, mask) store_min((min_in), (back), (best), (mask))
+#define V_LOADI(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define V_STATE_IF(c, m, s) \
+    _mm256_blendv_epi8(_mm256_set1_epi32(-1), (s), _mm256_castps_si256(_mm256_cmp_ps((c), (m), _CMP_EQ_OQ)))
 #define V_GATHER_PLAN gather_plan
 #define V_GATHER_PLAN_MAKE(p, need_from) ((p)->from = (need_from))
 #define V_GATHER_ALL(dst, base, p) gather64((dst), (base), (p))

@@ -70,6 +70,8 @@ ALWAYS_INLINE void gather64(float *dst, const float *base, const gather_plan *p)
 #define V_TAG(c, j, mask) tag_avx512((c), (j), (mask))
 #define V_TAGGED_MIN(a, b) _mm512_min_epu32((a), (b))
 #define V_STORE_MIN(min_in, back, best, mask) store_min((min_in), (back), (best), (mask))
+#define V_LOADI(p) _mm512_loadu_si512((const void *)(p))
+#define V_STATE_IF(c, m, s) _mm512_mask_mov_epi32(_mm512_set1_epi32(-1), _mm512_cmp_ps_mask((c), (m), _CMP_EQ_OQ), (s))
 #define V_GATHER_PLAN gather_plan
 #define V_GATHER_PLAN_MAKE(p, need_from) gather_plan_make((p), (need_from))
 #define V_GATHER_ALL(dst, base, p) gather64((dst), (base), (p))
