@@ -188,6 +188,39 @@ TEST(fwht_simd_equals_scalar) {
         }
 }
 
+/* x <- post H pre x with the diagonals as sign-bit masks: the scalar
+ * form against negating, transforming and negating by hand, and the AVX2
+ * one (registers at n = 64 and 128) against the scalar bit for bit, with
+ * either diagonal absent. */
+TEST(fwht_signed_equals_flip_transform_flip) {
+    test_rng r = { 17, 0, 0 };
+    static float a[KVQ_FWHT_MAX], b[KVQ_FWHT_MAX], c[KVQ_FWHT_MAX];
+    static uint32_t pre[KVQ_FWHT_MAX], post[KVQ_FWHT_MAX];
+    int8_t s1[KVQ_FWHT_MAX], s2[KVQ_FWHT_MAX];
+    kvq_random_signs(s1, KVQ_FWHT_MAX, 5);
+    kvq_random_signs(s2, KVQ_FWHT_MAX, 6);
+    for (int i = 0; i < KVQ_FWHT_MAX; i++) {
+        pre[i] = s1[i] < 0 ? 0x80000000u : 0u;
+        post[i] = s2[i] < 0 ? 0x80000000u : 0u;
+    }
+    for (int n = 8; n <= KVQ_FWHT_MAX; n *= 2)
+        for (int form = 0; form < 4; form++) {
+            const uint32_t *p = form & 1 ? pre : NULL, *q = form & 2 ? post : NULL;
+            fill_gauss(a, n, &r);
+            a[n / 3] = -0.0f;
+            memcpy(b, a, sizeof(float) * (size_t)n);
+            memcpy(c, a, sizeof(float) * (size_t)n);
+            for (int i = 0; i < n; i++) a[i] = p && s1[i] < 0 ? -a[i] : a[i];
+            kvq_fwht_scalar(a, n);
+            for (int i = 0; i < n; i++) a[i] = q && s2[i] < 0 ? -a[i] : a[i];
+            kvq_fwht_signed_scalar(b, n, p, q);
+            CHECK(!memcmp(a, b, sizeof(float) * (size_t)n), "n=%d form %d: scalar signed transform differs", n, form);
+            if (!cpu_has_avx2()) continue;
+            kvq_fwht_signed_avx2(c, n, p, q);
+            CHECK(!memcmp(a, c, sizeof(float) * (size_t)n), "n=%d form %d: AVX2 signed transform differs", n, form);
+        }
+}
+
 /* ---------------------------------------------------------------- signs */
 
 TEST(random_signs_are_deterministic_and_balanced) {

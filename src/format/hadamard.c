@@ -25,6 +25,7 @@ void kvq_fwht_scalar(float *x, int n) {
 }
 
 typedef void (*fwht_fn)(float *x, int n);
+typedef void (*fwht_signed_fn)(float *x, int n, const uint32_t *pre, const uint32_t *post);
 
 /* The transform of each level (AVX-512 runs the AVX2 one); the AVX2
  * transform works on whole 8-float registers. */
@@ -42,6 +43,30 @@ static fwht_fn fwht_for(int n) { return n >= 8 ? g_fwht[kvq_isa_best()] : kvq_fw
 void kvq_fwht(float *x, int n) {
     if (!x || !kvq_is_pow2(n) || n > KVQ_FWHT_MAX) return;
     fwht_for(n)(x, n);
+}
+
+static void flip_signs(float *x, const uint32_t *mask, int n) {
+    if (mask)
+        for (int i = 0; i < n; i++) x[i] = kvq_bits_f32(kvq_f32_bits(x[i]) ^ mask[i]);
+}
+
+void kvq_fwht_signed_scalar(float *x, int n, const uint32_t *pre, const uint32_t *post) {
+    flip_signs(x, pre, n);
+    kvq_fwht_scalar(x, n);
+    flip_signs(x, post, n);
+}
+
+#if defined(__x86_64__)
+static const fwht_signed_fn g_fwht_signed[KVQ_ISA_COUNT] = { kvq_fwht_signed_scalar, kvq_fwht_signed_avx2,
+                                                             kvq_fwht_signed_avx2 };
+#else
+static const fwht_signed_fn g_fwht_signed[KVQ_ISA_COUNT] = { kvq_fwht_signed_scalar, kvq_fwht_signed_scalar,
+                                                             kvq_fwht_signed_scalar };
+#endif
+
+void kvq_fwht_signed(float *x, int n, const uint32_t *pre, const uint32_t *post) {
+    if (!x || !kvq_is_pow2(n) || n > KVQ_FWHT_MAX) return;
+    (n >= 8 ? g_fwht_signed[kvq_isa_best()] : kvq_fwht_signed_scalar)(x, n, pre, post);
 }
 
 static bool valid_blocking(const float *x, int n, int block) {

@@ -3,6 +3,7 @@
  * all six types.  The trellis code lives in turbo_tcq.c, the SIMD kernels
  * in turbo_avx2.c and turbo_avx512.c (turbo_lanes.inc).  Formats: see turbo.h and docs/turbo.md. */
 #include "turbo_internal.h"
+#include "hadamard.h"
 #include "turbo_tcq64.h"
 
 #include <math.h>
@@ -81,43 +82,44 @@ double kvq_turbo_bpv(kvq_turbo_type t, int head_dim) {
 
 /* ---------------------------------------------------------------- rotation */
 
-typedef struct turbo_signs { int8_t s1_128[128], s2_128[128], s1_64[64], s2_64[64]; } turbo_signs;
+/* The diagonals S1, S2 of the 128- and 64-blocks as sign-bit masks
+ * (0x80000000 where the sign is -1: XOR-ed into a float, the negation),
+ * made once. */
+typedef struct turbo_signs { uint32_t s1_128[128], s2_128[128], s1_64[64], s2_64[64]; } turbo_signs;
 static turbo_signs g_signs;
 static pthread_once_t g_signs_once = PTHREAD_ONCE_INIT;
 
-static void make_signs(void) {
-    kvq_random_signs(g_signs.s1_128, 128, KVQ_TURBO_SEED_S1);
-    kvq_random_signs(g_signs.s2_128, 128, KVQ_TURBO_SEED_S2);
-    kvq_random_signs(g_signs.s1_64, 64, KVQ_TURBO_SEED_S1);
-    kvq_random_signs(g_signs.s2_64, 64, KVQ_TURBO_SEED_S2);
+static void sign_masks(uint32_t *mask, int n, uint64_t seed) {
+    int8_t s[128];
+    kvq_random_signs(s, n, seed);
+    for (int i = 0; i < n; i++) mask[i] = s[i] < 0 ? 0x80000000u : 0u;
 }
 
-static void signs_for(int d, const int8_t **s1, const int8_t **s2) {
+static void make_signs(void) {
+    sign_masks(g_signs.s1_128, 128, KVQ_TURBO_SEED_S1);
+    sign_masks(g_signs.s2_128, 128, KVQ_TURBO_SEED_S2);
+    sign_masks(g_signs.s1_64, 64, KVQ_TURBO_SEED_S1);
+    sign_masks(g_signs.s2_64, 64, KVQ_TURBO_SEED_S2);
+}
+
+static void signs_for(int d, const uint32_t **s1, const uint32_t **s2) {
     pthread_once(&g_signs_once, make_signs);
     *s1 = d == 128 ? g_signs.s1_128 : g_signs.s1_64;
     *s2 = d == 128 ? g_signs.s2_128 : g_signs.s2_64;
 }
 
-static void apply_signs(float *v, const int8_t *s, int d) {
-    for (int i = 0; i < d; i++) v[i] = s[i] < 0 ? -v[i] : v[i];
-}
-
 /* v <- S2 H S1 v (one block of d values) */
 static void rotate_block(float *v, int d) {
-    const int8_t *s1, *s2;
+    const uint32_t *s1, *s2;
     signs_for(d, &s1, &s2);
-    apply_signs(v, s1, d);
-    kvq_fwht(v, d);
-    apply_signs(v, s2, d);
+    kvq_fwht_signed(v, d, s1, s2);
 }
 
 /* v <- S1 H S2 v, the inverse (H and the diagonals are involutions) */
 static void unrotate_block(float *v, int d) {
-    const int8_t *s1, *s2;
+    const uint32_t *s1, *s2;
     signs_for(d, &s1, &s2);
-    apply_signs(v, s2, d);
-    kvq_fwht(v, d);
-    apply_signs(v, s1, d);
+    kvq_fwht_signed(v, d, s2, s1);
 }
 
 /* Copy the n values of a block into a zero-padded d buffer. */
