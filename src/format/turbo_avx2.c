@@ -126,16 +126,59 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
 #define V_STATE_IF(c, m, s) \
     _mm256_blendv_epi8(_mm256_set1_epi32(-1), (s), _mm256_castps_si256(_mm256_cmp_ps((c), (m), _CMP_EQ_OQ)))
 #define V_GATHER_PLAN gather_plan
-#define V_GATHER_PLAN_MAKE(p, need_from) ((p)->from = (need_from))
+#define V_GATHER_PLAN_MAKE(p, lay, k) (*(p) = (gather_plan){ (lay)->need_from, (k) })
 #define V_GATHER_ALL(dst, base, p) gather64((dst), (base), (p))
 #define VITERBI_FN turbo_viterbi_avx2
 #define VITERBI2_FN turbo_viterbi2_avx2
 
-/* The layout's need_from, read by 8-lane gathers (no two-register
- * permute reaches 64 floats at 8 lanes). */
-typedef struct gather_plan { const int32_t *from; } gather_plan;
+/* The layout's need_from and k.  k = 3's is the identity (no gather:
+ * turbo_viterbi.inc); k = 2's and 4's are transposes of 4 of the 8
+ * minima vectors at a time (tcq_transpose2, tcq_transpose4), which took
+ * the place of 8-lane gathers (microcoded: on Zen 4 they were ~45 % of
+ * the 8-lane Viterbi). */
+typedef struct gather_plan { const int32_t *from; int k; } gather_plan;
+
+/* The 4 x 4 transpose within 128-bit lanes of a, b, c, d: q[i] = {a_i,
+ * b_i, c_i, d_i | a_(i+4), b_(i+4), c_(i+4), d_(i+4)}. */
+ALWAYS_INLINE void transpose_lanes(__m256 a, __m256 b, __m256 c, __m256 d, __m256 q[4]) {
+    const __m256 ab0 = _mm256_unpacklo_ps(a, b), ab1 = _mm256_unpackhi_ps(a, b);
+    const __m256 cd0 = _mm256_unpacklo_ps(c, d), cd1 = _mm256_unpackhi_ps(c, d);
+    q[0] = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab0), _mm256_castps_pd(cd0)));
+    q[1] = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab0), _mm256_castps_pd(cd0)));
+    q[2] = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab1), _mm256_castps_pd(cd1)));
+    q[3] = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab1), _mm256_castps_pd(cd1)));
+}
+
+/* k = 2: need vector 4g + o (o < 4) is lanes 2o, 2o + 1 of minima
+ * vectors g, g + 2, g + 4, g + 6, value by value. */
+ALWAYS_INLINE void tcq_transpose2(float *dst, const float *base) {
+    for (int g = 0; g < 2; g++) {
+        __m256 q[4];
+        transpose_lanes(_mm256_loadu_ps(base + 8 * g), _mm256_loadu_ps(base + 8 * (g + 2)),
+                        _mm256_loadu_ps(base + 8 * (g + 4)), _mm256_loadu_ps(base + 8 * (g + 6)), q);
+        float *out = dst + 32 * g;
+        _mm256_storeu_ps(out, _mm256_permute2f128_ps(q[0], q[1], 0x20));
+        _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(q[2], q[3], 0x20));
+        _mm256_storeu_ps(out + 16, _mm256_permute2f128_ps(q[0], q[1], 0x31));
+        _mm256_storeu_ps(out + 24, _mm256_permute2f128_ps(q[2], q[3], 0x31));
+    }
+}
+
+/* k = 4: need vector 2l + g (l < 4) is lanes l and l + 4 of minima
+ * vectors 4g .. 4g + 3, in pairs. */
+ALWAYS_INLINE void tcq_transpose4(float *dst, const float *base) {
+    const __m256i pairs = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int g = 0; g < 2; g++) {
+        __m256 q[4];
+        transpose_lanes(_mm256_loadu_ps(base + 32 * g), _mm256_loadu_ps(base + 32 * g + 8),
+                        _mm256_loadu_ps(base + 32 * g + 16), _mm256_loadu_ps(base + 32 * g + 24), q);
+        for (int l = 0; l < 4; l++) _mm256_storeu_ps(dst + 8 * (2 * l + g), _mm256_permutevar8x32_ps(q[l], pairs));
+    }
+}
 
 ALWAYS_INLINE void gather64(float *dst, const float *base, const gather_plan *p) {
+    if (p->k == 2) { tcq_transpose2(dst, base); return; }
+    if (p->k == 4) { tcq_transpose4(dst, base); return; }
     for (int i = 0; i < 64; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_i32gather_ps(base, _mm256_loadu_si256((const __m256i *)(const void *)(p->from + i)), 4));
 }

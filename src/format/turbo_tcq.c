@@ -93,8 +93,12 @@ static void make_layout(int k, const float *c, turbo_tcq_layout *l) {
         l->cpos[(s & (K - 1)) * N_CTX + l->column[s >> k]] = c[s];
         l->state_at[(s & (K - 1)) * N_CTX + l->column[s >> k]] = s;
     }
+    l->need_identity = true;
     for (int j = 0; j < K; j++)
-        for (int m = 0; m < R; m++) l->need_from[j * R + m] = l->column[(m << k) | j];
+        for (int m = 0; m < R; m++) {
+            l->need_from[j * R + m] = l->column[(m << k) | j];
+            l->need_identity &= l->need_from[j * R + m] == j * R + m;
+        }
 }
 
 static turbo_tcq_layout g_layouts[TURBO_TCQ_WIDTHS];

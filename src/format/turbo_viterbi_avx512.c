@@ -73,7 +73,7 @@ ALWAYS_INLINE void gather64(float *dst, const float *base, const gather_plan *p)
 #define V_LOADI(p) _mm512_loadu_si512((const void *)(p))
 #define V_STATE_IF(c, m, s) _mm512_mask_mov_epi32(_mm512_set1_epi32(-1), _mm512_cmp_ps_mask((c), (m), _CMP_EQ_OQ), (s))
 #define V_GATHER_PLAN gather_plan
-#define V_GATHER_PLAN_MAKE(p, need_from) gather_plan_make((p), (need_from))
+#define V_GATHER_PLAN_MAKE(p, lay, k) gather_plan_make((p), (lay)->need_from)
 #define V_GATHER_ALL(dst, base, p) gather64((dst), (base), (p))
 #define VITERBI_FN turbo_viterbi_avx512
 #define VITERBI2_FN turbo_viterbi2_avx512
