@@ -213,11 +213,15 @@ TEST(fwht_signed_equals_flip_transform_flip) {
             for (int i = 0; i < n; i++) a[i] = p && s1[i] < 0 ? -a[i] : a[i];
             kvq_fwht_scalar(a, n);
             for (int i = 0; i < n; i++) a[i] = q && s2[i] < 0 ? -a[i] : a[i];
-            kvq_fwht_signed_scalar(b, n, p, q);
+            kvq_fwht_signed_scalar(b, b, n, p, q);
             CHECK(!memcmp(a, b, sizeof(float) * (size_t)n), "n=%d form %d: scalar signed transform differs", n, form);
             if (!cpu_has_avx2()) continue;
-            kvq_fwht_signed_avx2(c, n, p, q);
-            CHECK(!memcmp(a, c, sizeof(float) * (size_t)n), "n=%d form %d: AVX2 signed transform differs", n, form);
+            memcpy(b, c, sizeof(float) * (size_t)n);   /* the input again: out of place, then in place */
+            static float d[KVQ_FWHT_MAX];
+            kvq_fwht_signed_avx2(b, d, n, p, q);
+            kvq_fwht_signed_avx2(c, c, n, p, q);
+            CHECK(!memcmp(a, c, sizeof(float) * (size_t)n) && !memcmp(a, d, sizeof(float) * (size_t)n),
+                  "n=%d form %d: AVX2 signed transform differs", n, form);
         }
 }
 

@@ -11,6 +11,8 @@
  */
 #include "hadamard.h"
 
+#include <string.h>
+
 void kvq_fwht_scalar(float *x, int n) {
     /* Stage h combines entries h apart: (a, b) -> (a + b, a - b). */
     for (int h = 1; h < n; h *= 2)
@@ -25,7 +27,7 @@ void kvq_fwht_scalar(float *x, int n) {
 }
 
 typedef void (*fwht_fn)(float *x, int n);
-typedef void (*fwht_signed_fn)(float *x, int n, const uint32_t *pre, const uint32_t *post);
+typedef void (*fwht_signed_fn)(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post);
 
 /* The transform of each level (AVX-512 runs the AVX2 one); the AVX2
  * transform works on whole 8-float registers. */
@@ -50,7 +52,8 @@ static void flip_signs(float *x, const uint32_t *mask, int n) {
         for (int i = 0; i < n; i++) x[i] = kvq_bits_f32(kvq_f32_bits(x[i]) ^ mask[i]);
 }
 
-void kvq_fwht_signed_scalar(float *x, int n, const uint32_t *pre, const uint32_t *post) {
+void kvq_fwht_signed_scalar(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post) {
+    if (src != x) memmove(x, src, (size_t)n * sizeof *x);
     flip_signs(x, pre, n);
     kvq_fwht_scalar(x, n);
     flip_signs(x, post, n);
@@ -64,9 +67,9 @@ static const fwht_signed_fn g_fwht_signed[KVQ_ISA_COUNT] = { kvq_fwht_signed_sca
                                                              kvq_fwht_signed_scalar };
 #endif
 
-void kvq_fwht_signed(float *x, int n, const uint32_t *pre, const uint32_t *post) {
-    if (!x || !kvq_is_pow2(n) || n > KVQ_FWHT_MAX) return;
-    (n >= 8 ? g_fwht_signed[kvq_isa_best()] : kvq_fwht_signed_scalar)(x, n, pre, post);
+void kvq_fwht_signed(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post) {
+    if (!src || !x || !kvq_is_pow2(n) || n > KVQ_FWHT_MAX) return;
+    (n >= 8 ? g_fwht_signed[kvq_isa_best()] : kvq_fwht_signed_scalar)(src, x, n, pre, post);
 }
 
 static bool valid_blocking(const float *x, int n, int block) {

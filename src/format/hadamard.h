@@ -22,13 +22,14 @@ static inline float kvq_fwht_norm(int n) { return (float)(1.0 / sqrt((double)n))
 void kvq_fwht_scalar(float *x, int n);
 void kvq_fwht_avx2(float *x, int n);
 
-/* x <- post H pre x: the diagonals as sign-bit masks (0 or 0x80000000
- * per value, XOR-ed in: the same bits as negating; NULL: +1), n as for
- * kvq_fwht.  The same bits as flipping, kvq_fwht and flipping; the AVX2
- * one keeps n = 64 and 128 in registers. */
-void kvq_fwht_signed(float *x, int n, const uint32_t *pre, const uint32_t *post);
-void kvq_fwht_signed_scalar(float *x, int n, const uint32_t *pre, const uint32_t *post);
-void kvq_fwht_signed_avx2(float *x, int n, const uint32_t *pre, const uint32_t *post);
+/* x <- post H pre src (src == x: in place; otherwise the two do not
+ * overlap): the diagonals as sign-bit masks (0 or 0x80000000 per value,
+ * XOR-ed in: the same bits as negating; NULL: +1), n as for kvq_fwht.
+ * The same bits as copying, flipping, kvq_fwht and flipping; the AVX2 one
+ * keeps n = 64 and 128 in registers. */
+void kvq_fwht_signed(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post);
+void kvq_fwht_signed_scalar(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post);
+void kvq_fwht_signed_avx2(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post);
 
 /*
  * Seeds of the randomised Hadamard (kvq_random_signs).  Q and K must share

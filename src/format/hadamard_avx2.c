@@ -7,6 +7,8 @@
  */
 #include "hadamard.h"
 
+#include <string.h>
+
 #if defined(__AVX2__)
 #include <immintrin.h>
 
@@ -59,8 +61,9 @@ static inline __attribute__((always_inline)) void put_scaled(float *x, __m256 v,
  * Stage by stage through memory, every stage waited on the last one's
  * stores; a TurboQuant row's rotation took ~9 % of a turbo2_tcq cache
  * write. */
-void kvq_fwht_signed_avx2(float *x, int n, const uint32_t *pre, const uint32_t *post) {
+void kvq_fwht_signed_avx2(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post) {
     if (n != 64 && n != 128) {
+        if (src != x) memmove(x, src, (size_t)n * sizeof *x);
         if (pre)
             for (int i = 0; i < n; i++) x[i] = kvq_bits_f32(kvq_f32_bits(x[i]) ^ pre[i]);
         kvq_fwht_avx2(x, n);
@@ -70,13 +73,13 @@ void kvq_fwht_signed_avx2(float *x, int n, const uint32_t *pre, const uint32_t *
     }
     const __m256 s = _mm256_set1_ps(kvq_fwht_norm(n));
     __m256 lo[8];
-    fwht64_load(x, pre, lo);
+    fwht64_load(src, pre, lo);
     if (n == 64) {
         for (int i = 0; i < 8; i++) put_scaled(x + 8 * i, lo[i], s, post ? post + 8 * i : NULL);
         return;
     }
     __m256 hi[8];
-    fwht64_load(x + 64, pre ? pre + 64 : NULL, hi);
+    fwht64_load(src + 64, pre ? pre + 64 : NULL, hi);
     for (int i = 0; i < 8; i++) {   /* stage h = 64 */
         put_scaled(x + 8 * i, _mm256_add_ps(lo[i], hi[i]), s, post ? post + 8 * i : NULL);
         put_scaled(x + 64 + 8 * i, _mm256_sub_ps(lo[i], hi[i]), s, post ? post + 64 + 8 * i : NULL);
@@ -84,7 +87,7 @@ void kvq_fwht_signed_avx2(float *x, int n, const uint32_t *pre, const uint32_t *
 }
 
 void kvq_fwht_avx2(float *x, int n) {
-    if (n == 64 || n == 128) { kvq_fwht_signed_avx2(x, n, NULL, NULL); return; }
+    if (n == 64 || n == 128) { kvq_fwht_signed_avx2(x, x, n, NULL, NULL); return; }
     for (int j = 0; j < n; j += 8) _mm256_storeu_ps(x + j, fwht8(_mm256_loadu_ps(x + j)));
     /* Stages h >= 8: pairs are whole registers h floats apart. */
     for (int h = 8; h < n; h *= 2)
@@ -102,7 +105,7 @@ void kvq_fwht_avx2(float *x, int n) {
 /* Built without AVX2 (a non-x86 target): never selected, kept so the
  * symbol exists for the tests. */
 void kvq_fwht_avx2(float *x, int n) { kvq_fwht_scalar(x, n); }
-void kvq_fwht_signed_avx2(float *x, int n, const uint32_t *pre, const uint32_t *post) {
-    kvq_fwht_signed_scalar(x, n, pre, post);
+void kvq_fwht_signed_avx2(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post) {
+    kvq_fwht_signed_scalar(src, x, n, pre, post);
 }
 #endif

@@ -108,18 +108,20 @@ static void signs_for(int d, const uint32_t **s1, const uint32_t **s2) {
     *s2 = d == 128 ? g_signs.s2_128 : g_signs.s2_64;
 }
 
-/* v <- S2 H S1 v (one block of d values) */
-static void rotate_block(float *v, int d) {
+/* v <- S2 H S1 x (one block of d values; x == v: in place) */
+static void rotate_block_from(const float *x, float *v, int d) {
     const uint32_t *s1, *s2;
     signs_for(d, &s1, &s2);
-    kvq_fwht_signed(v, d, s1, s2);
+    kvq_fwht_signed(x, v, d, s1, s2);
 }
+
+static void rotate_block(float *v, int d) { rotate_block_from(v, v, d); }
 
 /* v <- S1 H S2 v, the inverse (H and the diagonals are involutions) */
 static void unrotate_block(float *v, int d) {
     const uint32_t *s1, *s2;
     signs_for(d, &s1, &s2);
-    kvq_fwht_signed(v, d, s2, s1);
+    kvq_fwht_signed(v, v, d, s2, s1);
 }
 
 /* Copy the n values of a block into a zero-padded d buffer. */
@@ -131,6 +133,10 @@ static void load_padded(float *dst, const float *src, int n, int d) {
 void kvq_turbo_rotate_query(const float *q, float *q_rot, int head_dim) {
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
         int d = block_dim_at(head_dim, off), n = KVQ_MIN(d, head_dim - off);
+        if (n == d) {   /* a whole block: read where it lies (no copy first) */
+            rotate_block_from(q + off, q_rot + off, d);
+            continue;
+        }
         load_padded(q_rot + off, q + off, n, d);
         rotate_block(q_rot + off, d);
     }
@@ -315,21 +321,40 @@ double kvq_turbo_ip_gain(kvq_turbo_type t) {
  * already R x (n = d; the cache keeps its rows rotated), and ||R x|| is
  * ||x||.  A block with no direction (zero, NaN or Inf) is stored as its
  * norm alone here, and false returned. */
-static bool block_targets(const float *x, int n, int d, bool rotated, float *y, double *norm, uint8_t *blk,
-                          size_t bytes) {
+/* The sum of squares of the n real values, in doubles, in order (the
+ * padding adds nothing). */
+static double sum_squares(const float *x, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+/* block_targets from the block's sum of squares. */
+static bool targets_of(const float *x, int n, int d, bool rotated, double norm2, float *y, double *norm, uint8_t *blk,
+                       size_t bytes) {
     memset(blk, 0, bytes);
-    load_padded(y, x, n, d);
-    double norm2 = 0.0;
-    for (int i = 0; i < d; i++) norm2 += (double)y[i] * y[i];
     *norm = sqrt(norm2);
     if (!(*norm > 0.0) || !isfinite(*norm)) {          /* zero, NaN or Inf: no direction */
         kvq_wr16(blk, kvq_float_to_half((float)*norm));
         return false;
     }
-    if (!rotated) rotate_block(y, d);
+    const float *src = x;   /* R x: x itself, or rotated into y */
+    if (!rotated) {
+        if (n == d) rotate_block_from(x, y, d);
+        else {
+            load_padded(y, x, n, d);
+            rotate_block(y, d);
+        }
+        src = y;
+    }
     float to_unit = (float)(sqrt((double)d) / *norm);
-    for (int i = 0; i < d; i++) y[i] *= to_unit;
+    for (int i = 0; i < d; i++) y[i] = src[i] * to_unit;
     return true;
+}
+
+static bool block_targets(const float *x, int n, int d, bool rotated, float *y, double *norm, uint8_t *blk,
+                          size_t bytes) {
+    return targets_of(x, n, d, rotated, sum_squares(x, n), y, norm, blk, bytes);
 }
 
 /* The block's scale: ||c_hat|| at N(0,1/d) scale is sqrt(sumsq / d), so
@@ -360,8 +385,16 @@ static void encode_block_pair(kvq_turbo_type t, const float *const x[2], int n, 
     float y[2][KVQ_TURBO_BLOCK];
     double norm[2];
     const size_t bytes = kvq_turbo_block_bytes(t, d);
-    const bool ok0 = block_targets(x[0], n, d, rotated, y[0], &norm[0], blk[0], bytes);
-    const bool ok1 = block_targets(x[1], n, d, rotated, y[1], &norm[1], blk[1], bytes);
+    /* the two sums of squares in one loop: each in its own order (the
+     * same doubles as sum_squares), two chains of dependent adds side
+     * by side */
+    double s0 = 0.0, s1 = 0.0;
+    for (int i = 0; i < n; i++) {
+        s0 += (double)x[0][i] * x[0][i];
+        s1 += (double)x[1][i] * x[1][i];
+    }
+    const bool ok0 = targets_of(x[0], n, d, rotated, s0, y[0], &norm[0], blk[0], bytes);
+    const bool ok1 = targets_of(x[1], n, d, rotated, s1, y[1], &norm[1], blk[1], bytes);
     if (!ok0 || !ok1) {
         if (ok0) encode_block(t, x[0], n, d, rotated, blk[0], kern);
         if (ok1) encode_block(t, x[1], n, d, rotated, blk[1], kern);

@@ -197,7 +197,8 @@ static void put_bits(uint8_t *codes, int pos, uint32_t value, int bits) {
 
 /* The stream put_bits writes (6 context bits, then k bits per value,
  * OR-ed in little-endian order), a byte at a time through a bit buffer. */
-static void put_stream(uint8_t *codes, const uint16_t *states, int d, int k) {
+static inline __attribute__((always_inline)) void put_stream_k(uint8_t *codes, const uint16_t *states, int d,
+                                                               const int k) {
     uint64_t acc = states[0] & CTX_MASK;
     int nbits = CTX_BITS, pos = 0, t = 0;
     /* 8 values are k whole bytes: a group's codes in one word, put after
@@ -215,6 +216,15 @@ static void put_stream(uint8_t *codes, const uint16_t *states, int d, int k) {
         for (nbits += k; nbits >= 8; nbits -= 8, acc >>= 8) codes[pos++] |= (uint8_t)acc;
     }
     if (nbits) codes[pos] |= (uint8_t)acc;
+}
+
+/* k a constant in each case: the group's shifts are immediates */
+static void put_stream(uint8_t *codes, const uint16_t *states, int d, int k) {
+    switch (k) {
+    case 2: put_stream_k(codes, states, d, 2); break;
+    case 3: put_stream_k(codes, states, d, 3); break;
+    default: put_stream_k(codes, states, d, 4); break;
+    }
 }
 
 /* sum c[s_t]^2 of a path: the reconstruction's squared norm */
