@@ -25,10 +25,21 @@ ALWAYS_INLINE __m512i tag_avx512(__m512 c, int j, int mask) {
     return _mm512_ternarylogic_epi32(_mm512_castps_si512(c), _mm512_set1_epi32(~mask), _mm512_set1_epi32(j), 0xEA);
 }
 
-/* The tagged minima as the next arrival costs, their tags as back-pointers. */
-ALWAYS_INLINE void store_min(float *min_in, uint8_t *back, __m512i best, int mask) {
-    _mm512_storeu_si512(min_in, best);
-    _mm_storeu_si128((__m128i *)back, _mm512_cvtepi32_epi8(_mm512_and_si512(best, _mm512_set1_epi32(mask))));
+/* The tagged minima as the next arrival costs (their tags: store_back). */
+ALWAYS_INLINE void store_min(float *min_in, __m512i best) { _mm512_storeu_si512(min_in, best); }
+
+/* The tags of the 4 vectors of column minima as 64 bytes in column
+ * order: masked, packed within 128-bit lanes (dword 4L + v of the packs
+ * holds columns 16v + 4L .. + 3), then the dwords put in column order.
+ * One and per vector, three packs, a permute and one store, where a
+ * vpmovdb (two operations) and a store per vector took a fifth of
+ * k = 2's step. */
+ALWAYS_INLINE void store_back(uint8_t *back, const __m512i best[4], int mask) {
+    const __m512i m = _mm512_set1_epi32(mask);
+    const __m512i w01 = _mm512_packus_epi32(_mm512_and_si512(best[0], m), _mm512_and_si512(best[1], m));
+    const __m512i w23 = _mm512_packus_epi32(_mm512_and_si512(best[2], m), _mm512_and_si512(best[3], m));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_si512(back, _mm512_permutexvar_epi32(order, _mm512_packus_epi16(w01, w23)));
 }
 
 /* need_from as 4 index vectors, and the lanes of each that read the
@@ -69,7 +80,8 @@ ALWAYS_INLINE void gather64(float *dst, const float *base, const gather_plan *p)
 #define V_NEED(need, m, k) need_avx512((need), (m), (k))
 #define V_TAG(c, j, mask) tag_avx512((c), (j), (mask))
 #define V_TAGGED_MIN(a, b) _mm512_min_epu32((a), (b))
-#define V_STORE_MIN(min_in, back, best, mask) store_min((min_in), (back), (best), (mask))
+#define V_STORE_MIN(min_in, back, best, mask) store_min((min_in), (best))
+#define V_STORE_BACK_ALL(back, best, mask) store_back((back), (best), (mask))
 #define V_LOADI(p) _mm512_loadu_si512((const void *)(p))
 #define V_STATE_IF(c, m, s) _mm512_mask_mov_epi32(_mm512_set1_epi32(-1), _mm512_cmp_ps_mask((c), (m), _CMP_EQ_OQ), (s))
 #define V_GATHER_PLAN gather_plan
