@@ -395,12 +395,14 @@ static void encode_block_pair(kvq_turbo_type t, const float *const x[2], int n, 
     }
     const bool ok0 = targets_of(x[0], n, d, rotated, s0, y[0], &norm[0], blk[0], bytes);
     const bool ok1 = targets_of(x[1], n, d, rotated, s1, y[1], &norm[1], blk[1], bytes);
-    if (!ok0 || !ok1) {
-        if (ok0) encode_block(t, x[0], n, d, rotated, blk[0], kern);
-        if (ok1) encode_block(t, x[1], n, d, rotated, blk[1], kern);
+    const int k = g_formats[t].bits;
+    if (!ok0 || !ok1) {   /* the row with a direction alone, from the targets it has */
+        for (int r = 0; r < 2; r++)
+            if (r == 0 ? ok0 : ok1)
+                block_finish(blk[r], norm[r],
+                             turbo_tcq_encode(k, y[r], d, blk[r] + TURBO_NORM_BYTES, kern->viterbi), d);
         return;
     }
-    const int k = g_formats[t].bits;
     uint16_t states[2][KVQ_TURBO_BLOCK];
     const float *const ys[2] = { y[0], y[1] };
     uint16_t *const ss[2] = { states[0], states[1] };
