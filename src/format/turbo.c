@@ -316,11 +316,6 @@ double kvq_turbo_ip_gain(kvq_turbo_type t) {
 
 /* --------------------------------------------------------------- encoding */
 
-/* The targets of one block of width d (n real values, zero-padded):
- * sqrt(d) R x / ||x|| in y, unit variance, and ||x||.  `rotated`: x is
- * already R x (n = d; the cache keeps its rows rotated), and ||R x|| is
- * ||x||.  A block with no direction (zero, NaN or Inf) is stored as its
- * norm alone here, and false returned. */
 /* The sum of squares of the n real values, in doubles, in order (the
  * padding adds nothing). */
 static double sum_squares(const float *x, int n) {
@@ -329,7 +324,11 @@ static double sum_squares(const float *x, int n) {
     return s;
 }
 
-/* block_targets from the block's sum of squares. */
+/* The targets of one block of width d (n real values, zero-padded) from
+ * its sum of squares norm2: sqrt(d) R x / ||x|| in y, unit variance, and
+ * ||x||.  `rotated`: x is already R x (n = d; the cache keeps its rows
+ * rotated), and ||R x|| is ||x||.  A block with no direction (zero, NaN
+ * or Inf) is stored as its norm alone here, and false returned. */
 static bool targets_of(const float *x, int n, int d, bool rotated, double norm2, float *y, double *norm, uint8_t *blk,
                        size_t bytes) {
     memset(blk, 0, bytes);
@@ -352,6 +351,7 @@ static bool targets_of(const float *x, int n, int d, bool rotated, double norm2,
     return true;
 }
 
+/* targets_of with the block's own sum of squares. */
 static bool block_targets(const float *x, int n, int d, bool rotated, float *y, double *norm, uint8_t *blk,
                           size_t bytes) {
     return targets_of(x, n, d, rotated, sum_squares(x, n), y, norm, blk, bytes);

@@ -202,8 +202,8 @@ static inline __attribute__((always_inline)) void put_stream_k(uint8_t *codes, c
     uint64_t acc = states[0] & CTX_MASK;
     int nbits = CTX_BITS, pos = 0, t = 0;
     /* 8 values are k whole bytes: a group's codes in one word, put after
-     * the 6 bits still pending, and k bytes out at once (a byte per
-     * branch of the loop below mispredicted at k = 3) */
+     * the 6 bits still pending, and k bytes out at once (the loop below
+     * tests for a whole byte after every value) */
     for (; t + 8 <= d; t += 8) {
         uint64_t w = 0;
         for (int j = 0; j < 8; j++) w |= (uint64_t)(states[t + j] >> CTX_BITS) << (j * k);
