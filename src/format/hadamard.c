@@ -47,16 +47,11 @@ void kvq_fwht(float *x, int n) {
     fwht_for(n)(x, n);
 }
 
-static void flip_signs(float *x, const uint32_t *mask, int n) {
-    if (mask)
-        for (int i = 0; i < n; i++) x[i] = kvq_bits_f32(kvq_f32_bits(x[i]) ^ mask[i]);
-}
-
 void kvq_fwht_signed_scalar(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post) {
     if (src != x) memmove(x, src, (size_t)n * sizeof *x);
-    flip_signs(x, pre, n);
+    kvq_flip_signs(x, pre, n);
     kvq_fwht_scalar(x, n);
-    flip_signs(x, post, n);
+    kvq_flip_signs(x, post, n);
 }
 
 #if defined(__x86_64__)

@@ -28,6 +28,12 @@ void kvq_fwht_avx2(float *x, int n);
  * The same bits as copying, flipping, kvq_fwht and flipping; the AVX2 one
  * keeps n = 64 and 128 in registers. */
 void kvq_fwht_signed(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post);
+
+/* x_i with its sign bit XOR mask_i, for n values (mask NULL: unchanged). */
+static inline void kvq_flip_signs(float *x, const uint32_t *mask, int n) {
+    if (mask)
+        for (int i = 0; i < n; i++) x[i] = kvq_bits_f32(kvq_f32_bits(x[i]) ^ mask[i]);
+}
 void kvq_fwht_signed_scalar(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post);
 void kvq_fwht_signed_avx2(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post);
 

@@ -64,11 +64,9 @@ static inline __attribute__((always_inline)) void put_scaled(float *x, __m256 v,
 void kvq_fwht_signed_avx2(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post) {
     if (n != 64 && n != 128) {
         if (src != x) memmove(x, src, (size_t)n * sizeof *x);
-        if (pre)
-            for (int i = 0; i < n; i++) x[i] = kvq_bits_f32(kvq_f32_bits(x[i]) ^ pre[i]);
+        kvq_flip_signs(x, pre, n);
         kvq_fwht_avx2(x, n);
-        if (post)
-            for (int i = 0; i < n; i++) x[i] = kvq_bits_f32(kvq_f32_bits(x[i]) ^ post[i]);
+        kvq_flip_signs(x, post, n);
         return;
     }
     const __m256 s = _mm256_set1_ps(kvq_fwht_norm(n));

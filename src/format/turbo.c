@@ -124,21 +124,20 @@ static void unrotate_block(float *v, int d) {
     kvq_fwht_signed(v, v, d, s2, s1);
 }
 
-/* Copy the n values of a block into a zero-padded d buffer. */
-static void load_padded(float *dst, const float *src, int n, int d) {
-    memcpy(dst, src, (size_t)n * sizeof *dst);
-    for (int i = n; i < d; i++) dst[i] = 0.0f;
+/* y <- R x for a block of width d holding n <= d real values (the rest
+ * zero): a whole block read where it lies, a short one copied and
+ * padded first. */
+static void rotate_padded(const float *x, int n, float *y, int d) {
+    if (n == d) { rotate_block_from(x, y, d); return; }
+    memcpy(y, x, (size_t)n * sizeof *y);
+    for (int i = n; i < d; i++) y[i] = 0.0f;
+    rotate_block(y, d);
 }
 
 void kvq_turbo_rotate_query(const float *q, float *q_rot, int head_dim) {
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
-        int d = block_dim_at(head_dim, off), n = KVQ_MIN(d, head_dim - off);
-        if (n == d) {   /* a whole block: read where it lies (no copy first) */
-            rotate_block_from(q + off, q_rot + off, d);
-            continue;
-        }
-        load_padded(q_rot + off, q + off, n, d);
-        rotate_block(q_rot + off, d);
+        int d = block_dim_at(head_dim, off);
+        rotate_padded(q + off, KVQ_MIN(d, head_dim - off), q_rot + off, d);
     }
 }
 
@@ -339,11 +338,7 @@ static bool targets_of(const float *x, int n, int d, bool rotated, double norm2,
     }
     const float *src = x;   /* R x: x itself, or rotated into y */
     if (!rotated) {
-        if (n == d) rotate_block_from(x, y, d);
-        else {
-            load_padded(y, x, n, d);
-            rotate_block(y, d);
-        }
+        rotate_padded(x, n, y, d);
         src = y;
     }
     float to_unit = (float)(sqrt((double)d) / *norm);

@@ -138,7 +138,6 @@ const float *turbo_tcq_pairs(int k);
 typedef struct turbo_tcq_layout {
     float cpos[TURBO_MAX_STATES];                      /* codebook by position j*64 + sigma(a) */
     int32_t need_from[1 << KVQ_TURBO_TCQ_CONTEXT];     /* column of context (m << k) | j, at j*R + m */
-    uint8_t column[1 << KVQ_TURBO_TCQ_CONTEXT];        /* sigma(a) */
     int32_t state_at[TURBO_MAX_STATES];                /* the state at position j*64 + sigma(a): (a << k) | j */
     bool need_identity;                                /* need_from[i] == i for every i (k = 3) */
 } turbo_tcq_layout;

@@ -88,15 +88,15 @@ const float *turbo_tcq_pairs(int k) {
 
 static void make_layout(int k, const float *c, turbo_tcq_layout *l) {
     const int K = 1 << k, R = N_CTX >> k;
-    for (int a = 0; a < N_CTX; a++) l->column[a] = (uint8_t)turbo_tcq_column(k, a);
     for (int s = 0; s < (N_CTX << k); s++) {
-        l->cpos[(s & (K - 1)) * N_CTX + l->column[s >> k]] = c[s];
-        l->state_at[(s & (K - 1)) * N_CTX + l->column[s >> k]] = s;
+        const int pos = (s & (K - 1)) * N_CTX + turbo_tcq_column(k, s >> k);
+        l->cpos[pos] = c[s];
+        l->state_at[pos] = s;
     }
     l->need_identity = true;
     for (int j = 0; j < K; j++)
         for (int m = 0; m < R; m++) {
-            l->need_from[j * R + m] = l->column[(m << k) | j];
+            l->need_from[j * R + m] = turbo_tcq_column(k, (m << k) | j);
             l->need_identity &= l->need_from[j * R + m] == j * R + m;
         }
 }
