@@ -126,17 +126,18 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
 #define V_STATE_IF(c, m, s) \
     _mm256_blendv_epi8(_mm256_set1_epi32(-1), (s), _mm256_castps_si256(_mm256_cmp_ps((c), (m), _CMP_EQ_OQ)))
 #define V_GATHER_PLAN gather_plan
-#define V_GATHER_PLAN_MAKE(p, lay, k) (*(p) = (gather_plan){ (lay)->need_from, (k) })
+#define V_GATHER_PLAN_MAKE(p, lay, k) (*(p) = (gather_plan){ (k) })
 #define V_GATHER_ALL(dst, base, p) gather64((dst), (base), (p))
 #define VITERBI_FN turbo_viterbi_avx2
 #define VITERBI2_FN turbo_viterbi2_avx2
 
-/* The layout's need_from and k.  k = 3's is the identity (no gather:
+/* Only k: the layout's need_from is a function of k alone
+ * (turbo_tcq_column).  k = 3's is the identity (never gathered:
  * turbo_viterbi.inc); k = 2's and 4's are transposes of 4 of the 8
  * minima vectors at a time (tcq_transpose2, tcq_transpose4), which took
  * the place of 8-lane gathers (microcoded: on Zen 4 they were ~45 % of
  * the 8-lane Viterbi). */
-typedef struct gather_plan { const int32_t *from; int k; } gather_plan;
+typedef struct gather_plan { int k; } gather_plan;
 
 /* The 4 x 4 transpose within 128-bit lanes of a, b, c, d: q[i] = {a_i,
  * b_i, c_i, d_i | a_(i+4), b_(i+4), c_(i+4), d_(i+4)}. */
@@ -177,10 +178,8 @@ ALWAYS_INLINE void tcq_transpose4(float *dst, const float *base) {
 }
 
 ALWAYS_INLINE void gather64(float *dst, const float *base, const gather_plan *p) {
-    if (p->k == 2) { tcq_transpose2(dst, base); return; }
-    if (p->k == 4) { tcq_transpose4(dst, base); return; }
-    for (int i = 0; i < 64; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_i32gather_ps(base, _mm256_loadu_si256((const __m256i *)(const void *)(p->from + i)), 4));
+    if (p->k == 2) tcq_transpose2(dst, base);
+    else tcq_transpose4(dst, base);
 }
 
 /* k >= 3: one run of 8 columns shares need[m]; k = 2: two runs of 4. */
