@@ -7,6 +7,7 @@
 #include "turbo_internal.h"
 #include "kvq_internal.h"
 
+#include <limits.h>
 #include <string.h>
 
 #define MAX_DIM 256
@@ -188,10 +189,148 @@ TEST(turbo_viterbi_is_optimal) {
             float x[3];
             uint16_t st[3];
             gauss_vec(&r, x, d);
-            double v = kvq_turbo_tcq_viterbi_scalar(k, c, x, d, st), bf = brute_force(k, c, x, d);
+            double v = kvq_turbo_tcq_viterbi_exact(k, c, x, d, st), bf = brute_force(k, c, x, d);
             CHECK(fabs(v - bf) <= 1e-5 * (1 + bf), "k=%d Viterbi %.7f, exhaustive %.7f", k, v, bf);
             for (int ty = 1; ty < d; ty++)
                 CHECK((st[ty] & 63) == st[ty - 1] >> k, "k=%d illegal transition %d -> %d", k, st[ty - 1], st[ty]);
+        }
+    }
+}
+
+/* The 16-bit search's own metric, sum_t sq(X_t, C[s_t]) on the row's grid
+ * (turbo_internal.h), of a path. */
+static long grid_metric(const turbo_tcq_layout *lay, const int16_t *X, const uint16_t *st, int d) {
+    long m = 0;
+    for (int t = 0; t < d; t++) m += turbo_tcq_cost16(0, X[t], lay->cstate[st[t]]);
+    return m;
+}
+
+/* The least grid metric over every path of a short sequence. */
+static long grid_brute_force(int k, const turbo_tcq_layout *lay, const int16_t *X, int d) {
+    const int L = 6 + k;
+    long best = LONG_MAX;
+    const long paths = (1L << L) << (k * (d - 1));
+    for (long p = 0; p < paths; p++) {
+        int s = (int)(p & ((1 << L) - 1));
+        long m = turbo_tcq_cost16(0, X[0], lay->cstate[s]);
+        for (int t = 1; t < d; t++) {
+            s = (s >> k) | ((int)((p >> (L + k * (t - 1))) & ((1 << k) - 1)) << 6);
+            m += turbo_tcq_cost16(0, X[t], lay->cstate[s]);
+        }
+        if (m < best) best = m;
+    }
+    return best;
+}
+
+/* The 16-bit search finds a path of least metric on its grid (exhaustive
+ * search on short rows, every k; the subtracted floors are common to
+ * every path, and nothing here comes near saturation), on the fine grid
+ * of unit-variance rows and on the coarser grid a large value forces. */
+TEST(turbo_viterbi16_is_optimal_on_its_grid) {
+    test_rng r = { 6, 0, 0 };
+    for (int k = 2; k <= 4; k++) {
+        const float *c = kvq_turbo_tcq_codebook(k);
+        const int d = k == 4 ? 2 : 3;
+        for (int rep = 0; rep < 6; rep++) {
+            float x[3];
+            gauss_vec(&r, x, d);
+            if (rep >= 3) x[rep % d] = 9.5f;   /* grid 2^-11 */
+            uint16_t st[3];
+            kvq_turbo_tcq_viterbi_scalar(k, c, x, d, st);
+            turbo_tcq_layout own;
+            const turbo_tcq_layout *lay = turbo_tcq_row_layout(k, c, x, d, &own);
+            CHECK(lay->shift == (rep >= 3 ? 11 : 13), "k=%d rep %d: shift %d", k, rep, lay->shift);
+            int16_t X[3];
+            for (int i = 0; i < d; i++) X[i] = turbo_tcq_fixed(x[i], lay->scale);
+            const long found = grid_metric(lay, X, st, d), best = grid_brute_force(k, lay, X, d);
+            CHECK(found == best, "k=%d rep %d: path's grid metric %ld, least %ld", k, rep, found, best);
+            for (int i = 1; i < d; i++)
+                CHECK((st[i] & 63) == st[i - 1] >> k, "k=%d illegal transition %d -> %d", k, st[i - 1], st[i]);
+        }
+    }
+}
+
+/* The grid: 2^13 while every value is below 4 in magnitude, one step
+ * coarser per doubling; non-finite values do not count; values round to
+ * nearest (even) and clamp at +-32767, NaN to 0. */
+TEST(turbo_tcq_grid) {
+    float x[4] = { 0.5f, -3.99f, 1.0f, 2.0f };
+    CHECK(turbo_tcq_shift(3.7f, x, 4) == 13, "shift %d for values below 4", turbo_tcq_shift(3.7f, x, 4));
+    x[2] = -4.01f;
+    CHECK(turbo_tcq_shift(3.7f, x, 4) == 12, "shift %d for 4.01", turbo_tcq_shift(3.7f, x, 4));
+    x[2] = 40.0f;
+    CHECK(turbo_tcq_shift(3.7f, x, 4) == 9, "shift %d for 40", turbo_tcq_shift(3.7f, x, 4));
+    CHECK(turbo_tcq_shift(40.0f, x, 1) == 9, "shift %d for a codebook value of 40", turbo_tcq_shift(40.0f, x, 1));
+    x[2] = INFINITY;
+    x[3] = NAN;
+    CHECK(turbo_tcq_shift(3.7f, x, 4) == 13, "shift %d with inf and NaN", turbo_tcq_shift(3.7f, x, 4));
+    CHECK(turbo_tcq_fixed(1.0f, 8192.0f) == 8192 && turbo_tcq_fixed(-0.5f / 8192.0f, 8192.0f) == 0 &&
+              turbo_tcq_fixed(1.5f / 8192.0f, 8192.0f) == 2 && turbo_tcq_fixed(-2.5f / 8192.0f, 8192.0f) == -2,
+          "rounding to nearest even");
+    CHECK(turbo_tcq_fixed(5.0f, 8192.0f) == 32767 && turbo_tcq_fixed(-INFINITY, 8192.0f) == -32767 &&
+              turbo_tcq_fixed(NAN, 8192.0f) == 0,
+          "clamping and NaN");
+    /* sq at the extremes: -32768 after saturation squares to 32768, and
+     * a cost saturates at 65535 */
+    CHECK(turbo_tcq_cost16(0, -32767, 32767) == 32768 && turbo_tcq_cost16(0, 100, 100) == 0 &&
+              turbo_tcq_cost16(0, 181, 0) == 1 && turbo_tcq_cost16(40000, 32767, -32767) == 65535,
+          "sq / saturation: %u %u %u %u", turbo_tcq_cost16(0, -32767, 32767), turbo_tcq_cost16(0, 100, 100),
+          turbo_tcq_cost16(0, 181, 0), turbo_tcq_cost16(40000, 32767, -32767));
+}
+
+/* The 16-bit search against the float one (the least error), row by
+ * row: on the grid of step q = 2^-a and e^2 unit u = 2^(15-2a), a path's
+ * grid metric times u is within B = sum_t (u/2 + 2 |e_t| q + q^2) of its
+ * true error, so the integer search's error is at most the least plus
+ * B(its path) + B(the best path) (no clamping: |x| < 3.9 here); and on
+ * average, Gaussian and heavy-tailed rows (x scaled by e^(g/2), the
+ * grid then coarser), within 0.1 % of the least. */
+static double grid_bound(const float *c, const float *x, const uint16_t *st, int d, int a) {
+    const double q = ldexp(1.0, -a), u = ldexp(1.0, 15 - 2 * a);
+    double b = 0.0;
+    for (int t = 0; t < d; t++) b += u / 2 + 2 * fabs((double)x[t] - c[st[t]]) * q + q * q;
+    return b;
+}
+
+TEST(turbo_viterbi16_near_exact) {
+    test_rng r = { 7, 0, 0 };
+    const int n = n_vectors(150);
+    for (int k = 2; k <= 4; k++) {
+        const float *c = kvq_turbo_tcq_codebook(k);
+        for (int tail = 0; tail < 2; tail++) {
+            double sum16 = 0.0, sum_exact = 0.0;
+            for (int v = 0; v < n; v++) {
+                float x[128];
+                for (int i = 0; i < 128; i++) {
+                    double g = test_rng_gauss(&r);
+                    if (tail) g *= exp(0.5 * test_rng_gauss(&r));
+                    else g = fmax(-3.9, fmin(3.9, g));
+                    x[i] = (float)g;
+                }
+                uint16_t s16[128], se[128];
+                const double e16 = kvq_turbo_tcq_viterbi(k, c, x, 128, s16);
+                const double ee = kvq_turbo_tcq_viterbi_exact(k, c, x, 128, se);
+                CHECK(e16 == turbo_tcq_path_error(c, x, s16, 128), "k=%d: returned error is not the path's", k);
+                if (!tail) {
+                    const double b = grid_bound(c, x, s16, 128, 13) + grid_bound(c, x, se, 128, 13);
+                    CHECK(e16 <= ee * (1 + 1e-6) + b, "k=%d row %d: %.6f > least %.6f + bound %.6f", k, v, e16, ee, b);
+                }
+                sum16 += e16, sum_exact += ee;
+            }
+            CHECK(sum16 <= sum_exact * 1.001, "k=%d %s rows: mean error %.6f, the least %.6f (%+.3f %%)", k,
+                  tail ? "heavy-tailed" : "Gaussian", sum16 / n / 128, sum_exact / n / 128,
+                  100 * (sum16 / sum_exact - 1));
+        }
+        /* rows the trellis cannot follow (+-3.9 alternating, or two of
+         * three): errors of 370-790 units, past the 32 that 16 bits hold
+         * above the best path, which the subtracted floors keep near 0 */
+        for (int pat = 0; pat < 2; pat++) {
+            float x[128];
+            for (int i = 0; i < 128; i++) x[i] = (pat ? i % 3 : i & 1) ? 3.9f : -3.9f;
+            uint16_t s16[128], se[128];
+            const double e16 = kvq_turbo_tcq_viterbi(k, c, x, 128, s16);
+            const double ee = kvq_turbo_tcq_viterbi_exact(k, c, x, 128, se);
+            CHECK(ee > 100.0 && e16 <= ee * 1.0001, "k=%d pattern %d: %.4f against the least %.4f", k, pat, e16, ee);
         }
     }
 }
@@ -230,11 +369,13 @@ TEST(turbo_tcq_tagged_costs_order) {
     for (int k = 2; k <= 4; k++) {
         float x[37];
         gauss_vec(&r, x, 37);
-        uint16_t st[37];
-        kvq_turbo_tcq_viterbi_scalar(k, flat, x, 37, st);
-        int nonzero = 0;
-        for (int t = 0; t < 37; t++) nonzero += st[t] != 0;
+        uint16_t st[37], st16[37];
+        kvq_turbo_tcq_viterbi_exact(k, flat, x, 37, st);
+        kvq_turbo_tcq_viterbi_scalar(k, flat, x, 37, st16);
+        int nonzero = 0, nonzero16 = 0;
+        for (int t = 0; t < 37; t++) nonzero += st[t] != 0, nonzero16 += st16[t] != 0;
         CHECK(nonzero == 0, "k=%d: %d states not the first of their ties", k, nonzero);
+        CHECK(nonzero16 == 0, "k=%d: %d states of the 16-bit search not the first of their ties", k, nonzero16);
     }
 }
 

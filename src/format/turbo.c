@@ -401,8 +401,7 @@ static void encode_block_pair(kvq_turbo_type t, const float *const x[2], int n, 
     uint16_t states[2][KVQ_TURBO_BLOCK];
     const float *const ys[2] = { y[0], y[1] };
     uint16_t *const ss[2] = { states[0], states[1] };
-    double err[2];
-    kern->viterbi2(k, kvq_turbo_tcq_codebook(k), ys, d, ss, err);
+    kern->viterbi2(k, kvq_turbo_tcq_codebook(k), ys, d, ss, NULL);   /* the errors: not needed */
     uint8_t *const codes[2] = { blk[0] + TURBO_NORM_BYTES, blk[1] + TURBO_NORM_BYTES };
     const uint16_t *const paths[2] = { states[0], states[1] };
     double sumsq[2];

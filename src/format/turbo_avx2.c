@@ -5,7 +5,7 @@
  *                 the <= 16-entry codebook sits in two registers (permute).
  *   trellis codes: 8 state windows come from one (k+1)-byte word; the
  *                 2^L-entry codebook is read by pairs of values, 4 loads.
- *   Viterbi:      turbo_viterbi.inc at 8 lanes (the same path as
+ *   Viterbi:      turbo_viterbi16.inc at 16 lanes (the same path as
  *                 kvq_turbo_tcq_viterbi_scalar, bit for bit). */
 #include "turbo_internal.h"
 #include "simd256.h"
@@ -109,101 +109,145 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
 
 /* ------------------------------------------------------------- Viterbi */
 
-#define VF __m256
-#define VI __m256i
-#define VL 8
-#define V_SET1 _mm256_set1_ps
-#define V_LOADU _mm256_loadu_ps
-#define V_STOREU _mm256_storeu_ps
-#define V_SUB _mm256_sub_ps
-#define V_FMA _mm256_fmadd_ps
-#define V_MIN _mm256_min_ps
-#define V_NEED(need, m, k) need_avx2((need), (m), (k))
-#define V_TAG(c, j, mask) tag_avx2((c), (j), (mask))
-#define V_TAGGED_MIN(a, b) _mm256_min_epu32((a), (b))
-#define V_STORE_MIN(min_in, back, best, mask) store_min((min_in), (back), (best), (mask))
-#define V_LOADI(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
-#define V_STATE_IF(c, m, s) \
-    _mm256_blendv_epi8(_mm256_set1_epi32(-1), (s), _mm256_castps_si256(_mm256_cmp_ps((c), (m), _CMP_EQ_OQ)))
-#define V_GATHER_PLAN gather_plan
-#define V_GATHER_PLAN_MAKE(p, lay, k) (*(p) = (gather_plan){ (k) })
-#define V_GATHER_ALL(dst, base, p) gather64((dst), (base), (p))
+/* The 16-bit search (turbo_viterbi16.inc) at 16 lanes.  The plan: the
+ * byte shuffle that gives lane i the value i >> k of 8 broadcast to both
+ * 128-bit lanes, and k (need_from is a function of k alone). */
+typedef struct viterbi_plan {
+    __m256i need_idx;
+    int k;
+} viterbi_plan;
+
+ALWAYS_INLINE void plan_make(viterbi_plan *p, int k) {
+    uint8_t idx[32];
+    for (int i = 0; i < 16; i++) {
+        const int u = i >> k;
+        idx[2 * i] = (uint8_t)(2 * u);
+        idx[2 * i + 1] = (uint8_t)(2 * u + 1);
+    }
+    p->need_idx = _mm256_loadu_si256((const __m256i *)(const void *)idx);
+    p->k = k;
+}
+
+/* in + sq(X, C), as turbo_viterbi_avx512.c's cost_avx512 */
+ALWAYS_INLINE __m256i cost_avx2(__m256i in, __m256i X, __m256i C) {
+    const __m256i e = _mm256_subs_epi16(X, C);
+    return _mm256_adds_epu16(in, _mm256_mulhrs_epi16(e, e));
+}
+
+/* The arrival costs in (j, m) order: need[j*R + m] = arrival into
+ * context (m << k) | j; 8 more for need_avx2's 8-value reads. */
+typedef struct viterbi_arr {
+    uint16_t need[N_CTX + 8];
+} viterbi_arr;
+
+/* Lane i of the 16 states at row j, columns col..: need[j*R + (col >> k)
+ * + (i >> k)], 8 values broadcast to both 128-bit lanes, then a byte
+ * shuffle. */
+ALWAYS_INLINE __m256i need_avx2(const viterbi_arr *a, int j, int col, int k, const viterbi_plan *plan) {
+    const uint16_t *p = a->need + j * (N_CTX >> k) + (col >> k);
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p)),
+                               plan->need_idx);
+}
+
+/* No unsigned 16-bit compare here: c < best exactly where min(best, c)
+ * differs from best. */
+#define TAKE_AVX2(best, bj, c, j)                                                          \
+    do {                                                                                   \
+        const __m256i nb_ = _mm256_min_epu16((best), (c));                                 \
+        const __m256i keep_ = _mm256_cmpeq_epi16(nb_, (best));                             \
+        (bj) = _mm256_blendv_epi8(_mm256_set1_epi16((short)(j)), (bj), keep_);             \
+        (best) = nb_;                                                                      \
+    } while (0)
+
+ALWAYS_INLINE void store_back_avx2(uint8_t *back, __m256i bj) {
+    _mm_storeu_si128((__m128i *)(void *)back,
+                     _mm_packus_epi16(_mm256_castsi256_si128(bj), _mm256_extracti128_si256(bj, 1)));
+}
+
+ALWAYS_INLINE int hmin_avx2(__m256i v) {
+    const __m128i q = _mm_min_epu16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    return _mm_extract_epi16(_mm_minpos_epu16(q), 0);
+}
+
+ALWAYS_INLINE int first_eq_avx2(__m256i v, int m) {
+    const unsigned eq = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi16(v, _mm256_set1_epi16((short)m)));
+    return eq ? __builtin_ctz(eq) / 2 : -1;
+}
+
+/* The 64 arrival costs as a 4 x 4 x 4 cube, index [A B C] (A: the vector,
+ * B: the group of 4 words in it, C: the word in the group).  need_from
+ * (turbo_tcq_column) is need[A B C] = min[C A B] at k = 2, min[B C A] at
+ * k = 4 and the identity at k = 3: two transposes each,
+ *   words_4x4:  within one vector, word 4C + B -> 4B + C (a byte shuffle
+ *               in each 128-bit lane, then a dword permute);
+ *   qwords_4x4: across 4 vectors, qword C of vector A -> qword A of
+ *               vector C (unpacks and 128-bit lane moves). */
+ALWAYS_INLINE __m256i words_4x4(__m256i v) {
+    const __m256i pair = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+                                          0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+    return _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v, pair), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+ALWAYS_INLINE void qwords_4x4(__m256i v[4]) {
+    const __m256i t0 = _mm256_unpacklo_epi64(v[0], v[1]), t1 = _mm256_unpackhi_epi64(v[0], v[1]);
+    const __m256i t2 = _mm256_unpacklo_epi64(v[2], v[3]), t3 = _mm256_unpackhi_epi64(v[2], v[3]);
+    v[0] = _mm256_permute2x128_si256(t0, t2, 0x20);
+    v[1] = _mm256_permute2x128_si256(t1, t3, 0x20);
+    v[2] = _mm256_permute2x128_si256(t0, t2, 0x31);
+    v[3] = _mm256_permute2x128_si256(t1, t3, 0x31);
+}
+
+/* The next step's arrival costs: the minima by column less low, put in
+ * (j, m) order. */
+ALWAYS_INLINE void arrive_avx2(viterbi_arr *a, const __m256i best[4], int low, const viterbi_plan *p) {
+    const __m256i l = _mm256_set1_epi16((short)low);
+    __m256i v[4];
+    for (int i = 0; i < 4; i++) v[i] = _mm256_sub_epi16(best[i], l);
+    if (p->k == 2) {
+        qwords_4x4(v);
+        for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
+    } else if (p->k == 4) {
+        for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
+        qwords_4x4(v);
+    }
+    for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(a->need + 16 * i), v[i]);
+}
+
+ALWAYS_INLINE int floor_avx2(const viterbi_arr *a) {
+    __m256i m = _mm256_loadu_si256((const __m256i *)(const void *)a->need);
+    for (int i = 16; i < N_CTX; i += 16) m = _mm256_min_epu16(m, _mm256_loadu_si256((const __m256i *)(const void *)(a->need + i)));
+    return hmin_avx2(m);
+}
+
+static void by_context_avx2(const viterbi_arr *a, uint16_t *in, int k) {
+    const int R = N_CTX >> k;
+    for (int j = 0; j < (1 << k); j++)
+        for (int m = 0; m < R; m++) in[(m << k) | j] = a->need[j * R + m];
+}
+
+#define VW __m256i
+#define WL 16
+#define W_LOAD(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define W_STORE(p, v) _mm256_storeu_si256((__m256i *)(void *)(p), (v))
+#define W_SET1(x) _mm256_set1_epi16((short)(x))
+#define W_ONES() _mm256_set1_epi32(-1)
+#define W_COST(in, X, C) cost_avx2((in), (X), (C))
+#define W_MIN(a, b) _mm256_min_epu16((a), (b))
+#define W_TAKE(best, bj, c, j) TAKE_AVX2(best, bj, c, j)
+#define W_STORE_BACK(back, bj) store_back_avx2((back), (bj))
+#define W_HMIN(v) hmin_avx2(v)
+#define W_FIRST_EQ(v, m) first_eq_avx2((v), (m))
+#define W_PLAN viterbi_plan
+#define W_PLAN_MAKE(p, lay, k) plan_make((p), (k))
+#define W_ARR viterbi_arr
+#define W_ARR_ZERO(a) memset((a), 0, sizeof *(a))
+#define W_IN(a, j, col, k, plan) need_avx2((a), (j), (col), (k), (plan))
+#define W_ARR_FLOOR(a) floor_avx2(a)
+#define W_ARR_NEXT(a, best, low, plan) arrive_avx2((a), (best), (low), (plan))
+#define W_ARR_BY_CONTEXT(a, in, k) by_context_avx2((a), (in), (k))
 #define VITERBI_FN turbo_viterbi_avx2
 #define VITERBI2_FN turbo_viterbi2_avx2
-
-/* Only k: the layout's need_from is a function of k alone
- * (turbo_tcq_column).  k = 3's is the identity (never gathered:
- * turbo_viterbi.inc); k = 2's and 4's are transposes of 4 of the 8
- * minima vectors at a time (tcq_transpose2, tcq_transpose4), which took
- * the place of 8-lane gathers (microcoded: on Zen 4 they were ~45 % of
- * the 8-lane Viterbi). */
-typedef struct gather_plan { int k; } gather_plan;
-
-/* The 4 x 4 transpose within 128-bit lanes of a, b, c, d: q[i] = {a_i,
- * b_i, c_i, d_i | a_(i+4), b_(i+4), c_(i+4), d_(i+4)}. */
-ALWAYS_INLINE void transpose_lanes(__m256 a, __m256 b, __m256 c, __m256 d, __m256 q[4]) {
-    const __m256 ab0 = _mm256_unpacklo_ps(a, b), ab1 = _mm256_unpackhi_ps(a, b);
-    const __m256 cd0 = _mm256_unpacklo_ps(c, d), cd1 = _mm256_unpackhi_ps(c, d);
-    q[0] = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab0), _mm256_castps_pd(cd0)));
-    q[1] = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab0), _mm256_castps_pd(cd0)));
-    q[2] = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab1), _mm256_castps_pd(cd1)));
-    q[3] = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab1), _mm256_castps_pd(cd1)));
-}
-
-/* k = 2: need vector 4g + o (o < 4) is lanes 2o, 2o + 1 of minima
- * vectors g, g + 2, g + 4, g + 6, value by value. */
-ALWAYS_INLINE void tcq_transpose2(float *dst, const float *base) {
-    for (int g = 0; g < 2; g++) {
-        __m256 q[4];
-        transpose_lanes(_mm256_loadu_ps(base + 8 * g), _mm256_loadu_ps(base + 8 * (g + 2)),
-                        _mm256_loadu_ps(base + 8 * (g + 4)), _mm256_loadu_ps(base + 8 * (g + 6)), q);
-        float *out = dst + 32 * g;
-        _mm256_storeu_ps(out, _mm256_permute2f128_ps(q[0], q[1], 0x20));
-        _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(q[2], q[3], 0x20));
-        _mm256_storeu_ps(out + 16, _mm256_permute2f128_ps(q[0], q[1], 0x31));
-        _mm256_storeu_ps(out + 24, _mm256_permute2f128_ps(q[2], q[3], 0x31));
-    }
-}
-
-/* k = 4: need vector 2l + g (l < 4) is lanes l and l + 4 of minima
- * vectors 4g .. 4g + 3, in pairs. */
-ALWAYS_INLINE void tcq_transpose4(float *dst, const float *base) {
-    const __m256i pairs = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (int g = 0; g < 2; g++) {
-        __m256 q[4];
-        transpose_lanes(_mm256_loadu_ps(base + 32 * g), _mm256_loadu_ps(base + 32 * g + 8),
-                        _mm256_loadu_ps(base + 32 * g + 16), _mm256_loadu_ps(base + 32 * g + 24), q);
-        for (int l = 0; l < 4; l++) _mm256_storeu_ps(dst + 8 * (2 * l + g), _mm256_permutevar8x32_ps(q[l], pairs));
-    }
-}
-
-ALWAYS_INLINE void gather64(float *dst, const float *base, const gather_plan *p) {
-    if (p->k == 2) tcq_transpose2(dst, base);
-    else tcq_transpose4(dst, base);
-}
-
-/* k >= 3: one run of 8 columns shares need[m]; k = 2: two runs of 4. */
-ALWAYS_INLINE __m256 need_avx2(const float *need, int m, int k) {
-    if (k >= 3) return _mm256_set1_ps(need[m]);
-    __m128 pair = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)(need + m)));
-    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(pair), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-}
-
-/* The cost's bits with the low ones (mask) replaced by the row j. */
-ALWAYS_INLINE __m256i tag_avx2(__m256 c, int j, int mask) {
-    return _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(c), _mm256_set1_epi32(~mask)), _mm256_set1_epi32(j));
-}
-
-/* The tagged minima as the next arrival costs, their tags as back-pointers. */
-ALWAYS_INLINE void store_min(float *min_in, uint8_t *back, __m256i best, int mask) {
-    _mm256_storeu_si256((__m256i *)(void *)min_in, best);
-    const __m256i arg = _mm256_and_si256(best, _mm256_set1_epi32(mask));
-    /* 8 x int32 (values < 16) -> 8 bytes */
-    __m128i a16 = _mm_packs_epi32(_mm256_castsi256_si128(arg), _mm256_extracti128_si256(arg, 1));
-    _mm_storel_epi64((__m128i *)back, _mm_packus_epi16(a16, a16));
-}
-
-#include "turbo_viterbi.inc"
+#include "turbo_viterbi16.inc"
 
 /* Block scales 8 at a time: the norms converted by F16C (exact, as the
  * scalar conversion) and divided in one vector (the same IEEE quotient). */

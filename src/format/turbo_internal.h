@@ -6,6 +6,8 @@
 #include "kvq_internal.h"
 #include "turbo.h"
 
+#include <math.h>
+
 #define TURBO_NORM_BYTES 2
 #define TURBO_MAX_STATES (1 << (KVQ_TURBO_TCQ_CONTEXT + 4))   /* k = 4: 1024 */
 
@@ -44,7 +46,8 @@ typedef void (*turbo_scales_fn)(const uint8_t *const *rows, int nk, size_t at, f
  * VBMI: table look-ups for k = 2, 3, scalar loads for k = 4). */
 enum { TURBO_TCQ_WIDTHS = 3 };
 /* Two rows x[0], x[1] at once (their steps interleaved): the states and
- * costs of two calls of the one-row form. */
+ * errors of two calls of the one-row form (err NULL: the errors are not
+ * summed). */
 typedef void (*turbo_viterbi2_fn)(int k, const float *c, const float *const x[2], int d, uint16_t *const states[2],
                                   double err[2]);
 
@@ -90,9 +93,9 @@ const turbo_kernels *turbo_level_kernels(kvq_isa isa);
  * at kvq_isa_best() >= that level. */
 void turbo_install_avx2(turbo_kernels *k);
 void turbo_install_avx512(turbo_kernels *k);
-/* The Viterbi of turbo_viterbi.inc at 8 lanes (AVX2) and 16 (AVX-512,
- * src/format/turbo_viterbi_avx512.c): call only where the CPU has them;
- * the same states and cost as kvq_turbo_tcq_viterbi_scalar. */
+/* The 16-bit search of turbo_viterbi16.inc at 16 lanes (AVX2) and 32
+ * (AVX-512, src/format/turbo_viterbi_avx512.c): call only where the CPU
+ * has them; the same states and error as kvq_turbo_tcq_viterbi_scalar. */
 double turbo_viterbi_avx2(int k, const float *c, const float *x, int d, uint16_t *states);
 double turbo_viterbi_avx512(int k, const float *c, const float *x, int d, uint16_t *states);
 void turbo_viterbi2_avx2(int k, const float *c, const float *const x[2], int d, uint16_t *const states[2], double err[2]);
@@ -126,34 +129,74 @@ void turbo_tcq_store2(int k, const uint16_t *const states[2], int d, uint8_t *co
  * 8 / 32 / 128 KiB, made once (thread-safe). */
 const float *turbo_tcq_pairs(int k);
 
-/* The vector Viterbi's codebook layout (turbo_viterbi.inc), a function of
- * k and the codebook alone.  Write a state as s = (a << k) | j: a = its
- * top 6 bits (the context its successors see), j = its low k bits.  With
- * K = 2^k and R = 64 / K, context a = q*R + m (m = a mod R) is stored in
- * row j at column sigma(a) = m*K + q.  Then the cost of state (row j,
- * column sigma(a)) at a step is best_in[(m << k) | j] + (x_t - c)^2: every
- * run of K columns with the same m needs one broadcast arrival cost, and
- * the best arrival into context a at the next step is the minimum over
- * the K rows at column sigma(a), element-wise over rows. */
+/* The trellis search in 16-bit integers (turbo_tcq.c has the scalar
+ * form, turbo_viterbi16.inc the vector ones; docs/turbo.md, "The
+ * encoder's search").  A row's targets and the codebook are put on one
+ * fixed-point grid, v -> round(v 2^a) in [-32767, 32767] (NaN -> 0), a
+ * = turbo_tcq_shift: 13 while every value is below 4 in magnitude (the
+ * committed codebooks reach 3.7; unit-variance targets pass 4 about once
+ * in 16,000 values), one less for each doubling beyond.  A state's cost
+ * at a step is its arrival cost plus
+ *     sq(X, C) = (E^2 + 2^14) >> 15,  E = X - C saturated to int16,
+ * (vpmulhrsw: e^2 in units of 2^(15 - 2a), 1/2048 at a = 13), added with
+ * unsigned saturation at 65535; after each step the smallest arrival
+ * cost is taken from all 64, so the best path stays at 0 and a path 32
+ * units worse saturates (it cannot come back).  16-bit lanes hold twice
+ * the states of float ones; the path's squared error is within 0.02 %
+ * of the float search's on unit-variance rows (k = 4; less at k = 2, 3)
+ * and the test turbo_viterbi16_near_exact bounds it row by row. */
+enum { TURBO_TCQ_TOP_SHIFT = 13, TURBO_TCQ_MIN_SHIFT = -24, TURBO_TCQ_CACHED_SHIFTS = 4 };
+int turbo_tcq_shift(float cmax, const float *x, int d);
+/* round(v scale) clamped to [-32767, 32767], scale = 2^a (exact), to
+ * nearest even; NaN -> 0.  Inline: in the vector files' units it is a
+ * multiply and a round instruction, where the scalar unit calls rintf. */
+static inline int16_t turbo_tcq_fixed(float v, float scale) {
+    if (isnan(v)) return 0;
+    const float r = rintf(v * scale);
+    return (int16_t)(r > 32767.0f ? 32767 : r < -32767.0f ? -32767 : (int)r);
+}
+/* A state's cost: in + sq(X, C), saturated at 65535 (the definition
+ * every level computes). */
+static inline uint16_t turbo_tcq_cost16(uint16_t in, int16_t X, int16_t C) {
+    int e = (int)X - (int)C;
+    e = e < -32768 ? -32768 : e > 32767 ? 32767 : e;
+    const unsigned v = in + (unsigned)((e * e + 16384) >> 15);
+    return (uint16_t)(v > 65535u ? 65535u : v);
+}
+
+/* The codebook on a row's grid (shift a), laid out for the vector search.
+ * Write a state as s = (a << k) | j: a = its top 6 bits (the context its
+ * successors see), j = its low k bits.  With K = 2^k and R = 64 / K,
+ * context a = q*R + m (m = a mod R) is stored in row j at column sigma(a)
+ * = m*K + q.  Then the cost of state (row j, column sigma(a)) at a step is
+ * in[(m << k) | j] + sq(X_t, C): every run of K columns with the same m
+ * needs one arrival cost, and the best arrival into context a at the next
+ * step is the minimum over the K rows at column sigma(a), lane-wise. */
 typedef struct turbo_tcq_layout {
-    float cpos[TURBO_MAX_STATES];                      /* codebook by position j*64 + sigma(a) */
-    int32_t need_from[1 << KVQ_TURBO_TCQ_CONTEXT];     /* column of context (m << k) | j, at j*R + m */
-    int32_t state_at[TURBO_MAX_STATES];                /* the state at position j*64 + sigma(a): (a << k) | j */
+    int16_t cpos[TURBO_MAX_STATES];                    /* C by position j*64 + sigma(a) */
+    int16_t cstate[TURBO_MAX_STATES];                  /* C by state */
+    int16_t need_from[1 << KVQ_TURBO_TCQ_CONTEXT];     /* column of context (m << k) | j, at j*R + m */
     bool need_identity;                                /* need_from[i] == i for every i (k = 3) */
+    int shift;                                         /* a */
+    float scale;                                       /* 2^a */
 } turbo_tcq_layout;
-/* The layout of codebook c into *own; for the committed codebook of k
- * (kvq_turbo_tcq_codebook) the one made once (thread-safe) instead: a
- * cache write's rows all use it, and making it took ~1/10 of a row's
- * Viterbi. */
-const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, turbo_tcq_layout *own);
+/* The layout of codebook c at shift a into *own; for the committed
+ * codebook of k (kvq_turbo_tcq_codebook) at the top shifts the one made
+ * once (thread-safe) instead: a cache write's rows all use those. */
+const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, int shift, turbo_tcq_layout *own);
+/* The layout for the d targets x: at turbo_tcq_shift of c's largest
+ * magnitude (found once for the committed codebooks) and x. */
+const turbo_tcq_layout *turbo_tcq_row_layout(int k, const float *c, const float *x, int d, turbo_tcq_layout *own);
+/* sum (x_t - c[s_t])^2 of a path, in double: what the searches return */
+double turbo_tcq_path_error(const float *c, const float *x, const uint16_t *states, int d);
 /* sigma(a), the layout's column of context a (R = 64 / 2^k):
  * (a mod R) * 2^k + a / R. */
 static inline int turbo_tcq_column(int k, int a) {
     return ((a & ((1 << (KVQ_TURBO_TCQ_CONTEXT - k)) - 1)) << k) | (a >> (KVQ_TURBO_TCQ_CONTEXT - k));
 }
 
-/* Tagged costs.  A step's best arrival into a context is the smallest of
- * its 2^k predecessors' costs, the first of them on ties.  Every cost is
+/* Tagged costs (the float search, kvq_turbo_tcq_viterbi_exact).  A step's
+ * best arrival into a context is the smallest of its 2^k predecessors' costs, the first of them on ties.  Every cost is
  * a sum of squares, so >= 0 (or NaN), and for such floats the order of
  * the bit patterns as unsigned integers is the order of the values.  Each
  * cost's low k bits are replaced by its predecessor's index j (the tag),
@@ -163,10 +206,7 @@ static inline int turbo_tcq_column(int k, int a) {
  * smaller j.  The tagged minimum is the arrival cost the next step adds
  * to (a change of at most 2^k - 1 ulp per step), its tag the back-pointer.
  * A NaN cost (a NaN in x) never beats a number (NaNs order among
- * themselves by their bit patterns).  The vector kernels tag a whole vector in one operation and
- * take one unsigned minimum per pair of predecessors, where a compare and
- * two blends kept cost and index apart.  Every level, the scalar one
- * included, tags the same way, so all find the same path. */
+ * themselves by their bit patterns). */
 static inline uint32_t turbo_tcq_tag(float cost, int j, uint32_t mask) {
     return (kvq_f32_bits(cost) & ~mask) | (uint32_t)j;
 }

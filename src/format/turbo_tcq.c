@@ -11,10 +11,16 @@
  * best path into s is  min_j cost[((s & 63) << k) | j] + (x_t - c[s])^2:
  * the minimum depends only on the 6-bit context s & 63.  One step is
  * therefore 2^L comparisons (64 minima over 2^k each) plus 2^L squared
- * errors, O(2^L) and not O(2^L * 2^k).  The minima are taken over tagged
- * costs (turbo_internal.h) and a cost is fmaf(e, e, in), so that the
- * vector kernels (turbo_viterbi.inc) find the same path with fewer
- * operations. */
+ * errors, O(2^L) and not O(2^L * 2^k).
+ *
+ * Two searches.  The encoder's (kvq_turbo_tcq_viterbi, its scalar form
+ * here and its vector forms in turbo_viterbi16.inc) runs on 16-bit
+ * integer costs on a fixed-point grid of the row (turbo_internal.h):
+ * twice the states per vector of a float search, a path within a
+ * rounding bound of the least.  The float search
+ * (kvq_turbo_tcq_viterbi_exact) finds the least error itself (its minima
+ * over tagged costs, a cost fmaf(e, e, in)); the tests measure the
+ * integer one against it. */
 #include "turbo_internal.h"
 
 #include <math.h>
@@ -86,35 +92,127 @@ const float *turbo_tcq_pairs(int k) {
     return k == 2 ? g_pairs2 : k == 3 ? g_pairs3 : g_pairs4;
 }
 
-static void make_layout(int k, const float *c, turbo_tcq_layout *l) {
+/* ----------------------------------------------- the 16-bit search */
+
+
+/* The largest a <= 13 at which every finite value of x and the codebook
+ * (largest magnitude cmax) is at most 32767 2^-a: the finest grid that
+ * clamps nothing finite. */
+int turbo_tcq_shift(float cmax, const float *x, int d) {
+    float m = isfinite(cmax) ? cmax : 0.0f;
+    for (int t = 0; t < d; t++) {
+        const float v = fabsf(x[t]);
+        if (v > m && isfinite(v)) m = v;
+    }
+    int a = TURBO_TCQ_TOP_SHIFT;
+    while (a > TURBO_TCQ_MIN_SHIFT && ldexpf(m, a) > 32767.0f) a--;
+    return a;
+}
+
+static float largest_magnitude(int k, const float *c) {
+    float m = 0.0f;
+    for (int s = 0; s < (N_CTX << k); s++) m = fmaxf(m, fabsf(c[s]));
+    return m;
+}
+
+double turbo_tcq_path_error(const float *c, const float *x, const uint16_t *states, int d) {
+    double err = 0.0;
+    for (int t = 0; t < d; t++) {
+        const double e = (double)x[t] - c[states[t]];
+        err += e * e;
+    }
+    return err;
+}
+
+static void make_layout(int k, const float *c, int shift, turbo_tcq_layout *l) {
     const int K = 1 << k, R = N_CTX >> k;
     for (int s = 0; s < (N_CTX << k); s++) {
-        const int pos = (s & (K - 1)) * N_CTX + turbo_tcq_column(k, s >> k);
-        l->cpos[pos] = c[s];
-        l->state_at[pos] = s;
+        l->cstate[s] = turbo_tcq_fixed(c[s], ldexpf(1.0f, shift));
+        l->cpos[(s & (K - 1)) * N_CTX + turbo_tcq_column(k, s >> k)] = l->cstate[s];
     }
     l->need_identity = true;
     for (int j = 0; j < K; j++)
         for (int m = 0; m < R; m++) {
-            l->need_from[j * R + m] = turbo_tcq_column(k, (m << k) | j);
+            l->need_from[j * R + m] = (int16_t)turbo_tcq_column(k, (m << k) | j);
             l->need_identity &= l->need_from[j * R + m] == j * R + m;
         }
+    l->shift = shift;
+    l->scale = ldexpf(1.0f, shift);
 }
 
-static turbo_tcq_layout g_layouts[TURBO_TCQ_WIDTHS];
+static turbo_tcq_layout g_layouts[TURBO_TCQ_WIDTHS][TURBO_TCQ_CACHED_SHIFTS];
 static pthread_once_t g_layouts_once = PTHREAD_ONCE_INIT;
 
 static void make_layouts(void) {
-    for (int k = 2; k <= 4; k++) make_layout(k, kvq_turbo_tcq_codebook(k), &g_layouts[k - 2]);
+    for (int k = 2; k <= 4; k++)
+        for (int i = 0; i < TURBO_TCQ_CACHED_SHIFTS; i++)
+            make_layout(k, kvq_turbo_tcq_codebook(k), TURBO_TCQ_TOP_SHIFT - i, &g_layouts[k - 2][i]);
 }
 
-const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, turbo_tcq_layout *own) {
-    if (c == kvq_turbo_tcq_codebook(k)) {   /* a const table: its layout never changes */
+const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, int shift, turbo_tcq_layout *own) {
+    const int i = TURBO_TCQ_TOP_SHIFT - shift;
+    if (c == kvq_turbo_tcq_codebook(k) && i >= 0 && i < TURBO_TCQ_CACHED_SHIFTS) {   /* const: made once */
         pthread_once(&g_layouts_once, make_layouts);
-        return &g_layouts[k - 2];
+        return &g_layouts[k - 2][i];
     }
-    make_layout(k, c, own);
+    make_layout(k, c, shift, own);
     return own;
+}
+
+/* The largest |c| of each committed codebook, found once. */
+static float g_cmax[TURBO_TCQ_WIDTHS];
+static pthread_once_t g_cmax_once = PTHREAD_ONCE_INIT;
+
+static void find_cmax(void) {
+    for (int k = 2; k <= 4; k++) g_cmax[k - 2] = largest_magnitude(k, kvq_turbo_tcq_codebook(k));
+}
+
+const turbo_tcq_layout *turbo_tcq_row_layout(int k, const float *c, const float *x, int d, turbo_tcq_layout *own) {
+    float cmax;
+    if (c == kvq_turbo_tcq_codebook(k)) {
+        pthread_once(&g_cmax_once, find_cmax);
+        cmax = g_cmax[k - 2];
+    } else {
+        cmax = largest_magnitude(k, c);
+    }
+    return turbo_tcq_layout_of(k, c, turbo_tcq_shift(cmax, x, d), own);
+}
+
+/* The 16-bit search (turbo_internal.h) in plain C: the oracle of the
+ * vector forms (turbo_viterbi16.inc).  At each step, for each context, the
+ * best of its 2^k predecessors' costs (unsigned; the first on ties), then
+ * the smallest of those subtracted from all 64, then every state's cost;
+ * at the end the first state of least cost, and the walk back. */
+double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d, uint16_t *states) {
+    if (!viterbi_args_ok(k, c, d)) return NAN;
+    turbo_tcq_layout own;
+    const turbo_tcq_layout *lay = turbo_tcq_row_layout(k, c, x, d, &own);
+    const int n_states = 1 << (CTX_BITS + k), branches = 1 << k;
+    uint16_t cost[TURBO_MAX_STATES], in[N_CTX];
+    uint8_t back[KVQ_TURBO_BLOCK][N_CTX];
+    int16_t X = turbo_tcq_fixed(x[0], lay->scale);
+    for (int s = 0; s < n_states; s++) cost[s] = turbo_tcq_cost16(0, X, lay->cstate[s]);
+    memset(in, 0, sizeof in);
+    for (int t = 1; t < d; t++) {
+        uint16_t low = UINT16_MAX;   /* the previous arrivals' least: no cost of step t-1 is below it */
+        for (int ctx = 0; ctx < N_CTX; ctx++)
+            if (in[ctx] < low) low = in[ctx];
+        for (int ctx = 0; ctx < N_CTX; ctx++) {
+            const uint16_t *pred = cost + (ctx << k);
+            int bj = 0;
+            for (int j = 1; j < branches; j++)
+                if (pred[j] < pred[bj]) bj = j;
+            in[ctx] = (uint16_t)(pred[bj] - low);
+            back[t][ctx] = (uint8_t)bj;
+        }
+        X = turbo_tcq_fixed(x[t], lay->scale);
+        for (int s = 0; s < n_states; s++) cost[s] = turbo_tcq_cost16(in[s & CTX_MASK], X, lay->cstate[s]);
+    }
+    int last = 0;
+    for (int s = 1; s < n_states; s++)
+        if (cost[s] < cost[last]) last = s;
+    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])back, false, d, last, states);
+    return turbo_tcq_path_error(c, x, states, d);
 }
 
 /* The best predecessor of a context among the n = 2^k costs at pred:
@@ -136,7 +234,7 @@ static int argmin_first(const float *v, int n) {
     return best;
 }
 
-double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d, uint16_t *states) {
+double kvq_turbo_tcq_viterbi_exact(int k, const float *c, const float *x, int d, uint16_t *states) {
     if (!viterbi_args_ok(k, c, d)) return NAN;
     const int n_states = 1 << (CTX_BITS + k), branches = 1 << k;
     float cost[TURBO_MAX_STATES], min_in[N_CTX];

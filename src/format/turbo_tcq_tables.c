@@ -2,8 +2,9 @@
  * indexed by state).  GENERATED, do not edit: part of the format, made at
  * 9a5744d (git worktree add DIR 9a5744d, then in DIR) by
  *   make && build/kvq turbo-train -n 4096 -i 60 -s 1 > src/format/turbo_tcq_tables.c
- * The trainer since b31a042 (the Viterbi's tagged costs) ends at tables of
- * the same error but other bytes (docs/turbo.md).
+ * The trainer since b31a042 (the Viterbi's tagged costs), and since the
+ * 16-bit search, ends at tables of the same error but other bytes
+ * (docs/turbo.md).
  * Procedure (src/format/turbo_tcq_train.c): 4096 vectors of 128 Gaussian values at
  * norm sqrt(128) from splitmix64(seed 1) + Box-Muller; random N(0,1)
  * start; 60 generalised Lloyd rounds (Viterbi-encode all, move each state

@@ -1,92 +1,103 @@
-/* turbo_viterbi_avx512.c - the TCQ Viterbi (turbo_viterbi.inc) at 16 lanes
- * with AVX-512 compare masks; installed by turbo.c where the CPU has
+/* turbo_viterbi_avx512.c - the 16-bit trellis search (turbo_viterbi16.inc)
+ * at 32 lanes with AVX-512BW; installed by turbo.c where the CPU has
  * AVX-512.  The same path as kvq_turbo_tcq_viterbi_scalar, bit for bit. */
 #include "turbo_internal.h"
 
 #include <immintrin.h>
-#include <math.h>
+#include <string.h>
 
 #define CTX_BITS KVQ_TURBO_TCQ_CONTEXT
 #define N_CTX (1 << CTX_BITS)
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* Lane i of the 16 columns from m << k on: need[m + (i >> k)]. */
-ALWAYS_INLINE __m512 need_avx512(const float *need, int m, int k) {
-    if (k >= 4) return _mm512_set1_ps(need[m]);
-    const __m128 runs = k == 3 ? _mm_castpd_ps(_mm_load_sd((const double *)(const void *)(need + m)))
-                               : _mm_loadu_ps(need + m);
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    return _mm512_permutexvar_ps(_mm512_srli_epi32(lane, (unsigned)k), _mm512_castps128_ps512(runs));
+/* The arrival costs stay in two registers, by column (the step's minima
+ * less the floor): the costs at row j, columns col.. take lane i from
+ * column need_from[j*R + (col >> k) + (i >> k)] by one two-register word
+ * permute.  No store and reload between a step's minima and the next
+ * step's costs (the chain every step waits on), and no separate reorder:
+ * the permute's index does it. */
+typedef struct viterbi_arr {
+    __m512i m[2];
+} viterbi_arr;
+
+/* The permute indices of every (row j, column chunk c), j * 2 + c. */
+typedef struct viterbi_plan {
+    __m512i idx[2 << 4];
+} viterbi_plan;
+
+ALWAYS_INLINE void plan_make(viterbi_plan *p, const turbo_tcq_layout *lay, int k) {
+    const int R = N_CTX >> k;
+    for (int j = 0; j < (1 << k); j++)
+        for (int c = 0; c < 2; c++) {
+            int16_t idx[32];
+            for (int i = 0; i < 32; i++) idx[i] = lay->need_from[j * R + ((32 * c) >> k) + (i >> k)];
+            p->idx[j * 2 + c] = _mm512_loadu_si512(idx);
+        }
 }
 
-/* The cost's bits with the low ones (mask) replaced by the row j: one
- * vpternlogd, (c & ~mask) | j. */
-ALWAYS_INLINE __m512i tag_avx512(__m512 c, int j, int mask) {
-    return _mm512_ternarylogic_epi32(_mm512_castps_si512(c), _mm512_set1_epi32(~mask), _mm512_set1_epi32(j), 0xEA);
+ALWAYS_INLINE __m512i in_avx512(const viterbi_arr *a, int j, int col, const viterbi_plan *p) {
+    return _mm512_permutex2var_epi16(a->m[0], p->idx[j * 2 + col / 32], a->m[1]);
 }
 
-/* The tagged minima as the next arrival costs (their tags: store_back). */
-ALWAYS_INLINE void store_min(float *min_in, __m512i best) { _mm512_storeu_si512(min_in, best); }
-
-/* The tags of the 4 vectors of column minima as 64 bytes in column
- * order: masked, packed within 128-bit lanes (dword 4L + v of the packs
- * holds columns 16v + 4L .. + 3), then the dwords put in column order.
- * One and per vector, three packs, a permute and one store, where a
- * vpmovdb (two operations) and a store went per vector: turbo3_tcq's
- * write 0.97x the time, k = 2 and 4 the same (80c9264's message). */
-ALWAYS_INLINE void store_back(uint8_t *back, const __m512i best[4], int mask) {
-    const __m512i m = _mm512_set1_epi32(mask);
-    const __m512i w01 = _mm512_packus_epi32(_mm512_and_si512(best[0], m), _mm512_and_si512(best[1], m));
-    const __m512i w23 = _mm512_packus_epi32(_mm512_and_si512(best[2], m), _mm512_and_si512(best[3], m));
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    _mm512_storeu_si512(back, _mm512_permutexvar_epi32(order, _mm512_packus_epi16(w01, w23)));
+/* in + sq(X, C): E = X - C saturated, E^2 rounded to its top 16 bits
+ * (vpmulhrsw: 32768 for E = -32768, read as unsigned), the sum
+ * saturated at 65535. */
+ALWAYS_INLINE __m512i cost_avx512(__m512i in, __m512i X, __m512i C) {
+    const __m512i e = _mm512_subs_epi16(X, C);
+    return _mm512_adds_epu16(in, _mm512_mulhrs_epi16(e, e));
 }
 
-/* need_from as 4 index vectors, and the lanes of each that read the
- * upper 32 floats. */
-typedef struct gather_plan {
-    __m512i idx[4];
-    __mmask16 upper[4];
-} gather_plan;
-
-ALWAYS_INLINE void gather_plan_make(gather_plan *p, const int32_t *need_from) {
-    for (int i = 0; i < 4; i++) {
-        p->idx[i] = _mm512_loadu_si512(need_from + 16 * i);
-        p->upper[i] = _mm512_test_epi32_mask(p->idx[i], _mm512_set1_epi32(32));
-    }
+ALWAYS_INLINE int hmin_avx512(__m512i v) {
+    const __m256i h = _mm256_min_epu16(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    const __m128i q = _mm_min_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    return _mm_extract_epi16(_mm_minpos_epu16(q), 0);
 }
 
-/* dst[i] = base[need_from[i]] from the 64 floats of base, loaded once, by
- * two-register permutes (a gather instruction is microcoded and slower
- * here). */
-ALWAYS_INLINE void gather64(float *dst, const float *base, const gather_plan *p) {
-    const __m512 b0 = _mm512_loadu_ps(base), b1 = _mm512_loadu_ps(base + 16);
-    const __m512 b2 = _mm512_loadu_ps(base + 32), b3 = _mm512_loadu_ps(base + 48);
-    for (int i = 0; i < 4; i++) {
-        const __m512 lo = _mm512_permutex2var_ps(b0, p->idx[i], b1), hi = _mm512_permutex2var_ps(b2, p->idx[i], b3);
-        _mm512_storeu_ps(dst + 16 * i, _mm512_mask_blend_ps(p->upper[i], lo, hi));
-    }
+ALWAYS_INLINE int first_eq_avx512(__m512i v, int m) {
+    const __mmask32 eq = _mm512_cmpeq_epi16_mask(v, _mm512_set1_epi16((short)m));
+    return eq ? __builtin_ctz(eq) : -1;
 }
 
-#define VF __m512
-#define VI __m512i
-#define VL 16
-#define V_SET1 _mm512_set1_ps
-#define V_LOADU _mm512_loadu_ps
-#define V_STOREU _mm512_storeu_ps
-#define V_SUB _mm512_sub_ps
-#define V_FMA _mm512_fmadd_ps
-#define V_MIN _mm512_min_ps
-#define V_NEED(need, m, k) need_avx512((need), (m), (k))
-#define V_TAG(c, j, mask) tag_avx512((c), (j), (mask))
-#define V_TAGGED_MIN(a, b) _mm512_min_epu32((a), (b))
-#define V_STORE_MIN(min_in, back, best, mask) store_min((min_in), (best))
-#define V_STORE_BACK_ALL(back, best, mask) store_back((back), (best), (mask))
-#define V_LOADI(p) _mm512_loadu_si512((const void *)(p))
-#define V_STATE_IF(c, m, s) _mm512_mask_mov_epi32(_mm512_set1_epi32(-1), _mm512_cmp_ps_mask((c), (m), _CMP_EQ_OQ), (s))
-#define V_GATHER_PLAN gather_plan
-#define V_GATHER_PLAN_MAKE(p, lay, k) gather_plan_make((p), (lay)->need_from)
-#define V_GATHER_ALL(dst, base, p) gather64((dst), (base), (p))
+ALWAYS_INLINE int floor_avx512(const viterbi_arr *a) { return hmin_avx512(_mm512_min_epu16(a->m[0], a->m[1])); }
+
+ALWAYS_INLINE void next_avx512(viterbi_arr *a, const __m512i best[2], int low) {
+    const __m512i l = _mm512_set1_epi16((short)low);
+    a->m[0] = _mm512_sub_epi16(best[0], l);
+    a->m[1] = _mm512_sub_epi16(best[1], l);
+}
+
+static void by_context_avx512(const viterbi_arr *a, uint16_t *in, int k) {
+    uint16_t col[N_CTX];
+    _mm512_storeu_si512(col, a->m[0]);
+    _mm512_storeu_si512(col + 32, a->m[1]);
+    for (int ctx = 0; ctx < N_CTX; ctx++) in[ctx] = col[turbo_tcq_column(k, ctx)];
+}
+
+#define VW __m512i
+#define WL 32
+#define W_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define W_STORE(p, v) _mm512_storeu_si512((void *)(p), (v))
+#define W_SET1(x) _mm512_set1_epi16((short)(x))
+#define W_ONES() _mm512_set1_epi32(-1)
+#define W_COST(in, X, C) cost_avx512((in), (X), (C))
+#define W_MIN(a, b) _mm512_min_epu16((a), (b))
+#define W_TAKE(best, bj, c, j)                                                         \
+    do {                                                                               \
+        const __mmask32 lt_ = _mm512_cmplt_epu16_mask((c), (best));                    \
+        (best) = _mm512_min_epu16((best), (c));                                        \
+        (bj) = _mm512_mask_mov_epi16((bj), lt_, _mm512_set1_epi16((short)(j)));        \
+    } while (0)
+#define W_STORE_BACK(back, bj) _mm256_storeu_si256((__m256i *)(void *)(back), _mm512_cvtepi16_epi8(bj))
+#define W_HMIN(v) hmin_avx512(v)
+#define W_FIRST_EQ(v, m) first_eq_avx512((v), (m))
+#define W_PLAN viterbi_plan
+#define W_PLAN_MAKE(p, lay, k) plan_make((p), (lay), (k))
+#define W_ARR viterbi_arr
+#define W_ARR_ZERO(a) ((a)->m[0] = (a)->m[1] = _mm512_setzero_si512())
+#define W_IN(a, j, col, k, plan) ((void)(k), in_avx512((a), (j), (col), (plan)))
+#define W_ARR_FLOOR(a) floor_avx512(a)
+#define W_ARR_NEXT(a, best, low, plan) next_avx512((a), (best), (low))
+#define W_ARR_BY_CONTEXT(a, in, k) by_context_avx512((a), (in), (k))
 #define VITERBI_FN turbo_viterbi_avx512
 #define VITERBI2_FN turbo_viterbi2_avx512
-#include "turbo_viterbi.inc"
+#include "turbo_viterbi16.inc"
