@@ -238,7 +238,7 @@ TEST(turbo_viterbi16_is_optimal_on_its_grid) {
             uint16_t st[3];
             kvq_turbo_tcq_viterbi_scalar(k, c, x, d, st);
             turbo_tcq_layout own;
-            const turbo_tcq_layout *lay = turbo_tcq_row_layout(k, c, x, d, &own);
+            const turbo_tcq_layout *lay = turbo_tcq_row_layout(k, c, turbo_tcq_xmax(x, d), &own);
             CHECK(lay->shift == (rep >= 3 ? 11 : 13), "k=%d rep %d: shift %d", k, rep, lay->shift);
             int16_t X[3];
             for (int i = 0; i < d; i++) X[i] = turbo_tcq_fixed(x[i], lay->scale);
@@ -255,15 +255,15 @@ TEST(turbo_viterbi16_is_optimal_on_its_grid) {
  * nearest (even) and clamp at +-32767, NaN to 0. */
 TEST(turbo_tcq_grid) {
     float x[4] = { 0.5f, -3.99f, 1.0f, 2.0f };
-    CHECK(turbo_tcq_shift(3.7f, x, 4) == 13, "shift %d for values below 4", turbo_tcq_shift(3.7f, x, 4));
+    CHECK(turbo_tcq_shift(3.7f, turbo_tcq_xmax(x, 4)) == 13, "shift %d for values below 4", turbo_tcq_shift(3.7f, turbo_tcq_xmax(x, 4)));
     x[2] = -4.01f;
-    CHECK(turbo_tcq_shift(3.7f, x, 4) == 12, "shift %d for 4.01", turbo_tcq_shift(3.7f, x, 4));
+    CHECK(turbo_tcq_shift(3.7f, turbo_tcq_xmax(x, 4)) == 12, "shift %d for 4.01", turbo_tcq_shift(3.7f, turbo_tcq_xmax(x, 4)));
     x[2] = 40.0f;
-    CHECK(turbo_tcq_shift(3.7f, x, 4) == 9, "shift %d for 40", turbo_tcq_shift(3.7f, x, 4));
-    CHECK(turbo_tcq_shift(40.0f, x, 1) == 9, "shift %d for a codebook value of 40", turbo_tcq_shift(40.0f, x, 1));
+    CHECK(turbo_tcq_shift(3.7f, turbo_tcq_xmax(x, 4)) == 9, "shift %d for 40", turbo_tcq_shift(3.7f, turbo_tcq_xmax(x, 4)));
+    CHECK(turbo_tcq_shift(40.0f, turbo_tcq_xmax(x, 1)) == 9, "shift %d for a codebook value of 40", turbo_tcq_shift(40.0f, turbo_tcq_xmax(x, 1)));
     x[2] = INFINITY;
     x[3] = NAN;
-    CHECK(turbo_tcq_shift(3.7f, x, 4) == 13, "shift %d with inf and NaN", turbo_tcq_shift(3.7f, x, 4));
+    CHECK(turbo_tcq_shift(3.7f, turbo_tcq_xmax(x, 4)) == 13, "shift %d with inf and NaN", turbo_tcq_shift(3.7f, turbo_tcq_xmax(x, 4)));
     CHECK(turbo_tcq_fixed(1.0f, 8192.0f) == 8192 && turbo_tcq_fixed(-0.5f / 8192.0f, 8192.0f) == 0 &&
               turbo_tcq_fixed(1.5f / 8192.0f, 8192.0f) == 2 && turbo_tcq_fixed(-2.5f / 8192.0f, 8192.0f) == -2,
           "rounding to nearest even");
@@ -571,9 +571,9 @@ TEST(turbo_simd_matches_scalar) {
 /* Each Viterbi level this CPU runs (AVX2, AVX-512) takes the scalar
  * path, state for state: Gaussian targets, all zeros (ties everywhere),
  * codebook values themselves, large values, a codebook of small
- * integers with integer targets (exact cost ties, the tie rules), and
- * Gaussian targets with a NaN in the middle (every cost NaN from there
- * on: no state may win by a compare with NaN). */
+ * integers with integer targets (exact cost ties, the tie rules),
+ * Gaussian targets with a NaN in the middle (0 on the grid), and with an
+ * infinity (left out of the grid's choice, clamped on it). */
 TEST(turbo_viterbi_each_level_matches_scalar) {
     const kvq_cpu *cpu = kvq_cpu_features();
     const struct { const char *name; turbo_viterbi_fn fn; bool ok; } lv[] = {
@@ -586,15 +586,16 @@ TEST(turbo_viterbi_each_level_matches_scalar) {
     for (size_t l = 0; l < KVQ_ARRAY_LEN(lv); l++) {
         if (!lv[l].ok) continue;
         for (int k = 2; k <= 4; k++)
-            for (int kind = 0; kind < 6; kind++)
+            for (int kind = 0; kind < 7; kind++)
                 for (size_t li = 0; li < KVQ_ARRAY_LEN(lens); li++) {
                     const int n = lens[li];
                     const float *c = kind == 4 ? ties : kvq_turbo_tcq_codebook(k);
                     for (int i = 0; i < n; i++)
-                        x[i] = kind == 0 || kind == 5 ? (float)test_rng_gauss(&r) : kind == 1 ? 0.0f
+                        x[i] = kind == 0 || kind >= 5 ? (float)test_rng_gauss(&r) : kind == 1 ? 0.0f
                              : kind == 2 ? c[(i * 37) % (64 << k)] : kind == 3 ? 40.0f * (float)test_rng_gauss(&r)
                              : (float)(i % 3) - 1.0f;
                     if (kind == 5) x[n / 2] = NAN;
+                    if (kind == 6) x[n / 3] = -INFINITY;
                     uint16_t s1[128], s2[128];
                     const double e1 = lv[l].fn(k, c, x, n, s1), e2 = kvq_turbo_tcq_viterbi_scalar(k, c, x, n, s2);
                     CHECK((e1 == e2 || (isnan(e1) && isnan(e2))) && !memcmp(s1, s2, sizeof(uint16_t) * n),

@@ -128,6 +128,38 @@ ALWAYS_INLINE void plan_make(viterbi_plan *p, int k) {
     p->k = k;
 }
 
+/* turbo_tcq_xmax, as turbo_viterbi_avx512.c's xmax_avx512 */
+static float xmax_avx2(const float *x, int d) {
+    const __m256 inf = _mm256_set1_ps(INFINITY), magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps();
+    int t = 0;
+    for (; t + 8 <= d; t += 8) {
+        const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + t), magnitude);
+        m = _mm256_max_ps(m, _mm256_and_ps(a, _mm256_cmp_ps(a, inf, _CMP_LT_OQ)));
+    }
+    float lanes[8], r = 0.0f;
+    _mm256_storeu_ps(lanes, m);
+    for (int i = 0; i < 8; i++) r = lanes[i] > r ? lanes[i] : r;
+    for (; t < d; t++) {
+        const float a = fabsf(x[t]);
+        if (a > r && isfinite(a)) r = a;
+    }
+    return r;
+}
+
+/* turbo_tcq_fixed of a row, as turbo_viterbi_avx512.c's fixed_row_avx512 */
+static void fixed_row_avx2(int16_t *X, const float *x, int d, float scale) {
+    const __m256 s = _mm256_set1_ps(scale), hi = _mm256_set1_ps(32767.0f), lo = _mm256_set1_ps(-32767.0f);
+    int t = 0;
+    for (; t + 8 <= d; t += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + t), s);
+        const __m256 num = _mm256_cmp_ps(v, v, _CMP_ORD_Q);
+        const __m256i r = _mm256_cvtps_epi32(_mm256_and_ps(num, _mm256_min_ps(_mm256_max_ps(v, lo), hi)));
+        _mm_storeu_si128((__m128i *)(void *)(X + t), _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+    }
+    for (; t < d; t++) X[t] = turbo_tcq_fixed(x[t], scale);
+}
+
 /* in + sq(X, C), as turbo_viterbi_avx512.c's cost_avx512 */
 ALWAYS_INLINE __m256i cost_avx2(__m256i in, __m256i X, __m256i C) {
     const __m256i e = _mm256_subs_epi16(X, C);
@@ -227,6 +259,8 @@ static void by_context_avx2(const viterbi_arr *a, uint16_t *in, int k) {
 
 #define VW __m256i
 #define WL 16
+#define W_XMAX(x, d) xmax_avx2((x), (d))
+#define W_FIXED_ROW(X, x, d, scale) fixed_row_avx2((X), (x), (d), (scale))
 #define W_LOAD(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
 #define W_STORE(p, v) _mm256_storeu_si256((__m256i *)(void *)(p), (v))
 #define W_SET1(x) _mm256_set1_epi16((short)(x))

@@ -146,7 +146,10 @@ const float *turbo_tcq_pairs(int k);
  * of the float search's on unit-variance rows (k = 4; less at k = 2, 3)
  * and the test turbo_viterbi16_near_exact bounds it row by row. */
 enum { TURBO_TCQ_TOP_SHIFT = 13, TURBO_TCQ_MIN_SHIFT = -24, TURBO_TCQ_CACHED_SHIFTS = 4 };
-int turbo_tcq_shift(float cmax, const float *x, int d);
+/* the largest finite |x_t| (0 if none), and the grid's a for it and the
+ * codebook's largest magnitude */
+float turbo_tcq_xmax(const float *x, int d);
+int turbo_tcq_shift(float cmax, float xmax);
 /* round(v scale) clamped to [-32767, 32767], scale = 2^a (exact), to
  * nearest even; NaN -> 0.  Inline: in the vector files' units it is a
  * multiply and a round instruction, where the scalar unit calls rintf. */
@@ -184,9 +187,10 @@ typedef struct turbo_tcq_layout {
  * codebook of k (kvq_turbo_tcq_codebook) at the top shifts the one made
  * once (thread-safe) instead: a cache write's rows all use those. */
 const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, int shift, turbo_tcq_layout *own);
-/* The layout for the d targets x: at turbo_tcq_shift of c's largest
- * magnitude (found once for the committed codebooks) and x. */
-const turbo_tcq_layout *turbo_tcq_row_layout(int k, const float *c, const float *x, int d, turbo_tcq_layout *own);
+/* The layout for a row whose largest finite magnitude is xmax: at
+ * turbo_tcq_shift of it and c's largest magnitude (found once for the
+ * committed codebooks). */
+const turbo_tcq_layout *turbo_tcq_row_layout(int k, const float *c, float xmax, turbo_tcq_layout *own);
 /* sum (x_t - c[s_t])^2 of a path, in double: what the searches return */
 double turbo_tcq_path_error(const float *c, const float *x, const uint16_t *states, int d);
 /* sigma(a), the layout's column of context a (R = 64 / 2^k):

@@ -95,15 +95,20 @@ const float *turbo_tcq_pairs(int k) {
 /* ----------------------------------------------- the 16-bit search */
 
 
-/* The largest a <= 13 at which every finite value of x and the codebook
- * (largest magnitude cmax) is at most 32767 2^-a: the finest grid that
- * clamps nothing finite. */
-int turbo_tcq_shift(float cmax, const float *x, int d) {
-    float m = isfinite(cmax) ? cmax : 0.0f;
+float turbo_tcq_xmax(const float *x, int d) {
+    float m = 0.0f;
     for (int t = 0; t < d; t++) {
         const float v = fabsf(x[t]);
         if (v > m && isfinite(v)) m = v;
     }
+    return m;
+}
+
+/* The largest a <= 13 at which the codebook's largest magnitude cmax and
+ * the row's xmax are at most 32767 2^-a: the finest grid that clamps
+ * nothing finite. */
+int turbo_tcq_shift(float cmax, float xmax) {
+    const float m = fmaxf(isfinite(cmax) ? cmax : 0.0f, xmax);
     int a = TURBO_TCQ_TOP_SHIFT;
     while (a > TURBO_TCQ_MIN_SHIFT && ldexpf(m, a) > 32767.0f) a--;
     return a;
@@ -167,7 +172,7 @@ static void find_cmax(void) {
     for (int k = 2; k <= 4; k++) g_cmax[k - 2] = largest_magnitude(k, kvq_turbo_tcq_codebook(k));
 }
 
-const turbo_tcq_layout *turbo_tcq_row_layout(int k, const float *c, const float *x, int d, turbo_tcq_layout *own) {
+const turbo_tcq_layout *turbo_tcq_row_layout(int k, const float *c, float xmax, turbo_tcq_layout *own) {
     float cmax;
     if (c == kvq_turbo_tcq_codebook(k)) {
         pthread_once(&g_cmax_once, find_cmax);
@@ -175,7 +180,7 @@ const turbo_tcq_layout *turbo_tcq_row_layout(int k, const float *c, const float 
     } else {
         cmax = largest_magnitude(k, c);
     }
-    return turbo_tcq_layout_of(k, c, turbo_tcq_shift(cmax, x, d), own);
+    return turbo_tcq_layout_of(k, c, turbo_tcq_shift(cmax, xmax), own);
 }
 
 /* The 16-bit search (turbo_internal.h) in plain C: the oracle of the
@@ -186,7 +191,7 @@ const turbo_tcq_layout *turbo_tcq_row_layout(int k, const float *c, const float 
 double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d, uint16_t *states) {
     if (!viterbi_args_ok(k, c, d)) return NAN;
     turbo_tcq_layout own;
-    const turbo_tcq_layout *lay = turbo_tcq_row_layout(k, c, x, d, &own);
+    const turbo_tcq_layout *lay = turbo_tcq_row_layout(k, c, turbo_tcq_xmax(x, d), &own);
     const int n_states = 1 << (CTX_BITS + k), branches = 1 << k;
     uint16_t cost[TURBO_MAX_STATES], in[N_CTX];
     uint8_t back[KVQ_TURBO_BLOCK][N_CTX];

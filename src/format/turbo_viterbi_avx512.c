@@ -4,6 +4,7 @@
 #include "turbo_internal.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define CTX_BITS KVQ_TURBO_TCQ_CONTEXT
@@ -37,6 +38,38 @@ ALWAYS_INLINE void plan_make(viterbi_plan *p, const turbo_tcq_layout *lay, int k
 
 ALWAYS_INLINE __m512i in_avx512(const viterbi_arr *a, int j, int col, const viterbi_plan *p) {
     return _mm512_permutex2var_epi16(a->m[0], p->idx[j * 2 + col / 32], a->m[1]);
+}
+
+/* turbo_tcq_xmax: lanes of a non-finite |x| (not below infinity) left out */
+static float xmax_avx512(const float *x, int d) {
+    const __m512 inf = _mm512_set1_ps(INFINITY);
+    __m512 m = _mm512_setzero_ps();
+    int t = 0;
+    for (; t + 16 <= d; t += 16) {
+        const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + t));
+        m = _mm512_mask_max_ps(m, _mm512_cmp_ps_mask(a, inf, _CMP_LT_OQ), m, a);
+    }
+    float r = _mm512_reduce_max_ps(m);
+    for (; t < d; t++) {
+        const float a = fabsf(x[t]);
+        if (a > r && isfinite(a)) r = a;
+    }
+    return r;
+}
+
+/* turbo_tcq_fixed of a row: clamped before the rounding (the same
+ * integers: the bounds are integers), rounded by the current mode
+ * (nearest even, as rintf), NaN lanes 0. */
+static void fixed_row_avx512(int16_t *X, const float *x, int d, float scale) {
+    const __m512 s = _mm512_set1_ps(scale), hi = _mm512_set1_ps(32767.0f), lo = _mm512_set1_ps(-32767.0f);
+    int t = 0;
+    for (; t + 16 <= d; t += 16) {
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + t), s);
+        const __mmask16 num = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+        const __m512i r = _mm512_maskz_cvtps_epi32(num, _mm512_min_ps(_mm512_max_ps(v, lo), hi));
+        _mm256_storeu_si256((__m256i *)(void *)(X + t), _mm512_cvtsepi32_epi16(r));
+    }
+    for (; t < d; t++) X[t] = turbo_tcq_fixed(x[t], scale);
 }
 
 /* in + sq(X, C): E = X - C saturated, E^2 rounded to its top 16 bits
@@ -75,6 +108,8 @@ static void by_context_avx512(const viterbi_arr *a, uint16_t *in, int k) {
 
 #define VW __m512i
 #define WL 32
+#define W_XMAX(x, d) xmax_avx512((x), (d))
+#define W_FIXED_ROW(X, x, d, scale) fixed_row_avx512((X), (x), (d), (scale))
 #define W_LOAD(p) _mm512_loadu_si512((const void *)(p))
 #define W_STORE(p, v) _mm512_storeu_si512((void *)(p), (v))
 #define W_SET1(x) _mm512_set1_epi16((short)(x))
