@@ -572,24 +572,26 @@ TEST(turbo_simd_matches_scalar) {
  * path, state for state: Gaussian targets, all zeros (ties everywhere),
  * codebook values themselves, large values, a codebook of small
  * integers with integer targets (exact cost ties, the tie rules),
- * Gaussian targets with a NaN in the middle (0 on the grid), and with an
- * infinity (left out of the grid's choice, clamped on it). */
+ * Gaussian targets with a NaN in the middle (0 on the grid), with an
+ * infinity (left out of the grid's choice, clamped on it), and a
+ * constant codebook (every state ties: the first wins everywhere). */
 TEST(turbo_viterbi_each_level_matches_scalar) {
     const kvq_cpu *cpu = kvq_cpu_features();
     const struct { const char *name; turbo_viterbi_fn fn; bool ok; } lv[] = {
         { "avx2", turbo_viterbi_avx2, cpu->avx2 }, { "avx512", turbo_viterbi_avx512, cpu->avx512 },
     };
     test_rng r = { 77, 0, 0 };
-    float x[128], ties[1024];      /* a codebook of small integers: exact ties at every step */
-    for (int s = 0; s < 1024; s++) ties[s] = (float)((s * 7 + s / 64) % 5) - 2.0f;
+    float x[128], ties[1024], flat[1024];   /* a codebook of small integers: exact ties at every step;
+                                                  a constant one: every state ties */
+    for (int s = 0; s < 1024; s++) ties[s] = (float)((s * 7 + s / 64) % 5) - 2.0f, flat[s] = 0.5f;
     static const int lens[] = { 1, 2, 37, 128 };
     for (size_t l = 0; l < KVQ_ARRAY_LEN(lv); l++) {
         if (!lv[l].ok) continue;
         for (int k = 2; k <= 4; k++)
-            for (int kind = 0; kind < 7; kind++)
+            for (int kind = 0; kind < 8; kind++)
                 for (size_t li = 0; li < KVQ_ARRAY_LEN(lens); li++) {
                     const int n = lens[li];
-                    const float *c = kind == 4 ? ties : kvq_turbo_tcq_codebook(k);
+                    const float *c = kind == 4 ? ties : kind == 7 ? flat : kvq_turbo_tcq_codebook(k);
                     for (int i = 0; i < n; i++)
                         x[i] = kind == 0 || kind >= 5 ? (float)test_rng_gauss(&r) : kind == 1 ? 0.0f
                              : kind == 2 ? c[(i * 37) % (64 << k)] : kind == 3 ? 40.0f * (float)test_rng_gauss(&r)

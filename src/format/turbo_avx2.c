@@ -181,15 +181,6 @@ ALWAYS_INLINE __m256i need_avx2(const viterbi_arr *a, int j, int col, int k, con
                                plan->need_idx);
 }
 
-/* No unsigned 16-bit compare here: c < best exactly where min(best, c)
- * differs from best. */
-#define TAKE_AVX2(best, bj, c, j)                                                          \
-    do {                                                                                   \
-        const __m256i nb_ = _mm256_min_epu16((best), (c));                                 \
-        const __m256i keep_ = _mm256_cmpeq_epi16(nb_, (best));                             \
-        (bj) = _mm256_blendv_epi8(_mm256_set1_epi16((short)(j)), (bj), keep_);             \
-        (best) = nb_;                                                                      \
-    } while (0)
 
 ALWAYS_INLINE void store_back_avx2(uint8_t *back, __m256i bj) {
     _mm_storeu_si128((__m128i *)(void *)back,
@@ -267,7 +258,20 @@ static void by_context_avx2(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_ONES() _mm256_set1_epi32(-1)
 #define W_COST(in, X, C) cost_avx2((in), (X), (C))
 #define W_MIN(a, b) _mm256_min_epu16((a), (b))
-#define W_TAKE(best, bj, c, j) TAKE_AVX2(best, bj, c, j)
+/* No unsigned 16-bit compare here: b < a exactly where min(a, b)
+ * differs from a.  A pair's row is jb plus that compare's -1 where a
+ * is kept (ja = jb - 1). */
+#define W_PAIR(a, b, ja, jb, m, jv)                                                           \
+    do {                                                                                      \
+        (m) = _mm256_min_epu16((a), (b));                                                     \
+        (jv) = _mm256_add_epi16(_mm256_set1_epi16((short)(jb)), _mm256_cmpeq_epi16((m), (a))); \
+    } while (0)
+#define W_TAKEV(best, bj, c, jv)                                                   \
+    do {                                                                          \
+        const __m256i nb_ = _mm256_min_epu16((best), (c));                        \
+        (bj) = _mm256_blendv_epi8((jv), (bj), _mm256_cmpeq_epi16(nb_, (best)));   \
+        (best) = nb_;                                                             \
+    } while (0)
 #define W_STORE_BACK(back, bj) store_back_avx2((back), (bj))
 #define W_HMIN(v) hmin_avx2(v)
 #define W_FIRST_EQ(v, m) first_eq_avx2((v), (m))

@@ -116,11 +116,17 @@ static void by_context_avx512(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_ONES() _mm512_set1_epi32(-1)
 #define W_COST(in, X, C) cost_avx512((in), (X), (C))
 #define W_MIN(a, b) _mm512_min_epu16((a), (b))
-#define W_TAKE(best, bj, c, j)                                                         \
-    do {                                                                               \
-        const __mmask32 lt_ = _mm512_cmplt_epu16_mask((c), (best));                    \
-        (best) = _mm512_min_epu16((best), (c));                                        \
-        (bj) = _mm512_mask_mov_epi16((bj), lt_, _mm512_set1_epi16((short)(j)));        \
+#define W_PAIR(a, b, ja, jb, m, jv)                                                   \
+    do {                                                                              \
+        const __mmask32 lt_ = _mm512_cmplt_epu16_mask((b), (a));                      \
+        (m) = _mm512_min_epu16((a), (b));                                             \
+        (jv) = _mm512_mask_blend_epi16(lt_, _mm512_set1_epi16((short)(ja)), _mm512_set1_epi16((short)(jb))); \
+    } while (0)
+#define W_TAKEV(best, bj, c, jv)                                                       \
+    do {                                                                              \
+        const __mmask32 lt_ = _mm512_cmplt_epu16_mask((c), (best));                   \
+        (best) = _mm512_min_epu16((best), (c));                                       \
+        (bj) = _mm512_mask_mov_epi16((bj), lt_, (jv));                                \
     } while (0)
 #define W_STORE_BACK(back, bj) _mm256_storeu_si256((__m256i *)(void *)(back), _mm512_cvtepi16_epi8(bj))
 #define W_HMIN(v) hmin_avx512(v)
