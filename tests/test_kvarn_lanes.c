@@ -91,3 +91,30 @@ TEST(kvarn_lane_records_match_reference) {
                       "default level: record differs");
             }
 }
+
+/* One sweep's sigmas at every level this CPU runs against the scalar
+ * width, bit for bit, on both sides of the row count up to which the
+ * first pass's products are kept for the second (128: a tile's tokens, a
+ * head of up to 128 channels; beyond, as for heads of 256 and 512, they
+ * are computed again). */
+TEST(kvarn_lane_sigmas_kept_and_recomputed) {
+    static float M[300 * 64];
+    double mul[300], k[64], want[64], got[64];
+    const kvq_kvarn_kernels *lv[3];
+    const int nl = levels(lv);
+    test_rng r = { 17, 0, 0 };
+    for (int i = 0; i < 300 * 64; i++) M[i] = (float)test_rng_gauss(&r) * (i % 64 == 9 ? 20.0f : 1.0f);
+    for (int i = 0; i < 300; i++) mul[i] = 0.5 + test_rng_uniform(&r);
+    for (int j = 0; j < 64; j++) k[j] = 0.25 + test_rng_uniform(&r);
+    static const int rows[] = { 2, 127, 128, 129, 300 };
+    for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+        lv[0]->sigmas(M, rows[ri], 64, mul, k, want);
+        CHECK(want[9] > 3 * want[10] && want[10] > 0.1, "%d rows: sigmas %g %g not of the data", rows[ri], want[9],
+              want[10]);
+        for (int l = 1; l < nl; l++) {
+            lv[l]->sigmas(M, rows[ri], 64, mul, k, got);
+            CHECK(!memcmp(got, want, sizeof want), "%s, %d rows: sigmas differ from the scalar width's", lv[l]->name,
+                  rows[ri]);
+        }
+    }
+}
