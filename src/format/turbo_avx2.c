@@ -117,7 +117,7 @@ typedef struct viterbi_plan {
     int k;
 } viterbi_plan;
 
-ALWAYS_INLINE void plan_make(viterbi_plan *p, int k) {
+ALWAYS_INLINE const viterbi_plan *plan_make(viterbi_plan *p, int k) {
     uint8_t idx[32];
     for (int i = 0; i < 16; i++) {
         const int u = i >> k;
@@ -126,6 +126,7 @@ ALWAYS_INLINE void plan_make(viterbi_plan *p, int k) {
     }
     p->need_idx = _mm256_loadu_si256((const __m256i *)(const void *)idx);
     p->k = k;
+    return p;
 }
 
 /* turbo_tcq_xmax, as turbo_viterbi_avx512.c's xmax_avx512 */
@@ -276,7 +277,7 @@ static void by_context_avx2(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_HMIN(v) hmin_avx2(v)
 #define W_FIRST_EQ(v, m) first_eq_avx2((v), (m))
 #define W_PLAN viterbi_plan
-#define W_PLAN_MAKE(p, lay, k) plan_make((p), (k))
+#define W_PLAN_GET(p, lay, k) ((void)(lay), plan_make((p), (k)))
 #define W_ARR viterbi_arr
 #define W_ARR_ZERO(a) memset((a), 0, sizeof *(a))
 #define W_IN(a, j, col, k, plan) need_avx2((a), (j), (col), (k), (plan))

@@ -139,9 +139,11 @@ const float *turbo_tcq_pairs(int k);
  * at a step is its arrival cost plus
  *     sq(X, C) = (E^2 + 2^14) >> 15,  E = X - C saturated to int16,
  * (vpmulhrsw: e^2 in units of 2^(15 - 2a), 1/2048 at a = 13), added with
- * unsigned saturation at 65535; after each step the smallest arrival
- * cost is taken from all 64, so the best path stays at 0 and a path 32
- * units worse saturates (it cannot come back).  16-bit lanes hold twice
+ * unsigned saturation at 65535.  Each step's minima become the next
+ * step's arrival costs less a floor, the least arrival cost of the step
+ * (no cost of the step is below it, and it is known before the step), so
+ * the best path stays near 0 and a path 32 units worse saturates (it
+ * cannot come back).  16-bit lanes hold twice
  * the states of float ones; the path's squared error is within 0.02 %
  * of the float search's on unit-variance rows (k = 4; less at k = 2, 3)
  * and the test turbo_viterbi16_near_exact bounds it row by row. */
@@ -199,8 +201,9 @@ static inline int turbo_tcq_column(int k, int a) {
     return ((a & ((1 << (KVQ_TURBO_TCQ_CONTEXT - k)) - 1)) << k) | (a >> (KVQ_TURBO_TCQ_CONTEXT - k));
 }
 
-/* Tagged costs (the float search, kvq_turbo_tcq_viterbi_exact).  A step's
- * best arrival into a context is the smallest of its 2^k predecessors' costs, the first of them on ties.  Every cost is
+/* Tagged costs (the float search, kvq_turbo_tcq_viterbi_exact).  A
+ * step's best arrival into a context is the smallest of its 2^k
+ * predecessors' costs, the first of them on ties.  Every cost is
  * a sum of squares, so >= 0 (or NaN), and for such floats the order of
  * the bit patterns as unsigned integers is the order of the values.  Each
  * cost's low k bits are replaced by its predecessor's index j (the tag),

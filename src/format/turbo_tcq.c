@@ -94,7 +94,6 @@ const float *turbo_tcq_pairs(int k) {
 
 /* ----------------------------------------------- the 16-bit search */
 
-
 float turbo_tcq_xmax(const float *x, int d) {
     float m = 0.0f;
     for (int t = 0; t < d; t++) {
@@ -131,8 +130,10 @@ double turbo_tcq_path_error(const float *c, const float *x, const uint16_t *stat
 
 static void make_layout(int k, const float *c, int shift, turbo_tcq_layout *l) {
     const int K = 1 << k, R = N_CTX >> k;
+    l->shift = shift;
+    l->scale = ldexpf(1.0f, shift);
     for (int s = 0; s < (N_CTX << k); s++) {
-        l->cstate[s] = turbo_tcq_fixed(c[s], ldexpf(1.0f, shift));
+        l->cstate[s] = turbo_tcq_fixed(c[s], l->scale);
         l->cpos[(s & (K - 1)) * N_CTX + turbo_tcq_column(k, s >> k)] = l->cstate[s];
     }
     l->need_identity = true;
@@ -141,8 +142,6 @@ static void make_layout(int k, const float *c, int shift, turbo_tcq_layout *l) {
             l->need_from[j * R + m] = (int16_t)turbo_tcq_column(k, (m << k) | j);
             l->need_identity &= l->need_from[j * R + m] == j * R + m;
         }
-    l->shift = shift;
-    l->scale = ldexpf(1.0f, shift);
 }
 
 static turbo_tcq_layout g_layouts[TURBO_TCQ_WIDTHS][TURBO_TCQ_CACHED_SHIFTS];
@@ -185,9 +184,10 @@ const turbo_tcq_layout *turbo_tcq_row_layout(int k, const float *c, float xmax, 
 
 /* The 16-bit search (turbo_internal.h) in plain C: the oracle of the
  * vector forms (turbo_viterbi16.inc).  At each step, for each context, the
- * best of its 2^k predecessors' costs (unsigned; the first on ties), then
- * the smallest of those subtracted from all 64, then every state's cost;
- * at the end the first state of least cost, and the walk back. */
+ * best of its 2^k predecessors' costs (unsigned; the first on ties) less
+ * the floor (the least of the step's own arrival costs), then every
+ * state's cost; at the end the first state of least cost, and the walk
+ * back. */
 double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d, uint16_t *states) {
     if (!viterbi_args_ok(k, c, d)) return NAN;
     turbo_tcq_layout own;

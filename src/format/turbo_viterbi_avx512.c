@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #define CTX_BITS KVQ_TURBO_TCQ_CONTEXT
@@ -21,19 +22,30 @@ typedef struct viterbi_arr {
     __m512i m[2];
 } viterbi_arr;
 
-/* The permute indices of every (row j, column chunk c), j * 2 + c. */
+/* The permute indices of every (row j, column chunk c), j * 2 + c: a
+ * function of k alone (turbo_tcq_column), made once per k (building
+ * them per call, 2^k x 64 look-ups, was ~5 % of a turbo4_tcq row). */
 typedef struct viterbi_plan {
     __m512i idx[2 << 4];
 } viterbi_plan;
 
-ALWAYS_INLINE void plan_make(viterbi_plan *p, const turbo_tcq_layout *lay, int k) {
-    const int R = N_CTX >> k;
-    for (int j = 0; j < (1 << k); j++)
-        for (int c = 0; c < 2; c++) {
-            int16_t idx[32];
-            for (int i = 0; i < 32; i++) idx[i] = lay->need_from[j * R + ((32 * c) >> k) + (i >> k)];
-            p->idx[j * 2 + c] = _mm512_loadu_si512(idx);
-        }
+static viterbi_plan g_plans[TURBO_TCQ_WIDTHS];
+static pthread_once_t g_plans_once = PTHREAD_ONCE_INIT;
+
+static void make_plans(void) {
+    for (int k = 2; k <= 4; k++) {
+        for (int j = 0; j < (1 << k); j++)
+            for (int c = 0; c < 2; c++) {
+                int16_t idx[32];
+                for (int i = 0; i < 32; i++) idx[i] = (int16_t)turbo_tcq_column(k, (((32 * c) >> k) + (i >> k)) << k | j);
+                g_plans[k - 2].idx[j * 2 + c] = _mm512_loadu_si512(idx);
+            }
+    }
+}
+
+static const viterbi_plan *plan_of(int k) {
+    pthread_once(&g_plans_once, make_plans);
+    return &g_plans[k - 2];
 }
 
 ALWAYS_INLINE __m512i in_avx512(const viterbi_arr *a, int j, int col, const viterbi_plan *p) {
@@ -132,7 +144,7 @@ static void by_context_avx512(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_HMIN(v) hmin_avx512(v)
 #define W_FIRST_EQ(v, m) first_eq_avx512((v), (m))
 #define W_PLAN viterbi_plan
-#define W_PLAN_MAKE(p, lay, k) plan_make((p), (lay), (k))
+#define W_PLAN_GET(p, lay, k) ((void)(p), (void)(lay), plan_of(k))
 #define W_ARR viterbi_arr
 #define W_ARR_ZERO(a) ((a)->m[0] = (a)->m[1] = _mm512_setzero_si512())
 #define W_IN(a, j, col, k, plan) ((void)(k), in_avx512((a), (j), (col), (plan)))
