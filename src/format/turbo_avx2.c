@@ -12,6 +12,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 
 #define CTX_BITS KVQ_TURBO_TCQ_CONTEXT
 #define N_CTX (1 << CTX_BITS)
@@ -111,22 +112,31 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
 
 /* The 16-bit search (turbo_viterbi16.inc) at 16 lanes.  The plan: the
  * byte shuffle that gives lane i the value i >> k of 8 broadcast to both
- * 128-bit lanes, and k (need_from is a function of k alone). */
+ * 128-bit lanes, and k (need_from is a function of k alone); made once
+ * per k. */
 typedef struct viterbi_plan {
     __m256i need_idx;
     int k;
 } viterbi_plan;
 
-ALWAYS_INLINE const viterbi_plan *plan_make(viterbi_plan *p, int k) {
-    uint8_t idx[32];
-    for (int i = 0; i < 16; i++) {
-        const int u = i >> k;
-        idx[2 * i] = (uint8_t)(2 * u);
-        idx[2 * i + 1] = (uint8_t)(2 * u + 1);
+static viterbi_plan g_plans[TURBO_TCQ_WIDTHS];
+static pthread_once_t g_plans_once = PTHREAD_ONCE_INIT;
+
+static void make_plans(void) {
+    for (int k = 2; k <= 4; k++) {
+        uint8_t idx[32];
+        for (int i = 0; i < 16; i++) {
+            idx[2 * i] = (uint8_t)(2 * (i >> k));
+            idx[2 * i + 1] = (uint8_t)(2 * (i >> k) + 1);
+        }
+        g_plans[k - 2].need_idx = _mm256_loadu_si256((const __m256i *)(const void *)idx);
+        g_plans[k - 2].k = k;
     }
-    p->need_idx = _mm256_loadu_si256((const __m256i *)(const void *)idx);
-    p->k = k;
-    return p;
+}
+
+static const viterbi_plan *plan_of(int k) {
+    pthread_once(&g_plans_once, make_plans);
+    return &g_plans[k - 2];
 }
 
 /* turbo_tcq_xmax, as turbo_viterbi_avx512.c's xmax_avx512 */
@@ -182,7 +192,7 @@ ALWAYS_INLINE __m256i need_avx2(const viterbi_arr *a, int j, int col, int k, con
                                plan->need_idx);
 }
 
-
+/* The 16 back-pointers as bytes. */
 ALWAYS_INLINE void store_back_avx2(uint8_t *back, __m256i bj) {
     _mm_storeu_si128((__m128i *)(void *)back,
                      _mm_packus_epi16(_mm256_castsi256_si128(bj), _mm256_extracti128_si256(bj, 1)));
@@ -277,7 +287,7 @@ static void by_context_avx2(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_HMIN(v) hmin_avx2(v)
 #define W_FIRST_EQ(v, m) first_eq_avx2((v), (m))
 #define W_PLAN viterbi_plan
-#define W_PLAN_GET(p, lay, k) ((void)(lay), plan_make((p), (k)))
+#define W_PLAN_OF(k) plan_of(k)
 #define W_ARR viterbi_arr
 #define W_ARR_ZERO(a) memset((a), 0, sizeof *(a))
 #define W_IN(a, j, col, k, plan) need_avx2((a), (j), (col), (k), (plan))

@@ -144,7 +144,7 @@ static void by_context_avx512(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_HMIN(v) hmin_avx512(v)
 #define W_FIRST_EQ(v, m) first_eq_avx512((v), (m))
 #define W_PLAN viterbi_plan
-#define W_PLAN_GET(p, lay, k) ((void)(p), (void)(lay), plan_of(k))
+#define W_PLAN_OF(k) plan_of(k)
 #define W_ARR viterbi_arr
 #define W_ARR_ZERO(a) ((a)->m[0] = (a)->m[1] = _mm512_setzero_si512())
 #define W_IN(a, j, col, k, plan) ((void)(k), in_avx512((a), (j), (col), (plan)))
