@@ -148,8 +148,8 @@ const float *turbo_tcq_pairs(int k);
  * of the float search's on unit-variance rows (k = 4; less at k = 2, 3)
  * and the test turbo_viterbi16_near_exact bounds it row by row. */
 enum { TURBO_TCQ_TOP_SHIFT = 13, TURBO_TCQ_MIN_SHIFT = -24, TURBO_TCQ_CACHED_SHIFTS = 4 };
-/* the largest finite |x_t| (0 if none), and the grid's a for it and the
- * codebook's largest magnitude */
+/* the largest finite |x_t| (0 if none; of a row, or of a codebook), and
+ * the grid's a for a codebook's and a row's */
 float turbo_tcq_xmax(const float *x, int d);
 int turbo_tcq_shift(float cmax, float xmax);
 /* round(v scale) clamped to [-32767, 32767], scale = 2^a (exact), to

@@ -107,16 +107,10 @@ float turbo_tcq_xmax(const float *x, int d) {
  * the row's xmax are at most 32767 2^-a: the finest grid that clamps
  * nothing finite. */
 int turbo_tcq_shift(float cmax, float xmax) {
-    const float m = fmaxf(isfinite(cmax) ? cmax : 0.0f, xmax);
+    const float m = fmaxf(cmax, xmax);
     int a = TURBO_TCQ_TOP_SHIFT;
     while (a > TURBO_TCQ_MIN_SHIFT && ldexpf(m, a) > 32767.0f) a--;
     return a;
-}
-
-static float largest_magnitude(int k, const float *c) {
-    float m = 0.0f;
-    for (int s = 0; s < (N_CTX << k); s++) m = fmaxf(m, fabsf(c[s]));
-    return m;
 }
 
 double turbo_tcq_path_error(const float *c, const float *x, const uint16_t *states, int d) {
@@ -144,13 +138,18 @@ static void make_layout(int k, const float *c, int shift, turbo_tcq_layout *l) {
         }
 }
 
+/* The committed codebooks' layouts at the top shifts and their largest
+ * magnitudes, made once. */
 static turbo_tcq_layout g_layouts[TURBO_TCQ_WIDTHS][TURBO_TCQ_CACHED_SHIFTS];
+static float g_cmax[TURBO_TCQ_WIDTHS];
 static pthread_once_t g_layouts_once = PTHREAD_ONCE_INIT;
 
 static void make_layouts(void) {
-    for (int k = 2; k <= 4; k++)
+    for (int k = 2; k <= 4; k++) {
+        g_cmax[k - 2] = turbo_tcq_xmax(kvq_turbo_tcq_codebook(k), N_CTX << k);
         for (int i = 0; i < TURBO_TCQ_CACHED_SHIFTS; i++)
             make_layout(k, kvq_turbo_tcq_codebook(k), TURBO_TCQ_TOP_SHIFT - i, &g_layouts[k - 2][i]);
+    }
 }
 
 const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, int shift, turbo_tcq_layout *own) {
@@ -163,22 +162,10 @@ const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, int shift, tu
     return own;
 }
 
-/* The largest |c| of each committed codebook, found once. */
-static float g_cmax[TURBO_TCQ_WIDTHS];
-static pthread_once_t g_cmax_once = PTHREAD_ONCE_INIT;
-
-static void find_cmax(void) {
-    for (int k = 2; k <= 4; k++) g_cmax[k - 2] = largest_magnitude(k, kvq_turbo_tcq_codebook(k));
-}
-
 const turbo_tcq_layout *turbo_tcq_row_layout(int k, const float *c, float xmax, turbo_tcq_layout *own) {
-    float cmax;
-    if (c == kvq_turbo_tcq_codebook(k)) {
-        pthread_once(&g_cmax_once, find_cmax);
-        cmax = g_cmax[k - 2];
-    } else {
-        cmax = largest_magnitude(k, c);
-    }
+    const bool committed = c == kvq_turbo_tcq_codebook(k);
+    if (committed) pthread_once(&g_layouts_once, make_layouts);
+    const float cmax = committed ? g_cmax[k - 2] : turbo_tcq_xmax(c, N_CTX << k);
     return turbo_tcq_layout_of(k, c, turbo_tcq_shift(cmax, xmax), own);
 }
 
