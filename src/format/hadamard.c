@@ -11,8 +11,6 @@
  */
 #include "hadamard.h"
 
-#include <string.h>
-
 void kvq_fwht_scalar(float *x, int n) {
     /* Stage h combines entries h apart: (a, b) -> (a + b, a - b). */
     for (int h = 1; h < n; h *= 2)
@@ -48,10 +46,7 @@ void kvq_fwht(float *x, int n) {
 }
 
 void kvq_fwht_signed_scalar(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post) {
-    if (src != x) memmove(x, src, (size_t)n * sizeof *x);
-    kvq_flip_signs(x, pre, n);
-    kvq_fwht_scalar(x, n);
-    kvq_flip_signs(x, post, n);
+    kvq_fwht_signed_steps(kvq_fwht_scalar, src, x, n, pre, post);
 }
 
 #if defined(__x86_64__)

@@ -7,6 +7,7 @@
 #include "kvq_internal.h"
 
 #include <math.h>
+#include <string.h>
 
 enum { KVQ_FWHT_MAX = 4096 };   /* largest transform kvq_fwht accepts */
 
@@ -33,6 +34,16 @@ void kvq_fwht_signed(const float *src, float *x, int n, const uint32_t *pre, con
 static inline void kvq_flip_signs(float *x, const uint32_t *mask, int n) {
     if (mask)
         for (int i = 0; i < n; i++) x[i] = kvq_bits_f32(kvq_f32_bits(x[i]) ^ mask[i]);
+}
+/* kvq_fwht_signed as the steps it stands for, with the transform fwht
+ * (the scalar level, and the AVX2 one for sizes it keeps no registers
+ * for). */
+static inline void kvq_fwht_signed_steps(void (*fwht)(float *, int), const float *src, float *x, int n,
+                                         const uint32_t *pre, const uint32_t *post) {
+    if (src != x) memmove(x, src, (size_t)n * sizeof *x);
+    kvq_flip_signs(x, pre, n);
+    fwht(x, n);
+    kvq_flip_signs(x, post, n);
 }
 void kvq_fwht_signed_scalar(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post);
 void kvq_fwht_signed_avx2(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post);

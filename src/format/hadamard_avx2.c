@@ -7,8 +7,6 @@
  */
 #include "hadamard.h"
 
-#include <string.h>
-
 #if defined(__AVX2__)
 #include <immintrin.h>
 
@@ -63,10 +61,7 @@ static inline __attribute__((always_inline)) void put_scaled(float *x, __m256 v,
  * write. */
 void kvq_fwht_signed_avx2(const float *src, float *x, int n, const uint32_t *pre, const uint32_t *post) {
     if (n != 64 && n != 128) {
-        if (src != x) memmove(x, src, (size_t)n * sizeof *x);
-        kvq_flip_signs(x, pre, n);
-        kvq_fwht_avx2(x, n);
-        kvq_flip_signs(x, post, n);
+        kvq_fwht_signed_steps(kvq_fwht_avx2, src, x, n, pre, post);
         return;
     }
     const __m256 s = _mm256_set1_ps(kvq_fwht_norm(n));
