@@ -7,7 +7,6 @@
 #include "turbo_internal.h"
 #include "kvq_internal.h"
 
-#include <limits.h>
 #include <string.h>
 
 #define MAX_DIM 256
@@ -162,22 +161,37 @@ TEST(turbo_head64_nmse) {
 
 /* ------------------------------------------------------ the trellis itself */
 
-/* Exhaustive search over every path of a short sequence. */
-static double brute_force(int k, const float *c, const float *x, int d) {
-    int L = 6 + k;
+/* Exhaustive search over every path of a short sequence: the least sum
+ * over t of step(ctx, t, s_t). */
+typedef double (*step_cost_fn)(const void *ctx, int t, int s);
+
+static double least_path_cost(int k, int d, step_cost_fn step, const void *ctx) {
+    const int L = 6 + k;
     double best = INFINITY;
-    long paths = (1L << L) << (k * (d - 1));
+    const long paths = (1L << L) << (k * (d - 1));
     for (long p = 0; p < paths; p++) {
         int s = (int)(p & ((1 << L) - 1));
-        double e = (x[0] - c[s]) * (double)(x[0] - c[s]);
-        for (int ty = 1; ty < d; ty++) {
-            int o = (int)((p >> (L + k * (ty - 1))) & ((1 << k) - 1));
-            s = (s >> k) | (o << 6);
-            e += (x[ty] - c[s]) * (double)(x[ty] - c[s]);
+        double e = step(ctx, 0, s);
+        for (int t = 1; t < d; t++) {
+            s = (s >> k) | ((int)((p >> (L + k * (t - 1))) & ((1 << k) - 1)) << 6);
+            e += step(ctx, t, s);
         }
         if (e < best) best = e;
     }
     return best;
+}
+
+/* The true error: (x_t - c[s])^2. */
+typedef struct row_codebook { const float *c, *x; } row_codebook;
+
+static double squared_error(const void *ctx, int t, int s) {
+    const row_codebook *rc = ctx;
+    return (rc->x[t] - rc->c[s]) * (double)(rc->x[t] - rc->c[s]);
+}
+
+static double brute_force(int k, const float *c, const float *x, int d) {
+    const row_codebook rc = { c, x };
+    return least_path_cost(k, d, squared_error, &rc);
 }
 
 TEST(turbo_viterbi_is_optimal) {
@@ -205,21 +219,13 @@ static long grid_metric(const turbo_tcq_layout *lay, const int16_t *X, const uin
     return m;
 }
 
-/* The least grid metric over every path of a short sequence. */
-static long grid_brute_force(int k, const turbo_tcq_layout *lay, const int16_t *X, int d) {
-    const int L = 6 + k;
-    long best = LONG_MAX;
-    const long paths = (1L << L) << (k * (d - 1));
-    for (long p = 0; p < paths; p++) {
-        int s = (int)(p & ((1 << L) - 1));
-        long m = turbo_tcq_cost16(0, X[0], lay->cstate[s]);
-        for (int t = 1; t < d; t++) {
-            s = (s >> k) | ((int)((p >> (L + k * (t - 1))) & ((1 << k) - 1)) << 6);
-            m += turbo_tcq_cost16(0, X[t], lay->cstate[s]);
-        }
-        if (m < best) best = m;
-    }
-    return best;
+/* The 16-bit search's step cost on the row's grid, sq(X_t, C[s]) (exact
+ * in a double, and so are the sums). */
+typedef struct row_grid { const turbo_tcq_layout *lay; const int16_t *X; } row_grid;
+
+static double grid_cost(const void *ctx, int t, int s) {
+    const row_grid *g = ctx;
+    return turbo_tcq_cost16(0, g->X[t], g->lay->cstate[s]);
 }
 
 /* The 16-bit search finds a path of least metric on its grid (exhaustive
@@ -242,8 +248,10 @@ TEST(turbo_viterbi16_is_optimal_on_its_grid) {
             CHECK(lay->shift == (rep >= 3 ? 11 : 13), "k=%d rep %d: shift %d", k, rep, lay->shift);
             int16_t X[3];
             for (int i = 0; i < d; i++) X[i] = turbo_tcq_fixed(x[i], lay->scale);
-            const long found = grid_metric(lay, X, st, d), best = grid_brute_force(k, lay, X, d);
-            CHECK(found == best, "k=%d rep %d: path's grid metric %ld, least %ld", k, rep, found, best);
+            const row_grid g = { lay, X };
+            const long found = grid_metric(lay, X, st, d);
+            const double best = least_path_cost(k, d, grid_cost, &g);
+            CHECK((double)found == best, "k=%d rep %d: path's grid metric %ld, least %.0f", k, rep, found, best);
             for (int i = 1; i < d; i++)
                 CHECK((st[i] & 63) == st[i - 1] >> k, "k=%d illegal transition %d -> %d", k, st[i - 1], st[i]);
         }
