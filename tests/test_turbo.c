@@ -607,7 +607,8 @@ TEST(turbo_viterbi_each_level_matches_scalar) {
                     if (kind == 5) x[n / 2] = NAN;
                     if (kind == 6) x[n / 3] = -INFINITY;
                     uint16_t s1[128], s2[128];
-                    const double e1 = lv[l].fn(k, c, x, n, s1), e2 = kvq_turbo_tcq_viterbi_scalar(k, c, x, n, s2);
+                    lv[l].fn(k, c, x, n, s1);
+                    const double e1 = turbo_tcq_path_error(c, x, s1, n), e2 = kvq_turbo_tcq_viterbi_scalar(k, c, x, n, s2);
                     CHECK((e1 == e2 || (isnan(e1) && isnan(e2))) && !memcmp(s1, s2, sizeof(uint16_t) * n),
                           "%s k=%d kind %d d=%d: cost %.9g vs scalar %.9g", lv[l].name, k, kind, n, e1, e2);
                 }
@@ -642,7 +643,10 @@ TEST(turbo_viterbi2_each_level_matches_one_row) {
                     }
                     uint16_t one[2][128], two[2][128];
                     double e_one[2], e_two[2];
-                    for (int row = 0; row < 2; row++) e_one[row] = lv[l].one(k, c, x[row], n, one[row]);
+                    for (int row = 0; row < 2; row++) {
+                        lv[l].one(k, c, x[row], n, one[row]);
+                        e_one[row] = turbo_tcq_path_error(c, x[row], one[row], n);
+                    }
                     const float *const xs[2] = { x[0], x[1] };
                     uint16_t *const ss[2] = { two[0], two[1] };
                     lv[l].two(k, c, xs, n, ss, e_two);

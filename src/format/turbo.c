@@ -246,7 +246,7 @@ static void block_scales_ref(const uint8_t *const *rows, int nk, size_t at, floa
 static const turbo_kernels g_scalar_kernels = {
     turbo_scalar_dot_ref, { turbo_tcq_dot_ref, turbo_tcq_dot_ref, turbo_tcq_dot_ref },
     turbo_scalar_axpy_ref, { turbo_tcq_axpy_ref, turbo_tcq_axpy_ref, turbo_tcq_axpy_ref },
-    kvq_turbo_tcq_viterbi_scalar, NULL,
+    turbo_tcq_search_scalar, NULL,
     scalar_dot_heads_ref, { tcq_dot_heads_ref, tcq_dot_heads_ref, tcq_dot_heads_ref },
     scalar_axpy_keys_ref, { tcq_axpy_keys_ref, tcq_axpy_keys_ref, tcq_axpy_keys_ref },
     block_scales_ref,

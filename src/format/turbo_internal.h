@@ -18,8 +18,9 @@ typedef float (*turbo_dot_fn)(const uint8_t *codes, const float *codebook, int b
                               const float *q_rot, int d);
 typedef void (*turbo_axpy_fn)(const uint8_t *codes, const float *codebook, int bits,
                               float w_scale, float *acc_rot, int d);
-typedef double (*turbo_viterbi_fn)(int k, const float *c, const float *x, int d,
-                                   uint16_t *states);
+/* A level's search: the states alone (the callers that want the path's
+ * error sum it, turbo_tcq_path_error; a cache write does not). */
+typedef void (*turbo_viterbi_fn)(int k, const float *c, const float *x, int d, uint16_t *states);
 /* Attention's block kernels (kvq_turbo_chunk_scores / _values), each
  * block's codes decoded once for every head, the block scales bs[t]
  * (norm' / sqrt(d)) applied inside:
@@ -95,9 +96,11 @@ void turbo_install_avx2(turbo_kernels *k);
 void turbo_install_avx512(turbo_kernels *k);
 /* The 16-bit search of turbo_viterbi16.inc at 16 lanes (AVX2) and 32
  * (AVX-512, src/format/turbo_viterbi_avx512.c): call only where the CPU
- * has them; the same states and error as kvq_turbo_tcq_viterbi_scalar. */
-double turbo_viterbi_avx2(int k, const float *c, const float *x, int d, uint16_t *states);
-double turbo_viterbi_avx512(int k, const float *c, const float *x, int d, uint16_t *states);
+ * has them; the same states as kvq_turbo_tcq_viterbi_scalar. */
+void turbo_viterbi_avx2(int k, const float *c, const float *x, int d, uint16_t *states);
+void turbo_viterbi_avx512(int k, const float *c, const float *x, int d, uint16_t *states);
+/* The scalar level's search: kvq_turbo_tcq_viterbi_scalar's states. */
+void turbo_tcq_search_scalar(int k, const float *c, const float *x, int d, uint16_t *states);
 void turbo_viterbi2_avx2(int k, const float *c, const float *const x[2], int d, uint16_t *const states[2], double err[2]);
 void turbo_viterbi2_avx512(int k, const float *c, const float *const x[2], int d, uint16_t *const states[2],
                            double err[2]);

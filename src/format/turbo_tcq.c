@@ -175,8 +175,7 @@ const turbo_tcq_layout *turbo_tcq_row_layout(int k, const float *c, float xmax, 
  * the floor (the least of the step's own arrival costs), then every
  * state's cost; at the end the first state of least cost, and the walk
  * back. */
-double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d, uint16_t *states) {
-    if (!viterbi_args_ok(k, c, d)) return NAN;
+void turbo_tcq_search_scalar(int k, const float *c, const float *x, int d, uint16_t *states) {
     turbo_tcq_layout own;
     const turbo_tcq_layout *lay = turbo_tcq_row_layout(k, c, turbo_tcq_xmax(x, d), &own);
     const int n_states = 1 << (CTX_BITS + k), branches = 1 << k;
@@ -204,6 +203,11 @@ double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d
     for (int s = 1; s < n_states; s++)
         if (cost[s] < cost[last]) last = s;
     turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])back, false, d, last, states);
+}
+
+double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d, uint16_t *states) {
+    if (!viterbi_args_ok(k, c, d)) return NAN;
+    turbo_tcq_search_scalar(k, c, x, d, states);
     return turbo_tcq_path_error(c, x, states, d);
 }
 
@@ -254,7 +258,8 @@ double kvq_turbo_tcq_viterbi_exact(int k, const float *c, const float *x, int d,
 
 double kvq_turbo_tcq_viterbi(int k, const float *c, const float *x, int d, uint16_t *states) {
     if (!viterbi_args_ok(k, c, d)) return NAN;
-    return turbo_active_kernels()->viterbi(k, c, x, d, states);
+    turbo_active_kernels()->viterbi(k, c, x, d, states);
+    return turbo_tcq_path_error(c, x, states, d);
 }
 
 /* Each step takes the branch nearest to x_t from the current context; the
@@ -347,7 +352,7 @@ void turbo_tcq_store2(int k, const uint16_t *const states[2], int d, uint8_t *co
 double turbo_tcq_encode(int k, const float *x, int d, uint8_t *codes, turbo_viterbi_fn viterbi) {
     uint16_t states[KVQ_TURBO_BLOCK];
     viterbi(k, kvq_turbo_tcq_codebook(k), x, d, states);
-    if (viterbi != kvq_turbo_tcq_viterbi_scalar) return turbo_tcq_store(k, states, d, codes);
+    if (viterbi != turbo_tcq_search_scalar) return turbo_tcq_store(k, states, d, codes);
     put_bits(codes, 0, states[0] & CTX_MASK, CTX_BITS);      /* the reference: bit by bit */
     for (int t = 0; t < d; t++) put_bits(codes, CTX_BITS + t * k, (uint32_t)states[t] >> CTX_BITS, k);
     return path_sumsq(kvq_turbo_tcq_codebook(k), states, d);
