@@ -112,8 +112,8 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
 
 /* The 16-bit search (turbo_viterbi16.inc) at 16 lanes.  The plan: the
  * byte shuffle that gives lane i the value i >> k of 8 broadcast to both
- * 128-bit lanes, and k (need_from is a function of k alone); made once
- * per k. */
+ * 128-bit lanes, and k (the arrival order, turbo_tcq_column, is a
+ * function of k alone); made once per k. */
 typedef struct viterbi_plan {
     __m256i need_idx;
     int k;
@@ -209,8 +209,8 @@ ALWAYS_INLINE int first_eq_avx2(__m256i v, int m) {
 }
 
 /* The 64 arrival costs as a 4 x 4 x 4 cube, index [A B C] (A: the vector,
- * B: the group of 4 words in it, C: the word in the group).  need_from
- * (turbo_tcq_column) is need[A B C] = min[C A B] at k = 2, min[B C A] at
+ * B: the group of 4 words in it, C: the word in the group).  The column
+ * order (turbo_tcq_column) gives need[A B C] = min[C A B] at k = 2, min[B C A] at
  * k = 4 and the identity at k = 3: two transposes each,
  *   words_4x4:  within one vector, word 4C + B -> 4B + C (a byte shuffle
  *               in each 128-bit lane, then a dword permute);

@@ -183,8 +183,6 @@ static inline uint16_t turbo_tcq_cost16(uint16_t in, int16_t X, int16_t C) {
 typedef struct turbo_tcq_layout {
     int16_t cpos[TURBO_MAX_STATES];                    /* C by position j*64 + sigma(a) */
     int16_t cstate[TURBO_MAX_STATES];                  /* C by state */
-    int16_t need_from[1 << KVQ_TURBO_TCQ_CONTEXT];     /* column of context (m << k) | j, at j*R + m */
-    bool need_identity;                                /* need_from[i] == i for every i (k = 3) */
     int shift;                                         /* a */
     float scale;                                       /* 2^a */
 } turbo_tcq_layout;

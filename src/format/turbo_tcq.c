@@ -123,19 +123,13 @@ double turbo_tcq_path_error(const float *c, const float *x, const uint16_t *stat
 }
 
 static void make_layout(int k, const float *c, int shift, turbo_tcq_layout *l) {
-    const int K = 1 << k, R = N_CTX >> k;
+    const int K = 1 << k;
     l->shift = shift;
     l->scale = ldexpf(1.0f, shift);
     for (int s = 0; s < (N_CTX << k); s++) {
         l->cstate[s] = turbo_tcq_fixed(c[s], l->scale);
         l->cpos[(s & (K - 1)) * N_CTX + turbo_tcq_column(k, s >> k)] = l->cstate[s];
     }
-    l->need_identity = true;
-    for (int j = 0; j < K; j++)
-        for (int m = 0; m < R; m++) {
-            l->need_from[j * R + m] = (int16_t)turbo_tcq_column(k, (m << k) | j);
-            l->need_identity &= l->need_from[j * R + m] == j * R + m;
-        }
 }
 
 /* The committed codebooks' layouts at the top shifts and their largest

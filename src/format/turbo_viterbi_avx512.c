@@ -14,8 +14,8 @@
 
 /* The arrival costs stay in two registers, by column (the step's minima
  * less the floor): the costs at row j, columns col.. take lane i from
- * column need_from[j*R + (col >> k) + (i >> k)] by one two-register word
- * permute.  No store and reload between a step's minima and the next
+ * column turbo_tcq_column(k, (m << k) | j), m = (col >> k) + (i >> k), by
+ * one two-register word permute.  No store and reload between a step's minima and the next
  * step's costs (the chain every step waits on), and no separate reorder:
  * the permute's index does it. */
 typedef struct viterbi_arr {
