@@ -112,11 +112,9 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
 
 /* The 16-bit search (turbo_viterbi16.inc) at 16 lanes.  The plan: the
  * byte shuffle that gives lane i the value i >> k of 8 broadcast to both
- * 128-bit lanes, and k (the arrival order, turbo_tcq_column, is a
- * function of k alone); made once per k. */
+ * 128-bit lanes; made once per k. */
 typedef struct viterbi_plan {
     __m256i need_idx;
-    int k;
 } viterbi_plan;
 
 static viterbi_plan g_plans[TURBO_TCQ_WIDTHS];
@@ -130,7 +128,6 @@ static void make_plans(void) {
             idx[2 * i + 1] = (uint8_t)(2 * (i >> k) + 1);
         }
         g_plans[k - 2].need_idx = _mm256_loadu_si256((const __m256i *)(const void *)idx);
-        g_plans[k - 2].k = k;
     }
 }
 
@@ -235,23 +232,24 @@ ALWAYS_INLINE void qwords_4x4(__m256i v[4]) {
 
 /* The next step's arrival costs: the minima by column less low, put in
  * (j, m) order. */
-ALWAYS_INLINE void arrive_avx2(viterbi_arr *a, const __m256i best[4], int low, const viterbi_plan *p) {
+ALWAYS_INLINE void arrive_avx2(viterbi_arr *a, const __m256i best[4], int low, const int k) {
     const __m256i l = _mm256_set1_epi16((short)low);
     __m256i v[4];
-    for (int i = 0; i < 4; i++) v[i] = _mm256_sub_epi16(best[i], l);
-    if (p->k == 2) {
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) v[i] = _mm256_sub_epi16(best[i], l);
+    if (k == 2) {
         qwords_4x4(v);
-        for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
-    } else if (p->k == 4) {
-        for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
+    } else if (k == 4) {
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
         qwords_4x4(v);
     }
-    for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(a->need + 16 * i), v[i]);
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(a->need + 16 * i), v[i]);
 }
 
 ALWAYS_INLINE int floor_avx2(const viterbi_arr *a) {
     __m256i m = _mm256_loadu_si256((const __m256i *)(const void *)a->need);
-    for (int i = 16; i < N_CTX; i += 16) m = _mm256_min_epu16(m, _mm256_loadu_si256((const __m256i *)(const void *)(a->need + i)));
+    _Pragma("GCC unroll 4") for (int i = 16; i < N_CTX; i += 16)
+        m = _mm256_min_epu16(m, _mm256_loadu_si256((const __m256i *)(const void *)(a->need + i)));
     return hmin_avx2(m);
 }
 
@@ -294,7 +292,7 @@ static void by_context_avx2(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_ARR_ZERO(a) memset((a), 0, sizeof *(a))
 #define W_IN(a, j, col, k, plan) need_avx2((a), (j), (col), (k), (plan))
 #define W_ARR_FLOOR(a) floor_avx2(a)
-#define W_ARR_NEXT(a, best, low, plan) arrive_avx2((a), (best), (low), (plan))
+#define W_ARR_NEXT(a, best, low, k, plan) ((void)(plan), arrive_avx2((a), (best), (low), (k)))
 #define W_ARR_BY_CONTEXT(a, in, k) by_context_avx2((a), (in), (k))
 #define VITERBI_FN turbo_viterbi_avx2
 #define VITERBI2_FN turbo_viterbi2_avx2

@@ -149,7 +149,7 @@ static void by_context_avx512(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_ARR_ZERO(a) ((a)->m[0] = (a)->m[1] = _mm512_setzero_si512())
 #define W_IN(a, j, col, k, plan) ((void)(k), in_avx512((a), (j), (col), (plan)))
 #define W_ARR_FLOOR(a) floor_avx512(a)
-#define W_ARR_NEXT(a, best, low, plan) next_avx512((a), (best), (low))
+#define W_ARR_NEXT(a, best, low, k, plan) ((void)(k), (void)(plan), next_avx512((a), (best), (low)))
 #define W_ARR_BY_CONTEXT(a, in, k) by_context_avx512((a), (in), (k))
 #define VITERBI_FN turbo_viterbi_avx512
 #define VITERBI2_FN turbo_viterbi2_avx512
