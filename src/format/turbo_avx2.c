@@ -253,6 +253,16 @@ ALWAYS_INLINE int floor_avx2(const viterbi_arr *a) {
     return hmin_avx2(m);
 }
 
+/* The arrival costs by context at k = 4: need[A B C] (the cube above) is
+ * in[C A B], a words_4x4 of each vector and then a qwords_4x4. */
+ALWAYS_INLINE void store_context4_avx2(const viterbi_arr *a, uint16_t *in) {
+    __m256i v[4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+        v[i] = words_4x4(_mm256_loadu_si256((const __m256i *)(const void *)(a->need + 16 * i)));
+    qwords_4x4(v);
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(in + 16 * i), v[i]);
+}
+
 static void by_context_avx2(const viterbi_arr *a, uint16_t *in, int k) {
     const int R = N_CTX >> k;
     for (int j = 0; j < (1 << k); j++)
@@ -294,9 +304,45 @@ static void by_context_avx2(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_ARR_FLOOR(a) floor_avx2(a)
 #define W_ARR_NEXT(a, best, low, k, plan) ((void)(plan), arrive_avx2((a), (best), (low), (k)))
 #define W_ARR_BY_CONTEXT(a, in, k) by_context_avx2((a), (in), (k))
+#define W_ARR_STORE_CONTEXT(a, in, plan) ((void)(plan), store_context4_avx2((a), (in)))
 #define VITERBI_FN turbo_viterbi_avx2
 #define VITERBI2_FN turbo_viterbi2_avx2
 #include "turbo_viterbi16.inc"
+
+/* One step of turbo_tcq_walk_kept4: the predecessor of state s at step t
+ * (t >= 1). */
+ALWAYS_INLINE int kept4_step(const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int t, int s) {
+    const int ctx = s & (N_CTX - 1);
+    const __m256i in = _mm256_loadu_si256((const __m256i *)(const void *)(kept->in[t - 1] + ((ctx & 3) << 4)));
+    const __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(cstate + (ctx << 4)));
+    const __m256i cost = cost_avx2(in, _mm256_set1_epi16(X[t - 1]), c);
+    const int best = kept->in[t][ctx] + kept->floor[t - 1];
+    const unsigned eq = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi16(cost, _mm256_set1_epi16((short)best)));
+    return ctx << 4 | (eq ? __builtin_ctz(eq) >> 1 : 0);   /* eq != 0: the minimum is one of the 16 */
+}
+
+void turbo_tcq_walk_kept4(const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int d, int last,
+                          uint16_t *states) {
+    int s = last;
+    states[d - 1] = (uint16_t)s;
+    for (int t = d - 1; t > 0; t--) {
+        s = kept4_step(kept, X, cstate, t, s);
+        states[t - 1] = (uint16_t)s;
+    }
+}
+
+void turbo_tcq_walk_kept4_2(const turbo_tcq_kept *const kept[2], const int16_t *const X[2],
+                            const int16_t *const cstate[2], int d, const int last[2], uint16_t *const states[2]) {
+    int s0 = last[0], s1 = last[1];
+    states[0][d - 1] = (uint16_t)s0;
+    states[1][d - 1] = (uint16_t)s1;
+    for (int t = d - 1; t > 0; t--) {
+        s0 = kept4_step(kept[0], X[0], cstate[0], t, s0);
+        s1 = kept4_step(kept[1], X[1], cstate[1], t, s1);
+        states[0][t - 1] = (uint16_t)s0;
+        states[1][t - 1] = (uint16_t)s1;
+    }
+}
 
 /* Block scales 8 at a time: the norms converted by F16C (exact, as the
  * scalar conversion) and divided in one vector (the same IEEE quotient). */

@@ -27,6 +27,7 @@ typedef struct viterbi_arr {
  * them per call, 2^k x 64 look-ups, was ~5 % of a turbo4_tcq row). */
 typedef struct viterbi_plan {
     __m512i idx[2 << 4];
+    __m512i ctx_idx[2];   /* the arrival costs from column order to context order */
 } viterbi_plan;
 
 static viterbi_plan g_plans[TURBO_TCQ_WIDTHS];
@@ -40,6 +41,11 @@ static void make_plans(void) {
                 for (int i = 0; i < 32; i++) idx[i] = (int16_t)turbo_tcq_column(k, (((32 * c) >> k) + (i >> k)) << k | j);
                 g_plans[k - 2].idx[j * 2 + c] = _mm512_loadu_si512(idx);
             }
+        for (int v = 0; v < 2; v++) {
+            int16_t idx[32];
+            for (int i = 0; i < 32; i++) idx[i] = (int16_t)turbo_tcq_column(k, 32 * v + i);
+            g_plans[k - 2].ctx_idx[v] = _mm512_loadu_si512(idx);
+        }
     }
 }
 
@@ -111,6 +117,12 @@ ALWAYS_INLINE void next_avx512(viterbi_arr *a, const __m512i best[2], int low) {
     a->m[1] = _mm512_sub_epi16(best[1], l);
 }
 
+/* The arrival costs by context, by two word permutes. */
+ALWAYS_INLINE void store_context_avx512(const viterbi_arr *a, uint16_t *in, const viterbi_plan *p) {
+    _mm512_storeu_si512(in, _mm512_permutex2var_epi16(a->m[0], p->ctx_idx[0], a->m[1]));
+    _mm512_storeu_si512(in + 32, _mm512_permutex2var_epi16(a->m[0], p->ctx_idx[1], a->m[1]));
+}
+
 static void by_context_avx512(const viterbi_arr *a, uint16_t *in, int k) {
     uint16_t col[N_CTX];
     _mm512_storeu_si512(col, a->m[0]);
@@ -151,6 +163,7 @@ static void by_context_avx512(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_ARR_FLOOR(a) floor_avx512(a)
 #define W_ARR_NEXT(a, best, low, k, plan) ((void)(k), (void)(plan), next_avx512((a), (best), (low)))
 #define W_ARR_BY_CONTEXT(a, in, k) by_context_avx512((a), (in), (k))
+#define W_ARR_STORE_CONTEXT(a, in, plan) store_context_avx512((a), (in), (plan))
 #define VITERBI_FN turbo_viterbi_avx512
 #define VITERBI2_FN turbo_viterbi2_avx512
 #include "turbo_viterbi16.inc"
