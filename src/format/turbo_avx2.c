@@ -253,13 +253,29 @@ ALWAYS_INLINE int floor_avx2(const viterbi_arr *a) {
     return hmin_avx2(m);
 }
 
-/* The arrival costs by context at k = 4: need[A B C] (the cube above) is
- * in[C A B], a words_4x4 of each vector and then a qwords_4x4. */
-ALWAYS_INLINE void store_context4_avx2(const viterbi_arr *a, uint16_t *in) {
+/* The arrival costs by context, in[(m << k) | j] = need[j*R + m], at k =
+ * 4 and 3.  k = 4: need[A B C] (the cube above) is in[C A B], a words_4x4
+ * of each vector and then a qwords_4x4.  k = 3: an 8 x 8 transpose of
+ * words (vector i holds rows 2i and 2i + 1): the rows paired (0, 4), (1,
+ * 5), ... by 128-bit moves, words then dwords interleaved, then each
+ * vector's qwords in the order 0, 2, 1, 3. */
+ALWAYS_INLINE void store_context_avx2(const viterbi_arr *a, uint16_t *in, const int k) {
     __m256i v[4];
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
-        v[i] = words_4x4(_mm256_loadu_si256((const __m256i *)(const void *)(a->need + 16 * i)));
-    qwords_4x4(v);
+        v[i] = _mm256_loadu_si256((const __m256i *)(const void *)(a->need + 16 * i));
+    if (k == 4) {
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
+        qwords_4x4(v);
+    } else {
+        const __m256i r04 = _mm256_permute2x128_si256(v[0], v[2], 0x20), r15 = _mm256_permute2x128_si256(v[0], v[2], 0x31);
+        const __m256i r26 = _mm256_permute2x128_si256(v[1], v[3], 0x20), r37 = _mm256_permute2x128_si256(v[1], v[3], 0x31);
+        const __m256i t0 = _mm256_unpacklo_epi16(r04, r15), t1 = _mm256_unpackhi_epi16(r04, r15);
+        const __m256i t2 = _mm256_unpacklo_epi16(r26, r37), t3 = _mm256_unpackhi_epi16(r26, r37);
+        v[0] = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(t0, t2), 0xd8);
+        v[1] = _mm256_permute4x64_epi64(_mm256_unpackhi_epi32(t0, t2), 0xd8);
+        v[2] = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(t1, t3), 0xd8);
+        v[3] = _mm256_permute4x64_epi64(_mm256_unpackhi_epi32(t1, t3), 0xd8);
+    }
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(in + 16 * i), v[i]);
 }
 
@@ -304,44 +320,67 @@ static void by_context_avx2(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_ARR_FLOOR(a) floor_avx2(a)
 #define W_ARR_NEXT(a, best, low, k, plan) ((void)(plan), arrive_avx2((a), (best), (low), (k)))
 #define W_ARR_BY_CONTEXT(a, in, k) by_context_avx2((a), (in), (k))
-#define W_ARR_STORE_CONTEXT(a, in, plan) ((void)(plan), store_context4_avx2((a), (in)))
+#define W_ARR_STORE_CONTEXT(a, in, k, plan) ((void)(plan), store_context_avx2((a), (in), (k)))
+#define W_KEEPS(k) ((k) >= 3)
 #define VITERBI_FN turbo_viterbi_avx2
 #define VITERBI2_FN turbo_viterbi2_avx2
 #include "turbo_viterbi16.inc"
 
-/* One step of turbo_tcq_walk_kept4: the predecessor of state s at step t
- * (t >= 1). */
-ALWAYS_INLINE int kept4_step(const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int t, int s) {
-    const int ctx = s & (N_CTX - 1);
-    const __m256i in = _mm256_loadu_si256((const __m256i *)(const void *)(kept->in[t - 1] + ((ctx & 3) << 4)));
-    const __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(cstate + (ctx << 4)));
-    const __m256i cost = cost_avx2(in, _mm256_set1_epi16(X[t - 1]), c);
+/* One step of turbo_tcq_walk_kept: the predecessor of state s at step t
+ * (t >= 1), its 2^k candidates' costs at step t - 1 in one vector (16
+ * lanes at k = 4, 8 at k = 3). */
+ALWAYS_INLINE int kept_step(const int k, const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int t,
+                            int s) {
+    const int ctx = s & (N_CTX - 1), R = N_CTX >> k;
+    const uint16_t *in = kept->in[t - 1] + ((ctx & (R - 1)) << k);
+    const int16_t *c = cstate + (ctx << k);
     const int best = kept->in[t][ctx] + kept->floor[t - 1];
-    const unsigned eq = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi16(cost, _mm256_set1_epi16((short)best)));
-    return ctx << 4 | (eq ? __builtin_ctz(eq) >> 1 : 0);   /* eq != 0: the minimum is one of the 16 */
+    unsigned eq;
+    if (k == 4) {
+        const __m256i cost = cost_avx2(_mm256_loadu_si256((const __m256i *)(const void *)in), _mm256_set1_epi16(X[t - 1]),
+                                       _mm256_loadu_si256((const __m256i *)(const void *)c));
+        eq = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi16(cost, _mm256_set1_epi16((short)best)));
+    } else {
+        const __m128i e = _mm_subs_epi16(_mm_set1_epi16(X[t - 1]), _mm_loadu_si128((const __m128i *)(const void *)c));
+        const __m128i cost = _mm_adds_epu16(_mm_loadu_si128((const __m128i *)(const void *)in), _mm_mulhrs_epi16(e, e));
+        eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi16(cost, _mm_set1_epi16((short)best)));
+    }
+    return ctx << k | (eq ? __builtin_ctz(eq) >> 1 : 0);   /* eq != 0: the minimum is one of the candidates */
 }
 
-void turbo_tcq_walk_kept4(const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int d, int last,
-                          uint16_t *states) {
+ALWAYS_INLINE void walk_kept_k(const int k, const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int d,
+                               int last, uint16_t *states) {
     int s = last;
     states[d - 1] = (uint16_t)s;
     for (int t = d - 1; t > 0; t--) {
-        s = kept4_step(kept, X, cstate, t, s);
+        s = kept_step(k, kept, X, cstate, t, s);
         states[t - 1] = (uint16_t)s;
     }
 }
 
-void turbo_tcq_walk_kept4_2(const turbo_tcq_kept *const kept[2], const int16_t *const X[2],
-                            const int16_t *const cstate[2], int d, const int last[2], uint16_t *const states[2]) {
+void turbo_tcq_walk_kept(int k, const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int d, int last,
+                         uint16_t *states) {
+    if (k == 3) walk_kept_k(3, kept, X, cstate, d, last, states);
+    else walk_kept_k(4, kept, X, cstate, d, last, states);
+}
+
+ALWAYS_INLINE void walk_kept2_k(const int k, const turbo_tcq_kept *const kept[2], const int16_t *const X[2],
+                                const int16_t *const cstate[2], int d, const int last[2], uint16_t *const states[2]) {
     int s0 = last[0], s1 = last[1];
     states[0][d - 1] = (uint16_t)s0;
     states[1][d - 1] = (uint16_t)s1;
     for (int t = d - 1; t > 0; t--) {
-        s0 = kept4_step(kept[0], X[0], cstate[0], t, s0);
-        s1 = kept4_step(kept[1], X[1], cstate[1], t, s1);
+        s0 = kept_step(k, kept[0], X[0], cstate[0], t, s0);
+        s1 = kept_step(k, kept[1], X[1], cstate[1], t, s1);
         states[0][t - 1] = (uint16_t)s0;
         states[1][t - 1] = (uint16_t)s1;
     }
+}
+
+void turbo_tcq_walk_kept2(int k, const turbo_tcq_kept *const kept[2], const int16_t *const X[2],
+                          const int16_t *const cstate[2], int d, const int last[2], uint16_t *const states[2]) {
+    if (k == 3) walk_kept2_k(3, kept, X, cstate, d, last, states);
+    else walk_kept2_k(4, kept, X, cstate, d, last, states);
 }
 
 /* Block scales 8 at a time: the norms converted by F16C (exact, as the

@@ -226,26 +226,26 @@ static inline uint32_t turbo_tcq_tag(float cost, int j, uint32_t mask) {
  * took ~1/3 of its time. */
 void turbo_tcq_backtrack(int k, const uint8_t (*back)[1 << KVQ_TURBO_TCQ_CONTEXT], bool by_column, int d,
                          int last, uint16_t *states);
-/* What a k = 4 vector search keeps for its walk back instead of
- * back-pointers (turbo_viterbi16.inc): every step's arrival costs by
- * context (in[0] = 0, the free initial bits; in[t + 1] = step t's minima
- * less its floor) and floors. */
+/* What a vector search keeps for its walk back instead of back-pointers
+ * where it keeps no rows (turbo_viterbi16.inc, W_KEEPS): every step's
+ * arrival costs by context (in[0] = 0, the free initial bits; in[t + 1]
+ * = step t's minima less its floor) and floors. */
 typedef struct turbo_tcq_kept {
     uint16_t in[KVQ_TURBO_BLOCK][1 << KVQ_TURBO_TCQ_CONTEXT];
     uint16_t floor[KVQ_TURBO_BLOCK];
 } turbo_tcq_kept;
-/* The walk back of a k = 4 search from what it kept: at step t the state
- * s_t's context ctx = s_t mod 64; its predecessor (ctx << 4) | j has the
- * first j whose step-(t-1) cost sat(in[t-1][((ctx mod 4) << 4) + j] +
- * sq(X[t-1], cstate[(ctx << 4) + j])) equals that step's minimum,
- * in[t][ctx] + floor[t-1] (turbo_tcq_cost16 on 16 lanes: AVX2,
- * turbo_avx2.c; call only where the CPU has it).  The same states as
- * back-pointers would give. */
-void turbo_tcq_walk_kept4(const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int d, int last,
-                          uint16_t *states);
+/* The walk back (k = 3 or 4) from what a search kept: at step t the
+ * state s_t's context is ctx = s_t mod 64; its predecessor (ctx << k) | j
+ * has the first j whose step-(t-1) cost sat(in[t-1][((ctx mod R) << k) +
+ * j] + sq(X[t-1], cstate[(ctx << k) + j])) (R = 64 / 2^k) equals that
+ * step's minimum, in[t][ctx] + floor[t-1] (turbo_tcq_cost16 on 2^k lanes:
+ * AVX2, turbo_avx2.c; call only where the CPU has it).  The same states
+ * as back-pointers would give. */
+void turbo_tcq_walk_kept(int k, const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int d,
+                         int last, uint16_t *states);
 /* two rows' walks in one loop */
-void turbo_tcq_walk_kept4_2(const turbo_tcq_kept *const kept[2], const int16_t *const X[2],
-                            const int16_t *const cstate[2], int d, const int last[2], uint16_t *const states[2]);
+void turbo_tcq_walk_kept2(int k, const turbo_tcq_kept *const kept[2], const int16_t *const X[2],
+                          const int16_t *const cstate[2], int d, const int last[2], uint16_t *const states[2]);
 /* turbo_tcq_backtrack (by column) of two rows at once: the same states. */
 void turbo_tcq_backtrack2(int k, const uint8_t (*const back[2])[1 << KVQ_TURBO_TCQ_CONTEXT], int d, const int last[2],
                           uint16_t *const states[2]);

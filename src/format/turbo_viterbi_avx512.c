@@ -163,7 +163,8 @@ static void by_context_avx512(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_ARR_FLOOR(a) floor_avx512(a)
 #define W_ARR_NEXT(a, best, low, k, plan) ((void)(k), (void)(plan), next_avx512((a), (best), (low)))
 #define W_ARR_BY_CONTEXT(a, in, k) by_context_avx512((a), (in), (k))
-#define W_ARR_STORE_CONTEXT(a, in, plan) store_context_avx512((a), (in), (plan))
+#define W_ARR_STORE_CONTEXT(a, in, k, plan) ((void)(k), store_context_avx512((a), (in), (plan)))
+#define W_KEEPS(k) ((k) == 4)
 #define VITERBI_FN turbo_viterbi_avx512
 #define VITERBI2_FN turbo_viterbi2_avx512
 #include "turbo_viterbi16.inc"
