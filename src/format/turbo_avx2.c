@@ -168,10 +168,15 @@ static void fixed_row_avx2(int16_t *X, const float *x, int d, float scale) {
     for (; t < d; t++) X[t] = turbo_tcq_fixed(x[t], scale);
 }
 
-/* in + sq(X, C), as turbo_viterbi_avx512.c's cost_avx512 */
+/* in + sq(X, C), as turbo_viterbi_avx512.c's cost_avx512; and on 8
+ * lanes (the walk back at k = 3) */
 ALWAYS_INLINE __m256i cost_avx2(__m256i in, __m256i X, __m256i C) {
     const __m256i e = _mm256_subs_epi16(X, C);
     return _mm256_adds_epu16(in, _mm256_mulhrs_epi16(e, e));
+}
+ALWAYS_INLINE __m128i cost_8(__m128i in, __m128i X, __m128i C) {
+    const __m128i e = _mm_subs_epi16(X, C);
+    return _mm_adds_epu16(in, _mm_mulhrs_epi16(e, e));
 }
 
 /* The arrival costs in (j, m) order: need[j*R + m] = arrival into
@@ -341,8 +346,8 @@ ALWAYS_INLINE int kept_step(const int k, const turbo_tcq_kept *kept, const int16
                                        _mm256_loadu_si256((const __m256i *)(const void *)c));
         eq = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi16(cost, _mm256_set1_epi16((short)best)));
     } else {
-        const __m128i e = _mm_subs_epi16(_mm_set1_epi16(X[t - 1]), _mm_loadu_si128((const __m128i *)(const void *)c));
-        const __m128i cost = _mm_adds_epu16(_mm_loadu_si128((const __m128i *)(const void *)in), _mm_mulhrs_epi16(e, e));
+        const __m128i cost = cost_8(_mm_loadu_si128((const __m128i *)(const void *)in), _mm_set1_epi16(X[t - 1]),
+                                    _mm_loadu_si128((const __m128i *)(const void *)c));
         eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi16(cost, _mm_set1_epi16((short)best)));
     }
     return ctx << k | (eq ? __builtin_ctz(eq) >> 1 : 0);   /* eq != 0: the minimum is one of the candidates */
