@@ -235,12 +235,11 @@ ALWAYS_INLINE void qwords_4x4(__m256i v[4]) {
     v[3] = _mm256_permute2x128_si256(t1, t3, 0x31);
 }
 
-/* The next step's arrival costs: the minima by column less low, put in
- * (j, m) order. */
-ALWAYS_INLINE void arrive_avx2(viterbi_arr *a, const __m256i best[4], int low, const int k) {
-    const __m256i l = _mm256_set1_epi16((short)low);
-    __m256i v[4];
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) v[i] = _mm256_sub_epi16(best[i], l);
+/* The cube's reorders: at k = 2 [A B C] -> [B C A] (a qwords_4x4, then
+ * the words_4x4s), at k = 4 [A B C] -> [C A B] (the words_4x4s, then a
+ * qwords_4x4); the same maps take the minima by column to (j, m) order
+ * and (j, m) order to context order. */
+ALWAYS_INLINE void cube_reorder(__m256i v[4], const int k) {
     if (k == 2) {
         qwords_4x4(v);
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
@@ -248,6 +247,15 @@ ALWAYS_INLINE void arrive_avx2(viterbi_arr *a, const __m256i best[4], int low, c
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
         qwords_4x4(v);
     }
+}
+
+/* The next step's arrival costs: the minima by column less low, put in
+ * (j, m) order. */
+ALWAYS_INLINE void arrive_avx2(viterbi_arr *a, const __m256i best[4], int low, const int k) {
+    const __m256i l = _mm256_set1_epi16((short)low);
+    __m256i v[4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) v[i] = _mm256_sub_epi16(best[i], l);
+    cube_reorder(v, k);   /* k = 3: the identity */
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(a->need + 16 * i), v[i]);
 }
 
@@ -258,19 +266,17 @@ ALWAYS_INLINE int floor_avx2(const viterbi_arr *a) {
     return hmin_avx2(m);
 }
 
-/* The arrival costs by context, in[(m << k) | j] = need[j*R + m], at k =
- * 4 and 3.  k = 4: need[A B C] (the cube above) is in[C A B], a words_4x4
- * of each vector and then a qwords_4x4.  k = 3: an 8 x 8 transpose of
- * words (vector i holds rows 2i and 2i + 1): the rows paired (0, 4), (1,
- * 5), ... by 128-bit moves, words then dwords interleaved, then each
- * vector's qwords in the order 0, 2, 1, 3. */
+/* The arrival costs by context, in[(m << k) | j] = need[j*R + m].  k = 2
+ * and 4: cube_reorder.  k = 3: an 8 x 8 transpose of words (vector i
+ * holds rows 2i and 2i + 1): the rows paired (0, 4), (1, 5), ... by
+ * 128-bit moves, words then dwords interleaved, then each vector's qwords
+ * in the order 0, 2, 1, 3. */
 ALWAYS_INLINE void store_context_avx2(const viterbi_arr *a, uint16_t *in, const int k) {
     __m256i v[4];
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
         v[i] = _mm256_loadu_si256((const __m256i *)(const void *)(a->need + 16 * i));
-    if (k == 4) {
-        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
-        qwords_4x4(v);
+    if (k != 3) {
+        cube_reorder(v, k);
     } else {
         const __m256i r04 = _mm256_permute2x128_si256(v[0], v[2], 0x20), r15 = _mm256_permute2x128_si256(v[0], v[2], 0x31);
         const __m256i r26 = _mm256_permute2x128_si256(v[1], v[3], 0x20), r37 = _mm256_permute2x128_si256(v[1], v[3], 0x31);
@@ -282,12 +288,6 @@ ALWAYS_INLINE void store_context_avx2(const viterbi_arr *a, uint16_t *in, const 
         v[3] = _mm256_permute4x64_epi64(_mm256_unpackhi_epi32(t1, t3), 0xd8);
     }
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(in + 16 * i), v[i]);
-}
-
-static void by_context_avx2(const viterbi_arr *a, uint16_t *in, int k) {
-    const int R = N_CTX >> k;
-    for (int j = 0; j < (1 << k); j++)
-        for (int m = 0; m < R; m++) in[(m << k) | j] = a->need[j * R + m];
 }
 
 #define VW __m256i
@@ -324,7 +324,6 @@ static void by_context_avx2(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_IN(a, j, col, k, plan) need_avx2((a), (j), (col), (k), (plan))
 #define W_ARR_FLOOR(a) floor_avx2(a)
 #define W_ARR_NEXT(a, best, low, k, plan) ((void)(plan), arrive_avx2((a), (best), (low), (k)))
-#define W_ARR_BY_CONTEXT(a, in, k) by_context_avx2((a), (in), (k))
 #define W_ARR_STORE_CONTEXT(a, in, k, plan) ((void)(plan), store_context_avx2((a), (in), (k)))
 #define W_KEEPS(k) ((k) >= 3)
 #define VITERBI_FN turbo_viterbi_avx2

@@ -123,13 +123,6 @@ ALWAYS_INLINE void store_context_avx512(const viterbi_arr *a, uint16_t *in, cons
     _mm512_storeu_si512(in + 32, _mm512_permutex2var_epi16(a->m[0], p->ctx_idx[1], a->m[1]));
 }
 
-static void by_context_avx512(const viterbi_arr *a, uint16_t *in, int k) {
-    uint16_t col[N_CTX];
-    _mm512_storeu_si512(col, a->m[0]);
-    _mm512_storeu_si512(col + 32, a->m[1]);
-    for (int ctx = 0; ctx < N_CTX; ctx++) in[ctx] = col[turbo_tcq_column(k, ctx)];
-}
-
 #define VW __m512i
 #define WL 32
 #define W_XMAX(x, d) xmax_avx512((x), (d))
@@ -162,7 +155,6 @@ static void by_context_avx512(const viterbi_arr *a, uint16_t *in, int k) {
 #define W_IN(a, j, col, k, plan) ((void)(k), in_avx512((a), (j), (col), (plan)))
 #define W_ARR_FLOOR(a) floor_avx512(a)
 #define W_ARR_NEXT(a, best, low, k, plan) ((void)(k), (void)(plan), next_avx512((a), (best), (low)))
-#define W_ARR_BY_CONTEXT(a, in, k) by_context_avx512((a), (in), (k))
 #define W_ARR_STORE_CONTEXT(a, in, k, plan) ((void)(k), store_context_avx512((a), (in), (plan)))
 #define W_KEEPS(k) ((k) == 4)
 #define VITERBI_FN turbo_viterbi_avx512
