@@ -2,11 +2,12 @@
  * bench_cachewrite.c - what writing the cache costs next to the prefill
  * that writes it (issue 11, "cache writes keep up"):
  *
- *   kvq-bench cachewrite [-m MODEL] [-n TOKENS] [-t THREADS] [-r ROUNDS] [--types LIST]
+ *   kvq-bench cachewrite [-m MODEL] [-n TOKENS] [-b BATCH] [-t THREADS] [-r ROUNDS] [--types LIST]
  *
  * Per cache type: TOKENS positions (default 1024) written into every layer
  * of a cache of the model's attention shape (without -m: qwen3-0.6B, 28
- * layers x 8 KV heads x 128), 128 at a time as a prefill writes them,
+ * layers x 8 KV heads x 128), BATCH at a time (default 128, as a prefill
+ * writes them; 1: as decode steps write them),
  * rows of unit Gaussians; wall-clock ms per token (all layers), best of
  * ROUNDS, wall clock and process CPU time, into a cache whose memory an
  * untimed pass has already touched (as the prefill's has).  With -m, the same run times
@@ -59,10 +60,10 @@ static float unit_gauss(uint64_t *s) {          /* splitmix64 + Box-Muller */
 
 /* n_tok positions of every layer, 128 per call, as a prefill writes
  * them; false after an error line. */
-static bool write_all(kvq_cache *c, shape sh, int n_tok, const float *kv, kvq_pool *pool) {
+static bool write_all(kvq_cache *c, shape sh, int n_tok, int batch, const float *kv, kvq_pool *pool) {
     const size_t half = (size_t)BATCH * sh.n_head_kv * sh.head_dim;
     kvq_error err;
-    if (cli_fill_cache(c, sh.n_layer, n_tok, BATCH, kv, kv + half, false, pool, &err) == KVQ_OK) return true;
+    if (cli_fill_cache(c, sh.n_layer, n_tok, batch, kv, kv + half, false, pool, &err) == KVQ_OK) return true;
     fprintf(stderr, "cachewrite: %s\n", err.msg);
     return false;
 }
@@ -88,7 +89,7 @@ static kvq_cache *warm_cache(shape sh, kvq_type t, int n_tok, const float *kv) {
         fprintf(stderr, "cachewrite: %s: %s\n", kvq_type_name(t), err.msg);
         return NULL;
     }
-    if (!write_all(c, sh, n_tok, kv, NULL)) {
+    if (!write_all(c, sh, n_tok, BATCH, kv, NULL)) {
         kvq_cache_free(c);
         return NULL;
     }
@@ -97,10 +98,10 @@ static kvq_cache *warm_cache(shape sh, kvq_type t, int n_tok, const float *kv) {
 
 /* Seconds per token to write n_tok positions of every layer into c,
  * emptied first; -1 after an error line. */
-static span time_writes(kvq_cache *c, shape sh, int n_tok, const float *kv, kvq_pool *pool) {
+static span time_writes(kvq_cache *c, shape sh, int n_tok, int batch, const float *kv, kvq_pool *pool) {
     kvq_cache_clear(c);
     const span t0 = span_start();
-    if (!write_all(c, sh, n_tok, kv, pool)) return (span){ -1.0, -1.0 };
+    if (!write_all(c, sh, n_tok, batch, kv, pool)) return (span){ -1.0, -1.0 };
     return span_since(t0, n_tok);
 }
 
@@ -119,11 +120,12 @@ static span time_prefill(kvq_ctx *ctx, int n_vocab, int32_t *tokens) {
 
 int bench_cachewrite(int argc, char **argv) {
     const char *model_path = NULL, *types_arg = "f16,q4_0,iq4_nl,kvarn4,turbo3_tcq,turbo4_tcq";
-    int n_tok = 1024, threads = 2, rounds = 2;
+    int n_tok = 1024, batch = BATCH, threads = 2, rounds = 2;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
         if (!strcmp(a, "-n")) ok = bench_flag_int("cachewrite", a, v, BATCH, 1 << 16, &n_tok);
+        else if (!strcmp(a, "-b")) ok = bench_flag_int("cachewrite", a, v, 1, BATCH, &batch);
         else if (!strcmp(a, "-t")) ok = bench_flag_int("cachewrite", a, v, 1, 256, &threads);
         else if (!strcmp(a, "-r")) ok = bench_flag_int("cachewrite", a, v, 1, 100, &rounds);
         else if (!strcmp(a, "-m") || !strcmp(a, "--types")) {
@@ -185,8 +187,8 @@ int bench_cachewrite(int argc, char **argv) {
             ok = pp.wall >= 0;
         }
         for (int i = 0; ok && i < nt; i++) {
-            keep_best(&w1[i], time_writes(caches[i], sh, n_tok, kv, NULL));
-            if (pool) keep_best(&wt[i], time_writes(caches[i], sh, n_tok, kv, pool));
+            keep_best(&w1[i], time_writes(caches[i], sh, n_tok, batch, kv, NULL));
+            if (pool) keep_best(&wt[i], time_writes(caches[i], sh, n_tok, batch, kv, pool));
             ok = w1[i].wall >= 0 && (!pool || wt[i].wall >= 0);
         }
     }
@@ -198,8 +200,8 @@ int bench_cachewrite(int argc, char **argv) {
         kvq_model_free(m);
         return 1;
     }
-    printf("## Cache writes: %d tokens x %d layers x %d KV heads x %d (K and V), 128 per call (simd %s)\n\n",
-           n_tok, sh.n_layer, sh.n_head_kv, sh.head_dim, kvq_simd_level());
+    printf("## Cache writes: %d tokens x %d layers x %d KV heads x %d (K and V), %d per call (simd %s)\n\n",
+           n_tok, sh.n_layer, sh.n_head_kv, sh.head_dim, batch, kvq_simd_level());
     printf("ms per token, all layers, best of %d; CPU = process CPU time (all threads).\n", rounds);
     if (ctx) printf("Prefill (pp128, depth 0, f16 cache, %d threads): wall %.3f ms, CPU %.3f ms per token.\n",
                     threads, 1e3 * pp.wall, 1e3 * pp.cpu);

@@ -68,19 +68,20 @@ TEST(turbo_cache_rotation_is_the_formats) {
     kvq_cache_free(c);
 }
 
-/* A batch of trellis rows is quantised two at a time (write_row_pair):
- * the cache holds the same rows as after one-token writes, odd batch
- * lengths and a padded head (80 -> 128) included. */
+/* Trellis rows are quantised two at a time (write_row_pair): a batch's
+ * by positions of one head, a one-token write's by heads (0 and 1; head 2
+ * alone).  The cache holds the same rows either way, odd batch lengths
+ * and a padded head (80 -> 128) included. */
 TEST(turbo_cache_batch_write_equals_token_writes) {
     static const int dims[] = { 128, 80 };
     for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
-        const int hd = dims[di], n = 7, heads = 2;
+        const int hd = dims[di], n = 7, heads = 3;
         kvq_cache_params p;
         attn_params(&p, heads, hd, hd, 16, KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO2_TCQ, KVQ_ROT_AUTO);
         kvq_cache *batch = make_cache(&p), *single = make_cache(&p);
         CHECK(batch && single, "hd %d: caches", hd);
         if (!batch || !single) { kvq_cache_free(batch); kvq_cache_free(single); continue; }
-        float k[7 * 2 * 128], v[7 * 2 * 128];
+        float k[7 * 3 * 128], v[7 * 3 * 128];
         test_rng r = { 80 + (uint64_t)hd, 0, 0 };
         for (int i = 0; i < n * heads * hd; i++) k[i] = (float)test_rng_gauss(&r), v[i] = (float)test_rng_gauss(&r);
         kvq_error err;

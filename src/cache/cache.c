@@ -597,15 +597,17 @@ static bool writes_pairs(const kvq_cache_side *sd) {
     return !sd->calib && !sd->lanes && sd->layout == KVQ_LAYOUT_ROWS && kvq_turbo_pair_type(sd->type);
 }
 
-static void write_row_pair(const kvq_cache *c, const kvq_cache_side *sd, int head, int pos, const float *x0,
-                           const float *x1) {
+/* Two body rows quantised together: (head0, pos0) from x0 and (head1,
+ * pos1) from x1, each rotated by its own head's rotation. */
+static void write_row_pair(const kvq_cache *c, const kvq_cache_side *sd, int head0, int pos0, const float *x0,
+                           int head1, int pos1, const float *x1) {
     float buf[2][KVQ_MAX_HEAD_DIM];
-    kvq_cache_side_rotate(sd, head, x0, buf[0]);
-    kvq_cache_side_rotate(sd, head, x1, buf[1]);
-    const bool done = kvq_turbo_quantize_rot_pair(sd->type, buf[0], buf[1], body_row(sd, head, pos),
-                                                  body_row(sd, head, pos + 1), sd->store_dim);
-    store_row(c, sd, head, pos, buf[0], done);
-    store_row(c, sd, head, pos + 1, buf[1], done);
+    kvq_cache_side_rotate(sd, head0, x0, buf[0]);
+    kvq_cache_side_rotate(sd, head1, x1, buf[1]);
+    const bool done = kvq_turbo_quantize_rot_pair(sd->type, buf[0], buf[1], body_row(sd, head0, pos0),
+                                                  body_row(sd, head1, pos1), sd->store_dim);
+    store_row(c, sd, head0, pos0, buf[0], done);
+    store_row(c, sd, head1, pos1, buf[1], done);
 }
 
 /* Copy the pending batch's newest rows into its layer's rings: each ring
@@ -645,10 +647,18 @@ static void write_task(void *ctx, int task, int thread) {
     const kvq_cache_side *sd = task % 2 ? &c->v[j->layer] : &c->k[j->layer];
     const float *x = task % 2 ? j->v : j->k;
     const int dim = task % 2 ? c->p.head_dim_v : c->p.head_dim_k;
+    const int partner = h ^ 1;   /* heads 2i and 2i + 1 */
+    if (j->n == 1 && writes_pairs(sd) && partner < n_kv) {
+        /* one token (a decode step): the side's rows go two heads at a
+         * time, in the lower head's task (the other's has nothing to do) */
+        if (h < partner)
+            write_row_pair(c, sd, h, j->pos, x + (size_t)h * dim, partner, j->pos, x + (size_t)partner * dim);
+        return;
+    }
     int t = 0;
     if (writes_pairs(sd))
         for (; t + 1 < j->n; t += 2)
-            write_row_pair(c, sd, h, j->pos + t, x + ((size_t)t * n_kv + h) * (size_t)dim,
+            write_row_pair(c, sd, h, j->pos + t, x + ((size_t)t * n_kv + h) * (size_t)dim, h, j->pos + t + 1,
                            x + ((size_t)(t + 1) * n_kv + h) * (size_t)dim);
     for (; t < j->n; t++) write_row(c, sd, h, j->pos + t, x + ((size_t)t * n_kv + h) * (size_t)dim);
     if (sd->layout != KVQ_LAYOUT_TILES) return;
