@@ -230,20 +230,23 @@ float attn_block_exp(float x);
 
 /* What a record type's hooks keep between the chunks of one run of keys
  * (KVarN: the query folded with a tile's column scales S and Z, and the
- * tile's V column scales O, each the same for the tile's four chunks).
- * The pass gives each task one and empties it (k_rec = v_rec = NULL)
- * wherever the query vectors change (attend_keys), so an entry is only
- * ever reused for the same record and the same queries. */
-enum { ATTN_MEMO_HEADS = 16, ATTN_MEMO_WIDTH = 128 };
+ * K record's per-token scales O; the V record's column scales O and its
+ * per-token scales S and zeros Z: each the same for the tile's four
+ * chunks, converted from fp16 once).  The pass gives each task one and
+ * empties it (k_rec = v_rec = NULL) wherever the query vectors change
+ * (attend_keys), so an entry is only ever reused for the same record and
+ * the same queries. */
+enum { ATTN_MEMO_HEADS = 16, ATTN_MEMO_WIDTH = 128, ATTN_MEMO_KEYS = 128 };
 typedef struct attn_run_memo {
-    const void *k_rec;                                 /* the record qi..qz belong to */
+    const void *k_rec;                                 /* the record qi..k_o belong to */
     int k_heads;                                       /* and their query vectors    */
     int16_t qi[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH];
     float qscale[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH / 32];
     int32_t qsub[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH / 32];
     float qz[ATTN_MEMO_HEADS];
-    const void *v_rec;                                 /* the record o belongs to    */
-    float o[ATTN_MEMO_WIDTH];
+    float k_o[ATTN_MEMO_KEYS + ATTN_BLOCK_KEYS];       /* zeros after the tile's      */
+    const void *v_rec;                                 /* the record o, v_s, v_z belong to */
+    float o[ATTN_MEMO_WIDTH], v_s[ATTN_MEMO_KEYS], v_z[ATTN_MEMO_KEYS];
 } attn_run_memo;
 
 /* One chunk of keys of one copy (body, ring, sink, stage) of a side, as

@@ -32,6 +32,7 @@
 
 enum { T = KVQ_KVARN_TILE, MAX_WIDTH = 128 };
 _Static_assert((int)MAX_WIDTH == (int)ATTN_MEMO_WIDTH, "attn_run_memo holds one slice");
+_Static_assert((int)T == (int)ATTN_MEMO_KEYS, "attn_run_memo holds one tile's per-token scales");
 
 void kvq_tiles_codes_scalar(const uint8_t *tok, int width, int bits, float *out) {
     uint8_t codes[MAX_WIDTH];
@@ -315,24 +316,29 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
         const uint8_t *rec = record_of(sd, k->kv_head, tile, s);
         const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
         prefetch_next_run(sd, rec, t0, nk);
-        halves_padded(&u, m.O + 2 * t0, nk, ATTN_BLOCK_KEYS, O);
         if (memo) {
             if (memo->k_rec != rec || memo->k_heads != G) {
                 u.halves(m.S, w, S);
                 u.halves(m.Z, w, Z);
+                u.halves(m.O, T, memo->k_o);
+                memset(memo->k_o + T, 0, ATTN_BLOCK_KEYS * sizeof *memo->k_o);
                 blk->kvarn->fold_query(aq->q, aq->stride, G, S, Z, w, bits, lanes, memo->qi, memo->qscale,
                                        memo->qsub, memo->qz);
                 memo->k_rec = rec;
                 memo->k_heads = G;
             }
+            /* the kernels read O in whole vectors up to ATTN_BLOCK_KEYS past
+             * t0 and use the first nk */
+            const float *Ot = memo->k_o + t0;
             if (lanes)
-                blk->kvarn->scores_lanes(bits, rec, w, t0, nk, memo->qi, memo->qscale, memo->qsub, memo->qz, O, G, wts,
-                                         w_stride);
+                blk->kvarn->scores_lanes(bits, rec, w, t0, nk, memo->qi, memo->qscale, memo->qsub, memo->qz, Ot, G,
+                                         wts, w_stride);
             else
                 blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, memo->qi, memo->qscale, memo->qsub,
-                                   memo->qz, O, G, wts, w_stride);
+                                   memo->qz, Ot, G, wts, w_stride);
             continue;
         }
+        halves_padded(&u, m.O + 2 * t0, nk, ATTN_BLOCK_KEYS, O);
         u.halves(m.S, w, S);
         u.halves(m.Z, w, Z);
         for (int j0 = 0; j0 < G; j0 += HEADS) {
@@ -386,20 +392,27 @@ static float weighted_sum(const float *p, const float *z, int n) {
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-/* A V record's column scales O as floats: in `O`, or once per tile in
- * the run memo (one slice). */
-static const float *column_scales(const tile_unpack *u, const kvq_cache_side *sd, const uint8_t *rec,
-                                  attn_run_memo *memo, float *O) {
+/* A V record's scales as floats: the run's per-token scales S and zeros
+ * Z, and the column scales O.  From the run memo, converted once per tile
+ * (one slice), or into the caller's S, Z and O. */
+typedef struct v_scales { const float *S, *Z, *O; } v_scales;
+
+static v_scales v_record_scales(const tile_unpack *u, const kvq_cache_side *sd, const uint8_t *rec, int t0, int nk,
+                                attn_run_memo *memo, float *S, float *Z, float *O) {
     const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
     if (sd->n_slices == 1 && memo) {
         if (memo->v_rec != rec) {
             u->halves(m.O, sd->tile.width, memo->o);
+            u->halves(m.S, T, memo->v_s);
+            u->halves(m.Z, T, memo->v_z);
             memo->v_rec = rec;
         }
-        return memo->o;
+        return (v_scales){ memo->v_s + t0, memo->v_z + t0, memo->o };
     }
+    u->halves(m.S + 2 * t0, nk, S);
+    u->halves(m.Z + 2 * t0, nk, Z);
     u->halves(m.O, sd->tile.width, O);
-    return O;
+    return (v_scales){ S, Z, O };
 }
 
 /* V sums of a run of a record kept in pairs (cache_tiles_layout.h), every
@@ -411,15 +424,13 @@ static const float *column_scales(const tile_unpack *u, const kvq_cache_side *sd
  * (prefill) the later groups' weights are checked here first, so that no
  * group adds before a later one fails. */
 static bool values_in_pairs(const attn_block_kernels *blk, const kvq_cache_side *sd, const uint8_t *rec, int t0,
-                            int nk, const float *S, const float *Z, const float *wts, int w_stride, int G,
-                            attn_run_memo *memo, float *O, float *acc, int acc_stride) {
+                            int nk, v_scales sc, const float *wts, int w_stride, int G, float *acc, int acc_stride) {
     for (int j = HEADS; j < G; j++)
         if (!keys_finite(wts + (size_t)j * w_stride, wts + (size_t)j * w_stride, nk)) return false;
-    const float *Ow = column_scales(&g_unpack[blk->isa], sd, rec, memo, O);
     for (int j0 = 0; j0 < G; j0 += HEADS)
-        if (!blk->kvarn->values_pairs(sd->tile.bits, rec, sd->tile.width, t0, nk, S, Z, wts + (size_t)j0 * w_stride,
-                                      w_stride, KVQ_MIN(HEADS, G - j0), Ow, acc + (size_t)j0 * acc_stride,
-                                      acc_stride))
+        if (!blk->kvarn->values_pairs(sd->tile.bits, rec, sd->tile.width, t0, nk, sc.S, sc.Z,
+                                      wts + (size_t)j0 * w_stride, w_stride, KVQ_MIN(HEADS, G - j0), sc.O,
+                                      acc + (size_t)j0 * acc_stride, acc_stride))
             return false;
     return true;
 }
@@ -442,35 +453,32 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
     uint8_t buf[RUN_CODE_BYTES];
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, v->kv_head, tile, s);
-        const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
         prefetch_next_run(sd, rec, t0, nk);
-        u.halves(m.S + 2 * t0, nk, S);
-        u.halves(m.Z + 2 * t0, nk, Z);
-        if (sd->tile_layout && values_in_pairs(blk, sd, rec, t0, nk, S, Z, wts, w_stride, G, v->memo, O,
-                                               acc + (size_t)s * w, acc_stride))
+        const v_scales sc = v_record_scales(&u, sd, rec, t0, nk, v->memo, S, Z, O);
+        if (sd->tile_layout && values_in_pairs(blk, sd, rec, t0, nk, sc, wts, w_stride, G, acc + (size_t)s * w,
+                                               acc_stride))
             continue;
         const uint8_t *rows[ATTN_BLOCK_KEYS], *row = run_tokens(sd, rec, t0, nk, buf);
         for (int t = 0; t < nk; t++, row += tok_bytes) rows[t] = live[t] ? row : NULL;
-        const float *Ow = column_scales(&u, sd, rec, v->memo, O);
-        const bool finite = keys_finite(S, Z, nk);  /* S, Z finite: 0 * S = 0 without a test */
+        const bool finite = keys_finite(sc.S, sc.Z, nk);  /* S, Z finite: 0 * S = 0 without a test */
         for (int j0 = 0; j0 < G; j0 += HEADS) {
             const int hg = KVQ_MIN(HEADS, G - j0);
             for (int j = 0; j < hg; j++) {          /* p_t S_t and sum p_t Z_t per head */
                 const float *pj = wts + (size_t)(j0 + j) * w_stride;
                 float *pp = ps + j * ATTN_BLOCK_KEYS, z = 0.0f;
                 if (finite) {
-                    multiply_keys(pj, S, nk, pp);
-                    z = weighted_sum(pj, Z, nk);
+                    multiply_keys(pj, sc.S, nk, pp);
+                    z = weighted_sum(pj, sc.Z, nk);
                 } else {
                     for (int t = 0; t < nk; t++) {
                         const bool weighted = pj[t] != 0.0f;
-                        pp[t] = weighted ? pj[t] * S[t] : 0.0f;
-                        z += weighted ? pj[t] * Z[t] : 0.0f;
+                        pp[t] = weighted ? pj[t] * sc.S[t] : 0.0f;
+                        z += weighted ? pj[t] * sc.Z[t] : 0.0f;
                     }
                 }
                 pz[j] = z;
             }
-            blk->kvarn->values(bits, rows, nk, w, ps, ATTN_BLOCK_KEYS, hg, Ow, pz,
+            blk->kvarn->values(bits, rows, nk, w, ps, ATTN_BLOCK_KEYS, hg, sc.O, pz,
                                acc + (size_t)j0 * acc_stride + (size_t)s * w, acc_stride);
         }
     }
