@@ -198,9 +198,13 @@ static void compare_iq4nl_steps(test_ctx *t, const char *level) {
     for (int trial = 0; trial < 3000; trial++) {
         kvq_iq4nl_lanes L;
         const float s = trial % 2 ? 1.0f : -1.0f, scale = ldexpf(1.0f, (int)(test_rng_u64(&rng) % 40) - 20);
-        for (int i = 0; i < KVQ_IQ4NL_LANES; i++) {   /* lanes 0-7 one sign, 8-15 the other */
-            L.ad[i] = test_rng_u64(&rng) % 8 == 0 ? 0.0f : fabsf(random_half(&rng, false));
-            L.sg[i] = i < KVQ_IQ4NL_LANES / 2 ? s : -s;
+        /* lanes 0-7 one sign and 8-15 the other (the first pass), or (one
+         * trial in 4) the signs mixed and lanes 8-15 set aside, as `keep`
+         * leaves them */
+        const bool kept = trial % 4 == 3;
+        for (int i = 0; i < KVQ_IQ4NL_LANES; i++) {
+            L.ad[i] = test_rng_u64(&rng) % 8 == 0 || (kept && i >= KVQ_IQ4NL_KEEP) ? 0.0f : fabsf(random_half(&rng, false));
+            L.sg[i] = kept ? (test_rng_u64(&rng) % 2 ? s : -s) : i < KVQ_IQ4NL_LANES / 2 ? s : -s;
             L.best_sse[i] = trial % 3 == 0 ? INFINITY : (float)test_rng_uniform(&rng) * scale * scale * 32;
             L.best_d[i] = 0.0f;
             L.best_pass[i] = 3.0f;
@@ -229,6 +233,70 @@ static void compare_iq4nl_steps(test_ctx *t, const char *level) {
         }
     }
 }
+
+/* keep: the same lanes kept, in the same places, bit for bit, on errors
+ * drawn from a few values (ties everywhere) or from many, +inf among
+ * them. */
+static void compare_iq4nl_keep(test_ctx *t, const char *level) {
+    const kvq_iq4nl_ops *fast = kvq_simd_iq4nl_ops(level), *ref = kvq_iq4nl_ops_scalar();
+    if (!fast) SKIP("%s not available on this CPU (or KVQ_FORCE_SCALAR)", level);
+    test_rng rng = { 777, 0, 0 };
+    for (int trial = 0; trial < 3000; trial++) {
+        kvq_iq4nl_lanes L;
+        const int distinct = trial % 3 == 0 ? 3 : 1000;
+        for (int i = 0; i < KVQ_IQ4NL_LANES; i++) {
+            L.ad[i] = (float)(i + 1);
+            L.sg[i] = test_rng_u64(&rng) % 2 ? 1.0f : -1.0f;
+            const int v = (int)(test_rng_u64(&rng) % (uint64_t)distinct);
+            L.best_sse[i] = trial % 7 == 0 && v == 0 ? INFINITY : (float)v * 0.25f;
+            L.best_d[i] = (float)(100 + i);
+            L.best_pass[i] = (float)(i % 3);
+        }
+        kvq_iq4nl_lanes want = L, got = L;
+        ref->keep(&want);
+        fast->keep(&got);
+        if (memcmp(&want, &got, sizeof want) != 0) {
+            CHECK(0, "%s keep, trial %d: lane 0 from %g (scalar: %g), lane 7 from %g (scalar: %g)", level, trial,
+                  (double)got.best_d[0], (double)want.best_d[0], (double)got.best_d[7], (double)want.best_d[7]);
+            return;
+        }
+    }
+}
+
+TEST(simd_iq4nl_keep_scalar_is_the_rule) {
+    /* the scalar step against the rule written out: the 8 least errors,
+     * ties to the earlier lane, in their order */
+    test_rng rng = { 99, 0, 0 };
+    for (int trial = 0; trial < 2000; trial++) {
+        kvq_iq4nl_lanes L;
+        for (int i = 0; i < KVQ_IQ4NL_LANES; i++) {
+            L.ad[i] = (float)(i + 1);
+            L.sg[i] = 1.0f;
+            L.best_sse[i] = (float)(test_rng_u64(&rng) % (trial % 2 ? 4u : 1000u));
+            L.best_d[i] = (float)i;
+            L.best_pass[i] = 0.0f;
+        }
+        const kvq_iq4nl_lanes in = L;
+        kvq_iq4nl_ops_scalar()->keep(&L);
+        int d = 0;
+        for (int i = 0; i < KVQ_IQ4NL_LANES; i++) {
+            int before = 0;
+            for (int j = 0; j < KVQ_IQ4NL_LANES; j++)
+                before += in.best_sse[j] < in.best_sse[i] || (in.best_sse[j] == in.best_sse[i] && j < i);
+            if (before >= KVQ_IQ4NL_KEEP) continue;
+            CHECK(L.best_d[d] == (float)i && L.ad[d] == in.ad[i] && L.best_sse[d] == in.best_sse[i],
+                  "trial %d: kept lane %d holds lane %g, want %d", trial, d, (double)L.best_d[d], i);
+            d++;
+        }
+        CHECK(d == KVQ_IQ4NL_KEEP, "trial %d: %d lanes kept", trial, d);
+        for (; d < KVQ_IQ4NL_LANES; d++)
+            CHECK(L.ad[d] == 0.0f && isinf(L.best_sse[d]), "trial %d: lane %d not set aside", trial, d);
+        if (t->result == TEST_FAIL) return;
+    }
+}
+
+TEST(simd_iq4nl_keep_avx2_matches_scalar) { compare_iq4nl_keep(t, "avx2"); }
+TEST(simd_iq4nl_keep_avx512_matches_scalar) { compare_iq4nl_keep(t, "avx512"); }
 
 TEST(simd_iq4nl_steps_avx2_match_scalar) { compare_iq4nl_steps(t, "avx2"); }
 TEST(simd_iq4nl_steps_avx512_match_scalar) { compare_iq4nl_steps(t, "avx512"); }

@@ -73,11 +73,11 @@ extern const float kvq_iq4nl_mids[16];
 /* iq4_nl's scale search (quant_iq4nl.c): 16 candidate scales in lanes, one
  * pass over the block per refinement, the steps written once per vector
  * width (iq4nl_search.inc).  ad: each candidate's |d| (an fp16 value, 0 for
- * an unused lane); sg: its sign (+-1), one for lanes 0-7 and the other for
- * lanes 8-15 (the steps of 8 lanes or fewer per vector take one sign per
- * vector); best_*: the lane's lowest error so far, its signed scale and
- * the pass that found it. */
+ * a lane set aside); sg: its sign (+-1), one for lanes 0-7 and the other
+ * for lanes 8-15 until `keep` moves lanes; best_*: the lane's lowest error
+ * so far, its signed scale and the pass that found it. */
 #define KVQ_IQ4NL_LANES 16
+#define KVQ_IQ4NL_KEEP 8    /* lanes the passes after the first refine */
 typedef struct kvq_iq4nl_lanes {
     float ad[KVQ_IQ4NL_LANES], sg[KVQ_IQ4NL_LANES];
     float best_sse[KVQ_IQ4NL_LANES], best_d[KVQ_IQ4NL_LANES], best_pass[KVQ_IQ4NL_LANES];
@@ -87,7 +87,12 @@ typedef struct kvq_iq4nl_lanes {
  * every level:
  *   pass:    the sums of every lane's candidate over the block, the lane's
  *            best updated with them (pass p) and, when refine, its scale
- *            moved to the least-squares one (fp16);
+ *            moved to the least-squares one (fp16); a lane of scale 0 is
+ *            no candidate (set aside) and stays as it is;
+ *   keep:    the KVQ_IQ4NL_KEEP lanes of least best_sse (ties: the earlier
+ *            lane; every best_sse finite or +inf, never NaN) moved to
+ *            lanes 0.. in their order, the others set aside: ad 0, sg 1,
+ *            best_sse +inf, best_d 0, best_pass 0;
  *   scales:  ad[i] = want[i] rounded to its fp16 value (the largest finite
  *            one above that range), 0 where want[i] is not > 0: the lanes'
  *            first scales;
@@ -95,6 +100,7 @@ typedef struct kvq_iq4nl_lanes {
  *            value), the block's 32 stored indices. */
 typedef struct kvq_iq4nl_ops {
     void (*pass)(const float *x, kvq_iq4nl_lanes *lanes, int p, bool refine);
+    void (*keep)(kvq_iq4nl_lanes *lanes);
     void (*scales)(const float *want, float *ad);
     void (*indices)(const float *x, float d, uint8_t *idx);
 } kvq_iq4nl_ops;
