@@ -195,6 +195,9 @@ static void compare_iq4nl_steps(test_ctx *t, const char *level) {
                 return;
             }
     }
+    kvq_iq4nl_lanes prev;
+    float prev_x[32];
+    bool have_prev = false;
     for (int trial = 0; trial < 3000; trial++) {
         kvq_iq4nl_lanes L;
         const float s = trial % 2 ? 1.0f : -1.0f, scale = ldexpf(1.0f, (int)(test_rng_u64(&rng) % 40) - 20);
@@ -231,6 +234,20 @@ static void compare_iq4nl_steps(test_ctx *t, const char *level) {
                   (double)want.ad[i % 16], (double)want.best_sse[i % 16], (double)want.best_d[i % 16]);
             return;
         }
+        /* pass_pair: this block and the previous kept trial's, together */
+        if (!kept) continue;
+        if (fast->pass_pair && have_prev) {
+            kvq_iq4nl_lanes want0 = prev, want1 = L, got0 = prev, got1 = L;
+            ref->pass(prev_x, &want0, p, refine);
+            ref->pass(x, &want1, p, refine);
+            fast->pass_pair(prev_x, x, &got0, &got1, p, refine);
+            CHECK(!memcmp(&want0, &got0, sizeof want0) && !memcmp(&want1, &got1, sizeof want1),
+                  "%s pass_pair %d (refine %d), trial %d: not the scalar passes' lanes", level, p, refine, trial);
+            if (t->result == TEST_FAIL) return;
+        }
+        prev = L;
+        memcpy(prev_x, x, sizeof prev_x);
+        have_prev = true;
     }
 }
 

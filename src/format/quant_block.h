@@ -93,6 +93,9 @@ typedef struct kvq_iq4nl_lanes {
  *            lane; every best_sse finite or +inf, never NaN) moved to
  *            lanes 0.. in their order, the others set aside: ad 0, sg 1,
  *            best_sse +inf, best_d 0, best_pass 0;
+ *   pass_pair: pass on two blocks whose lanes past KVQ_IQ4NL_KEEP are set
+ *            aside, in one go (the same floats); NULL where a level's
+ *            vector holds one block's kept lanes or fewer;
  *   scales:  ad[i] = want[i] rounded to its fp16 value (the largest finite
  *            one above that range), 0 where want[i] is not > 0: the lanes'
  *            first scales;
@@ -101,6 +104,8 @@ typedef struct kvq_iq4nl_lanes {
 typedef struct kvq_iq4nl_ops {
     void (*pass)(const float *x, kvq_iq4nl_lanes *lanes, int p, bool refine);
     void (*keep)(kvq_iq4nl_lanes *lanes);
+    void (*pass_pair)(const float *x0, const float *x1, kvq_iq4nl_lanes *lanes0, kvq_iq4nl_lanes *lanes1, int p,
+                      bool refine);
     void (*scales)(const float *want, float *ad);
     void (*indices)(const float *x, float d, uint8_t *idx);
 } kvq_iq4nl_ops;

@@ -343,11 +343,18 @@ void kvq_iq4nl_quantize_with(const float *x, void *dst, int64_t n, const kvq_iq4
             const int64_t i = g + (int64_t)b * KVQ_BLOCK;
             if (search_start(x + i, out + i / KVQ_BLOCK * KVQ_BYTES_IQ4_NL, ops, &bs[b])) live[nlive++] = b;
         }
-        for (int p = 0; p < SEARCH_PASSES; p++)
-            for (int k = 0; k < nlive; k++) {
+        for (int k = 0; k < nlive; k++) {
+            ops->pass(x + g + (int64_t)live[k] * KVQ_BLOCK, &bs[live[k]].L, 0, true);
+            ops->keep(&bs[live[k]].L);
+        }
+        for (int p = 1; p < SEARCH_PASSES; p++) {
+            int k = 0;
+            for (; ops->pass_pair && k + 1 < nlive; k += 2)   /* two blocks' kept lanes in one vector */
+                ops->pass_pair(x + g + (int64_t)live[k] * KVQ_BLOCK, x + g + (int64_t)live[k + 1] * KVQ_BLOCK,
+                               &bs[live[k]].L, &bs[live[k + 1]].L, p, p + 1 < SEARCH_PASSES);
+            for (; k < nlive; k++)
                 ops->pass(x + g + (int64_t)live[k] * KVQ_BLOCK, &bs[live[k]].L, p, p + 1 < SEARCH_PASSES);
-                if (p == 0) ops->keep(&bs[live[k]].L);
-            }
+        }
         for (int k = 0; k < nlive; k++) {
             const int64_t i = g + (int64_t)live[k] * KVQ_BLOCK;
             search_finish(x + i, out + i / KVQ_BLOCK * KVQ_BYTES_IQ4_NL, ops, &bs[live[k]]);
