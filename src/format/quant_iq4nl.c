@@ -246,6 +246,7 @@ void kvq_iq4_nl_quantize_exact(const float *x, void *dst, int64_t n) {
  * came closest to the optimum (docs/formats.md). */
 static const float search_ratio[8] = { 0.90f, 0.96f, 1.0f, 1.04f, 1.09f, 1.15f, 1.25f, 1.42f };
 enum { SEARCH_PASSES = 3 };
+_Static_assert(SEARCH_PASSES >= 2, "the first pass refines, and keep comes after it");
 
 /*
  * Lanes 0-7 take the sign that maps the largest-magnitude value m onto the
