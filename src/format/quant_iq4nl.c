@@ -6,7 +6,7 @@
  * minimising the block's plain (unweighted) squared error:
  *   - the scale search (kvq_iq4_nl_quantize, every cache write): 16
  *     candidate scales around the reference's max|x|/127, of both signs,
- *     each refined twice by least squares; the max-magnitude rule
+ *     the 8 best of them refined twice by least squares; the max-magnitude rule
  *     d = m / -127 is one of them, so the result is never worse than it
  *     (the golden test compares llama.cpp's own output row by row).
  *     Within 0.1 % of the exact optimum's error on average (most blocks:
