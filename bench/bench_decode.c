@@ -4,7 +4,8 @@
  *
  *   kvq-bench decode [-c CTX] [--kv-heads N] [--gqa G] [--head-dim D]
  *                    [--types LIST] [--levels LIST] [--query int16|int8]
- *                    [--layout lanes|rows|both] [-t THREADS] [-r ROUNDS]
+ *                    [--layout lanes|rows|both] [--caches flushed|warm]
+ *                    [-t THREADS] [-r ROUNDS]
  *
  * Default: the qwen3-0.6B attention shape (8 KV heads x 128, GQA 2) at
  * 16384 cached tokens, types f16 q8_0 q4_0, every kernel level this CPU
@@ -14,7 +15,10 @@
  * step the CPU caches are flushed (bench_evict_caches): in a model the
  * other layers' reads evict a layer's cache rows, and one layer's q4_0
  * rows at 16384 tokens (19 MB) would otherwise stay in a 32 MB L3 between
- * repeats while f16's (67 MB) do not.  Times: the thread's CPU
+ * repeats while f16's (67 MB) do not.  `--caches warm` skips the flush,
+ * which leaves the kernels' compute where the rows fit the caches: the
+ * step's time with nothing to wait for in memory (its "% bound" then
+ * exceeds what memory could give).  Times: the thread's CPU
  * time with 1 thread (waiting for a core is not counted), wall clock with
  * THREADS > 1.  "% bound" = (the K and V bytes the step reads, exact
  * rows included, kvq_cache_query_bytes_all / the read bandwidth measured
@@ -40,6 +44,7 @@ typedef struct decode_opts {
     const char *types, *levels;
     bool q8;   /* --query int8: kvq_attend_opts.int8_query */
     int layouts;   /* --layout: bit 0 lanes, bit 1 rows */
+    bool warm;     /* --caches warm: no flush before a step */
 } decode_opts;
 
 
@@ -99,6 +104,12 @@ static int parse(decode_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--layout") || !strcmp(a, "--k-layout")) {
             o->layouts = !v ? 0 : !strcmp(v, "lanes") ? 1 : !strcmp(v, "rows") ? 2 : !strcmp(v, "both") ? 3 : 0;
             if (!o->layouts) { fprintf(stderr, "decode: --layout wants lanes, rows or both\n"); return 1; }
+        } else if (!strcmp(a, "--caches")) {
+            if (!v || (strcmp(v, "warm") && strcmp(v, "flushed"))) {
+                fprintf(stderr, "decode: --caches wants flushed or warm\n");
+                return 1;
+            }
+            o->warm = !strcmp(v, "warm");
         } else if (!strcmp(a, "--types") || !strcmp(a, "--levels")) {
             if (!v) { fprintf(stderr, "decode: %s needs a value\n", a); return 1; }
             *(a[2] == 't' ? &o->types : &o->levels) = v;
@@ -128,7 +139,7 @@ static bool time_all(const decode_opts *o, decode_cfg *cfg, int n, kvq_pool *poo
     for (int r = 0; ok && r < o->rounds; r++)
         for (int i = 0; ok && i < n; i++)
             for (int s = 0; ok && s < 6; s++) {   /* a warm-up step, then 5 timed, each from memory */
-                if (!bench_evict_caches("decode")) { ok = false; break; }
+                if (!o->warm && !bench_evict_caches("decode")) { ok = false; break; }
                 const double t = step(o, &cfg[i], q, out, pool);
                 ok = t >= 0;
                 if (s > 0) cfg[i].best = fmin(cfg[i].best, t);
@@ -139,7 +150,7 @@ static bool time_all(const decode_opts *o, decode_cfg *cfg, int n, kvq_pool *poo
 }
 
 int bench_decode_step(int argc, char **argv) {
-    decode_opts o = { 16384, 8, 2, 128, 1, 3, "f16,q8_0,q4_0", NULL, false, 1 };
+    decode_opts o = { 16384, 8, 2, 128, 1, 3, "f16,q8_0,q4_0", NULL, false, 1, false };
     if (parse(&o, argc, argv)) return 1;
     static const char *const all_levels[] = { "scalar", "avx2-tile", "avx2", "avx512-tile", "avx512", "avx512-vnni" };
     const char *levels[KVQ_ARRAY_LEN(all_levels)];
@@ -174,10 +185,12 @@ int bench_decode_step(int argc, char **argv) {
     const double gbs = bench_read_bandwidth(o.threads);
     const bool ok = time_all(&o, cfg, n, pool);
     if (ok) {
-        printf("## decode attention: %d KV heads x %d, GQA %d, %d cached tokens, %d thread%s, best of %d rounds x 5 steps, CPU caches flushed before each\n\n"
+        printf("## decode attention: %d KV heads x %d, GQA %d, %d cached tokens, %d thread%s, best of %d rounds x 5 steps, %s\n\n"
                "Read bandwidth %.1f GB/s (%d threads).\n\n| type | level | ms | GB/s | %% bound | vs f16 (same level) |\n"
                "|---|---|---:|---:|---:|---:|\n",
-               o.kv_heads, o.head_dim, o.gqa, o.n_ctx, o.threads, o.threads == 1 ? "" : "s", o.rounds, gbs, o.threads);
+               o.kv_heads, o.head_dim, o.gqa, o.n_ctx, o.threads, o.threads == 1 ? "" : "s", o.rounds,
+               o.warm ? "CPU caches warm (not flushed: the kernels' compute)" : "CPU caches flushed before each", gbs,
+               o.threads);
         for (int i = 0; i < n; i++) {
             const double bytes = kvq_cache_query_bytes_all(cfg[i].cache, o.n_ctx - 1);   /* K and V, exact rows too */
             double f16 = 0;
