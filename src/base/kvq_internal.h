@@ -14,6 +14,11 @@
 #define KVQ_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define KVQ_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Unroll the loop that follows n times (gcc's and clang's pragma; the
+ * kernels unroll so that accumulators stay in registers). */
+#define KVQ_PRAGMA_(x) _Pragma(#x)
+#define KVQ_UNROLL_N(n) KVQ_PRAGMA_(GCC unroll n)
+
 /* KVQ_MAX_HEAD_DIM, the largest head the cache holds, is public (kvq.h). */
 
 /* kvq_fail (record an error and return its code) is public: kvq.h. */

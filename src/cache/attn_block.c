@@ -26,7 +26,7 @@
 #define vsum_lanes(acc, s) ((s)[0] = (acc)[0])
 #define BLOCK_KERNELS g_block_scalar
 #define BLOCK_TILE_KERNELS g_block_scalar_tile
-#define KVQ_UNROLL _Pragma("GCC unroll 2")   /* see attn_block.inc */
+#define KVQ_UNROLL KVQ_UNROLL_N(2)   /* see attn_block.inc */
 
 /* attn_codes.inc's primitives: a block's codes as an array of 32 int8,
  * one value per "vector". */

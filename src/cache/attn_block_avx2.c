@@ -20,10 +20,10 @@
  * a0 a2 a1 a3 a4 a6 a5 a7, put back in order by one in-lane permute. */
 static inline void vsum_lanes(const __m256 acc[8], float *s) {
     __m256 b[4], c[2];
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++)
         b[i] = _mm256_add_ps(_mm256_permute2f128_ps(acc[i], acc[i + 4], 0x20),
                              _mm256_permute2f128_ps(acc[i], acc[i + 4], 0x31));
-    _Pragma("GCC unroll 2") for (int i = 0; i < 2; i++)
+    KVQ_UNROLL_N(2) for (int i = 0; i < 2; i++)
         c[i] = _mm256_add_ps(_mm256_shuffle_ps(b[i], b[i + 2], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm256_shuffle_ps(b[i], b[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
     const __m256 e = _mm256_add_ps(_mm256_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
@@ -150,7 +150,7 @@ static inline void vb_floats(__m256i c, __m256 x[4]) {
 }
 static inline void vf_s8(const uint8_t *p, __m256 x[4]) {
     /* unrolled, or gcc keeps x in memory: a store and reload per vector */
-    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+    KVQ_UNROLL_N(4) for (int k = 0; k < 4; k++)
         x[k] = kvq_v8_s8_to_f32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8 * k)));
 }
 /* A 4-bit plane's codes as floats, without the int8 step: the 16 bytes

@@ -33,13 +33,13 @@
  * a4 a6 a5 a7 a12 a14 a13 a15, put back in order by one permute. */
 static inline void vsum_lanes(const __m512 acc[16], float *s) {
     __m512 b[8], c[4], d[2];
-    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
+    KVQ_UNROLL_N(8) for (int i = 0; i < 8; i++)
         b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[i], acc[i + 8], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm512_shuffle_f32x4(acc[i], acc[i + 8], _MM_SHUFFLE(3, 2, 3, 2)));
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++)
         c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[i], b[i + 4], _MM_SHUFFLE(2, 0, 2, 0)),
                              _mm512_shuffle_f32x4(b[i], b[i + 4], _MM_SHUFFLE(3, 1, 3, 1)));
-    _Pragma("GCC unroll 2") for (int i = 0; i < 2; i++)
+    KVQ_UNROLL_N(2) for (int i = 0; i < 2; i++)
         d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[i], c[i + 2], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm512_shuffle_ps(c[i], c[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
     const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),

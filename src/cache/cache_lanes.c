@@ -65,14 +65,14 @@ static int lanes_bit(int bits, int i) { return (i % 2) * 16 + (bits == 3 ? 3 * (
 static inline void put_plane_bits(const uint8_t *codes, int bits, uint8_t *dst) {
     uint32_t dw[8] = { 0 };
     const int whole = bits == 3 ? 30 : 32;   /* the pairs in fields */
-    _Pragma("GCC unroll 32") for (int i = 0; i < whole; i++) dw[lanes_dword(bits, i)] |= (uint32_t)codes[i] << lanes_bit(bits, i);
+    KVQ_UNROLL_N(32) for (int i = 0; i < whole; i++) dw[lanes_dword(bits, i)] |= (uint32_t)codes[i] << lanes_bit(bits, i);
     if (bits == 3)
         for (int b = 0; b < 3; b++) dw[b] |= (uint32_t)(codes[30] >> b & 1) << 15 | (uint32_t)(codes[31] >> b & 1) << 31;
     for (int j = 0; j < bits; j++) kvq_wr32(dst + 64 * j, dw[j]);
 }
 static inline void get_plane_bits(const uint8_t *src, int bits, uint8_t *codes) {
     const int whole = bits == 3 ? 30 : 32;
-    _Pragma("GCC unroll 32") for (int i = 0; i < whole; i++)
+    KVQ_UNROLL_N(32) for (int i = 0; i < whole; i++)
         codes[i] = (uint8_t)((kvq_rd32(src + 64 * lanes_dword(bits, i)) >> lanes_bit(bits, i)) & ((1u << bits) - 1));
     if (bits == 3) {
         codes[30] = codes[31] = 0;
@@ -84,7 +84,7 @@ static inline void get_plane_bits(const uint8_t *src, int bits, uint8_t *codes) 
     }
 }
 static inline void row_codes_bits(const uint8_t *p, int bits, uint8_t *codes) {
-    _Pragma("GCC unroll 32") for (int i = 0; i < 32; i++) codes[i] = (uint8_t)row_plane_code(p, bits, i);
+    KVQ_UNROLL_N(32) for (int i = 0; i < 32; i++) codes[i] = (uint8_t)row_plane_code(p, bits, i);
 }
 
 /* fn(a, bits, b) with `bits` (8, 4, 3, 2, else 1) a constant in each

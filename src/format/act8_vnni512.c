@@ -85,7 +85,7 @@ static inline __m256i a8_kq_lanes_q45_K(const uint8_t *b, bool has_qh, const kvq
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const __m512i qh = has_qh ? a8_bcast32(b + 16) : _mm512_setzero_si512();
     __m512i S0, S1;
-    _Pragma("GCC unroll 4")
+    KVQ_UNROLL_N(4)
     for (int s = 0; s < 8; s += 2) {
         const __m512i q = a8_bcast32(b + (has_qh ? 48 : 16) + 16 * s);
         __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(q, (__mmask32)0xffff0000u, q, 4), low4);
@@ -120,7 +120,7 @@ static inline __m256i a8_kq_lanes_q6_K(const uint8_t *b, const int8_t *xq) {
                                                0x0100010001000100, 0x0100010001000100);
     const __m512i pick_odd = _mm512_add_epi8(pick_even, _mm512_set1_epi8(8));
     __m512i S0, S1;
-    _Pragma("GCC unroll 4")
+    KVQ_UNROLL_N(4)
     for (int s = 0; s < 8; s += 2) {
         const int n = s / 4, k = s % 4;
         const __m512i ql = _mm512_loadu_si512((const void *)(b + 64 * n)), qh = a8_bcast32(b + 128 + 32 * n);

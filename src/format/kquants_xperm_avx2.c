@@ -55,7 +55,7 @@ static inline float q45_K_xdot(const uint8_t *b, const float *xp, int64_t n, boo
         corr = _mm256_fmadd_ps(_mm256_add_ps(scale8, min8), _mm256_loadu_ps(xsum), corr);
         _mm256_storeu_ps(scale, scale8);
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-        _Pragma("GCC unroll 4")
+        KVQ_UNROLL_N(4)
         for (int c = 0; c < 4; c++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(b + qs_at + 32 * c));
             const float *xb = xp + 128 * (c / 2) + 8 * (c % 2);

@@ -242,9 +242,9 @@ ALWAYS_INLINE void qwords_4x4(__m256i v[4]) {
 ALWAYS_INLINE void cube_reorder(__m256i v[4], const int k) {
     if (k == 2) {
         qwords_4x4(v);
-        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
+        KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
     } else if (k == 4) {
-        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
+        KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
         qwords_4x4(v);
     }
 }
@@ -254,14 +254,14 @@ ALWAYS_INLINE void cube_reorder(__m256i v[4], const int k) {
 ALWAYS_INLINE void arrive_avx2(viterbi_arr *a, const __m256i best[4], int low, const int k) {
     const __m256i l = _mm256_set1_epi16((short)low);
     __m256i v[4];
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) v[i] = _mm256_sub_epi16(best[i], l);
+    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) v[i] = _mm256_sub_epi16(best[i], l);
     cube_reorder(v, k);   /* k = 3: the identity */
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(a->need + 16 * i), v[i]);
+    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(a->need + 16 * i), v[i]);
 }
 
 ALWAYS_INLINE int floor_avx2(const viterbi_arr *a) {
     __m256i m = _mm256_loadu_si256((const __m256i *)(const void *)a->need);
-    _Pragma("GCC unroll 4") for (int i = 16; i < N_CTX; i += 16)
+    KVQ_UNROLL_N(4) for (int i = 16; i < N_CTX; i += 16)
         m = _mm256_min_epu16(m, _mm256_loadu_si256((const __m256i *)(const void *)(a->need + i)));
     return hmin_avx2(m);
 }
@@ -273,7 +273,7 @@ ALWAYS_INLINE int floor_avx2(const viterbi_arr *a) {
  * in the order 0, 2, 1, 3. */
 ALWAYS_INLINE void store_context_avx2(const viterbi_arr *a, uint16_t *in, const int k) {
     __m256i v[4];
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++)
         v[i] = _mm256_loadu_si256((const __m256i *)(const void *)(a->need + 16 * i));
     if (k != 3) {
         cube_reorder(v, k);
@@ -287,7 +287,7 @@ ALWAYS_INLINE void store_context_avx2(const viterbi_arr *a, uint16_t *in, const 
         v[2] = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(t1, t3), 0xd8);
         v[3] = _mm256_permute4x64_epi64(_mm256_unpackhi_epi32(t1, t3), 0xd8);
     }
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(in + 16 * i), v[i]);
+    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(in + 16 * i), v[i]);
 }
 
 #define VW __m256i

@@ -84,8 +84,6 @@ static void axpy128_values(const uint8_t *const *codes, int nk, const float *cod
 
 /* ---------------------------------------- scores of 128-value blocks */
 
-#define UNROLL8 _Pragma("GCC unroll 8")
-
 /* The 16 groups of 8 scalar codes of a 128-block, group m in lane m (its
  * 8b bits at bit 0): turbo4's 64 bytes as they are, turbo2's 32 widened
  * from 16 bits, turbo3's 48 (a masked load: nothing past them) moved 12
@@ -116,26 +114,26 @@ ALWAYS_INLINE void dot128_fixed(const uint8_t *const *codes, int nk, const float
                                 const float *q_rot, const int nh, int q_stride, const float *bs, float *sum, int lds) {
     const LUT l = lut_make(FAMILY_SCALAR, codebook, bits);
     __m512 qp[DOT128_HEADS][8];
-    UNROLL for (int h = 0; h < nh; h++) {
+    KVQ_UNROLL_N(4) for (int h = 0; h < nh; h++) {
         float tq[8][16];
         const float *q = q_rot + (size_t)h * q_stride;
         for (int m = 0; m < 16; m++)
             for (int j = 0; j < 8; j++) tq[j][m] = q[8 * m + j];
-        UNROLL8 for (int j = 0; j < 8; j++) qp[h][j] = _mm512_loadu_ps(tq[j]);
+        KVQ_UNROLL_N(8) for (int j = 0; j < 8; j++) qp[h][j] = _mm512_loadu_ps(tq[j]);
     }
     for (int t0 = 0; t0 < nk; t0 += 4) {
         const uint8_t *c[4];
         for (int i = 0; i < 4; i++) c[i] = t0 + i < nk && codes[t0 + i] ? codes[t0 + i] : g_zero_codes;
         __m512 acc[4][DOT128_HEADS];
-        UNROLL for (int i = 0; i < 4; i++) {
+        KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) {
             const __m512i words = block_words(c[i], bits);
-            UNROLL for (int h = 0; h < nh; h++) acc[i][h] = _mm512_mul_ps(block_values(words, &l, 0, bits), qp[h][0]);
-            UNROLL8 for (int j = 1; j < 8; j++) {
+            KVQ_UNROLL_N(4) for (int h = 0; h < nh; h++) acc[i][h] = _mm512_mul_ps(block_values(words, &l, 0, bits), qp[h][0]);
+            KVQ_UNROLL_N(8) for (int j = 1; j < 8; j++) {
                 const __m512 v = block_values(words, &l, j, bits);
-                UNROLL for (int h = 0; h < nh; h++) acc[i][h] = _mm512_fmadd_ps(v, qp[h][j], acc[i][h]);
+                KVQ_UNROLL_N(4) for (int h = 0; h < nh; h++) acc[i][h] = _mm512_fmadd_ps(v, qp[h][j], acc[i][h]);
             }
         }
-        UNROLL for (int h = 0; h < nh; h++)
+        KVQ_UNROLL_N(4) for (int h = 0; h < nh; h++)
             lanes_add_scores(lanes_reduce4(acc[0][h], acc[1][h], acc[2][h], acc[3][h]), codes + t0, nk - t0, bs + t0,
                              sum + (size_t)h * lds + t0);
     }
@@ -176,7 +174,7 @@ static void dot128_scores(const uint8_t *const *codes, int nk, const float *code
 ALWAYS_INLINE void swap_bits(__m512 *v, const int vb) {
     const __m512i i0 = vb == 1 ? IDX16(SW0, 1) : vb == 2 ? IDX16(SW0, 2) : IDX16(SW0, 4);
     const __m512i i1 = vb == 1 ? IDX16(SW1, 1) : vb == 2 ? IDX16(SW1, 2) : IDX16(SW1, 4);
-    UNROLL8 for (int r = 0; r < 8; r++) {
+    KVQ_UNROLL_N(8) for (int r = 0; r < 8; r++) {
         if (r & vb) continue;
         const __m512 x = v[r], y = v[r | vb];
         v[r] = _mm512_permutex2var_ps(x, i0, y);
@@ -185,21 +183,21 @@ ALWAYS_INLINE void swap_bits(__m512 *v, const int vb) {
 }
 
 ALWAYS_INLINE void acc_to_words(const float *acc, __m512 *a) {
-    UNROLL8 for (int r = 0; r < 8; r++) a[r] = _mm512_loadu_ps(acc + 16 * r);
+    KVQ_UNROLL_N(8) for (int r = 0; r < 8; r++) a[r] = _mm512_loadu_ps(acc + 16 * r);
     swap_bits(a, 1);
     swap_bits(a, 2);
     swap_bits(a, 4);
     const __m512i to_m = IDX16(TO_M, 0);
-    UNROLL8 for (int j = 0; j < 8; j++) a[j] = _mm512_permutexvar_ps(to_m, a[j]);
+    KVQ_UNROLL_N(8) for (int j = 0; j < 8; j++) a[j] = _mm512_permutexvar_ps(to_m, a[j]);
 }
 
 ALWAYS_INLINE void words_to_acc(__m512 *a, float *acc) {
     const __m512i from_m = IDX16(FROM_M, 0);
-    UNROLL8 for (int j = 0; j < 8; j++) a[j] = _mm512_permutexvar_ps(from_m, a[j]);
+    KVQ_UNROLL_N(8) for (int j = 0; j < 8; j++) a[j] = _mm512_permutexvar_ps(from_m, a[j]);
     swap_bits(a, 4);
     swap_bits(a, 2);
     swap_bits(a, 1);
-    UNROLL8 for (int r = 0; r < 8; r++) _mm512_storeu_ps(acc + 16 * r, a[r]);
+    KVQ_UNROLL_N(8) for (int r = 0; r < 8; r++) _mm512_storeu_ps(acc + 16 * r, a[r]);
 }
 
 /* nh (1, 2) heads' accumulators of a 128-block in registers (in the
@@ -210,25 +208,25 @@ ALWAYS_INLINE void axpy128_fixed(const uint8_t *const *codes, int nk, const floa
                                  int acc_stride) {
     const LUT l = lut_make(FAMILY_SCALAR, codebook, bits);
     __m512 a[DOT128_HEADS][8];
-    UNROLL for (int h = 0; h < nh; h++) acc_to_words(acc_rot + (size_t)h * acc_stride, a[h]);
+    KVQ_UNROLL_N(4) for (int h = 0; h < nh; h++) acc_to_words(acc_rot + (size_t)h * acc_stride, a[h]);
     for (int t = 0; t < nk; t++) {
         if (!codes[t]) continue;
         float c[DOT128_HEADS];
         bool any = false;
-        UNROLL for (int h = 0; h < nh; h++) {
+        KVQ_UNROLL_N(4) for (int h = 0; h < nh; h++) {
             c[h] = turbo_value_coef(w[(size_t)h * ldw + t], bs[t]);
             any |= c[h] != 0.0f;
         }
         if (!any) continue;
         __m512 cf[DOT128_HEADS];
-        UNROLL for (int h = 0; h < nh; h++) cf[h] = _mm512_set1_ps(c[h]);
+        KVQ_UNROLL_N(4) for (int h = 0; h < nh; h++) cf[h] = _mm512_set1_ps(c[h]);
         const __m512i words = block_words(codes[t], bits);
-        UNROLL8 for (int j = 0; j < 8; j++) {
+        KVQ_UNROLL_N(8) for (int j = 0; j < 8; j++) {
             const __m512 v = block_values(words, &l, j, bits);
-            UNROLL for (int h = 0; h < nh; h++) a[h][j] = _mm512_fmadd_ps(cf[h], v, a[h][j]);
+            KVQ_UNROLL_N(4) for (int h = 0; h < nh; h++) a[h][j] = _mm512_fmadd_ps(cf[h], v, a[h][j]);
         }
     }
-    UNROLL for (int h = 0; h < nh; h++) words_to_acc(a[h], acc_rot + (size_t)h * acc_stride);
+    KVQ_UNROLL_N(4) for (int h = 0; h < nh; h++) words_to_acc(a[h], acc_rot + (size_t)h * acc_stride);
 }
 
 #define axpy128_all(codes, nk, codebook, bits) axpy128_heads(codes, nk, codebook, bits, w, ldw, bs, G, acc_rot, acc_stride)

@@ -22,7 +22,7 @@
 #endif
 #endif
 #ifndef UNROLL64
-#define UNROLL64 _Pragma("GCC unroll 8")
+#define UNROLL64 KVQ_UNROLL_N(8)
 #endif
 
 #define BV __m512i
