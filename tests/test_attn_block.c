@@ -497,6 +497,48 @@ TEST(attn_block_chunked_pass_uses_the_tables_dequantize) {
     CHECK(e_key < 1e-5 && e_chunk > 0.5, "per-key %.3g (want ~0), chunked %.3g (want large)", e_key, e_chunk);
 }
 
+/* The query's rounding (attn_block_round_half_away) against roundf, as
+ * integers: every half-integer up to 32768 and its two neighbouring
+ * floats (the ties roundf sends away from zero, where rounding to
+ * nearest even would not), small values either side of 0.5, and random
+ * values up to 2^22; and rounded queries with ties in them equal to
+ * roundf's. */
+TEST(attn_block_round_half_away_is_roundf) {
+    long bad = 0;
+    float first_bad = 0.0f;
+    for (int h = 0; h <= 65536; h++)
+        for (int sign = -1; sign <= 1; sign += 2) {
+            const float half = (float)sign * ((float)h * 0.5f);
+            const float xs[3] = { nextafterf(half, -INFINITY), half, nextafterf(half, INFINITY) };
+            for (int i = 0; i < 3; i++)
+                if (attn_block_round_half_away(xs[i]) != roundf(xs[i]) && !bad++) first_bad = xs[i];
+        }
+    test_rng r = { 77, 0, 0 };
+    for (int i = 0; i < 200000; i++) {
+        const float x = (float)((test_rng_uniform(&r) * 2.0 - 1.0) * ldexp(1.0, (int)(test_rng_uniform(&r) * 23.0)));
+        if (attn_block_round_half_away(x) != roundf(x) && !bad++) first_bad = x;
+    }
+    const float small[] = { 0.0f, -0.0f, 0.49999997f, -0.49999997f, 0.5f, -0.5f, 1.4999999f, 2.5f, -2.5f, 1e-30f };
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(small); i++)
+        if (attn_block_round_half_away(small[i]) != roundf(small[i]) && !bad++) first_bad = small[i];
+    CHECK(bad == 0, "%ld values differ from roundf, the first %.9g", bad, first_bad);
+    /* a block whose scaled values are exact ties: q = k + 0.5 with max 32767
+     * makes q * (32767 / 32767) = q itself */
+    float q[32];
+    int16_t qi[32];
+    float scale;
+    int32_t sum;
+    for (int i = 0; i < 32; i++) q[i] = (float)(i - 16) * 3.0f + 0.5f;
+    q[31] = 32767.0f;
+    attn_block_round_query(q, 32, qi, &scale, &sum);
+    int32_t want = 0;
+    for (int i = 0; i < 32; i++) {
+        CHECK(qi[i] == (int16_t)roundf(q[i]), "value %d: %g rounded to %d", i, q[i], qi[i]);
+        want += (int32_t)roundf(q[i]);
+    }
+    CHECK(sum == want && scale == 1.0f, "sum %d (want %d), scale %g", sum, want, scale);
+}
+
 /* The query's rounding to int16 (attn_block_round_query): every value
  * within half a step of the block's scale max|q_b| / 32767, the code sums,
  * a zero block, a block holding NaN; and the scores of every fused type

@@ -227,6 +227,9 @@ void attn_block_prefetch(uintptr_t from, uintptr_t to);
 
 /* Scalar exp with the same algorithm and bound as the vector ones. */
 float attn_block_exp(float x);
+/* roundf(x) for |x| < 2^22 by vectorisable operations (the query's
+ * rounding; equal to roundf as an integer: a zero's sign may differ) */
+float attn_block_round_half_away(float x);
 
 /* What a record type's hooks keep between the chunks of one run of keys
  * (KVarN: the query folded with a tile's column scales S and Z, and the
