@@ -5,7 +5,8 @@
 # apart), so each invocation gives one ratio per type against the first
 # type, measured under the same load; then per (type, depth) the median of
 # those ratios, their range, the median t/s and the median % of the
-# bandwidth bound (each invocation's own bound: its bandwidth reading).  A host whose speed
+# bandwidth bound (each invocation's own bound: its bandwidth reading, whose
+# range per depth is printed first).  A host whose speed
 # drifts by 10-50 % between minutes moves both sides of a pair alike,
 # which the separate medians of depth_table.sh do not undo.
 # Two "wanted" columns give issue 11's per-type target, f16's speed x 0.8
@@ -57,8 +58,12 @@ awk -v ref="$REF" '
         kv[num("depth"), str("cache_k")] = num("tg_cache_bytes")
         if (!((str("cache_k"), num("depth")) in seen)) { seen[str("cache_k"), num("depth")] = 1; order[++n_order] = str("cache_k") SUBSEP num("depth") }
         rounds[num("round")] = 1
+        bw = num("bandwidth_gbs")
+        if (!(num("depth") in bw_lo) || bw < bw_lo[num("depth")]) bw_lo[num("depth")] = bw
+        if (bw > bw_hi[num("depth")]) bw_hi[num("depth")] = bw
     }
     END {
+        for (d in bw_lo) printf "bandwidth readings at depth %d: %.1f-%.1f GB/s (the %% of bound is each invocation'"'"'s own)\n", d, bw_lo[d], bw_hi[d]
         print "| cache | depth | median tg t/s | median % of bound | median ratio vs " ref " | range of ratios | rounds | wanted: 0.8 x bytes/token ratio | wanted: 0.8 x cache bytes ratio |"
         print "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
         for (o = 1; o <= n_order; o++) {
