@@ -219,16 +219,11 @@ static void round_blocks(const float *q, int64_t len, const int top, int16_t *qi
         } else if (!isfinite(inv)) {
             /* amax below ~1e-34 overflows inv (and 0 * inf is NaN):
              * such a block is scaled in double instead */
-            for (int i = 0; i < 32; i++) {
-                const float r = roundf((float)((double)x[i] / amax * top));
-                out[i] = (int16_t)(r > (float)top ? top : r < (float)-top ? -top : (int)r);
-            }
+            for (int i = 0; i < 32; i++)
+                out[i] = (int16_t)kvq_code_clamp(roundf((float)((double)x[i] / amax * top)), -top, top, 0);
         } else {
             /* |x * inv| <= top up to rounding: the clamp keeps it there */
-            for (int i = 0; i < 32; i++) {
-                const float r = round_half_away(x[i] * inv);
-                out[i] = (int16_t)(r > (float)top ? top : r < (float)-top ? -top : (int)r);
-            }
+            for (int i = 0; i < 32; i++) out[i] = (int16_t)kvq_code_clamp(round_half_away(x[i] * inv), -top, top, 0);
         }
         int32_t s = 0;
         for (int i = 0; i < 32; i++) s += out[i];
