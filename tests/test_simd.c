@@ -307,7 +307,9 @@ TEST(simd_iq4nl_keep_scalar_is_the_rule) {
         }
         CHECK(d == KVQ_IQ4NL_KEEP, "trial %d: %d lanes kept", trial, d);
         for (; d < KVQ_IQ4NL_LANES; d++)
-            CHECK(L.ad[d] == 0.0f && isinf(L.best_sse[d]), "trial %d: lane %d not set aside", trial, d);
+            CHECK(L.ad[d] == 0.0f && L.sg[d] == 1.0f && isinf(L.best_sse[d]) && L.best_sse[d] > 0.0f &&
+                      L.best_d[d] == 0.0f && L.best_pass[d] == 0.0f,
+                  "trial %d: lane %d not set aside (ad 0, sg 1, best_sse +inf, best_d 0, best_pass 0)", trial, d);
         if (t->result == TEST_FAIL) return;
     }
 }
