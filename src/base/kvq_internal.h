@@ -19,6 +19,12 @@
 #define KVQ_PRAGMA_(x) _Pragma(#x)
 #define KVQ_UNROLL_N(n) KVQ_PRAGMA_(GCC unroll n)
 
+/* 1.5 * 2^23: for |x| < 2^22, (x + KVQ_ROUND_MAGIC) - KVQ_ROUND_MAGIC is x
+ * rounded to the nearest integer, ties to even (in the default rounding
+ * mode, with no reassociation: -std=c11, no -ffast-math), in two adds
+ * that vectorise where rintf is a call. */
+#define KVQ_ROUND_MAGIC 12582912.0f
+
 /* KVQ_MAX_HEAD_DIM, the largest head the cache holds, is public (kvq.h). */
 
 /* kvq_fail (record an error and return its code) is public: kvq.h. */

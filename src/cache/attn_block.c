@@ -188,13 +188,10 @@ float attn_block_exp(float x) { return vexp(x); }
 /* roundf(x) (halves away from zero) for |x| < 2^22, in operations a
  * compiler keeps in vector registers (roundf itself is a libm call per
  * value: ~3 % of a q4_0 decode step at 4096 keys): r = x rounded to
- * nearest even by the 1.5 * 2^23 trick (x + R is exact to an integer,
- * - R exact), x - r exact; a tie (|x - r| = 0.5) goes to x + 0.5 sign(x),
- * also exact.  Needs round-to-nearest, the default mode that lrintf and
- * the rest of the kernels assume. */
+ * nearest even (KVQ_ROUND_MAGIC), x - r exact; a tie (|x - r| = 0.5)
+ * goes to x + 0.5 sign(x), also exact. */
 static inline float round_half_away(float x) {
-    const float R = 12582912.0f;
-    const float r = (x + R) - R, d = x - r;
+    const float r = (x + KVQ_ROUND_MAGIC) - KVQ_ROUND_MAGIC, d = x - r;
     return fabsf(d) == 0.5f ? x + copysignf(0.5f, x) : r;
 }
 

@@ -22,7 +22,7 @@ static float quantize_block(const float *x, int n, int8_t *q) {
         return worst >= 0x7f800000u ? NAN : 0.0f;
     }
     const float amax = kvq_bits_f32(worst);
-    const float id = 127.0f / amax, magic = 12582912.0f;
+    const float id = 127.0f / amax, magic = KVQ_ROUND_MAGIC;
     for (int i = 0; i < n; i++) {
         float v = x[i] * id;
         v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
