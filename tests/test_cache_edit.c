@@ -535,3 +535,62 @@ TEST(cache_state_regress_negative_exact_start) {
     CHECK(st == KVQ_ERR_FORMAT && stored == 0 && strstr(err.msg, "exact rows"), "status %d, %d stored, '%s'", st, stored,
           err.msg);
 }
+
+/* Version 2 put the trellis codebooks on their 2^-5 grid (docs/state.md):
+ * a version 1 file still loads where it holds no trellis codes (the same
+ * bytes), and is refused with the reason where it does; a later version is
+ * refused.  Each file is a saved state of 37 positions with its version
+ * word rewritten and its checksum resealed. */
+static kvq_status load_as_version(int which, uint32_t version, int *stored, char *msg, size_t msg_len) {
+    static float k[64 * 64], v[64 * 64];
+    for (int i = 0; i < 64 * 64; i++) { k[i] = sinf(0.37f * (float)i); v[i] = cosf(0.11f * (float)i); }
+    int32_t toks[37] = { 0 };
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kvq_state_v_%d.kvqs", (int)getpid());
+    kvq_cache *src = state_cache_make(which), *dst = state_cache_make(which);
+    const kvq_state_tag tag = { 5, toks, 37 };
+    kvq_status st = src && dst && kvq_cache_write(src, 0, 0, 37, k, v, NULL) == KVQ_OK &&
+                            kvq_cache_save(src, path, &tag, NULL) == KVQ_OK
+                        ? KVQ_OK
+                        : KVQ_ERR_IO;
+    static uint8_t buf[1 << 18];
+    size_t len = 0;
+    FILE *f = st == KVQ_OK ? fopen(path, "rb") : NULL;
+    if (f) {
+        len = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+    }
+    remove(path);
+    *stored = -1;
+    if (len < 40 || kvq_rd32(buf + 8) != 2) st = KVQ_ERR_IO;   /* this build writes version 2 */
+    if (st == KVQ_OK) {
+        kvq_wr32(buf + 8, version);
+        kvq_wr64(buf + len - 8, kvq_hash64_of(buf, len - 8));
+        int32_t *back = NULL;
+        int n = 0;
+        kvq_error err = { 0, "" };
+        st = kvq_cache_load_memory(dst, buf, len, 5, &back, &n, &err);
+        free(back);
+        *stored = dst->n_stored[0];
+        snprintf(msg, msg_len, "%s", err.msg);
+    }
+    kvq_cache_free(src);
+    kvq_cache_free(dst);
+    return st;
+}
+
+TEST(cache_state_version_1_without_trellis_codes) {
+    char msg[256] = "";
+    int stored;
+    /* state_caches.h: 0 is q4_0 / q8_0 rows, 1 KVarN tiles, 2 turbo3_tcq K */
+    for (int which = 0; which < 2; which++) {
+        CHECK(load_as_version(which, 2, &stored, msg, sizeof msg) == KVQ_OK && stored == 37, "cache %d v2: '%s'", which, msg);
+        CHECK(load_as_version(which, 1, &stored, msg, sizeof msg) == KVQ_OK && stored == 37, "cache %d v1: '%s'", which, msg);
+    }
+    CHECK(load_as_version(2, 2, &stored, msg, sizeof msg) == KVQ_OK && stored == 37, "turbo3_tcq v2: '%s'", msg);
+    CHECK(load_as_version(2, 1, &stored, msg, sizeof msg) == KVQ_ERR_FORMAT && stored == 0 && strstr(msg, "version 1") &&
+              strstr(msg, "trellis"),
+          "turbo3_tcq v1: %d stored, '%s'", stored, msg);
+    CHECK(load_as_version(0, 3, &stored, msg, sizeof msg) == KVQ_ERR_FORMAT && stored == 0 && strstr(msg, "version 3"),
+          "v3: %d stored, '%s'", stored, msg);
+}

@@ -25,8 +25,24 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-enum { STATE_VERSION = 1, HEADER_BYTES = 32, MAX_SETTINGS = 64 + 2 * 8 * 4096 };
+/* Version 2: the trellis codebooks were put on a grid of 2^-5 (docs/turbo.md,
+ * "The codebook's grid"), so the codes of a version 1 file read other
+ * values wherever trellis codes are stored: a turbo*_tcq side or tail, or a
+ * calibrated side (its runs may be trellis-coded).  A version 1 file
+ * without them holds the same bytes as version 2 and loads. */
+enum { STATE_VERSION = 2, HEADER_BYTES = 32, MAX_SETTINGS = 64 + 2 * 8 * 4096 };
 static const char MAGIC[8] = { 'K', 'V', 'Q', 'S', 'T', 'A', 'T', 'E' };
+
+/* Whether a version 1 file restored into c would hold trellis codes. */
+static bool is_trellis_type(kvq_type t) {
+    return t == KVQ_TYPE_TURBO2_TCQ || t == KVQ_TYPE_TURBO3_TCQ || t == KVQ_TYPE_TURBO4_TCQ;
+}
+static bool holds_trellis_codes(const kvq_cache *c) {
+    if (c->calib_hash || is_trellis_type(c->p.tail_type)) return true;
+    for (int l = 0; l < c->p.n_layer; l++)
+        if (is_trellis_type(c->k[l].type) || is_trellis_type(c->v[l].type)) return true;
+    return false;
+}
 
 /* ------------------------------------------------------------ settings */
 
@@ -249,9 +265,13 @@ kvq_status kvq_cache_load_memory(kvq_cache *c, const uint8_t *data, size_t size,
     *n_tokens = 0;
     if (size < HEADER_BYTES + 8 || memcmp(data, MAGIC, 8))
         return kvq_fail(err, KVQ_ERR_FORMAT, "state load: not a kvq state file (no KVQSTATE header)");
-    if (kvq_rd32(data + 8) != STATE_VERSION)
-        return kvq_fail(err, KVQ_ERR_FORMAT, "state load: version %u, this kvq reads version %d", kvq_rd32(data + 8),
+    const uint32_t version = kvq_rd32(data + 8);
+    if (version != STATE_VERSION && version != 1)
+        return kvq_fail(err, KVQ_ERR_FORMAT, "state load: version %u, this kvq reads versions 1 and %d", version,
                         STATE_VERSION);
+    if (version == 1 && holds_trellis_codes(c))
+        return kvq_fail(err, KVQ_ERR_FORMAT, "state load: a version 1 file's trellis codes (turbo*_tcq or calibrated "
+                        "sides) were written against the codebook before its 2^-5 grid; re-create the file");
     if (kvq_hash64_of(data, size - 8) != kvq_rd64(data + size - 8))
         return kvq_fail(err, KVQ_ERR_FORMAT, "state load: checksum mismatch (the file is truncated or corrupted)");
     if (kvq_rd64(data + 16) != model_hash)

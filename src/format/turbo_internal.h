@@ -254,7 +254,12 @@ void turbo_tcq_backtrack2(int k, const uint8_t (*const back[2])[1 << KVQ_TURBO_T
  * midpoints of neighbouring centroids, ascending. */
 const float *turbo_lloyd_midpoints(int bits);
 
-/* The committed codebooks (src/format/turbo_tcq_tables.c), index k - 2. */
+/* The trained tables (turbo_tcq_tables.c, generated); the codebook the
+ * format uses is theirs rounded to multiples of 2^-TURBO_TCQ_STEP_BITS
+ * (kvq_turbo_tcq_codebook), turbo_tcq_codebook_steps its values in those
+ * steps (value = steps * 2^-TURBO_TCQ_STEP_BITS; k = 2..4, else NULL). */
+enum { TURBO_TCQ_STEP_BITS = 5 };
+const int8_t *turbo_tcq_codebook_steps(int k);
 extern const float kvq_turbo_tcq_table2[1 << 8];
 extern const float kvq_turbo_tcq_table3[1 << 9];
 extern const float kvq_turbo_tcq_table4[1 << 10];

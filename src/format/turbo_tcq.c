@@ -30,13 +30,44 @@
 #define CTX_MASK ((1 << CTX_BITS) - 1)
 #define N_CTX (1 << CTX_BITS)
 
+/* The committed codebooks: the trained tables (turbo_tcq_tables.c)
+ * rounded to the nearest multiple of 2^-TURBO_TCQ_STEP_BITS, so that every
+ * value is a signed byte times one power of two (turbo_internal.h).  A
+ * decoder then reads one byte per value where it read a float's four
+ * (turbo_tcq64.inc), and every level still decodes the same floats: n
+ * 2^-5 is exact.  The rounding adds at most 2^-12 / 12 = 8.1e-5 to the
+ * error per unit-variance value, less as the encoder searches against the
+ * rounded values (docs/turbo.md, "The codebook's grid"). */
+static float g_codebook[TURBO_TCQ_WIDTHS][TURBO_MAX_STATES];
+static int8_t g_codebook_steps[TURBO_TCQ_WIDTHS][TURBO_MAX_STATES];
+static pthread_once_t g_codebook_once = PTHREAD_ONCE_INIT;
+
+static const float *trained_table(int k) {
+    return k == 2 ? kvq_turbo_tcq_table2 : k == 3 ? kvq_turbo_tcq_table3 : kvq_turbo_tcq_table4;
+}
+
+static void round_codebooks(void) {
+    const float step = ldexpf(1.0f, -TURBO_TCQ_STEP_BITS);
+    for (int k = 2; k <= 4; k++)
+        for (int s = 0; s < 1 << (CTX_BITS + k); s++) {
+            /* |value| < 4 in every trained table: n within the byte */
+            const long n = lrintf(trained_table(k)[s] / step);
+            const int8_t b = (int8_t)(n < -128 ? -128 : n > 127 ? 127 : n);
+            g_codebook_steps[k - 2][s] = b;
+            g_codebook[k - 2][s] = (float)b * step;
+        }
+}
+
 const float *kvq_turbo_tcq_codebook(int k) {
-    switch (k) {
-    case 2: return kvq_turbo_tcq_table2;
-    case 3: return kvq_turbo_tcq_table3;
-    case 4: return kvq_turbo_tcq_table4;
-    default: return NULL;
-    }
+    if (k < 2 || k > 4) return NULL;
+    pthread_once(&g_codebook_once, round_codebooks);
+    return g_codebook[k - 2];
+}
+
+const int8_t *turbo_tcq_codebook_steps(int k) {
+    if (k < 2 || k > 4) return NULL;
+    pthread_once(&g_codebook_once, round_codebooks);
+    return g_codebook_steps[k - 2];
 }
 
 static bool viterbi_args_ok(int k, const float *c, int d) {
