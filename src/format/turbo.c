@@ -253,13 +253,6 @@ static const turbo_kernels g_scalar_kernels = {
 };
 static turbo_kernels g_level_kernels[KVQ_ISA_COUNT];
 
-/* The trellis kernels of k bits in `to` put back to those of `from`. */
-static void keep_tcq_kernels(turbo_kernels *to, const turbo_kernels *from, int k) {
-    to->tcq_dot[k - 2] = from->tcq_dot[k - 2];
-    to->tcq_axpy[k - 2] = from->tcq_axpy[k - 2];
-    to->tcq_dot_heads[k - 2] = from->tcq_dot_heads[k - 2];
-    to->tcq_axpy_keys[k - 2] = from->tcq_axpy_keys[k - 2];
-}
 static pthread_once_t g_kernels_once = PTHREAD_ONCE_INIT;
 
 /* Every level up to the CPU's best; a level above it is never installed
@@ -271,18 +264,12 @@ static void choose_kernels(void) {
     if (best >= KVQ_ISA_AVX512) {      /* over the AVX2 kernels: the trellis codes stay 8-lane ... */
         g_level_kernels[KVQ_ISA_AVX512] = g_level_kernels[KVQ_ISA_AVX2];
         turbo_install_avx512(&g_level_kernels[KVQ_ISA_AVX512]);
-        /* ... where VBMI's byte look-ups read the codebook instead (k = 2
-         * and 3, turbo_tcq64.h) */
-        if (kvq_cpu_features()->avx512vbmi) {
-            turbo_kernels *lv = &g_level_kernels[KVQ_ISA_AVX512];
-            const turbo_kernels pairs = *lv;
-            tcq64_install_vbmi(lv);
-            /* Where 512-bit permutes run as two halves (Zen 4), k = 3's 16
-             * look-ups and 12 blends per 64 values took 1.23x the pair
-             * loads' time (one layer at 16384, kvq-bench decode); k = 2's
-             * 8 and 4 still won (0.88x). */
-            if (kvq_cpu_features()->avx512_halves) keep_tcq_kernels(lv, &pairs, 3);
-        }
+        /* ... where VBMI's byte look-ups read the codebook instead: one
+         * 128-entry look-up per 64 values and table since the codebook is a
+         * byte per value (turbo_tcq64.inc), 0.68-0.71x the pair loads' time
+         * for k = 3 and 4 on Zen 4, whose 512-bit permutes run as halves
+         * (docs/performance.md) */
+        if (kvq_cpu_features()->avx512vbmi) tcq64_install_vbmi(&g_level_kernels[KVQ_ISA_AVX512]);
     }
 }
 

@@ -12,7 +12,7 @@
  *                 value whatever the bits above it hold (no mask);
  * The trellis codes keep the 8-lane kernels of the AVX2 level (turbo.c
  * installs them at this level too, and the VBMI look-ups of
- * turbo_tcq64_vbmi.c over them for k = 2, 3): their cost is the 256-1024
+ * turbo_tcq64_vbmi.c over them where the CPU has VBMI): their cost is the 256-1024
  * entry codebook look-up, and every 16-lane form measured here ran slower
  * than 8 scalar loads per 8 values, the AVX2 kernels' way before they read
  * pairs of values (two such halves and an insert: 1.05-1.4x the time; the

@@ -2,7 +2,7 @@
  * kernels' scalar instance: turbo_tcq64.inc with every vector primitive
  * written out on arrays (64 bytes, 16 floats), one statement per lane, so
  * the logic of the AVX-512 VBMI kernels (spreading the codes, the
- * multishifts, the table look-ups and blends, the plane interleave and
+ * multishifts, the table look-ups and blends, the bytes' widening and
  * the transposes) runs on every machine.  Its float operations are the
  * VBMI instance's, lane for lane (fmaf per lane, the same add tree), so
  * the two give the same bits; the tests compare them, and this instance
@@ -29,11 +29,8 @@ static void make_tables(void) {
                 tb->shift_lo[8 * i + j] = (uint8_t)(j * k);
                 tb->shift_hi[8 * i + j] = (uint8_t)(j * k + 7);
             }
-        const float *c = kvq_turbo_tcq_codebook(k);
-        for (int e = 0; e < 1 << (KVQ_TURBO_TCQ_CONTEXT + k); e++) {
-            const uint32_t u = kvq_f32_bits(c[e]);
-            for (int b = 0; b < 4; b++) tb->planes[b][e >> 7][e & 127] = (uint8_t)(u >> (8 * b));
-        }
+        const int8_t *n = turbo_tcq_codebook_steps(k);
+        for (int e = 0; e < 1 << (KVQ_TURBO_TCQ_CONTEXT + k); e++) tb->steps[e >> 7][e & 127] = (uint8_t)n[e];
     }
 }
 
@@ -99,13 +96,14 @@ static inline LF lf_fma(LF a, LF b, LF c) {
     for (int l = 0; l < 16; l++) r.f[l] = fmaf(a.f[l], b.f[l], c.f[l]);
     return r;
 }
-static inline void lf_from_planes(const BV *p, LF *v) {
+static inline LF lf_mul(LF a, LF b) {
+    LF r;
+    for (int l = 0; l < 16; l++) r.f[l] = a.f[l] * b.f[l];
+    return r;
+}
+static inline void lf_from_steps(BV p, LF *v) {
     for (int m = 0; m < 4; m++)
-        for (int l = 0; l < 16; l++) {
-            const int at = 16 * (l / 4) + 4 * m + l % 4;
-            v[m].f[l] = kvq_bits_f32((uint32_t)p[0].b[at] | (uint32_t)p[1].b[at] << 8 | (uint32_t)p[2].b[at] << 16 |
-                                     (uint32_t)p[3].b[at] << 24);
-        }
+        for (int l = 0; l < 16; l++) v[m].f[l] = (float)(int8_t)p.b[16 * (l / 4) + 4 * m + l % 4] * 0x1p24f;
 }
 static inline void lf_transpose4(LF *v) {
     for (int m = 0; m < 4; m++)
@@ -131,5 +129,4 @@ static inline F4 lanes_reduce4(LF a, LF b, LF c, LF d) {
 }
 
 #define TCQ64_NAME(x) tcq64_##x##_scalar
-#define TCQ64_K_MAX 4
 #include "turbo_tcq64.inc"

@@ -11,13 +11,13 @@
  *               starts at the code byte of value 8i's window;
  *   shift_lo    byte 8i + j = j*k: value 8i+j's window in word i;
  *   shift_hi    j*k + 7: the window's bits 7.. (the table it reads);
- *   planes      planes[b][s][e] = byte b of the float codebook[128 s + e]
- *               (little-endian), s < 2^(k-1). */
+ *   steps       steps[s][e] = the codebook's value 128 s + e in steps of
+ *               2^-TURBO_TCQ_STEP_BITS, a signed byte (s < 2^(k-1)). */
 typedef struct tcq64_tables {
     _Alignas(64) uint8_t word_bytes[64];
     _Alignas(64) uint8_t shift_lo[64];
     _Alignas(64) uint8_t shift_hi[64];
-    _Alignas(64) uint8_t planes[4][8][128];
+    _Alignas(64) uint8_t steps[8][128];
 } tcq64_tables;
 
 /* The tables of k = 2..4 (made at first use, thread-safe). */
@@ -25,11 +25,9 @@ const tcq64_tables *tcq64_tables_for(int k);
 
 /* Put the look-up kernels (tcq_dot, tcq_axpy, tcq_dot_heads,
  * tcq_axpy_keys) into kern and return the widest k they cover (from 2):
- * the scalar instance (k = 2..4, any machine; the same bits as the VBMI
- * one, its test oracle), or the AVX-512 VBMI one (k = 2, 3: at k = 4 the
- * 8 look-ups and 7 blends per plane and 64 values cost more than the
- * 8-lane kernels' loads from the pair table; call only where
- * kvq_cpu_features()->avx512vbmi). */
+ * the scalar instance (any machine; the same bits as the VBMI one, its
+ * test oracle), or the AVX-512 VBMI one (call only where
+ * kvq_cpu_features()->avx512vbmi); both cover k = 2..4. */
 int tcq64_install_scalar(turbo_kernels *kern);
 int tcq64_install_vbmi(turbo_kernels *kern);
 

@@ -2,8 +2,7 @@
  * with AVX-512 VBMI: vpermb spreads the codes, vpmultishiftqb cuts the
  * windows, vpermi2b looks up 64 bytes in a 128-entry table.  Compiled
  * with the AVX-512 and VBMI flags; installed by turbo.c at the AVX-512
- * level only where the CPU has VBMI (Ice Lake, Zen 4 and later), for
- * k = 2 and 3.  Its scalar instance (turbo_tcq64.c) gives the same bits
+ * level only where the CPU has VBMI (Ice Lake, Zen 4 and later).  Its scalar instance (turbo_tcq64.c) gives the same bits
  * on any machine. */
 #include "turbo_tcq64.h"
 #include "simd512.h"
@@ -41,17 +40,18 @@
 #define lf_store _mm512_storeu_ps
 #define lf_set1 _mm512_set1_ps
 #define lf_fma _mm512_fmadd_ps
+#define lf_mul _mm512_mul_ps
 
-/* Bytes 16L + 4m + j of the planes (lane L, j < 4) as the floats of lane
- * 4L + j of v[m]: bytes of planes 0 and 1 paired into words, 2 and 3
- * likewise, then the word pairs into dwords, all within 128-bit lanes. */
-ALWAYS_INLINE void lf_from_planes(const BV *p, LF *v) {
-    const __m512i w01l = _mm512_unpacklo_epi8(p[0], p[1]), w01h = _mm512_unpackhi_epi8(p[0], p[1]);
-    const __m512i w23l = _mm512_unpacklo_epi8(p[2], p[3]), w23h = _mm512_unpackhi_epi8(p[2], p[3]);
-    v[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01l, w23l));
-    v[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01l, w23l));
-    v[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(w01h, w23h));
-    v[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01h, w23h));
+/* The signed bytes 16L + 4m + j of p as the floats n 2^24 of lane 4L + j
+ * of v[m]: each byte unpacked to the top of a dword (two unpacks with
+ * zero, within 128-bit lanes) and converted (exact: 8 significant bits). */
+ALWAYS_INLINE void lf_from_steps(BV p, LF *v) {
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i wl = _mm512_unpacklo_epi8(z, p), wh = _mm512_unpackhi_epi8(z, p);
+    v[0] = _mm512_cvtepi32_ps(_mm512_unpacklo_epi16(z, wl));
+    v[1] = _mm512_cvtepi32_ps(_mm512_unpackhi_epi16(z, wl));
+    v[2] = _mm512_cvtepi32_ps(_mm512_unpacklo_epi16(z, wh));
+    v[3] = _mm512_cvtepi32_ps(_mm512_unpackhi_epi16(z, wh));
 }
 
 /* Quarter Q of v[m] <-> quarter m of v[Q]: pairs of quarters first, then
@@ -77,5 +77,4 @@ ALWAYS_INLINE F4 lanes_reduce4(LF a, LF b, LF c, LF d) {
 }
 
 #define TCQ64_NAME(x) tcq64_##x##_vbmi
-#define TCQ64_K_MAX 3     /* see turbo_tcq64.h */
 #include "turbo_tcq64.inc"
