@@ -269,7 +269,18 @@ static void choose_kernels(void) {
          * byte per value (turbo_tcq64.inc), 0.68-0.71x the pair loads' time
          * for k = 3 and 4 on Zen 4, whose 512-bit permutes run as halves
          * (docs/performance.md) */
-        if (kvq_cpu_features()->avx512vbmi) tcq64_install_vbmi(&g_level_kernels[KVQ_ISA_AVX512]);
+        if (kvq_cpu_features()->avx512vbmi) {
+            turbo_kernels *lv = &g_level_kernels[KVQ_ISA_AVX512];
+            const turbo_axpy_fn pairs_axpy4 = lv->tcq_axpy[4 - 2];
+            tcq64_install_vbmi(lv);
+            /* One row's axpy at k = 4 (a row's decode: prefill's tiles)
+             * stays with the pair loads, 23 against 36-39 ns per 128 values
+             * (kvq turbo-bench): 8 tables for one key cost more than its
+             * 32 pair loads.  Each output of an axpy is one FMA of the same
+             * operands either way (the look-ups' 2^29 is a power of two), so
+             * the chunk kernels still give this row axpy's bits. */
+            lv->tcq_axpy[4 - 2] = pairs_axpy4;
+        }
     }
 }
 
