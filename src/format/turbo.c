@@ -266,7 +266,7 @@ static void choose_kernels(void) {
         turbo_install_avx512(&g_level_kernels[KVQ_ISA_AVX512]);
         /* ... where VBMI's byte look-ups read the codebook instead: one
          * 128-entry look-up per 64 values and table since the codebook is a
-         * byte per value (turbo_tcq64.inc), 0.68-0.71x the pair loads' time
+         * byte per value (turbo_tcq64.inc), 0.67-0.72x the pair loads' time
          * for k = 3 and 4 on Zen 4, whose 512-bit permutes run as halves
          * (docs/performance.md) */
         if (kvq_cpu_features()->avx512vbmi) {
