@@ -35,9 +35,10 @@
  * value is a signed byte times one power of two (turbo_internal.h).  A
  * decoder then reads one byte per value where it read a float's four
  * (turbo_tcq64.inc), and every level still decodes the same floats: n
- * 2^-5 is exact.  The rounding adds at most 2^-12 / 12 = 8.1e-5 to the
- * error per unit-variance value, less as the encoder searches against the
- * rounded values (docs/turbo.md, "The codebook's grid"). */
+ * 2^-5 is exact.  The rounding alone would add about 2^-10 / 12 = 8.1e-5
+ * (a uniform error within half a step) to the error per unit-variance
+ * value; the encoder searches against the rounded values and loses almost
+ * none of it (docs/turbo.md, "The codebook's grid"). */
 static float g_codebook[TURBO_TCQ_WIDTHS][TURBO_MAX_STATES];
 static int8_t g_codebook_steps[TURBO_TCQ_WIDTHS][TURBO_MAX_STATES];
 static pthread_once_t g_codebook_once = PTHREAD_ONCE_INIT;
