@@ -119,6 +119,30 @@ TEST(turbo_tcq_codebooks_sane) {
     CHECK(kvq_turbo_tcq_codebook(1) == NULL && kvq_turbo_tcq_codebook(5) == NULL, "bad k has a codebook");
 }
 
+/* The format's codebook is the trained table on the grid of 2^-5
+ * (turbo_tcq.c): every value a signed byte of steps, exactly, and the
+ * nearest grid point to the trained value; the steps the VBMI tables
+ * read are those bytes. */
+TEST(turbo_tcq_codebook_on_its_grid) {
+    const float step = ldexpf(1.0f, -TURBO_TCQ_STEP_BITS);
+    for (int k = 2; k <= 4; k++) {
+        const float *c = kvq_turbo_tcq_codebook(k), *trained = k == 2 ? kvq_turbo_tcq_table2
+                                                              : k == 3 ? kvq_turbo_tcq_table3
+                                                                       : kvq_turbo_tcq_table4;
+        const int8_t *n = turbo_tcq_codebook_steps(k);
+        int off = 0, moved = 0;
+        for (int s = 0; s < 1 << (6 + k); s++) {
+            off += c[s] != (float)n[s] * step;
+            off += fabsf(c[s] - trained[s]) > 0.5f * step;
+            moved += c[s] != trained[s];
+        }
+        CHECK(!off, "k=%d: %d values off the grid or not the nearest point", k, off);
+        CHECK(moved > 0, "k=%d: the codebook is the trained table itself", k);
+        CHECK(kvq_turbo_tcq_codebook(k) == c, "k=%d: the codebook moved", k);
+    }
+    CHECK(!turbo_tcq_codebook_steps(1) && !turbo_tcq_codebook_steps(5), "bad k has steps");
+}
+
 /* -------------------------------------------------------- round-trip error */
 
 TEST(turbo_nmse_matches_paper) {

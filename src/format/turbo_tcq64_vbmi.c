@@ -2,8 +2,8 @@
  * with AVX-512 VBMI: vpermb spreads the codes, vpmultishiftqb cuts the
  * windows, vpermi2b looks up 64 bytes in a 128-entry table.  Compiled
  * with the AVX-512 and VBMI flags; installed by turbo.c at the AVX-512
- * level only where the CPU has VBMI (Ice Lake, Zen 4 and later).  Its scalar instance (turbo_tcq64.c) gives the same bits
- * on any machine. */
+ * level only where the CPU has VBMI (Ice Lake, Zen 4 and later).  Its
+ * scalar instance (turbo_tcq64.c) gives the same bits on any machine. */
 #include "turbo_tcq64.h"
 #include "simd512.h"
 
