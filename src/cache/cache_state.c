@@ -20,6 +20,7 @@
 #include "cache.h"
 #include "cache_lanes.h"
 #include "hash64.h"
+#include "turbo_traits.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -33,14 +34,12 @@
 enum { STATE_VERSION = 2, HEADER_BYTES = 32, MAX_SETTINGS = 64 + 2 * 8 * 4096 };
 static const char MAGIC[8] = { 'K', 'V', 'Q', 'S', 'T', 'A', 'T', 'E' };
 
-/* Whether a version 1 file restored into c would hold trellis codes. */
-static bool is_trellis_type(kvq_type t) {
-    return t == KVQ_TYPE_TURBO2_TCQ || t == KVQ_TYPE_TURBO3_TCQ || t == KVQ_TYPE_TURBO4_TCQ;
-}
+/* Whether a version 1 file restored into c would hold trellis codes
+ * (kvq_turbo_pair_type: the turbo*_tcq rows). */
 static bool holds_trellis_codes(const kvq_cache *c) {
-    if (c->calib_hash || is_trellis_type(c->p.tail_type)) return true;
+    if (c->calib_hash || kvq_turbo_pair_type(c->p.tail_type)) return true;
     for (int l = 0; l < c->p.n_layer; l++)
-        if (is_trellis_type(c->k[l].type) || is_trellis_type(c->v[l].type)) return true;
+        if (kvq_turbo_pair_type(c->k[l].type) || kvq_turbo_pair_type(c->v[l].type)) return true;
     return false;
 }
 
