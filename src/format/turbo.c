@@ -639,13 +639,14 @@ void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
 }
 
 /* The scalar level's kernels with the look-up trellis kernels of
- * turbo_tcq64.inc, their scalar or VBMI instance; false where that
- * instance does not read type t (not a trellis type, a k it is not built
- * for) or the CPU cannot run it. */
+ * turbo_tcq64.inc, their scalar or VBMI instance; false where t is not a
+ * trellis type or the CPU cannot run the instance. */
 static bool tcq64_kernels(bool vbmi, kvq_turbo_type t, turbo_kernels *kern) {
     if (!valid_type(t) || !g_formats[t].tcq || (vbmi && !kvq_cpu_features()->avx512vbmi)) return false;
     *kern = g_scalar_kernels;
-    return g_formats[t].bits <= (vbmi ? tcq64_install_vbmi(kern) : tcq64_install_scalar(kern));
+    if (vbmi) tcq64_install_vbmi(kern);
+    else tcq64_install_scalar(kern);
+    return true;
 }
 
 bool kvq_turbo_tcq64_scores(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,

@@ -24,11 +24,10 @@ typedef struct tcq64_tables {
 const tcq64_tables *tcq64_tables_for(int k);
 
 /* Put the look-up kernels (tcq_dot, tcq_axpy, tcq_dot_heads,
- * tcq_axpy_keys) into kern and return the widest k they cover (from 2):
- * the scalar instance (any machine; the same bits as the VBMI one, its
- * test oracle), or the AVX-512 VBMI one (call only where
- * kvq_cpu_features()->avx512vbmi); both cover k = 2..4. */
-int tcq64_install_scalar(turbo_kernels *kern);
-int tcq64_install_vbmi(turbo_kernels *kern);
+ * tcq_axpy_keys) of k = 2..4 into kern: the scalar instance (any machine;
+ * the same bits as the VBMI one, its test oracle), or the AVX-512 VBMI
+ * one (call only where kvq_cpu_features()->avx512vbmi). */
+void tcq64_install_scalar(turbo_kernels *kern);
+void tcq64_install_vbmi(turbo_kernels *kern);
 
 #endif
