@@ -129,6 +129,23 @@ static inline int sra16(int16_t h, int n) {
     return (int)(((unsigned)(uint16_t)h >> n) ^ top) - (int)top;
 }
 #define vi_sra16(x, n) pair16(sra16(lo16(x), (n)), sra16(hi16(x), (n)))
+/* the int8 query's lanes sums (attn_codes.inc lanes_nib_sums8): byte
+ * products unsigned x signed, summed in pairs into the int16 halves
+ * (vpmaddubsw, which saturates: its callers' sums stay below 2^15), the
+ * halves added, and added into an int32 */
+static inline int ubyte(int32_t x, int i) { return (int)(((uint32_t)x >> (8 * i)) & 0xFFu); }
+static inline int32_t vi_ubs16(int32_t u, int32_t s) {
+    return pair16(ubyte(u, 0) * vi_byte(s, 0) + ubyte(u, 1) * vi_byte(s, 1),
+                  ubyte(u, 2) * vi_byte(s, 2) + ubyte(u, 3) * vi_byte(s, 3));
+}
+#define vi_add16(a, b) pair16(lo16(a) + lo16(b), hi16(a) + hi16(b))
+#define vi_sum16(acc, x) vi_add((acc), lo16(x) + hi16(x))
+/* the byte query of one block (attn_codes.inc lanes_query8): 32 int8
+ * levels held as int16, in the order of the lanes' nibbles */
+static inline void vq8_lanes(const int16_t *qi, int8_t *out) {
+    static const uint8_t order[8] = { 0, 4, 1, 5, 2, 6, 3, 7 };
+    for (int i = 0; i < 32; i++) out[i] = (int8_t)qi[(i & ~7) | order[i & 7]];
+}
 static inline int shl16(int16_t h, int n) { return (int)(uint16_t)(n >= 0 ? (unsigned)(uint16_t)h << n : (unsigned)(uint16_t)h >> -n); }
 #define vi_shl16(x, n) pair16(shl16(lo16(x), (n)), shl16(hi16(x), (n)))
 #define vi_select(m, a, b) ((int32_t)(((uint32_t)(a) & (uint32_t)(m)) | ((uint32_t)(b) & ~(uint32_t)(m))))

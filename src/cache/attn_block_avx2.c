@@ -198,6 +198,10 @@ static inline __attribute__((always_inline)) __m256i vi_snib(__m256i x, const in
     return _mm256_srai_epi16(k == 3 ? x : _mm256_slli_epi16(x, 12 - 4 * k), 12);
 }
 #define vi_sra16(x, n) _mm256_srai_epi16((x), (n))
+/* the int8 query's lanes sums (attn_codes.inc lanes_nib_sums8) */
+#define vi_ubs16(u, s) _mm256_maddubs_epi16((u), (s))
+#define vi_add16(a, b) _mm256_add_epi16((a), (b))
+#define vi_sum16(acc, x) _mm256_add_epi32((acc), _mm256_madd_epi16((x), _mm256_set1_epi16(1)))
 #define vi_shl16(x, n) ((n) >= 0 ? _mm256_slli_epi16((x), (n)) : _mm256_srli_epi16((x), -(n)))
 #define vi_select(m, a, b) \
     _mm256_or_si256(_mm256_and_si256(_mm256_set1_epi32((int)(m)), (a)), _mm256_andnot_si256(_mm256_set1_epi32((int)(m)), (b)))
