@@ -117,6 +117,54 @@ TEST(lanes_scores_equal_row_scores) {
     CHECK(checked >= (int)(KVQ_ARRAY_LEN(spans) * KVQ_ARRAY_LEN(k_lanes_types)) * MAXG, "%d cases", checked);
 }
 
+/* The int8 query's byte sums at their extremes (every code 15 or 0, every
+ * query level +-127 or alternating): where pairs of byte products are
+ * summed in int16 before widening (the levels without VNNI) a block
+ * reaches 30480 of 32767, so one more pair vector or a saturating step
+ * would show here.  Each level's byte kernel against its own int16
+ * kernel on the same query levels (exact integers both: the same bits). */
+TEST(lanes_int8_query_extremes) {
+    enum { NPOS = 32, LEN = 128, G = 2 };
+    static uint8_t rows[NPOS * LEN / 32 * 34], body[NPOS * LEN / 32 * 34];
+    static float q[G * LEN], qscale[G * LEN / 32], w8[G * NPOS], w16[G * NPOS];
+    static int16_t qi[G * LEN];
+    static int32_t qsum[G * LEN / 32];
+    static const kvq_type types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1 };
+    int checked = 0;
+    for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
+        const attn_block_kernels *kr = attn_block_level(k_levels[li]);
+        if (!kr) continue;
+        for (size_t ti = 0; ti < KVQ_ARRAY_LEN(types); ti++)
+            for (int codes = 0; codes < 3; codes++)
+                for (int sign = 0; sign < 3; sign++) {
+                    const kvq_type ty = types[ti];
+                    const int bb = kvq_type_get_scalar(ty)->block_bytes, hdr = kvq_lanes_spec_of(ty)->header;
+                    const size_t rb = (size_t)LEN / 32 * (size_t)bb;
+                    for (int pos = 0; pos < NPOS; pos++)
+                        for (int b = 0; b < LEN / 32; b++) {
+                            uint8_t *blk = rows + (size_t)pos * rb + (size_t)b * (size_t)bb;
+                            memset(blk + hdr, codes == 0 ? 0xFF : codes == 1 ? 0x00 : (pos + b) % 2 ? 0xF0 : 0x0F,
+                                   (size_t)(bb - hdr));
+                            kvq_wr16(blk, kvq_float_to_half(0.01f * (float)(1 + pos % 3)));
+                            if (hdr == 4) kvq_wr16(blk + 2, kvq_float_to_half(-0.02f));
+                        }
+                    for (int pos = 0; pos < NPOS; pos++) kvq_lanes_put_row(ty, body, LEN, pos, rows + (size_t)pos * rb);
+                    for (int i = 0; i < G * LEN; i++)
+                        q[i] = sign == 0 ? 1.0f : sign == 1 ? -1.0f : (i % 3 ? 1.0f : -1.0f);
+                    for (int g = 0; g < G; g++)
+                        attn_block_round_query8(q + g * LEN, LEN, qi + g * LEN, qscale + g * LEN / 32, qsum + g * LEN / 32);
+                    const attn_query bytes = { q, qi, qscale, qsum, LEN, true }, pairs = { q, qi, qscale, qsum, LEN, false };
+                    kr->fused[ty].scores_lanes(body, 0, NPOS, &bytes, G, LEN, 1.0f, w8, NPOS);
+                    kr->fused[ty].scores_lanes(body, 0, NPOS, &pairs, G, LEN, 1.0f, w16, NPOS);
+                    CHECK(!memcmp(w8, w16, sizeof w8), "%s %s codes %d signs %d: the byte sums differ from the int16 ones",
+                          kr->level, kvq_type_name(ty), codes, sign);
+                    CHECK(qi[0] == (q[0] > 0.0f ? 127 : -127), "the query at its extreme level");
+                    checked++;
+                }
+    }
+    CHECK(checked >= 18, "%d cases", checked);
+}
+
 /* For every type with lanes: one cache with its K body in lanes, one in rows (the same
  * writes): every body row reads back the same; attention is the same bits
  * where chunks start at whole groups either way (no sink, no tail: decode
