@@ -129,17 +129,17 @@ static inline int sra16(int16_t h, int n) {
     return (int)(((unsigned)(uint16_t)h >> n) ^ top) - (int)top;
 }
 #define vi_sra16(x, n) pair16(sra16(lo16(x), (n)), sra16(hi16(x), (n)))
-/* the int8 query's lanes sums (attn_codes.inc lanes_nib_sums8): byte
- * products unsigned x signed, summed in pairs into the int16 halves
- * (vpmaddubsw, which saturates: its callers' sums stay below 2^15), the
- * halves added, and added into an int32 */
+/* the int8 query's lanes sums (attn_codes.inc lanes_nib_sums8): four
+ * products of unsigned and signed bytes added into an int32, as VNNI's
+ * vpdpbusd does (so that the form the VNNI level runs also runs here, on
+ * every machine; the AVX2 and AVX-512 levels run the vpmaddubsw form) */
 static inline int ubyte(int32_t x, int i) { return (int)(((uint32_t)x >> (8 * i)) & 0xFFu); }
-static inline int32_t vi_ubs16(int32_t u, int32_t s) {
-    return pair16(ubyte(u, 0) * vi_byte(s, 0) + ubyte(u, 1) * vi_byte(s, 1),
-                  ubyte(u, 2) * vi_byte(s, 2) + ubyte(u, 3) * vi_byte(s, 3));
+static inline int32_t vi_dpbusd(int32_t acc, int32_t u, int32_t s) {
+    int32_t sum = 0;
+    for (int i = 0; i < 4; i++) sum += ubyte(u, i) * vi_byte(s, i);
+    return (int32_t)((uint32_t)acc + (uint32_t)sum);
 }
-#define vi_add16(a, b) pair16(lo16(a) + lo16(b), hi16(a) + hi16(b))
-#define vi_sum16(acc, x) vi_add((acc), lo16(x) + hi16(x))
+#define vi_dpbusd vi_dpbusd
 /* the byte query of one block (attn_codes.inc lanes_query8): 32 int8
  * levels held as int16, in the order of the lanes' nibbles */
 static inline void vq8_lanes(const int16_t *qi, int8_t *out) {
