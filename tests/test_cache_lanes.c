@@ -119,7 +119,7 @@ TEST(lanes_scores_equal_row_scores) {
 
 /* The int8 query's byte sums at their extremes (every code 15 or 0, every
  * query level +-127 or alternating): where pairs of byte products are
- * summed in int16 before widening (the levels without VNNI) a block
+ * summed in int16 before widening (the AVX2 and AVX-512 levels) a block
  * reaches 30480 of 32767, so one more pair vector or a saturating step
  * would show here.  Each level's byte kernel against its own int16
  * kernel on the same query levels (exact integers both: the same bits). */
