@@ -6,7 +6,11 @@
 # depth, each build's pp and tg t/s (the best round's median of -r runs),
 # the tg bound and % of it, and new / base.
 #   sh bench/speed_compare.sh BASE_KVQ NEW_KVQ MODEL
-#   (THREADS, DEPTHS, TYPES, ROUNDS, REPS, NPROMPT, NGEN, OUT override)
+#   (THREADS, DEPTHS, TYPES, ROUNDS, REPS, NPROMPT, NGEN, OUT override;
+#    EXTRA: more kvq bench flags for both, e.g. --no-mmap; BASE_FLAGS and
+#    NEW_FLAGS: flags for one side each, so that one build can be compared
+#    with itself under two settings, e.g. BASE_FLAGS="--act f32"
+#    NEW_FLAGS="--act query8" with the same KVQ twice)
 # The machine's load is printed before and after (uptime).
 set -eu
 BASE=$1
@@ -20,16 +24,23 @@ REPS=${REPS:-3}
 NPROMPT=${NPROMPT:-128}
 NGEN=${NGEN:-32}
 OUT=${OUT:-out/speed_compare.jsonl}
+EXTRA=${EXTRA:-}
+BASE_FLAGS=${BASE_FLAGS:-}
+NEW_FLAGS=${NEW_FLAGS:-}
 mkdir -p "$(dirname "$OUT")"
 : > "$OUT"
 echo "load before: $(uptime)"
+echo "command (x $ROUNDS per depth and side): KVQ bench -m $MODEL -t $THREADS -p $NPROMPT -n $NGEN -r $REPS -d DEPTH --types $TYPES $EXTRA FLAGS --json"
+echo "  base: KVQ = $BASE, FLAGS = $BASE_FLAGS"
+echo "  new:  KVQ = $NEW, FLAGS = $NEW_FLAGS"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     for d in $(echo "$DEPTHS" | tr ',' ' '); do
         for b in base new; do
-            if [ "$b" = base ]; then bin=$BASE; else bin=$NEW; fi
+            if [ "$b" = base ]; then bin=$BASE; flags=$BASE_FLAGS; else bin=$NEW; flags=$NEW_FLAGS; fi
+            # shellcheck disable=SC2086 # EXTRA and the flags are lists of flags
             nice -n 5 "$bin" bench -m "$MODEL" -t "$THREADS" -p "$NPROMPT" -n "$NGEN" -r "$REPS" -d "$d" \
-                --types "$TYPES" --json 2>/dev/null | sed "s/^{/{\"build\": \"$b\", \"round\": $r, /" >> "$OUT"
+                --types "$TYPES" $EXTRA $flags --json 2>/dev/null | sed "s/^{/{\"build\": \"$b\", \"round\": $r, /" >> "$OUT"
         done
     done
     r=$((r + 1))
