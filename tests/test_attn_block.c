@@ -202,7 +202,8 @@ TEST(attn_block_chunked_pass_equals_per_key_reference) {
  * elsewhere) against the per-key reference scoring with the same int8
  * query, for the types that take it and one that does not (q8_0: the
  * option leaves its query int16); and the option really changes q4_0's
- * output (a query rounded to int8 is not the int16 one). */
+ * and kvarn4's output (a query rounded to int8 is not the int16 one),
+ * and not kvarn3's. */
 TEST(attn_block_int8_query_through_the_pass) {
     static const kvq_type types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1, KVQ_TYPE_Q8_0 };
     char msg[200] = "";
@@ -233,6 +234,28 @@ TEST(attn_block_int8_query_through_the_pass) {
     CHECK(e < 2e-2, "int8 vs int16 query on q4_0: rel err %.3g", e);
     kvq_cache_free(c);
     attn_data_free(&d);
+    /* a kvarn4 K (its folded query rounded to 127 levels, its bytes read
+     * by the lanes kernels) changes as well, and a kvarn3 K does not (the
+     * option leaves its query int16) */
+    static const kvq_type tiles[] = { KVQ_TYPE_KVARN4, KVQ_TYPE_KVARN3 };
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(tiles); i++) {
+        enum { N = 300 };
+        CHECK(attn_data_make(&d, N, 4, 2, 128, 128, 37), "alloc");
+        attn_params(&p, 2, 128, 128, N, tiles[i], KVQ_TYPE_Q8_0, KVQ_ROT_AUTO);
+        c = NULL;
+        CHECK(kvq_cache_create(&p, &c, &err) == KVQ_OK && attn_fill_upto(c, &d, 64, N - 1), "%s", err.msg);
+        const float *qk = d.q + (size_t)(N - 1) * d.n_head * 128;
+        CHECK(kvq_cache_attend_opts(c, 0, N - 1, 1, d.n_head, qk, 0.1f, o16, NULL, &a16, &err) == KVQ_OK &&
+                  kvq_cache_attend_opts(c, 0, N - 1, 1, d.n_head, qk, 0.1f, o8, NULL, &a8, &err) == KVQ_OK,
+              "%s", err.msg);
+        const bool changed = memcmp(o16, o8, sizeof o16) != 0;
+        CHECK(changed == (tiles[i] == KVQ_TYPE_KVARN4), "%s: int8_query %s the output", kvq_type_name(tiles[i]),
+              changed ? "changed" : "did not change");
+        const double ek = attn_rel_err(o8, o16, 4 * 128);
+        CHECK(ek < 2e-2, "%s: int8 vs int16 query rel err %.3g", kvq_type_name(tiles[i]), ek);
+        kvq_cache_free(c);
+        attn_data_free(&d);
+    }
 }
 
 /* The fused kernels' types (attn_codes.inc) through whole attention:

@@ -465,16 +465,17 @@ static const uint8_t *record_at(const kvq_cache_side *sd, int head, int tile, in
 static float half_at(const uint8_t *p, int i) { return kvq_half_to_float(kvq_rd16(p + 2 * i)); }
 
 /* The folded query of one head and slice rounded as docs/kvarn.md
- * defines it, written out plainly: qhat_c = qscale_b * qi_c; a score is
- * O_t (sum_c qhat_c (code_c - m) + m sum_c q_c S_c + sum_c q_c Z_c). */
-static void rounded_fold(const float *q, const uint8_t *S, int w, double *qhat, double *qscale) {
+ * defines it, written out plainly: qhat_c = qscale_b * qi_c, top levels a
+ * side (32767, or 127 for the int8 query); a score is O_t (sum_c qhat_c
+ * (code_c - m) + m sum_c q_c S_c + sum_c q_c Z_c). */
+static void rounded_fold(const float *q, const uint8_t *S, int w, float top, double *qhat, double *qscale) {
     for (int b = 0; b < w / 32; b++) {
         float qs[32], amax = 0.0f;
         for (int i = 0; i < 32; i++) {
             qs[i] = q[b * 32 + i] * half_at(S, b * 32 + i);
             amax = fabsf(qs[i]) > amax ? fabsf(qs[i]) : amax;
         }
-        const float inv = 32767.0f / amax, sc = amax / 32767.0f;
+        const float inv = top / amax, sc = amax / top;
         qscale[b] = sc;
         for (int i = 0; i < 32; i++) qhat[b * 32 + i] = (double)sc * (double)lrintf(qs[i] * inv);
     }
@@ -488,9 +489,10 @@ typedef struct run_refs {
     double v_bound[20 * 512];              /* V records in pairs: the weights' rounding's bound */
 } run_refs;
 
-/* References of one run (key0, nk) of KV head h for G heads. */
+/* References of one run (key0, nk) of KV head h for G heads, the folded
+ * query rounded to `top` levels a side. */
 static void run_reference(const kvq_cache *c, int h, int key0, int nk, int G, const float *q, int stride,
-                          float scale, const float *pw, const float *acc0, int acc_stride, run_refs *r) {
+                          float scale, float top, const float *pw, const float *acc0, int acc_stride, run_refs *r) {
     const kvq_cache_side *sk = &c->k[0], *sv = &c->v[0];
     const int w = sk->tile.width, tile = key0 / TILE, m = 1 << (sk->tile.bits - 1);
     float row[512];
@@ -503,7 +505,7 @@ static void run_reference(const kvq_cache *c, int h, int key0, int nk, int G, co
                 const kvq_kvarn_meta mt = kvq_kvarn_meta_of(sk->tile, rec);
                 const float *qg = q + (size_t)g * stride + s * w;
                 double qhat[128], qscale[4], sum = 0, qz = 0;
-                rounded_fold(qg, mt.S, w, qhat, qscale);
+                rounded_fold(qg, mt.S, w, top, qhat, qscale);
                 uint8_t file_rec[KVQ_TILES_RECORD_MAX];   /* the codes token-major, whatever the memory's order */
                 kvq_tiles_record_out(sk, rec, file_rec);
                 kvq_kvarn_unpack(sk->tile, file_rec, (key0 + t) % TILE, 1, codes);
@@ -560,7 +562,7 @@ TEST(kvarn_fused_kernels_match_references_every_level_width_and_group) {
     static run_refs r;
     static float q[20 * 256], pw[20 * ATTN_BLOCK_KEYS], acc0[20 * 256], acc[20 * 256], wts[20 * ATTN_BLOCK_KEYS];
     const int n_tok = 300, acc_stride = 256;
-    double worst_k = 0, worst_bound = 0, worst_v = 0;
+    double worst_k = 0, worst_bound = 0, worst_v = 0, worst_k8 = 0;
     int checked = 0, paired = 0;
     test_rng rng = { 4242, 0, 0 };
     for (size_t ti = 0; ti < KVQ_ARRAY_LEN(types); ti++)
@@ -577,6 +579,7 @@ TEST(kvarn_fused_kernels_match_references_every_level_width_and_group) {
             for (size_t gi = 0; gi < KVQ_ARRAY_LEN(groups); gi++)
                 for (size_t ri = (gi + hi) % 2; ri < KVQ_ARRAY_LEN(runs); ri += 2) {   /* half the runs each */
                     const int G = groups[gi], key0 = runs[ri][0], nk = runs[ri][1], h = (int)(ri % 2);
+                    const bool q8 = gi % 2 == 1;   /* the int8 query for G = 2, 5, 8 */
                     const int stride = c->k[0].store_dim;
                     for (int i = 0; i < G * stride; i++) q[i] = (float)test_rng_gauss(&rng);
                     for (int g = 0; g < G; g++)
@@ -585,7 +588,8 @@ TEST(kvarn_fused_kernels_match_references_every_level_width_and_group) {
                             pw[g * ATTN_BLOCK_KEYS + k] = zero || k >= nk ? 0.0f : (float)test_rng_uniform(&rng);
                         }
                     for (int i = 0; i < G * acc_stride; i++) acc0[i] = (float)test_rng_gauss(&rng);
-                    run_reference(c, h, key0, nk, G, q, stride, 0.088f, pw, acc0, acc_stride, &r);
+                    run_reference(c, h, key0, nk, G, q, stride, 0.088f, q8 ? 127.0f : 32767.0f, pw, acc0, acc_stride,
+                                  &r);
                     const double k_mag = max_abs(r.k_exact, G * ATTN_BLOCK_KEYS), v_mag = max_abs(r.v, G * 512);
                     for (size_t li = 0; li < KVQ_ARRAY_LEN(levels); li++) {
                         const attn_block_kernels *kr = attn_block_level(levels[li]);
@@ -593,7 +597,7 @@ TEST(kvarn_fused_kernels_match_references_every_level_width_and_group) {
                         attn_block_rows rk = { 0 }, rv = { 0 };
                         rk.sd = &c->k[0]; rk.type = c->k[0].type; rk.kv_head = h; rk.key0 = key0;
                         rv.sd = &c->v[0]; rv.type = c->v[0].type; rv.kv_head = h; rv.key0 = key0;
-                        const attn_query aq = { q, NULL, NULL, NULL, stride, false };
+                        const attn_query aq = { q, NULL, NULL, NULL, stride, q8 };
                         kvq_row_hooks_of(rk.type)->score(kr, &rk, NULL, nk, &aq, G, 0.088f, wts, ATTN_BLOCK_KEYS);
                         memcpy(acc, acc0, (size_t)G * acc_stride * sizeof *acc);
                         kvq_row_hooks_of(rv.type)->accumulate(kr, &rv, NULL, nk, pw, ATTN_BLOCK_KEYS, G, acc, acc_stride);
@@ -605,9 +609,14 @@ TEST(kvarn_fused_kernels_match_references_every_level_width_and_group) {
                                 const double e = fused ? fabs(got - r.k_round[i]) : e_exact;
                                 CHECK(e <= 2e-6 * k_mag, "%s %s hd %d G %d run %d+%d head %d key %d: score %.9g, "
                                       "reference %.9g (%s query)", kr->level, kvq_type_name(types[ti]), hd, G, key0, nk,
-                                      g, k, got, fused ? r.k_round[i] : r.k_exact[i], fused ? "rounded" : "float");
+                                      g, k, got, fused ? r.k_round[i] : r.k_exact[i],
+                                      fused ? (q8 ? "int8-rounded" : "rounded") : "float");
                                 CHECK(e_exact <= r.k_bound[i] + 2e-6 * k_mag, "%s %s: rounding error %.3g above its "
                                       "bound %.3g", kr->level, kvq_type_name(types[ti]), e_exact, r.k_bound[i]);
+                                if (q8) {
+                                    worst_k8 = e_exact / k_mag > worst_k8 ? e_exact / k_mag : worst_k8;
+                                    continue;
+                                }
                                 worst_k = e_exact / k_mag > worst_k ? e_exact / k_mag : worst_k;
                                 worst_bound = r.k_bound[i] / k_mag > worst_bound ? r.k_bound[i] / k_mag : worst_bound;
                             }
@@ -632,8 +641,9 @@ TEST(kvarn_fused_kernels_match_references_every_level_width_and_group) {
         }
     CHECK(checked >= 6 * 3 * 7 * 2, "only %d runs checked", checked);
     CHECK(worst_k > 0, "the rounded query changed no score (is it rounded?)");
-    printf("  int16 folded query: largest score change %.2g of the run's largest score (bound %.2g)\n", worst_k,
-           worst_bound);
+    CHECK(worst_k8 > 10 * worst_k, "the int8 query (%.2g) rounds no coarser than the int16 one (%.2g)", worst_k8, worst_k);
+    printf("  int16 folded query: largest score change %.2g of the run's largest score (bound %.2g); int8: %.2g\n",
+           worst_k, worst_bound, worst_k8);
     if (paired) printf("  V in pairs: largest error %.2g of its bound (%d sums)\n", worst_v, paired);
 }
 
@@ -704,9 +714,10 @@ static uint8_t *read_whole_file(const char *path, size_t *n) {
 /* Records kept in lanes (K) and pairs (V) in memory
  * (cache_tiles_layout.h) against the same cache made without that order,
  * every width: the same records as files hold them, the same state file
- * byte for byte, K scores the same bits at every level, V sums within the
- * pairs rounding, and the memory's bytes really in another order (V of 2
- * and 3 bits at width 64 stays token-major: no block quads). */
+ * byte for byte, K scores the same bits at every level (with the int16
+ * and the int8 query), V sums within the pairs rounding, and the memory's
+ * bytes really in another order (V of 2 and 3 bits at width 64 stays
+ * token-major: no block quads). */
 TEST(kvarn_memory_layout_is_invisible_outside_attention) {
     static const kvq_type types[] = { KVQ_TYPE_KVARN2, KVQ_TYPE_KVARN3, KVQ_TYPE_KVARN4,
                                       KVQ_TYPE_KVARN5, KVQ_TYPE_KVARN6, KVQ_TYPE_KVARN8 };
@@ -770,6 +781,7 @@ TEST(kvarn_memory_layout_is_invisible_outside_attention) {
         remove(path_off);
         /* K scores bitwise, V sums within the pairs rounding, per level */
         static float q[8 * 256], pw[8 * ATTN_BLOCK_KEYS], w_on[8 * ATTN_BLOCK_KEYS], w_off[8 * ATTN_BLOCK_KEYS];
+        static float w8_on[8 * ATTN_BLOCK_KEYS], w8_off[8 * ATTN_BLOCK_KEYS];
         static float a_on[8 * 256], a_off[8 * 256];
         test_rng rng = { 99 + i, 0, 0 };
         const int stride = on->k[0].store_dim, key0 = 131, nk = 29;
@@ -792,6 +804,20 @@ TEST(kvarn_memory_layout_is_invisible_outside_attention) {
             for (int g = 0; g < G; g++)
                 CHECK(!memcmp(w_on + g * ATTN_BLOCK_KEYS, w_off + g * ATTN_BLOCK_KEYS, (size_t)nk * sizeof *w_on),
                       "%s hd %d %s head %d: K scores differ with the lanes layout", kvq_type_name(ty), hd, kr->level, g);
+            /* the int8 query: 4-bit codes in lanes multiplied as bytes, in
+             * rows by the int16 kernels on the same levels: the same bits */
+            const attn_query aq8 = { q, NULL, NULL, NULL, stride, true };
+            for (int x = 0; x < 2; x++) {
+                attn_block_rows rk = { 0 };
+                rk.sd = &cs[x]->k[0]; rk.type = ty; rk.kv_head = 1; rk.key0 = key0;
+                kvq_row_hooks_of(ty)->score(kr, &rk, NULL, nk, &aq8, G, 0.09f, x ? w8_off : w8_on, ATTN_BLOCK_KEYS);
+            }
+            for (int g = 0; g < G; g++)
+                CHECK(!memcmp(w8_on + g * ATTN_BLOCK_KEYS, w8_off + g * ATTN_BLOCK_KEYS, (size_t)nk * sizeof *w_on),
+                      "%s hd %d %s head %d: int8-query K scores differ with the lanes layout", kvq_type_name(ty), hd,
+                      kr->level, g);
+            CHECK(!kr->kvarn || memcmp(w8_on, w_on, (size_t)nk * sizeof *w_on) != 0,
+                  "%s hd %d %s: the int8 query changed no score", kvq_type_name(ty), hd, kr->level);
             const double e = attn_rel_err(a_on, a_off, (size_t)G * 256);
             CHECK(e < (kr->kvarn && v_layout ? 3e-4 : 1e-7), "%s hd %d %s: V sums differ by %.3g", kvq_type_name(ty), hd,
                   kr->level, e);

@@ -31,8 +31,8 @@ typedef struct cli_model_flags {
 
 /* The help line of --act, for the commands that take it. */
 #define CLI_ACT_USAGE "  --act f32|int8|query8  activations of the q8_0/q4_0/K-quant weight products and the query\n" \
-                      "                         of a q4_0/q4_1 K cache (default f32); query8: int8 for that query\n" \
-                      "                         alone, f32 for the weights\n"
+                      "                         of a q4_0/q4_1/kvarn4 K cache (default f32); query8: int8 for that\n" \
+                      "                         query alone, f32 for the weights\n"
 /* "f32" / "int8" / "query8" (what --act reads) */
 const char *cli_act_name(kvq_act act);
 /* kvq_ctx_set_activations, or one error line and false. */

@@ -132,12 +132,15 @@ typedef struct attn_block_fused {
  * f32 row.
  *   fold_query: per head g < G, qs_c = q_c S_c rounded to int16 per
  *     32-channel block (qi[g*w + c] = round(qs_c / qscale[g*(w/32) + b]),
- *     qscale = max|qs_b| / 32767; NaN for a head whose qs holds inf or
- *     NaN, 0 for a block below KVARN_Q_TINY), qsub = off * sum_b qi,
+ *     qscale = max|qs_b| / top, top = 32767, or 127 with `q8` (the int8
+ *     query, kvq_attend_opts.int8_query); NaN for a head whose qs holds
+ *     inf or NaN, 0 for a block below KVARN_Q_TINY), qsub = off * sum_b qi,
  *     qz[g] = sum_c q_c Z_c + off * sum_c qs_c (off: the codes' centre,
  *     2^(b-1), so the rounding error multiplies code - off, not code);
  *     qi in channel order for `lanes`, else in the order the level's K
- *     decoder yields a block's codes;
+ *     decoder yields a block's codes; with `q8`, `lanes` and 4-bit codes
+ *     also qb[g*w + ..]: each block's 32 levels as bytes in the order
+ *     scores_lanes multiplies them (else qb is not written);
  *   scores: w[g*ldw + t] += O_t (sum_b qscale_gb (sum_{c in b} qi_gc code_tc
  *     - qsub_gb) + qz_g), the integer sums exact;
  *   values: acc[g*acc_stride + c] += O_c (sum_t ps[g*lds + t] code_tc
@@ -146,7 +149,7 @@ typedef struct attn_block_fused {
 #define KVARN_Q_TINY 1e-30f
 typedef struct attn_kvarn_kernels {
     void (*fold_query)(const float *q, int q_stride, int G, const float *S, const float *Z, int w, int bits,
-                       bool lanes, int16_t *qi, float *qscale, int32_t *qsub, float *qz);
+                       bool lanes, bool q8, int16_t *qi, int8_t *qb, float *qscale, int32_t *qsub, float *qz);
     void (*scores)(int bits, const uint8_t *codes, int w, int nk, const int16_t *qi, const float *qscale,
                    const int32_t *qsub, const float *qz, const float *O, int G, float *wts, int ldw);
     void (*values)(int bits, const uint8_t *const *rows, int nk, int w, const float *ps, int lds, int G,
@@ -155,7 +158,8 @@ typedef struct attn_kvarn_kernels {
      * (cache_tiles_layout.h; `payload` the record's first byte, tokens
      * t0 .. t0 + nk - 1 of its tile):
      *   scores_lanes: as scores, the same bits, with qi folded in channel
-     *     order (fold_query's `lanes`);
+     *     order (fold_query's `lanes`); qb not NULL (4-bit codes, the int8
+     *     query): the same sums from fold_query's bytes;
      *   values_pairs: acc[g*acc_stride + c] += O_c (sum_t p_gt S_t (code_tc
      *     - m) + pz_g), m = 2^(bits-1), p the softmax weights wts[g*ldw +
      *     t], S_t and Z_t the run's row scales and zeros, pz_g = sum_t
@@ -163,8 +167,8 @@ typedef struct attn_kvarn_kernels {
      *     int16 per chunk and head (attn_kvarn.inc); false, nothing added,
      *     when a weight, S_t or Z_t is not finite. */
     void (*scores_lanes)(int bits, const uint8_t *payload, int w, int t0, int nk, const int16_t *qi,
-                         const float *qscale, const int32_t *qsub, const float *qz, const float *O, int G, float *wts,
-                         int ldw);
+                         const int8_t *qb, const float *qscale, const int32_t *qsub, const float *qz, const float *O,
+                         int G, float *wts, int ldw);
     bool (*values_pairs)(int bits, const uint8_t *payload, int w, int t0, int nk, const float *S, const float *Z,
                          const float *wts, int ldw, int G, const float *O, float *acc, int acc_stride);
 } attn_kvarn_kernels;
@@ -244,6 +248,7 @@ typedef struct attn_run_memo {
     const void *k_rec;                                 /* the record qi..k_o belong to */
     int k_heads;                                       /* and their query vectors    */
     int16_t qi[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH];
+    int8_t qb[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH];      /* fold_query's bytes (q8)    */
     float qscale[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH / 32];
     int32_t qsub[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH / 32];
     float qz[ATTN_MEMO_HEADS];

@@ -307,7 +307,11 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
     const bool lanes = sd->tile_layout;   /* the kernel that reads lanes (every fused level has it) */
     float S[MAX_WIDTH], Z[MAX_WIDTH], O[ATTN_BLOCK_KEYS], qscale[HEADS * MAX_WIDTH / 32], qz[HEADS];
     int16_t qi[HEADS * MAX_WIDTH];
+    int8_t qb[HEADS * MAX_WIDTH];
     int32_t qsub[HEADS * MAX_WIDTH / 32];
+    /* the int8 query (kvq_attend_opts.int8_query): the folded query rounded
+     * to 127 levels, and for 4-bit codes in lanes multiplied as bytes */
+    const bool q8 = aq->q8, bytes = q8 && lanes && bits == 4;
     for (int j = 0; j < G; j++) memset(wts + (size_t)j * w_stride, 0, (size_t)nk * sizeof *wts);
     /* one slice, one group of heads: the folded query is the same for the
      * tile's every chunk, made once per tile (k->memo) */
@@ -317,13 +321,13 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
         const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
         prefetch_next_run(sd, rec, t0, nk);
         if (memo) {
-            if (memo->k_rec != rec || memo->k_heads != G) {
+            if (memo->k_rec != rec || memo->k_heads != G) {   /* (one job: one query rounding) */
                 u.halves(m.S, w, S);
                 u.halves(m.Z, w, Z);
                 u.halves(m.O, T, memo->k_o);
                 memset(memo->k_o + T, 0, ATTN_BLOCK_KEYS * sizeof *memo->k_o);
-                blk->kvarn->fold_query(aq->q, aq->stride, G, S, Z, w, bits, lanes, memo->qi, memo->qscale,
-                                       memo->qsub, memo->qz);
+                blk->kvarn->fold_query(aq->q, aq->stride, G, S, Z, w, bits, lanes, q8, memo->qi, memo->qb,
+                                       memo->qscale, memo->qsub, memo->qz);
                 memo->k_rec = rec;
                 memo->k_heads = G;
             }
@@ -331,8 +335,8 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
              * t0 and use the first nk */
             const float *Ot = memo->k_o + t0;
             if (lanes)
-                blk->kvarn->scores_lanes(bits, rec, w, t0, nk, memo->qi, memo->qscale, memo->qsub, memo->qz, Ot, G,
-                                         wts, w_stride);
+                blk->kvarn->scores_lanes(bits, rec, w, t0, nk, memo->qi, bytes ? memo->qb : NULL, memo->qscale,
+                                         memo->qsub, memo->qz, Ot, G, wts, w_stride);
             else
                 blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, memo->qi, memo->qscale, memo->qsub,
                                    memo->qz, Ot, G, wts, w_stride);
@@ -344,10 +348,10 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
         for (int j0 = 0; j0 < G; j0 += HEADS) {
             const int hg = KVQ_MIN(HEADS, G - j0);
             blk->kvarn->fold_query(aq->q + (size_t)j0 * aq->stride + (size_t)s * w, aq->stride, hg, S, Z, w,
-                                   bits, lanes, qi, qscale, qsub, qz);
+                                   bits, lanes, q8, qi, qb, qscale, qsub, qz);
             if (lanes)
-                blk->kvarn->scores_lanes(bits, rec, w, t0, nk, qi, qscale, qsub, qz, O, hg, wts + (size_t)j0 * w_stride,
-                                         w_stride);
+                blk->kvarn->scores_lanes(bits, rec, w, t0, nk, qi, bytes ? qb : NULL, qscale, qsub, qz, O, hg,
+                                         wts + (size_t)j0 * w_stride, w_stride);
             else
                 blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, qi, qscale, qsub, qz, O, hg,
                                    wts + (size_t)j0 * w_stride, w_stride);

@@ -13,7 +13,7 @@
  *   logits = (rmsnorm(x) * output_norm) Woutput   (only the rows asked for)
  * Activations are f32 throughout by default; kvq_ctx_set_activations(ctx,
  * KVQ_ACT_INT8) rounds the input of every q8_0/q4_0/q4_K/q5_K/q6_K
- * product to int8 blocks, and the query that scores a q4_0/q4_1 K, as
+ * product to int8 blocks, and the query that scores a q4_0/q4_1/kvarn4 K, as
  * llama.cpp does (src/format/act8.h, kvq_attend_opts.int8_query,
  * docs/engine.md); KVQ_ACT_QUERY8 rounds that query alone.
  */
@@ -166,7 +166,7 @@ static kvq_status attention_block(kvq_ctx *c, int il, int pos, int n, kvq_error 
     if (st) return st;
     /* each of the n queries of every head reads up to pos + n keys and values */
     const double attn_macs = (double)n * (double)(pos + n) * in->n_head * (dk + dv);
-    /* int8 activations round the query to int8 for a q4_0/q4_1 K too, as
+    /* int8 activations round the query to int8 for a q4_0/q4_1/kvarn4 K too, as
      * they do the weights' inputs; KVQ_ACT_QUERY8 only the query
      * (kvq_ctx_set_activations) */
     const kvq_attend_opts ao = { NULL, 0, c->act == KVQ_ACT_INT8 || c->act == KVQ_ACT_QUERY8 };
