@@ -206,12 +206,14 @@ static inline __attribute__((always_inline)) __m512i vi_snib(__m512i x, const in
 }
 #define vi_sra16(x, n) _mm512_srai_epi16((x), (unsigned)(n))
 /* the int8 query's lanes sums (attn_codes.inc lanes_nib_sums8): with
- * VNNI four byte products added into an int32 by one instruction */
+ * VNNI four byte products added into an int32 by one instruction, else
+ * pairs of them by vpmaddubsw */
+#ifdef ATTN_BLOCK_VNNI
+#define vi_dpbusd(acc, u, s) _mm512_dpbusd_epi32((acc), (u), (s))
+#else
 #define vi_ubs16(u, s) _mm512_maddubs_epi16((u), (s))
 #define vi_add16(a, b) _mm512_add_epi16((a), (b))
 #define vi_sum16(acc, x) _mm512_add_epi32((acc), _mm512_madd_epi16((x), _mm512_set1_epi16(1)))
-#ifdef ATTN_BLOCK_VNNI
-#define vi_dpbusd(acc, u, s) _mm512_dpbusd_epi32((acc), (u), (s))
 #endif
 #define vi_shl16(x, n) ((n) >= 0 ? _mm512_slli_epi16((x), (unsigned)(n)) : _mm512_srli_epi16((x), (unsigned)-(n)))
 /* m's bits from a, the others from b: one ternary logic op (0xCA) */
