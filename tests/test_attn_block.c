@@ -214,7 +214,9 @@ TEST(attn_block_int8_query_through_the_pass) {
               msg, worst);
     }
     CHECK(compared > 0, "nothing compared");
-    CHECK(attn_block_int8_type(KVQ_TYPE_Q4_0) && !attn_block_int8_type(KVQ_TYPE_Q8_0), "int8 types");
+    CHECK(attn_block_int8_type(KVQ_TYPE_Q4_0) && attn_block_int8_type(KVQ_TYPE_KVARN4) &&
+              !attn_block_int8_type(KVQ_TYPE_Q8_0) && !attn_block_int8_type(KVQ_TYPE_KVARN3),
+          "int8 types");
     /* one decode row over a q4_0 cache: int8 and int16 queries differ */
     attn_data d;
     CHECK(attn_data_make(&d, 64, 4, 2, 128, 128, 31), "alloc");

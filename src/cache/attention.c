@@ -703,11 +703,7 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     rotate_queries(k, q, n * n_head, n_head, jb.group, jb.q_stride, qr);
     jb.q = qr;
     float *qi_mem = jb.partial + part_floats + merge_floats;
-    /* the int8 query where its byte kernels pay: a q4_0/q4_1 K, and a
-     * 4-bit KVarN K, whose folded query is rounded to 127 levels
-     * (attn_kvarn_kernels.fold_query) */
-    const bool kvarn4_k = k->layout == KVQ_LAYOUT_TILES && k->tile.bits == 4;
-    jb.q8 = opts && opts->int8_query && (attn_block_int8_type(k->type) || kvarn4_k);
+    jb.q8 = opts && opts->int8_query && attn_block_int8_type(k->type);
     if (want_qi) round_queries(&jb, n * n_head, qi_mem);
     if (want_qhat)
         for (int r = 0; r < n * n_head; r++)

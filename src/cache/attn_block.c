@@ -267,8 +267,11 @@ static void rounded_values(const float *q, int64_t len, const int top, float *qh
 void attn_block_rounded_values(const float *q, int64_t len, float *qhat) { rounded_values(q, len, 32767, qhat); }
 void attn_block_rounded_values8(const float *q, int64_t len, float *qhat) { rounded_values(q, len, 127, qhat); }
 
-/* attn_codes.inc's int8_pays: the one-4-bit-plane types of its table */
-bool attn_block_int8_type(kvq_type t) { return attn_block_int_type(t) && nib_plane_of((int)t) == 1; }
+/* attn_codes.inc's int8_pays (the one-4-bit-plane types of its table), and
+ * kvarn4 (its records' K codes are q4_1's lanes) */
+bool attn_block_int8_type(kvq_type t) {
+    return (attn_block_int_type(t) && nib_plane_of((int)t) == 1) || t == KVQ_TYPE_KVARN4;
+}
 
 bool attn_block_int_type(kvq_type t) { return (unsigned)t < KVQ_TYPE_COUNT && g_fused_scalar[t].block_bytes; }
 

@@ -92,10 +92,13 @@ void attn_block_rounded_values8(const float *q, int64_t len, float *qhat);
 /* Types whose rows the fused integer kernels score (the 32-value block
  * types): their scores use the rounded query at every level. */
 bool attn_block_int_type(kvq_type t);
-/* Of those, the types whose K kernels multiply an int8 query as bytes
- * (q4_0, q4_1: attn_codes.inc int8_pays), where kvq_attend_opts.int8_query
- * rounds the query to int8; for the others the byte kernels were slower
- * than their int16 ones, so the query keeps int16 and its accuracy. */
+/* The K types whose kernels multiply an int8 query as bytes, where
+ * kvq_attend_opts.int8_query rounds the query to int8: q4_0 and q4_1
+ * (attn_codes.inc lanes_nib_sums8, int8_pays) and kvarn4, whose folded
+ * query is rounded to 127 levels and read by the same lanes kernel
+ * (attn_kvarn_kernels.fold_query).  For the other types the byte kernels
+ * were slower than their int16 ones, or would need VNNI, so the query
+ * keeps int16 and its accuracy. */
 bool attn_block_int8_type(kvq_type t);
 
 /* Fused kernels for packed rows of one 32-value block type: scores and
@@ -138,9 +141,9 @@ typedef struct attn_block_fused {
  *     qz[g] = sum_c q_c Z_c + off * sum_c qs_c (off: the codes' centre,
  *     2^(b-1), so the rounding error multiplies code - off, not code);
  *     qi in channel order for `lanes`, else in the order the level's K
- *     decoder yields a block's codes; with `q8`, `lanes` and 4-bit codes
- *     also qb[g*w + ..]: each block's 32 levels as bytes in the order
- *     scores_lanes multiplies them (else qb is not written);
+ *     decoder yields a block's codes; qb not NULL (`q8`, `lanes` and
+ *     4-bit codes: what scores_lanes reads as bytes): also qb[g*w + ..],
+ *     each block's 32 levels as bytes in the lanes' nibble order;
  *   scores: w[g*ldw + t] += O_t (sum_b qscale_gb (sum_{c in b} qi_gc code_tc
  *     - qsub_gb) + qz_g), the integer sums exact;
  *   values: acc[g*acc_stride + c] += O_c (sum_t ps[g*lds + t] code_tc

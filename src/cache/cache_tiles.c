@@ -326,8 +326,8 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
                 u.halves(m.Z, w, Z);
                 u.halves(m.O, T, memo->k_o);
                 memset(memo->k_o + T, 0, ATTN_BLOCK_KEYS * sizeof *memo->k_o);
-                blk->kvarn->fold_query(aq->q, aq->stride, G, S, Z, w, bits, lanes, q8, memo->qi, memo->qb,
-                                       memo->qscale, memo->qsub, memo->qz);
+                blk->kvarn->fold_query(aq->q, aq->stride, G, S, Z, w, bits, lanes, q8, memo->qi,
+                                       bytes ? memo->qb : NULL, memo->qscale, memo->qsub, memo->qz);
                 memo->k_rec = rec;
                 memo->k_heads = G;
             }
@@ -348,7 +348,7 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
         for (int j0 = 0; j0 < G; j0 += HEADS) {
             const int hg = KVQ_MIN(HEADS, G - j0);
             blk->kvarn->fold_query(aq->q + (size_t)j0 * aq->stride + (size_t)s * w, aq->stride, hg, S, Z, w,
-                                   bits, lanes, q8, qi, qb, qscale, qsub, qz);
+                                   bits, lanes, q8, qi, bytes ? qb : NULL, qscale, qsub, qz);
             if (lanes)
                 blk->kvarn->scores_lanes(bits, rec, w, t0, nk, qi, bytes ? qb : NULL, qscale, qsub, qz, O, hg,
                                          wts + (size_t)j0 * w_stride, w_stride);
