@@ -121,6 +121,7 @@ static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *level
     float *zero = calloc((size_t)len, sizeof *zero);
     static float q[MAX_GQA * MAX_DIM], acc[MAX_GQA * MAX_DIM], w[MAX_GQA * CHUNK], qscale[MAX_GQA * MAX_DIM / 32];
     static int16_t qi[MAX_GQA * MAX_DIM];
+    static int8_t qb[MAX_GQA * MAX_DIM];
     static int32_t qsum[MAX_GQA * MAX_DIM / 32];
     const bool has_lanes = kvq_lanes_type(ty, len);
     uint8_t *lanes = has_lanes ? malloc((size_t)total / KVQ_LANES * kvq_lanes_group_bytes(kvq_lanes_spec_of(ty), len)) : NULL;
@@ -140,7 +141,8 @@ static int bench_type(const chunk_opts *o, kvq_type ty, const char *const *level
         (o->q8 ? attn_block_round_query8 : attn_block_round_query)(q + g * len, len, qi + g * len, qscale + g * len / 32,
                                                                   qsum + g * len / 32);
     for (int i = 0; i < G * CHUNK; i++) w[i] = 0.01f + 0.5f * fabsf(bench_gauss(&seed));   /* weights, all nonzero */
-    const attn_query aq = { q, qi, qscale, qsum, len, o->q8 };
+    if (o->q8) attn_block_query_bytes(qi, (int64_t)G * len, qb);   /* as attention.c does once per token */
+    const attn_query aq = { q, qi, qscale, qsum, len, o->q8, o->q8 ? qb : NULL };
     double k_best[MAX_LEVELS], v_best[MAX_LEVELS], lanes_best[MAX_LEVELS], pairs_best[MAX_LEVELS];
     for (int l = 0; l < n_levels; l++) k_best[l] = v_best[l] = lanes_best[l] = pairs_best[l] = INFINITY;
     /* rounds outermost, the levels and K and V alternated within each, the

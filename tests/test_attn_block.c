@@ -335,7 +335,7 @@ TEST(attn_block_int8_query_kernels_match_int16_ones) {
                     attn_block_rounded_values8(q + g * len, len, qhat + g * len);
                 }
                 for (int i = 0; i < G * len; i++) CHECK(qi[i] >= -127 && qi[i] <= 127, "int8 level %d", qi[i]);
-                const attn_query q8 = { q, qi, qscale, qsum, len, true }, q16 = { q, qi, qscale, qsum, len, false };
+                const attn_query q8 = { q, qi, qscale, qsum, len, true, NULL }, q16 = { q, qi, qscale, qsum, len, false, NULL };
                 attn_block_scores(kr, &src, rows, nk, &q8, G, 0.25f, w8, NK);
                 attn_block_scores(kr, &src, rows, nk, &q16, G, 0.25f, w16, NK);
                 for (int g = 0; g < G; g++)
@@ -398,7 +398,7 @@ TEST(attn_block_fused_kernels_match_double) {
                     attn_block_round_query(q + g * len, len, qi + g * len, qscale + g * len / 32, qsum + g * len / 32);
                     attn_block_rounded_values(q + g * len, len, qhat + g * len);
                 }
-                const attn_query aq = { q, qi, qscale, qsum, len, false };
+                const attn_query aq = { q, qi, qscale, qsum, len, false, NULL };
                 attn_block_scores(kr, &src, rows, nk, &aq, G, 0.25f, w, NK);
                 double worst = 0.0;
                 for (int g = 0; g < G; g++)
@@ -619,7 +619,7 @@ TEST(attn_block_rounded_query_error_within_bound) {
         const uint8_t *rows[NK];
         for (int k = 0; k < NK; k++) rows[k] = packed + (size_t)k * row_bytes;
         const attn_block_rows src = { .tr = tr, .type = (kvq_type)ty, .len = LEN, .tile = tile, .zero = zero };
-        const attn_query aq = { q, qi, scale, sum, LEN, false }, fq = { q, NULL, NULL, NULL, LEN, false };
+        const attn_query aq = { q, qi, scale, sum, LEN, false, NULL }, fq = { q, NULL, NULL, NULL, LEN, false, NULL };
         attn_block_scores(kr, &src, rows, NK, &aq, 1, 1.0f, w, NK);
         attn_block_scores(kr, &src, rows, NK, &fq, 1, 1.0f, w_exact, NK);   /* float query: unpacked */
         for (int k = 0; k < NK; k++) {

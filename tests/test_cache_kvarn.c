@@ -597,7 +597,7 @@ TEST(kvarn_fused_kernels_match_references_every_level_width_and_group) {
                         attn_block_rows rk = { 0 }, rv = { 0 };
                         rk.sd = &c->k[0]; rk.type = c->k[0].type; rk.kv_head = h; rk.key0 = key0;
                         rv.sd = &c->v[0]; rv.type = c->v[0].type; rv.kv_head = h; rv.key0 = key0;
-                        const attn_query aq = { q, NULL, NULL, NULL, stride, q8 };
+                        const attn_query aq = { q, NULL, NULL, NULL, stride, q8, NULL };
                         kvq_row_hooks_of(rk.type)->score(kr, &rk, NULL, nk, &aq, G, 0.088f, wts, ATTN_BLOCK_KEYS);
                         memcpy(acc, acc0, (size_t)G * acc_stride * sizeof *acc);
                         kvq_row_hooks_of(rv.type)->accumulate(kr, &rv, NULL, nk, pw, ATTN_BLOCK_KEYS, G, acc, acc_stride);
@@ -790,7 +790,7 @@ TEST(kvarn_memory_layout_is_invisible_outside_attention) {
         for (size_t li = 0; li < KVQ_ARRAY_LEN(levels); li++) {
             const attn_block_kernels *kr = attn_block_level(levels[li]);
             if (!kr) continue;
-            const attn_query aq = { q, NULL, NULL, NULL, stride, false };
+            const attn_query aq = { q, NULL, NULL, NULL, stride, false, NULL };
             float *wk[2] = { w_on, w_off }, *av[2] = { a_on, a_off };
             kvq_cache *cs[2] = { on, off };
             for (int x = 0; x < 2; x++) {
@@ -806,7 +806,7 @@ TEST(kvarn_memory_layout_is_invisible_outside_attention) {
                       "%s hd %d %s head %d: K scores differ with the lanes layout", kvq_type_name(ty), hd, kr->level, g);
             /* the int8 query: 4-bit codes in lanes multiplied as bytes, in
              * rows by the int16 kernels on the same levels: the same bits */
-            const attn_query aq8 = { q, NULL, NULL, NULL, stride, true };
+            const attn_query aq8 = { q, NULL, NULL, NULL, stride, true, NULL };
             for (int x = 0; x < 2; x++) {
                 attn_block_rows rk = { 0 };
                 rk.sd = &cs[x]->k[0]; rk.type = ty; rk.kv_head = 1; rk.key0 = key0;

@@ -73,6 +73,7 @@ TEST(lanes_scores_equal_row_scores) {
     static uint8_t rows[NPOS * MAXLEN / 32 * 34], body[NPOS * MAXLEN / 32 * 34];
     static float q[MAXG * MAXLEN], qscale[MAXG * MAXLEN / 32], w_rows[MAXG * NK], w_lanes[MAXG * NK];
     static int16_t qi[MAXG * MAXLEN];
+    static int8_t qb[MAXG * MAXLEN];
     static int32_t qsum[MAXG * MAXLEN / 32];
     static const int lens[] = { 32, 64, 128, 512 };
     static const int spans[][2] = { { 0, 32 }, { 16, 32 }, { 5, 27 }, { 3, 1 }, { 47, 32 }, { 60, 9 }, { 64, 32 } };
@@ -96,7 +97,8 @@ TEST(lanes_scores_equal_row_scores) {
                     for (int g = 0; g < G; g++)
                         (int8 ? attn_block_round_query8 : attn_block_round_query)(q + g * len, len, qi + g * len,
                                                                                   qscale + g * len / 32, qsum + g * len / 32);
-                    const attn_query aq = { q, qi, qscale, qsum, len, int8 };
+                    if (int8) attn_block_query_bytes(qi, (int64_t)G * len, qb);
+                    const attn_query aq = { q, qi, qscale, qsum, len, int8, int8 ? qb : NULL };
                     const uint8_t *kr_rows[NK];
                     for (int k = 0; k < nk; k++) kr_rows[k] = rows + (size_t)(key0 + k) * rb;
                     for (int i = 0; i < MAXG * NK; i++) w_lanes[i] = -12345.0f;
@@ -128,6 +130,7 @@ TEST(lanes_int8_query_extremes) {
     static uint8_t rows[NPOS * LEN / 32 * 34], body[NPOS * LEN / 32 * 34];
     static float q[G * LEN], qscale[G * LEN / 32], w8[G * NPOS], w16[G * NPOS];
     static int16_t qi[G * LEN];
+    static int8_t qb[G * LEN];
     static int32_t qsum[G * LEN / 32];
     static const kvq_type types[] = { KVQ_TYPE_Q4_0, KVQ_TYPE_Q4_1 };
     int checked = 0;
@@ -153,7 +156,9 @@ TEST(lanes_int8_query_extremes) {
                         q[i] = sign == 0 ? 1.0f : sign == 1 ? -1.0f : (i % 3 ? 1.0f : -1.0f);
                     for (int g = 0; g < G; g++)
                         attn_block_round_query8(q + g * LEN, LEN, qi + g * LEN, qscale + g * LEN / 32, qsum + g * LEN / 32);
-                    const attn_query bytes = { q, qi, qscale, qsum, LEN, true }, pairs = { q, qi, qscale, qsum, LEN, false };
+                    attn_block_query_bytes(qi, G * LEN, qb);
+                    const attn_query bytes = { q, qi, qscale, qsum, LEN, true, qb },
+                                     pairs = { q, qi, qscale, qsum, LEN, true, NULL };
                     kr->fused[ty].scores_lanes(body, 0, NPOS, &bytes, G, LEN, 1.0f, w8, NPOS);
                     kr->fused[ty].scores_lanes(body, 0, NPOS, &pairs, G, LEN, 1.0f, w16, NPOS);
                     CHECK(!memcmp(w8, w16, sizeof w8), "%s %s codes %d signs %d: the byte sums differ from the int16 ones",

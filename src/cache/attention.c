@@ -86,6 +86,7 @@ typedef struct attn_job {
     const int16_t *qi;
     const float *qi_scale, *q_hat;
     const int32_t *qi_sum;
+    const int8_t *qi_bytes;           /* q8: qi as bytes (attn_block_query_bytes), else NULL */
     bool q8;                          /* qi rounded to int8 levels (opts->int8_query) */
     int q_stride, acc_stride, head_dim_v;
     int rows_per_chunk, n_chunks, n_splits, split_len;
@@ -114,6 +115,7 @@ typedef struct row_state {
     float *q_group, *qi_scale_group;
     int32_t *qi_sum_group;
     int16_t *qi_group;
+    int8_t *qi_bytes_group;   /* q8: [group_rows * group][q_stride] bytes */
     attn_run_memo *memo;   /* the task's: what record hooks keep between chunks */
 } row_state;
 
@@ -314,7 +316,7 @@ static attn_query row_query(const attn_job *jb, int kv_head, int i, const float 
     const size_t head0 = (size_t)i * jb->n_head + (size_t)kv_head * jb->group, qb = (size_t)jb->q_stride / 32;
     const attn_query q = { jb->q + head0 * jb->q_stride, jb->qi ? jb->qi + head0 * jb->q_stride : NULL,
                            jb->qi ? jb->qi_scale + head0 * qb : NULL, jb->qi ? jb->qi_sum + head0 * qb : NULL,
-                           jb->q_stride, jb->q8 };
+                           jb->q_stride, jb->q8, jb->qi_bytes ? jb->qi_bytes + head0 * jb->q_stride : NULL };
     *q_hat = jb->q_hat ? jb->q_hat + head0 * jb->q_stride : NULL;
     return q;
 }
@@ -353,7 +355,7 @@ static void attend_row(const attn_job *jb, int kv_head, int i, int lo, int hi, r
 static attn_query group_query(const attn_job *jb, int kv_head, int i0, int R, const row_state *st) {
     const size_t G = (size_t)jb->group, qs = (size_t)jb->q_stride, qb = qs / 32;
     attn_query g = { st->q_group, jb->qi ? st->qi_group : NULL, jb->qi ? st->qi_scale_group : NULL,
-                     jb->qi ? st->qi_sum_group : NULL, jb->q_stride, jb->q8 };
+                     jb->qi ? st->qi_sum_group : NULL, jb->q_stride, jb->q8, jb->qi_bytes ? st->qi_bytes_group : NULL };
     for (int r = 0; r < R; r++) {
         const float *unused;
         const attn_query q = row_query(jb, kv_head, i0 + r, &unused);
@@ -362,6 +364,7 @@ static attn_query group_query(const attn_job *jb, int kv_head, int i0, int R, co
         memcpy(st->qi_group + r * G * qs, q.qi, G * qs * sizeof(int16_t));
         memcpy(st->qi_scale_group + r * G * qb, q.scale, G * qb * sizeof(float));
         memcpy(st->qi_sum_group + r * G * qb, q.sum, G * qb * sizeof(int32_t));
+        if (q.qb) memcpy(st->qi_bytes_group + r * G * qs, q.qb, G * qs);
     }
     return g;
 }
@@ -439,6 +442,7 @@ static void attn_task(void *ctx, int task, int thread) {
         st.qi_scale_group = st.q_group + nq * jb->q_stride;
         st.qi_sum_group = (int32_t *)(void *)(st.qi_scale_group + nq * (size_t)jb->q_stride / 32);
         st.qi_group = (int16_t *)(void *)(st.qi_sum_group + nq * (size_t)jb->q_stride / 32);
+        st.qi_bytes_group = (int8_t *)(void *)(st.qi_group + nq * (size_t)jb->q_stride);
     }
     const int k_lo = split * jb->split_len, k_hi = k_lo + jb->split_len;
     const int r1 = KVQ_MIN(jb->n, (chunk + 1) * jb->rows_per_chunk);
@@ -627,20 +631,25 @@ static void rotate_queries(const kvq_cache_side *sk, const float *q, int rows, i
 }
 
 /* Every rotated query row rounded to int16 per block (int8 levels with
- * jb->q8), once per call; mem holds q_floats/2 floats of codes, then
- * scales and sums. */
+ * jb->q8, and then also as the lanes kernels' bytes), once per call; mem
+ * holds q_floats/2 floats of codes, then scales and sums, then (q8)
+ * q_floats/4 floats of bytes. */
 static void round_queries(attn_job *jb, int rows, float *mem) {
     const size_t qb = (size_t)jb->q_stride / 32, n_blocks = (size_t)rows * qb;
     int16_t *qi = (int16_t *)(void *)mem;
     float *scale = mem + (size_t)rows * jb->q_stride / 2;
     int32_t *sum = (int32_t *)(void *)(scale + n_blocks);
-    for (int r = 0; r < rows; r++)
-        (jb->q8 ? attn_block_round_query8 : attn_block_round_query)(jb->q + (size_t)r * jb->q_stride, jb->q_stride,
-                                                                    qi + (size_t)r * jb->q_stride,
+    int8_t *bytes = (int8_t *)(void *)(sum + n_blocks);
+    for (int r = 0; r < rows; r++) {
+        const size_t at = (size_t)r * jb->q_stride;
+        (jb->q8 ? attn_block_round_query8 : attn_block_round_query)(jb->q + at, jb->q_stride, qi + at,
                                                                     scale + (size_t)r * qb, sum + (size_t)r * qb);
+        if (jb->q8) attn_block_query_bytes(qi + at, jb->q_stride, bytes + at);
+    }
     jb->qi = qi;
     jb->qi_scale = scale;
     jb->qi_sum = sum;
+    jb->qi_bytes = jb->q8 ? bytes : NULL;
 }
 
 kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_head, const float *q,
@@ -686,12 +695,15 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
      * floats for the per-key pass that reproduces them */
     const bool int_k = attn_block_int_type(k->type) && jb.q_stride % 32 == 0;
     const bool want_qi = int_k && jb.blk, want_qhat = int_k && !jb.blk && loop && loop->round_query;
-    const size_t qi_floats = want_qi ? q_floats / 2 + 2 * (q_floats / 32) : want_qhat ? q_floats : 0;
+    jb.q8 = opts && opts->int8_query && attn_block_int8_type(k->type);
+    const size_t qb_floats = jb.q8 ? q_floats / 4 : 0;   /* round_queries' bytes */
+    const size_t qi_floats = want_qi ? q_floats / 2 + 2 * (q_floats / 32) + qb_floats : want_qhat ? q_floats : 0;
     const size_t nq = (size_t)jb.group_rows * jb.group;
     jb.scratch_floats = nq * ((size_t)jb.acc_stride + 2 + KEY_CHUNK);
     if (jb.blk)   /* K and V tiles, a zero row, a group's queries (attn_task) */
         jb.scratch_floats += (size_t)KEY_CHUNK * ((size_t)jb.q_stride + jb.acc_stride) + jb.acc_stride +
-                             nq * ((size_t)jb.q_stride + 2 * ((size_t)jb.q_stride / 32) + (size_t)jb.q_stride / 2 + 1);
+                             nq * ((size_t)jb.q_stride + 2 * ((size_t)jb.q_stride / 32) + (size_t)jb.q_stride / 2 + 1) +
+                             (jb.q8 ? nq * (size_t)jb.q_stride / 4 + 1 : 0);
     const size_t part_floats = jb.n_splits > 1 ? (size_t)jb.n_splits * n * n_head * (jb.acc_stride + 2) : 0;
     const size_t merge_floats = jb.n_splits > 1 ? (size_t)jb.acc_stride : 0;
     float *mem = kvq_cache_attend_scratch(c, q_floats + (size_t)n_threads * jb.scratch_floats + part_floats +
@@ -703,7 +715,6 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     rotate_queries(k, q, n * n_head, n_head, jb.group, jb.q_stride, qr);
     jb.q = qr;
     float *qi_mem = jb.partial + part_floats + merge_floats;
-    jb.q8 = opts && opts->int8_query && attn_block_int8_type(k->type);
     if (want_qi) round_queries(&jb, n * n_head, qi_mem);
     if (want_qhat)
         for (int r = 0; r < n * n_head; r++)

@@ -140,12 +140,6 @@ static inline int32_t vi_dpbusd(int32_t acc, int32_t u, int32_t s) {
     return (int32_t)((uint32_t)acc + (uint32_t)sum);
 }
 #define vi_dpbusd vi_dpbusd
-/* the byte query of one block (attn_codes.inc lanes_query8): 32 int8
- * levels held as int16, in the order of the lanes' nibbles */
-static inline void vq8_lanes(const int16_t *qi, int8_t *out) {
-    static const uint8_t order[8] = { 0, 4, 1, 5, 2, 6, 3, 7 };
-    for (int i = 0; i < 32; i++) out[i] = (int8_t)qi[(i & ~7) | order[i & 7]];
-}
 static inline int shl16(int16_t h, int n) { return (int)(uint16_t)(n >= 0 ? (unsigned)(uint16_t)h << n : (unsigned)(uint16_t)h >> -n); }
 #define vi_shl16(x, n) pair16(shl16(lo16(x), (n)), shl16(hi16(x), (n)))
 #define vi_select(m, a, b) ((int32_t)(((uint32_t)(a) & (uint32_t)(m)) | ((uint32_t)(b) & ~(uint32_t)(m))))
@@ -252,6 +246,17 @@ void attn_block_round_query(const float *q, int64_t len, int16_t *qi, float *sca
 
 void attn_block_round_query8(const float *q, int64_t len, int16_t *qi, float *scale, int32_t *sum) {
     round_blocks(q, len, 127, qi, scale, sum);
+}
+
+/* Per 8 values: the first 4 at the even bytes, the last 4 at the odd ones
+ * (0 4 1 5 2 6 3 7), written as that interleave so that it compiles to
+ * straight stores (KVarN folds a query per tile with it). */
+void attn_block_query_bytes(const int16_t *qi, int64_t len, int8_t *qb) {
+    for (int64_t i = 0; i < len; i += 8)
+        for (int m = 0; m < 4; m++) {
+            qb[i + 2 * m] = (int8_t)qi[i + m];
+            qb[i + 2 * m + 1] = (int8_t)qi[i + 4 + m];
+        }
 }
 
 static void rounded_values(const float *q, int64_t len, const int top, float *qhat) {

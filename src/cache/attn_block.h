@@ -71,6 +71,9 @@ typedef struct attn_query {
     int stride;
     bool q8;    /* qi rounded to int8 (attn_block_round_query8, |qi| <= 127):
                    the kernels may multiply it as bytes (the same sums) */
+    const int8_t *qb;   /* q8: qi as bytes (attn_block_query_bytes, head g at
+                           qb + g*stride), read by the q4_0/q4_1 lanes
+                           kernels; NULL: they multiply qi as int16 */
 } attn_query;
 
 /* Round one query row of len values (whole 32-blocks) to int16 per block,
@@ -88,6 +91,11 @@ void attn_block_rounded_values(const float *q, int64_t len, float *qhat);
  * |k_i|, s_b = max|q_b| / 127: a relative 0.4 % of the block's largest
  * |q| per unit of |k|, 258x the int16 rounding's. */
 void attn_block_round_query8(const float *q, int64_t len, int16_t *qi, float *scale, int32_t *sum);
+/* Int8 levels (|qi| <= 127) as the bytes the lanes kernels multiply with
+ * a block's 4-bit codes (attn_codes.inc lanes_nib_sums8): within each 8
+ * values the order 0 4 1 5 2 6 3 7, a code dword's low nibbles then its
+ * high ones.  Once per query row (attention.c) or folded query (KVarN). */
+void attn_block_query_bytes(const int16_t *qi, int64_t len, int8_t *qb);
 void attn_block_rounded_values8(const float *q, int64_t len, float *qhat);
 /* Types whose rows the fused integer kernels score (the 32-value block
  * types): their scores use the rounded query at every level. */

@@ -61,14 +61,6 @@ static inline __m256i vb_query8(const int16_t *q) {
     return _mm256_permute4x64_epi64(_mm256_packs_epi16(a, b), _MM_SHUFFLE(3, 1, 2, 0));
 }
 
-/* The same 32 bytes in the order of a lanes block's nibbles
- * (attn_codes.inc lanes_query8): within each 8, codes 0 4 1 5 2 6 3 7. */
-static inline void vq8_lanes(const int16_t *qi, int8_t *out) {
-    const __m256i order = _mm256_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15,
-                                           0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
-    _mm256_storeu_si256((__m256i *)(void *)out, _mm256_shuffle_epi8(vb_query8(qi), order));
-}
-
 /* 8 int32 partial sums of one key (pairs of int16 products by madd:
  * |pair| <= 2 * 128 * 32767 fits int32). */
 static inline __m256i vw_partial(vw_x86 c, __m256i q_lo, __m256i q_hi) {
