@@ -110,31 +110,7 @@ ALWAYS_INLINE __m128 lanes_reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
 
 /* ------------------------------------------------------------- Viterbi */
 
-/* The 16-bit search (turbo_viterbi16.inc) at 16 lanes.  The plan: the
- * byte shuffle that gives lane i the value i >> k of 8 broadcast to both
- * 128-bit lanes; made once per k. */
-typedef struct viterbi_plan {
-    __m256i need_idx;
-} viterbi_plan;
-
-static viterbi_plan g_plans[TURBO_TCQ_WIDTHS];
-static pthread_once_t g_plans_once = PTHREAD_ONCE_INIT;
-
-static void make_plans(void) {
-    for (int k = 2; k <= 4; k++) {
-        uint8_t idx[32];
-        for (int i = 0; i < 16; i++) {
-            idx[2 * i] = (uint8_t)(2 * (i >> k));
-            idx[2 * i + 1] = (uint8_t)(2 * (i >> k) + 1);
-        }
-        g_plans[k - 2].need_idx = _mm256_loadu_si256((const __m256i *)(const void *)idx);
-    }
-}
-
-static const viterbi_plan *plan_of(int k) {
-    pthread_once(&g_plans_once, make_plans);
-    return &g_plans[k - 2];
-}
+/* The 16-bit search (turbo_viterbi16.inc) at 16 lanes. */
 
 /* turbo_tcq_xmax, as turbo_viterbi_avx512.c's xmax_avx512 */
 static float xmax_avx2(const float *x, int d) {
@@ -179,21 +155,22 @@ ALWAYS_INLINE __m128i cost_8(__m128i in, __m128i X, __m128i C) {
     return _mm_adds_epu16(in, _mm_mulhrs_epi16(e, e));
 }
 
-/* The arrival costs in (j, m) order: need[j*R + m] = arrival into
- * context (m << k) | j; 8 more for need_avx2's 8-value reads. */
+/* The arrival costs twice (turbo_internal.h, the layout): in context
+ * order in four registers (a step's minima less its floor), where the
+ * floor and the kept copies are taken; and in (j, m) order in memory,
+ * need[j*R + m] = the arrival into context (m << k) | j, where a row's
+ * vector of them is one load (R = 4, 8, 16 words at k = 4, 3, 2:
+ * broadcast, broadcast, plain). */
 typedef struct viterbi_arr {
-    uint16_t need[N_CTX + 8];
+    __m256i ctx[4];
+    _Alignas(32) uint16_t need[N_CTX];
 } viterbi_arr;
 
-/* Lane i of the 16 states at row j, columns col..: need[j*R + (col >> k)
- * + (i >> k)], 8 values broadcast to both 128-bit lanes, then a byte
- * shuffle.  At k = 4 every lane takes the same value: one broadcast word,
- * no shuffle (the search 0.95-0.96x). */
-ALWAYS_INLINE __m256i need_avx2(const viterbi_arr *a, int j, int col, int k, const viterbi_plan *plan) {
-    const uint16_t *p = a->need + j * (N_CTX >> k) + (col >> k);
-    if (k == 4) return _mm256_set1_epi16((short)*p);
-    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p)),
-                               plan->need_idx);
+ALWAYS_INLINE __m256i need_avx2(const viterbi_arr *a, int j, const int k) {
+    const uint16_t *p = a->need + j * (N_CTX >> k);
+    if (k == 4) return _mm256_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    if (k == 3) return _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)p));
+    return _mm256_load_si256((const __m256i *)(const void *)p);
 }
 
 /* The 16 back-pointers as bytes. */
@@ -213,9 +190,8 @@ ALWAYS_INLINE int first_eq_avx2(__m256i v, int m) {
 }
 
 /* The 64 arrival costs as a 4 x 4 x 4 cube, index [A B C] (A: the vector,
- * B: the group of 4 words in it, C: the word in the group).  The column
- * order (turbo_tcq_column) gives need[A B C] = min[C A B] at k = 2, min[B C A] at
- * k = 4 and the identity at k = 3: two transposes each,
+ * B: the group of 4 words in it, C: the word in the group), reordered
+ * (arrive_avx2) by two transposes,
  *   words_4x4:  within one vector, word 4C + B -> 4B + C (a byte shuffle
  *               in each 128-bit lane, then a dword permute);
  *   qwords_4x4: across 4 vectors, qword C of vector A -> qword A of
@@ -235,59 +211,53 @@ ALWAYS_INLINE void qwords_4x4(__m256i v[4]) {
     v[3] = _mm256_permute2x128_si256(t1, t3, 0x31);
 }
 
-/* The cube's reorders: at k = 2 [A B C] -> [B C A] (a qwords_4x4, then
- * the words_4x4s), at k = 4 [A B C] -> [C A B] (the words_4x4s, then a
- * qwords_4x4); the same maps take the minima by column to (j, m) order
- * and (j, m) order to context order. */
-ALWAYS_INLINE void cube_reorder(__m256i v[4], const int k) {
-    if (k == 2) {
-        qwords_4x4(v);
-        KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
-    } else if (k == 4) {
-        KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
-        qwords_4x4(v);
-    }
+/* An 8 x 8 transpose of words (vector i holds rows 2i and 2i + 1): the
+ * rows paired (0, 4), (1, 5), ... by 128-bit moves, words then dwords
+ * interleaved, then each vector's qwords in the order 0, 2, 1, 3. */
+ALWAYS_INLINE void words_8x8(__m256i v[4]) {
+    const __m256i r04 = _mm256_permute2x128_si256(v[0], v[2], 0x20), r15 = _mm256_permute2x128_si256(v[0], v[2], 0x31);
+    const __m256i r26 = _mm256_permute2x128_si256(v[1], v[3], 0x20), r37 = _mm256_permute2x128_si256(v[1], v[3], 0x31);
+    const __m256i t0 = _mm256_unpacklo_epi16(r04, r15), t1 = _mm256_unpackhi_epi16(r04, r15);
+    const __m256i t2 = _mm256_unpacklo_epi16(r26, r37), t3 = _mm256_unpackhi_epi16(r26, r37);
+    v[0] = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(t0, t2), 0xd8);
+    v[1] = _mm256_permute4x64_epi64(_mm256_unpackhi_epi32(t0, t2), 0xd8);
+    v[2] = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(t1, t3), 0xd8);
+    v[3] = _mm256_permute4x64_epi64(_mm256_unpackhi_epi32(t1, t3), 0xd8);
 }
 
-/* The next step's arrival costs: the minima by column less low, put in
- * (j, m) order. */
+/* The next step's arrival costs: the minima (by context) less low, kept,
+ * and put in (j, m) order.  As a 4 x 4 x 4 cube [A B C] of context
+ * index 16A + 4B + C, need[B C A] = in[A B C] at k = 4 (m = A, j = 4B +
+ * C) and need[C A B] = in[A B C] at k = 2 (m = 4A + B, j = C); at k = 3
+ * an 8 x 8 transpose. */
 ALWAYS_INLINE void arrive_avx2(viterbi_arr *a, const __m256i best[4], int low, const int k) {
     const __m256i l = _mm256_set1_epi16((short)low);
     __m256i v[4];
-    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) v[i] = _mm256_sub_epi16(best[i], l);
-    cube_reorder(v, k);   /* k = 3: the identity */
-    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(a->need + 16 * i), v[i]);
+    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) a->ctx[i] = v[i] = _mm256_sub_epi16(best[i], l);
+    if (k == 4) {
+        qwords_4x4(v);
+        KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
+    } else if (k == 2) {
+        KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) v[i] = words_4x4(v[i]);
+        qwords_4x4(v);
+    } else {
+        words_8x8(v);
+    }
+    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) _mm256_store_si256((__m256i *)(void *)(a->need + 16 * i), v[i]);
 }
 
 ALWAYS_INLINE int floor_avx2(const viterbi_arr *a) {
-    __m256i m = _mm256_loadu_si256((const __m256i *)(const void *)a->need);
-    KVQ_UNROLL_N(4) for (int i = 16; i < N_CTX; i += 16)
-        m = _mm256_min_epu16(m, _mm256_loadu_si256((const __m256i *)(const void *)(a->need + i)));
-    return hmin_avx2(m);
+    return hmin_avx2(_mm256_min_epu16(_mm256_min_epu16(a->ctx[0], a->ctx[1]), _mm256_min_epu16(a->ctx[2], a->ctx[3])));
 }
 
-/* The arrival costs by context, in[(m << k) | j] = need[j*R + m].  k = 2
- * and 4: cube_reorder.  k = 3: an 8 x 8 transpose of words (vector i
- * holds rows 2i and 2i + 1): the rows paired (0, 4), (1, 5), ... by
- * 128-bit moves, words then dwords interleaved, then each vector's qwords
- * in the order 0, 2, 1, 3. */
-ALWAYS_INLINE void store_context_avx2(const viterbi_arr *a, uint16_t *in, const int k) {
-    __m256i v[4];
-    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++)
-        v[i] = _mm256_loadu_si256((const __m256i *)(const void *)(a->need + 16 * i));
-    if (k != 3) {
-        cube_reorder(v, k);
-    } else {
-        const __m256i r04 = _mm256_permute2x128_si256(v[0], v[2], 0x20), r15 = _mm256_permute2x128_si256(v[0], v[2], 0x31);
-        const __m256i r26 = _mm256_permute2x128_si256(v[1], v[3], 0x20), r37 = _mm256_permute2x128_si256(v[1], v[3], 0x31);
-        const __m256i t0 = _mm256_unpacklo_epi16(r04, r15), t1 = _mm256_unpackhi_epi16(r04, r15);
-        const __m256i t2 = _mm256_unpacklo_epi16(r26, r37), t3 = _mm256_unpackhi_epi16(r26, r37);
-        v[0] = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(t0, t2), 0xd8);
-        v[1] = _mm256_permute4x64_epi64(_mm256_unpackhi_epi32(t0, t2), 0xd8);
-        v[2] = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(t1, t3), 0xd8);
-        v[3] = _mm256_permute4x64_epi64(_mm256_unpackhi_epi32(t1, t3), 0xd8);
-    }
-    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(in + 16 * i), v[i]);
+ALWAYS_INLINE void zero_avx2(viterbi_arr *a) {
+    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) a->ctx[i] = _mm256_setzero_si256();
+    memset(a->need, 0, sizeof a->need);
+}
+
+/* The arrival costs by context: the registers as they are. */
+ALWAYS_INLINE void store_context_avx2(const viterbi_arr *a, uint16_t *in) {
+    KVQ_UNROLL_N(4) for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(in + 16 * i), a->ctx[i]);
 }
 
 #define VW __m256i
@@ -317,14 +287,14 @@ ALWAYS_INLINE void store_context_avx2(const viterbi_arr *a, uint16_t *in, const 
 #define W_STORE_BACK(back, bj) store_back_avx2((back), (bj))
 #define W_HMIN(v) hmin_avx2(v)
 #define W_FIRST_EQ(v, m) first_eq_avx2((v), (m))
-#define W_PLAN viterbi_plan
-#define W_PLAN_OF(k) plan_of(k)
+#define W_PLAN char   /* nothing to plan */
+#define W_PLAN_OF(k) ((void)(k), (const char *)NULL)
 #define W_ARR viterbi_arr
-#define W_ARR_ZERO(a) memset((a), 0, sizeof *(a))
-#define W_IN(a, j, col, k, plan) need_avx2((a), (j), (col), (k), (plan))
+#define W_ARR_ZERO(a) zero_avx2(a)
+#define W_IN(a, j, col, k, plan) ((void)(col), (void)(plan), need_avx2((a), (j), (k)))
 #define W_ARR_FLOOR(a) floor_avx2(a)
 #define W_ARR_NEXT(a, best, low, k, plan) ((void)(plan), arrive_avx2((a), (best), (low), (k)))
-#define W_ARR_STORE_CONTEXT(a, in, k, plan) ((void)(plan), store_context_avx2((a), (in), (k)))
+#define W_ARR_STORE_CONTEXT(a, in, k, plan) ((void)(k), (void)(plan), store_context_avx2((a), (in)))
 #define W_KEEPS(k) ((k) >= 3)
 #define VITERBI_FN turbo_viterbi_avx2
 #define VITERBI2_FN turbo_viterbi2_avx2

@@ -174,14 +174,17 @@ static inline uint16_t turbo_tcq_cost16(uint16_t in, int16_t X, int16_t C) {
 
 /* The codebook on a row's grid (shift a), laid out for the vector search.
  * Write a state as s = (a << k) | j: a = its top 6 bits (the context its
- * successors see), j = its low k bits.  With K = 2^k and R = 64 / K,
- * context a = q*R + m (m = a mod R) is stored in row j at column sigma(a)
- * = m*K + q.  Then the cost of state (row j, column sigma(a)) at a step is
- * in[(m << k) | j] + sq(X_t, C): every run of K columns with the same m
- * needs one arrival cost, and the best arrival into context a at the next
- * step is the minimum over the K rows at column sigma(a), lane-wise. */
+ * successors see), j = its low k bits.  With K = 2^k and R = 64 / K, a =
+ * q*R + m (m = a mod R).  cpos holds C of state (a << k) | j at row j,
+ * column a.  The cost of that state at a step is in[(m << k) | j] +
+ * sq(X_t, C), and the best arrival into context a at the next step is the
+ * minimum over the K rows at column a, lane-wise: the minima come out in
+ * context order.  Along a row the arrival costs a state reads repeat with
+ * period R (they depend on m alone), so a row's vector of them is the R
+ * values in[(m << k) | j], m = 0..R-1, broadcast: one load, where the
+ * arrival costs are kept in (j, m) order. */
 typedef struct turbo_tcq_layout {
-    int16_t cpos[TURBO_MAX_STATES];                    /* C by position j*64 + sigma(a) */
+    int16_t cpos[TURBO_MAX_STATES];                    /* C by position j*64 + a */
     int16_t cstate[TURBO_MAX_STATES];                  /* C by state */
     int shift;                                         /* a */
     float scale;                                       /* 2^a */
@@ -196,12 +199,6 @@ const turbo_tcq_layout *turbo_tcq_layout_of(int k, const float *c, int shift, tu
 const turbo_tcq_layout *turbo_tcq_row_layout(int k, const float *c, float xmax, turbo_tcq_layout *own);
 /* sum (x_t - c[s_t])^2 of a path, in double: what the searches return */
 double turbo_tcq_path_error(const float *c, const float *x, const uint16_t *states, int d);
-/* sigma(a), the layout's column of context a (R = 64 / 2^k):
- * (a mod R) * 2^k + a / R. */
-static inline int turbo_tcq_column(int k, int a) {
-    return ((a & ((1 << (KVQ_TURBO_TCQ_CONTEXT - k)) - 1)) << k) | (a >> (KVQ_TURBO_TCQ_CONTEXT - k));
-}
-
 /* Tagged costs (the float search, kvq_turbo_tcq_viterbi_exact).  A
  * step's best arrival into a context is the smallest of its 2^k
  * predecessors' costs, the first of them on ties.  Every cost is
@@ -219,13 +216,10 @@ static inline uint32_t turbo_tcq_tag(float cost, int j, uint32_t mask) {
     return (kvq_f32_bits(cost) & ~mask) | (uint32_t)j;
 }
 
-/* Viterbi back-pointers -> states: back[t][turbo_tcq_column(k, ctx)]
- * (by_column false: back[t][ctx]) is the low k bits of the best
- * predecessor of any state with context ctx at step t.  The column is
- * computed, not looked up: a load in the walk's chain of dependent steps
- * took ~1/3 of its time. */
-void turbo_tcq_backtrack(int k, const uint8_t (*back)[1 << KVQ_TURBO_TCQ_CONTEXT], bool by_column, int d,
-                         int last, uint16_t *states);
+/* Viterbi back-pointers -> states: back[t][ctx] is the low k bits of the
+ * best predecessor of any state with context ctx at step t. */
+void turbo_tcq_backtrack(int k, const uint8_t (*back)[1 << KVQ_TURBO_TCQ_CONTEXT], int d, int last,
+                         uint16_t *states);
 /* What a vector search keeps for its walk back instead of back-pointers
  * where it keeps no rows (turbo_viterbi16.inc, W_KEEPS): every step's
  * arrival costs by context (in[0] = 0, the free initial bits; in[t + 1]
@@ -246,7 +240,7 @@ void turbo_tcq_walk_kept(int k, const turbo_tcq_kept *kept, const int16_t *X, co
 /* two rows' walks in one loop */
 void turbo_tcq_walk_kept2(int k, const turbo_tcq_kept *const kept[2], const int16_t *const X[2],
                           const int16_t *const cstate[2], int d, const int last[2], uint16_t *const states[2]);
-/* turbo_tcq_backtrack (by column) of two rows at once: the same states. */
+/* turbo_tcq_backtrack of two rows at once: the same states. */
 void turbo_tcq_backtrack2(int k, const uint8_t (*const back[2])[1 << KVQ_TURBO_TCQ_CONTEXT], int d, const int last[2],
                           uint16_t *const states[2]);
 

@@ -76,18 +76,17 @@ static bool viterbi_args_ok(int k, const float *c, int d) {
 }
 
 /* Walk the back-pointers from the final state. */
-void turbo_tcq_backtrack(int k, const uint8_t (*back)[N_CTX], bool by_column, int d, int last,
-                         uint16_t *states) {
+void turbo_tcq_backtrack(int k, const uint8_t (*back)[N_CTX], int d, int last, uint16_t *states) {
     int s = last;
     states[d - 1] = (uint16_t)s;
     for (int t = d - 1; t > 0; t--) {
         int ctx = s & CTX_MASK;
-        s = (ctx << k) | back[t][by_column ? turbo_tcq_column(k, ctx) : ctx];
+        s = (ctx << k) | back[t][ctx];
         states[t - 1] = (uint16_t)s;
     }
 }
 
-/* Two rows' walks (by column) in one loop: each step of a walk waits on
+/* Two rows' walks in one loop: each step of a walk waits on
  * its last load, and the other walk's step fills that wait (the walks
  * one after the other took a tenth of turbo2_tcq's two-row write). */
 void turbo_tcq_backtrack2(int k, const uint8_t (*const back[2])[N_CTX], int d, const int last[2],
@@ -97,8 +96,8 @@ void turbo_tcq_backtrack2(int k, const uint8_t (*const back[2])[N_CTX], int d, c
     states[1][d - 1] = (uint16_t)s1;
     for (int t = d - 1; t > 0; t--) {
         const int c0 = s0 & CTX_MASK, c1 = s1 & CTX_MASK;
-        s0 = (c0 << k) | back[0][t][turbo_tcq_column(k, c0)];
-        s1 = (c1 << k) | back[1][t][turbo_tcq_column(k, c1)];
+        s0 = (c0 << k) | back[0][t][c0];
+        s1 = (c1 << k) | back[1][t][c1];
         states[0][t - 1] = (uint16_t)s0;
         states[1][t - 1] = (uint16_t)s1;
     }
@@ -160,7 +159,7 @@ static void make_layout(int k, const float *c, int shift, turbo_tcq_layout *l) {
     l->scale = ldexpf(1.0f, shift);
     for (int s = 0; s < (N_CTX << k); s++) {
         l->cstate[s] = turbo_tcq_fixed(c[s], l->scale);
-        l->cpos[(s & (K - 1)) * N_CTX + turbo_tcq_column(k, s >> k)] = l->cstate[s];
+        l->cpos[(s & (K - 1)) * N_CTX + (s >> k)] = l->cstate[s];
     }
 }
 
@@ -228,7 +227,7 @@ void turbo_tcq_search_scalar(int k, const float *c, const float *x, int d, uint1
     int last = 0;
     for (int s = 1; s < n_states; s++)
         if (cost[s] < cost[last]) last = s;
-    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])back, false, d, last, states);
+    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])back, d, last, states);
 }
 
 double kvq_turbo_tcq_viterbi_scalar(int k, const float *c, const float *x, int d, uint16_t *states) {
@@ -278,7 +277,7 @@ double kvq_turbo_tcq_viterbi_exact(int k, const float *c, const float *x, int d,
         }
     }
     int last = argmin_first(cost, n_states);
-    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])back, false, d, last, states);
+    turbo_tcq_backtrack(k, (const uint8_t (*)[N_CTX])back, d, last, states);
     return cost[last];
 }
 

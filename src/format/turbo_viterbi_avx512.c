@@ -12,41 +12,36 @@
 #define N_CTX (1 << CTX_BITS)
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* The arrival costs stay in two registers, by column (the step's minima
- * less the floor): the costs at row j, columns col.. take lane i from
- * column turbo_tcq_column(k, (m << k) | j), m = (col >> k) + (i >> k), by
- * one two-register word permute.  No store and reload between a step's minima and the next
- * step's costs (the chain every step waits on), and no separate reorder:
- * the permute's index does it. */
+/* The arrival costs stay in two registers in context order (a step's
+ * minima less its floor).  Row j's vector of them, the same at every
+ * column chunk (turbo_internal.h, the layout: lane i takes context
+ * ((i mod R) << k) | j, and R divides 32), is one two-register word
+ * permute: no store and reload between a step's minima and the next
+ * step's costs, the chain every step waits on.  (Kept in (j, m) order in
+ * memory instead, a row's vector is one broadcast load and no permute:
+ * the same speed for two rows at once, where the step's other operations
+ * bound it, and 1.1-1.15x the time for one row, where the store and
+ * reload join the chain.) */
 typedef struct viterbi_arr {
     __m512i m[2];
 } viterbi_arr;
 
-/* The permute indices of every (row j, column chunk c), j * 2 + c: a
- * function of k alone (turbo_tcq_column), made once per k (building
- * them per call, 2^k x 64 look-ups, was ~5 % of a turbo4_tcq row). */
+/* The permute indices of every row, a function of k alone, made once
+ * per k. */
 typedef struct viterbi_plan {
-    __m512i idx[2 << 4];
-    __m512i ctx_idx[2];   /* the arrival costs from column order to context order */
+    __m512i idx[1 << 4];
 } viterbi_plan;
 
 static viterbi_plan g_plans[TURBO_TCQ_WIDTHS];
 static pthread_once_t g_plans_once = PTHREAD_ONCE_INIT;
 
 static void make_plans(void) {
-    for (int k = 2; k <= 4; k++) {
-        for (int j = 0; j < (1 << k); j++)
-            for (int c = 0; c < 2; c++) {
-                int16_t idx[32];
-                for (int i = 0; i < 32; i++) idx[i] = (int16_t)turbo_tcq_column(k, (((32 * c) >> k) + (i >> k)) << k | j);
-                g_plans[k - 2].idx[j * 2 + c] = _mm512_loadu_si512(idx);
-            }
-        for (int v = 0; v < 2; v++) {
+    for (int k = 2; k <= 4; k++)
+        for (int j = 0; j < (1 << k); j++) {
             int16_t idx[32];
-            for (int i = 0; i < 32; i++) idx[i] = (int16_t)turbo_tcq_column(k, 32 * v + i);
-            g_plans[k - 2].ctx_idx[v] = _mm512_loadu_si512(idx);
+            for (int i = 0; i < 32; i++) idx[i] = (int16_t)((i % (N_CTX >> k)) << k | j);
+            g_plans[k - 2].idx[j] = _mm512_loadu_si512(idx);
         }
-    }
 }
 
 static const viterbi_plan *plan_of(int k) {
@@ -54,8 +49,8 @@ static const viterbi_plan *plan_of(int k) {
     return &g_plans[k - 2];
 }
 
-ALWAYS_INLINE __m512i in_avx512(const viterbi_arr *a, int j, int col, const viterbi_plan *p) {
-    return _mm512_permutex2var_epi16(a->m[0], p->idx[j * 2 + col / 32], a->m[1]);
+ALWAYS_INLINE __m512i in_avx512(const viterbi_arr *a, int j, const viterbi_plan *p) {
+    return _mm512_permutex2var_epi16(a->m[0], p->idx[j], a->m[1]);
 }
 
 /* turbo_tcq_xmax: lanes of a non-finite |x| (not below infinity) left out */
@@ -117,10 +112,10 @@ ALWAYS_INLINE void next_avx512(viterbi_arr *a, const __m512i best[2], int low) {
     a->m[1] = _mm512_sub_epi16(best[1], l);
 }
 
-/* The arrival costs by context, by two word permutes. */
-ALWAYS_INLINE void store_context_avx512(const viterbi_arr *a, uint16_t *in, const viterbi_plan *p) {
-    _mm512_storeu_si512(in, _mm512_permutex2var_epi16(a->m[0], p->ctx_idx[0], a->m[1]));
-    _mm512_storeu_si512(in + 32, _mm512_permutex2var_epi16(a->m[0], p->ctx_idx[1], a->m[1]));
+/* The arrival costs by context: the registers as they are. */
+ALWAYS_INLINE void store_context_avx512(const viterbi_arr *a, uint16_t *in) {
+    _mm512_storeu_si512(in, a->m[0]);
+    _mm512_storeu_si512(in + 32, a->m[1]);
 }
 
 #define VW __m512i
@@ -152,10 +147,10 @@ ALWAYS_INLINE void store_context_avx512(const viterbi_arr *a, uint16_t *in, cons
 #define W_PLAN_OF(k) plan_of(k)
 #define W_ARR viterbi_arr
 #define W_ARR_ZERO(a) ((a)->m[0] = (a)->m[1] = _mm512_setzero_si512())
-#define W_IN(a, j, col, k, plan) ((void)(k), in_avx512((a), (j), (col), (plan)))
+#define W_IN(a, j, col, k, plan) ((void)(col), (void)(k), in_avx512((a), (j), (plan)))
 #define W_ARR_FLOOR(a) floor_avx512(a)
 #define W_ARR_NEXT(a, best, low, k, plan) ((void)(k), (void)(plan), next_avx512((a), (best), (low)))
-#define W_ARR_STORE_CONTEXT(a, in, k, plan) ((void)(k), store_context_avx512((a), (in), (plan)))
+#define W_ARR_STORE_CONTEXT(a, in, k, plan) ((void)(k), (void)(plan), store_context_avx512((a), (in)))
 #define W_KEEPS(k) ((k) == 4)
 #define VITERBI_FN turbo_viterbi_avx512
 #define VITERBI2_FN turbo_viterbi2_avx512
