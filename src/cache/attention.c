@@ -48,7 +48,7 @@ enum {
     MIN_SPLIT_KEYS = 256,  /* a key range shorter than this is not worth a task */
     TASKS_PER_THREAD = 4,  /* enough tasks for dynamic balancing             */
     GROUP_VECTORS = 8,     /* query vectors (rows x GQA heads) a prefill group scores at once */
-    ATTN_GROUP_ROWS = 8,   /* most rows of a group                          */
+    ATTN_GROUP_ROWS = 32,  /* most rows of a group (row_hooks.h, group_vectors) */
     SPLIT_TASKS = 16,      /* (KV head x row x key range) tasks wanted when rows are few */
 };
 
@@ -684,10 +684,13 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     jb.head_dim_v = v->head_dim;
     jb.out = out;
     const int n_threads = kvq_pool_threads(pool);
-    /* prefill: rows in groups of about GROUP_VECTORS query vectors (a
-     * function of the shapes only: the grouping, and with it every sum's
-     * order, is the same for any thread count) */
-    jb.group_rows = jb.blk ? KVQ_MAX(1, KVQ_MIN(ATTN_GROUP_ROWS, GROUP_VECTORS / jb.group)) : 1;
+    /* prefill: rows in groups of about GROUP_VECTORS query vectors, or
+     * as many as the bodies' hooks want (a function of the shapes and
+     * types only: the grouping, and with it every sum's order, is the
+     * same for any thread count) */
+    const int vectors = KVQ_MAX(GROUP_VECTORS, KVQ_MAX(jb.k[KVQ_PART_BODY].hooks->group_vectors,
+                                                       jb.v[KVQ_PART_BODY].hooks->group_vectors));
+    jb.group_rows = jb.blk ? KVQ_MAX(1, KVQ_MIN(ATTN_GROUP_ROWS, vectors / jb.group)) : 1;
     choose_work(&jb, c->p.n_head_kv, n_threads, opts ? opts->key_splits : 0);
 
     const size_t q_floats = (size_t)n * n_head * jb.q_stride;

@@ -53,6 +53,11 @@ typedef struct kvq_row_hooks {
     /* bytes of one KV head's rows per call in a decode step these hooks
      * run best with (0: ATTN_BLOCK_KEYS keys whatever their bytes) */
     int chunk_bytes;
+    /* query vectors (rows x GQA heads) a prefill group should hold where
+     * these hooks read a body: a chunk's rows are read once per group,
+     * so types that unpack each chunk at a cost want more rows to share
+     * it (0: the default, attention.c's GROUP_VECTORS) */
+    int group_vectors;
     /* record types (else NULL / 0) */
     int run_keys;                     /* chunks of keys never cross a multiple of this (a tile) */
     void (*shape)(struct kvq_cache_side *sd, bool is_v);
