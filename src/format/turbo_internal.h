@@ -181,8 +181,10 @@ static inline uint16_t turbo_tcq_cost16(uint16_t in, int16_t X, int16_t C) {
  * minimum over the K rows at column a, lane-wise: the minima come out in
  * context order.  Along a row the arrival costs a state reads repeat with
  * period R (they depend on m alone), so a row's vector of them is the R
- * values in[(m << k) | j], m = 0..R-1, broadcast: one load, where the
- * arrival costs are kept in (j, m) order. */
+ * values in[(m << k) | j], m = 0..R-1, repeated, the same for all the
+ * row's column chunks: one broadcast load where the arrival costs are
+ * kept in (j, m) order (AVX2), one word permute where they are kept in
+ * registers by context (AVX-512). */
 typedef struct turbo_tcq_layout {
     int16_t cpos[TURBO_MAX_STATES];                    /* C by position j*64 + a */
     int16_t cstate[TURBO_MAX_STATES];                  /* C by state */
