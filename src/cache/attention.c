@@ -699,14 +699,17 @@ kvq_status kvq_cache_attend_loop(kvq_cache *c, int layer, int pos, int n, int n_
     const bool int_k = attn_block_int_type(k->type) && jb.q_stride % 32 == 0;
     const bool want_qi = int_k && jb.blk, want_qhat = int_k && !jb.blk && loop && loop->round_query;
     jb.q8 = opts && opts->int8_query && attn_block_int8_type(k->type);
-    const size_t qb_floats = jb.q8 ? q_floats / 4 : 0;   /* round_queries' bytes */
+    /* round_queries' bytes: for the block types' kernels (kvarn4 folds
+     * its own, attn_kvarn_kernels.fold_query) */
+    const bool q8_bytes = jb.q8 && want_qi;
+    const size_t qb_floats = q8_bytes ? q_floats / 4 : 0;
     const size_t qi_floats = want_qi ? q_floats / 2 + 2 * (q_floats / 32) + qb_floats : want_qhat ? q_floats : 0;
     const size_t nq = (size_t)jb.group_rows * jb.group;
     jb.scratch_floats = nq * ((size_t)jb.acc_stride + 2 + KEY_CHUNK);
     if (jb.blk)   /* K and V tiles, a zero row, a group's queries (attn_task) */
         jb.scratch_floats += (size_t)KEY_CHUNK * ((size_t)jb.q_stride + jb.acc_stride) + jb.acc_stride +
                              nq * ((size_t)jb.q_stride + 2 * ((size_t)jb.q_stride / 32) + (size_t)jb.q_stride / 2 + 1) +
-                             (jb.q8 ? nq * (size_t)jb.q_stride / 4 + 1 : 0);
+                             (q8_bytes ? nq * (size_t)jb.q_stride / 4 + 1 : 0);
     const size_t part_floats = jb.n_splits > 1 ? (size_t)jb.n_splits * n * n_head * (jb.acc_stride + 2) : 0;
     const size_t merge_floats = jb.n_splits > 1 ? (size_t)jb.acc_stride : 0;
     float *mem = kvq_cache_attend_scratch(c, q_floats + (size_t)n_threads * jb.scratch_floats + part_floats +
