@@ -299,6 +299,70 @@ static bool packed_rows(kvq_type ty, int nk, int64_t len, test_rng *r, uint8_t *
     return true;
 }
 
+/* kvq_attend_opts.int8_query with a trellis K (attn_turbo.c: the query
+ * rounded per TurboQuant block, exact dots): it changes the output of a
+ * turbo3_tcq K, within the rounding's few 1e-3 of the float query's, and
+ * not a scalar-codebook turbo3 K's; decode rows give the same bits for 1
+ * and 2 threads; the levels' chunked passes agree (the scores are the same
+ * bits, the V sums each level's); and a prefill of 40 rows (groups of many
+ * query vectors, G > 4) takes the int8 query too: it matches those rows'
+ * decode to the V sums' rounding, far inside the int8 query's effect. */
+TEST(attn_turbo_int8_query_through_the_pass) {
+    enum { N = 300, HD = 128, NH = 4, NQ = 40 };
+    static float o16[NQ * NH * HD], o8[NQ * NH * HD], ob[NQ * NH * HD], od[NQ * NH * HD];
+    CHECK(attn_block_int8_type(KVQ_TYPE_TURBO3_TCQ) && !attn_block_int8_type(KVQ_TYPE_TURBO3), "int8 types");
+    static const kvq_type ks[] = { KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO3 };
+    kvq_pool *pool = kvq_pool_create(2);
+    CHECK(pool, "pool");
+    for (size_t ki = 0; ki < KVQ_ARRAY_LEN(ks); ki++) {
+        attn_data d;
+        CHECK(attn_data_make(&d, N, NH, 2, HD, HD, 53 + ki), "alloc");
+        kvq_cache_params p;
+        attn_params(&p, 2, HD, HD, N, ks[ki], KVQ_TYPE_Q8_0, KVQ_ROT_AUTO);
+        kvq_cache *c = NULL;
+        kvq_error err = { 0, "" };
+        const int pos = N - NQ;
+        CHECK(kvq_cache_create(&p, &c, &err) == KVQ_OK && attn_fill_upto(c, &d, 64, pos), "%s", err.msg);
+        const kvq_attend_opts a16 = { NULL, 0, false }, a8 = { NULL, 0, true };
+        const float *q = d.q + (size_t)pos * NH * HD;
+        const size_t row = (size_t)NH * HD;
+        /* decode rows (one query row each) and the 40-row prefill */
+        for (int i = 0; i < NQ; i++) {
+            CHECK(kvq_cache_attend_opts(c, 0, pos + i, 1, NH, q + i * row, 0.1f, o16 + i * row, NULL, &a16, &err) ==
+                          KVQ_OK &&
+                      kvq_cache_attend_opts(c, 0, pos + i, 1, NH, q + i * row, 0.1f, o8 + i * row, NULL, &a8, &err) ==
+                          KVQ_OK &&
+                      kvq_cache_attend_opts(c, 0, pos + i, 1, NH, q + i * row, 0.1f, ob + i * row, pool, &a8, &err) ==
+                          KVQ_OK,
+                  "%s", err.msg);
+        }
+        CHECK(kvq_cache_attend_opts(c, 0, pos, NQ, NH, q, 0.1f, od, NULL, &a8, &err) == KVQ_OK, "%s", err.msg);
+        const bool trellis = ks[ki] == KVQ_TYPE_TURBO3_TCQ;
+        const bool changed = memcmp(o16, o8, sizeof o16) != 0;
+        CHECK(changed == trellis, "%s: int8_query %s the output", kvq_type_name(ks[ki]),
+              changed ? "changed" : "did not change");
+        const double e8 = attn_rel_err(o8, o16, NQ * row);
+        CHECK(e8 < 2e-2, "%s: int8 vs float query rel err %.3g", kvq_type_name(ks[ki]), e8);
+        CHECK(!memcmp(o8, ob, sizeof o8), "%s: 1 and 2 threads differ", kvq_type_name(ks[ki]));
+        const double ep = attn_rel_err(od, o8, NQ * row);
+        CHECK(!trellis || ep < e8 / 20, "%s: prefill vs decode with the int8 query rel err %.3g (int8 effect %.3g)",
+              kvq_type_name(ks[ki]), ep, e8);
+        for (size_t li = 0; trellis && li < KVQ_ARRAY_LEN(k_levels); li++) {
+            const kvq_attend_loop chunked = { KVQ_PASS_CHUNKED, attn_block_level(k_levels[li]), false };
+            if (!chunked.block) continue;
+            CHECK(kvq_cache_attend_loop(c, 0, N - 1, 1, NH, q + (NQ - 1) * row, 0.1f, ob, NULL, &a8, &chunked, &err) ==
+                      KVQ_OK,
+                  "%s", err.msg);
+            const double el = attn_rel_err(ob, o8 + (NQ - 1) * row, row);
+            CHECK(el < e8 / 20, "%s level %s vs the default with the int8 query rel err %.3g", kvq_type_name(ks[ki]),
+                  k_levels[li], el);
+        }
+        kvq_cache_free(c);
+        attn_data_free(&d);
+    }
+    kvq_pool_free(pool);
+}
+
 /* The int8 query (attn_query.q8, kvq_attend_opts.int8_query): the
  * kernels that multiply it as bytes give the bits of the int16 kernels on
  * the same int8-rounded query (the sums are exact integers either way),

@@ -936,6 +936,105 @@ TEST(turbo_tcq64_lookup_kernels_match) {
     CHECK(!kvq_turbo_tcq64_scores(false, KVQ_TURBO3, NULL, 0, q, 1, 128, 128, 1.0f, ref, 1), "scalar codes accepted");
 }
 
+/* The int8 query of a trellis K (kvq_turbo_round_query8,
+ * kvq_turbo_chunk_scores8).  The rounding: levels within 127, the block's
+ * largest value at +-127, every value within half a step of s m, NaN
+ * for a block holding inf, 0 for a zero block.  The scores: the same bits
+ * at every level, from the scalar look-up instance and the VBMI one
+ * (byte look-ups and vpdpbusd, where the CPU has it): the dots are
+ * exact, so they also equal the float dot of the rounded values up to
+ * the final products' rounding; and within the rounding's error bound
+ * of the float query's scores. */
+TEST(turbo_int8_query_scores) {
+    static uint8_t rows[CK_NK][256];
+    static float q[CK_MAXG * MAX_DIM], qhat[MAX_DIM], x[MAX_DIM], s[CK_MAXG * 4], got[CK_MAXG * CK_NK],
+        lvl[CK_MAXG * CK_NK], fl[CK_MAXG * CK_NK];
+    static int8_t m[CK_MAXG * MAX_DIM];
+    static const int dims[] = { 64, 128, 192, 256 }, gs[] = { 1, 2, 5 }, nks[] = { CK_NK, 7, 1 };
+    static const kvq_isa levels[] = { KVQ_ISA_AVX2, KVQ_ISA_AVX512 };
+    test_rng r = { 4242, 0, 0 };
+    /* the rounding */
+    CHECK(kvq_turbo_blocks(192) == 2 && kvq_turbo_blocks(128) == 1 && kvq_turbo_blocks(256) == 2, "block counts");
+    gauss_vec(&r, x, 192);
+    x[5] = -9.0f;                              /* block 0's largest */
+    for (int i = 128; i < 192; i++) x[i] = 0.0f;
+    kvq_turbo_round_query8(x, 192, m, s);
+    CHECK(m[5] == -127 && s[0] == 9.0f / 127.0f && s[1] == 0.0f, "levels %d, scales %g %g", m[5], s[0], s[1]);
+    for (int i = 0; i < 128; i++)
+        CHECK(fabsf(x[i] - s[0] * (float)m[i]) <= 0.5001f * s[0], "value %d: %g vs %g", i, x[i], s[0] * (float)m[i]);
+    for (int i = 128; i < 192; i++) CHECK(m[i] == 0, "zero block level %d = %d", i, m[i]);
+    x[130] = INFINITY;
+    kvq_turbo_round_query8(x, 192, m, s);
+    CHECK(isnan(s[1]) && !isnan(s[0]), "inf in block 1: scales %g %g", s[0], s[1]);
+    x[130] = 0.0f;
+    CHECK(!kvq_turbo_int8_type(KVQ_TURBO3) && kvq_turbo_int8_type(KVQ_TURBO3_TCQ), "int8 types");
+
+    int checked = 0, vbmi_checked = 0;
+    for (kvq_turbo_type ty = KVQ_TURBO2_TCQ; ty <= KVQ_TURBO4_TCQ; ty++)
+        for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
+            const int d = dims[di], nb = kvq_turbo_blocks(d);
+            chunk_rows(ty, d, &r, rows);
+            for (size_t gi = 0; gi < KVQ_ARRAY_LEN(gs); gi++) for (size_t ni = 0; ni < KVQ_ARRAY_LEN(nks); ni++) {
+                const int G = gs[gi], nk = nks[ni];
+                const uint8_t *rp[CK_NK];
+                for (int key = 0; key < nk; key++) rp[key] = rows[key];
+                if (nk > 5) rp[5] = NULL;
+                gauss_vec(&r, q, G * d);
+                for (int g = 0; g < G; g++) kvq_turbo_round_query8(q + g * d, d, m + g * d, s + g * nb);
+                kvq_turbo_chunk_scores8(KVQ_ISA_SCALAR, ty, rp, nk, m, s, G, d, d, 0.125f, got, CK_NK);
+                kvq_turbo_chunk_scores(KVQ_ISA_SCALAR, ty, rp, nk, q, G, d, d, 0.125f, fl, CK_NK);
+                for (int g = 0; g < G; g++) {
+                    for (int b = 0, off = 0; b < nb; b++, off += 128)
+                        for (int i = off; i < d && i < off + 128; i++) qhat[i] = s[g * nb + b] * (float)m[g * d + i];
+                    for (int key = 0; key < nk; key++) {
+                        const float v = got[g * CK_NK + key];
+                        if (!rp[key]) continue;
+                        /* the float dot of the rounded values (its own rounding) */
+                        const double want = 0.125 * kvq_turbo_dot_rot(ty, rows[key], qhat, d);
+                        /* the bound: per block bs (s/2) sum |values|, by the row's values */
+                        float vals[MAX_DIM] = { 0 };
+                        kvq_turbo_axpy_rot(ty, 1.0f, rows[key], vals, d);
+                        double bound = 0.0;
+                        for (int i = 0; i < d; i++) bound += 0.5 * s[g * nb + (i / 128)] * fabs(vals[i]);
+                        bound *= 0.125;
+                        if (!isfinite(want)) {
+                            CHECK(!isfinite(v), "%s d=%d key %d: %g where the float dot is %g", kvq_turbo_name(ty), d,
+                                  key, v, want);
+                            continue;
+                        }
+                        CHECK(fabs(v - want) <= 1e-5 * (fabs(want) + 1.0), "%s d=%d G=%d key %d head %d: %.9g vs %.9g",
+                              kvq_turbo_name(ty), d, G, key, g, v, want);
+                        CHECK(fabs(v - fl[g * CK_NK + key]) <= bound * 1.0001 + 1e-6,
+                              "%s d=%d key %d head %d: int8 %.6g vs float %.6g, bound %.3g", kvq_turbo_name(ty), d, key,
+                              g, v, fl[g * CK_NK + key], bound);
+                    }
+                }
+                for (size_t li = 0; li < KVQ_ARRAY_LEN(levels); li++) {
+                    kvq_turbo_chunk_scores8(levels[li], ty, rp, nk, m, s, G, d, d, 0.125f, lvl, CK_NK);
+                    for (int g = 0; g < G; g++)
+                        CHECK(!tcq64_bits_differ(lvl + g * CK_NK, got + g * CK_NK, nk),
+                              "%s d=%d G=%d nk=%d head %d: level %s differs from scalar", kvq_turbo_name(ty), d, G, nk,
+                              g, kvq_isa_name(levels[li]));
+                }
+                CHECK(kvq_turbo_tcq64_scores8(false, ty, rp, nk, m, s, G, d, d, 0.125f, lvl, CK_NK), "scalar instance refused");
+                for (int g = 0; g < G; g++)
+                    CHECK(!tcq64_bits_differ(lvl + g * CK_NK, got + g * CK_NK, nk),
+                          "%s d=%d G=%d nk=%d head %d: scalar look-up instance differs", kvq_turbo_name(ty), d, G, nk, g);
+                if (kvq_turbo_tcq64_scores8(true, ty, rp, nk, m, s, G, d, d, 0.125f, lvl, CK_NK)) {
+                    for (int g = 0; g < G; g++)
+                        CHECK(!tcq64_bits_differ(lvl + g * CK_NK, got + g * CK_NK, nk),
+                              "%s d=%d G=%d nk=%d head %d: VBMI int8 kernel differs", kvq_turbo_name(ty), d, G, nk, g);
+                    vbmi_checked++;
+                }
+                if (t->result == TEST_FAIL) return;
+                checked++;
+            }
+        }
+    CHECK(checked == 3 * 4 * 3 * 3, "%d configurations", checked);
+    CHECK(vbmi_checked == (kvq_cpu_features()->avx512vbmi && kvq_cpu_features()->avx512vnni ? checked : 0),
+          "VBMI ran %d of %d", vbmi_checked, checked);
+}
+
 TEST(turbo_deterministic_bytes) {
     test_rng r = { 10, 0, 0 };
     float x[MAX_DIM];

@@ -102,11 +102,13 @@ void attn_block_rounded_values8(const float *q, int64_t len, float *qhat);
 bool attn_block_int_type(kvq_type t);
 /* The K types whose kernels multiply an int8 query as bytes, where
  * kvq_attend_opts.int8_query rounds the query to int8: q4_0 and q4_1
- * (attn_codes.inc lanes_nib_sums8, int8_pays) and kvarn4, whose folded
+ * (attn_codes.inc lanes_nib_sums8, int8_pays), kvarn4, whose folded
  * query is rounded to 127 levels and read by the same lanes kernel
- * (attn_kvarn_kernels.fold_query).  For the other types the byte kernels
- * were slower than their int16 ones, or would need VNNI, so the query
- * keeps int16 and its accuracy. */
+ * (attn_kvarn_kernels.fold_query), and the trellis types (turbo*_tcq:
+ * the query rounded per TurboQuant block, attn_turbo.c, their looked-up
+ * codebook bytes multiplied by it, kvq_turbo_chunk_scores8).  For the
+ * other types the byte kernels were slower than their int16 ones, or
+ * would need VNNI, so the query keeps int16 and its accuracy. */
 bool attn_block_int8_type(kvq_type t);
 
 /* Fused kernels for packed rows of one 32-value block type: scores and
@@ -255,8 +257,11 @@ float attn_block_round_half_away(float x);
  * (attend_keys), so an entry is only ever reused for the same record and
  * the same queries. */
 enum { ATTN_MEMO_HEADS = 16, ATTN_MEMO_WIDTH = 128, ATTN_MEMO_KEYS = 128 };
+enum { ATTN_MEMO_TURBO_VALUES = 64 * 128 };   /* a prefill group of 64 vectors of 128 */
 typedef struct attn_run_memo {
-    const void *k_rec;                                 /* the record qi..k_o belong to */
+    const void *k_rec;                                 /* the record qi..k_o belong to
+                                                          (a trellis K: the query t_m, t_s
+                                                          were rounded from) */
     int k_heads;                                       /* and their query vectors    */
     int16_t qi[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH];
     int8_t qb[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH];      /* fold_query's bytes (q8)    */
@@ -264,6 +269,10 @@ typedef struct attn_run_memo {
     int32_t qsub[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH / 32];
     float qz[ATTN_MEMO_HEADS];
     float k_o[ATTN_MEMO_KEYS + ATTN_BLOCK_KEYS];       /* zeros after the tile's      */
+    /* a trellis K's int8 query (attn_turbo.c), for the vectors k_rec:
+     * vector g's levels at t_m + g*len, its blocks' scales at t_s + g*nb */
+    int8_t t_m[ATTN_MEMO_TURBO_VALUES];
+    float t_s[ATTN_MEMO_TURBO_VALUES / 64];
     const void *v_rec;                                 /* the record o, v_s, v_z belong to */
     float o[ATTN_MEMO_WIDTH], v_s[ATTN_MEMO_KEYS], v_z[ATTN_MEMO_KEYS];
 } attn_run_memo;

@@ -18,8 +18,33 @@
 
 enum { FUSED_MAX_HEADS = 4 };   /* query vectors of one pass of the block kernels */
 
+/* The int8 query's scores (kvq_attend_opts.int8_query) of a trellis K,
+ * at every level and group size: the G vectors rounded once per run of
+ * keys into the memo (attend_keys empties it where the vectors change),
+ * then the exact dots of kvq_turbo_chunk_scores8.  False where the memo
+ * is missing or cannot hold the vectors (rows over 8192 values, or
+ * groups of more than 8192 values that the memo takes in parts): there
+ * the float query scores, which is never less accurate. */
+static bool turbo_scores8(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows, int nk,
+                          const attn_query *q, int G, float scale, float *w, int ldw) {
+    attn_run_memo *memo = k->memo;
+    const int len = (int)k->len, nb = kvq_turbo_blocks(len);
+    if (!memo || (size_t)G * (size_t)len > sizeof memo->t_m) return false;
+    if (memo->k_rec != q->q || memo->k_heads != G) {
+        for (int g = 0; g < G; g++)
+            kvq_turbo_round_query8(q->q + (size_t)g * q->stride, len, memo->t_m + (size_t)g * len, memo->t_s + g * nb);
+        memo->k_rec = q->q;
+        memo->k_heads = G;
+    }
+    kvq_turbo_chunk_scores8(kr->isa, kvq_turbo_of(k->type), rows, nk, memo->t_m, memo->t_s, G, len, len, scale, w,
+                            ldw);
+    return true;
+}
+
 static void turbo_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows, int nk,
                          const attn_query *q, int G, float scale, float *w, int ldw) {
+    if (q->q8 && kvq_turbo_int8_type(kvq_turbo_of(k->type)) && turbo_scores8(kr, k, rows, nk, q, G, scale, w, ldw))
+        return;
     if (!kr->fused || G > FUSED_MAX_HEADS) { attn_hooks_decode.score(kr, k, rows, nk, q, G, scale, w, ldw); return; }
     kvq_turbo_chunk_scores(kr->isa, kvq_turbo_of(k->type), rows, nk, q->q, G, q->stride, (int)k->len, scale, w, ldw);
 }

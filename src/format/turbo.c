@@ -250,6 +250,7 @@ static const turbo_kernels g_scalar_kernels = {
     scalar_dot_heads_ref, { tcq_dot_heads_ref, tcq_dot_heads_ref, tcq_dot_heads_ref },
     scalar_axpy_keys_ref, { tcq_axpy_keys_ref, tcq_axpy_keys_ref, tcq_axpy_keys_ref },
     block_scales_ref,
+    { NULL, NULL, NULL },
 };
 static turbo_kernels g_level_kernels[KVQ_ISA_COUNT];
 
@@ -606,6 +607,106 @@ void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
     chunk_scores_with(turbo_level_kernels(isa), t, rows, nk, q_rot, G, q_stride, head_dim, scale, w, ldw);
 }
 
+/* ------------------------------------------- scores of the int8 query */
+
+bool kvq_turbo_int8_type(kvq_turbo_type t) { return valid_type(t) && g_formats[t].tcq; }
+
+int kvq_turbo_blocks(int head_dim) {
+    int n = 0;
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) n++;
+    return n;
+}
+
+void kvq_turbo_round_query8(const float *q, int head_dim, int8_t *m, float *s) {
+    int b = 0;
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off), b++) {
+        const int d = block_dim_at(head_dim, off);
+        const float *x = q + off;
+        float amax = 0.0f;
+        bool finite = true;
+        for (int i = 0; i < d; i++) {
+            finite &= isfinite(x[i]) != 0;
+            amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        }
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < d; i++) {
+            /* an amax below ~1e-36 overflows inv: such a block is scaled in double */
+            const float y = !finite ? 0.0f : isfinite(inv) ? x[i] * inv : (float)((double)x[i] / amax * 127.0);
+            m[off + i] = (int8_t)fminf(fmaxf(roundf(y), -127.0f), 127.0f);
+        }
+        s[b] = finite ? amax / 127.0f : NAN;
+    }
+}
+
+/* turbo_dot_heads8_fn by a level's float kernel: the levels as floats
+ * (exact), the dots D into a scratch row (bs 1: 1 * D is D), then the
+ * int8 kernels' (bs * s) * D added, product and sum apart. */
+static void dot8_by_floats(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *codes, int nk,
+                           const int8_t *m, int nh, int m_stride, int d, const float *bs, const float *s, int s_stride,
+                           float *sum, int lds) {
+    float ones[CHUNK_KEYS], D[CHUNK_KEYS], qf[KVQ_TURBO_BLOCK];
+    for (int i = 0; i < nk; i++) ones[i] = 1.0f;
+    for (int g = 0; g < nh; g++) {
+        for (int i = 0; i < d; i++) qf[i] = (float)m[(size_t)g * m_stride + i];
+        for (int i = 0; i < nk; i++) D[i] = 0.0f;
+        kern->tcq_dot_heads[tcq_width(t)](codes, nk, codebook_of(t), g_formats[t].bits, qf, 1, 0, d, ones, D, 0);
+        const float sg = s[(size_t)g * s_stride];
+        for (int i = 0; i < nk; i++)
+            if (codes[i]) {
+                const float p = bs[i] * sg * D[i];
+                sum[(size_t)g * lds + i] += p;
+            }
+    }
+}
+
+/* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS) of the int8 query's scores, heads
+ * h0..h0+nh-1 (nh <= HEADS8): per block w += (bs * s) * D, D the exact
+ * dots of the level's int8 kernel or, without one, of its float kernel on
+ * the levels as floats (exact too: the same D); then times scale. */
+enum { HEADS8 = 4 };
+static void chunk_scores8_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
+                               const int8_t *m, const float *s, int nh, int m_stride, int head_dim, float scale,
+                               float *w, int ldw) {
+    const int width = tcq_width(t), nb = kvq_turbo_blocks(head_dim);
+    const turbo_dot_heads8_fn dot8 = kern->tcq_dot_heads8[width];
+    float bs[CHUNK_KEYS];
+    const uint8_t *codes[CHUNK_KEYS];
+    for (int g = 0; g < nh; g++)
+        for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = 0.0f;
+    size_t at = 0;
+    int b = 0;
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off), b++) {
+        const int d = block_dim_at(head_dim, off);
+        block_scales(kern, rows, nk, at, d, bs, codes);
+        if (dot8) dot8(codes, nk, m + off, nh, m_stride, d, bs, s + b, nb, w, ldw);
+        else dot8_by_floats(kern, t, codes, nk, m + off, nh, m_stride, d, bs, s + b, nb, w, ldw);
+        at += kvq_turbo_block_bytes(t, d);
+    }
+    for (int g = 0; g < nh; g++)
+        for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] *= scale;
+}
+
+static void chunk_scores8_with(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
+                               const int8_t *m, const float *s, int G, int m_stride, int head_dim, float scale,
+                               float *w, int ldw) {
+    if (!kvq_turbo_int8_type(t)) {
+        for (int g = 0; g < G; g++)
+            for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = NAN;
+        return;
+    }
+    const int nb = kvq_turbo_blocks(head_dim);
+    prefetch_next(rows, nk, kvq_turbo_row_bytes(t, head_dim));
+    for (int i = 0; i < nk; i += CHUNK_KEYS)
+        for (int g = 0; g < G; g += HEADS8)
+            chunk_scores8_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), m + (size_t)g * m_stride, s + g * nb,
+                               KVQ_MIN(HEADS8, G - g), m_stride, head_dim, scale, w + (size_t)g * ldw + i, ldw);
+}
+
+void kvq_turbo_chunk_scores8(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int8_t *m,
+                             const float *s, int G, int m_stride, int head_dim, float scale, float *w, int ldw) {
+    chunk_scores8_with(turbo_level_kernels(isa), t, rows, nk, m, s, G, m_stride, head_dim, scale, w, ldw);
+}
+
 /* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS), every head: per block the weights
  * times the key's block scale (0 where the weight or the scale is 0: such
  * a key and head add nothing, as in axpy_with), applied by the kernel. */
@@ -654,6 +755,14 @@ bool kvq_turbo_tcq64_scores(bool vbmi, kvq_turbo_type t, const uint8_t *const *r
     turbo_kernels kern;
     if (!tcq64_kernels(vbmi, t, &kern)) return false;
     chunk_scores_with(&kern, t, rows, nk, q_rot, G, q_stride, head_dim, scale, w, ldw);
+    return true;
+}
+
+bool kvq_turbo_tcq64_scores8(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int8_t *m,
+                             const float *s, int G, int m_stride, int head_dim, float scale, float *w, int ldw) {
+    turbo_kernels kern;
+    if (!tcq64_kernels(vbmi, t, &kern) || (vbmi && !kern.tcq_dot_heads8[tcq_width(t)])) return false;
+    chunk_scores8_with(&kern, t, rows, nk, m, s, G, m_stride, head_dim, scale, w, ldw);
     return true;
 }
 

@@ -110,6 +110,29 @@ void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
 void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
                             int ldw, int G, float *acc_rot, int acc_stride, int head_dim);
 
+/* The int8 query (kvq_attend_opts.int8_query) of a trellis K
+ * (kvq_turbo_int8_type: the trellis types, whose codebook values are
+ * bytes n times 2^-5; not the scalar codebooks):
+ *   round_query8:  each block b of the rotated row (kvq_turbo_blocks of
+ *                  them, 128 or 64 values) to int8 levels: s[b] =
+ *                  max|q_b| / 127 (0 for a zero block, NaN for one holding
+ *                  NaN or inf), m = round(q / s[b]) (halves away from 0),
+ *                  |m| <= 127;
+ *   chunk_scores8: w[g*ldw + i] = scale * sum_b (bs_ib * s[g*nb + b]) *
+ *                  (codes_ib . m_g), nb blocks, bs_ib block b's scale (a
+ *                  block of zero norm adds nothing), m_g at m + g*m_stride.
+ *                  The dot is an integer times 2^-5, exact: every level
+ *                  gives the same bits (AVX-512 with VBMI and VNNI by byte
+ *                  look-ups and vpdpbusd, the others by their float
+ *                  kernels on the levels).  The error against the float
+ *                  query: at most sum_b bs_ib (s_b / 2) sum |codebook
+ *                  values| per score. */
+bool kvq_turbo_int8_type(kvq_turbo_type t);
+int  kvq_turbo_blocks(int head_dim);
+void kvq_turbo_round_query8(const float *q, int head_dim, int8_t *m, float *s);
+void kvq_turbo_chunk_scores8(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int8_t *m,
+                             const float *s, int G, int m_stride, int head_dim, float scale, float *w, int ldw);
+
 /* The chunk kernels above with the trellis types' look-up kernels
  * (src/format/turbo_tcq64.inc: 64 values per table look-up, what the
  * AVX-512 level runs for turbo2_tcq and turbo3_tcq where the CPU has
@@ -119,6 +142,8 @@ void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
  * (scalar codes; turbo4_tcq with VBMI) or where the CPU lacks VBMI. */
 bool kvq_turbo_tcq64_scores(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
                             int G, int q_stride, int head_dim, float scale, float *w, int ldw);
+bool kvq_turbo_tcq64_scores8(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int8_t *m,
+                             const float *s, int G, int m_stride, int head_dim, float scale, float *w, int ldw);
 bool kvq_turbo_tcq64_values(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
                             int ldw, int G, float *acc_rot, int acc_stride, int head_dim);
 

@@ -38,6 +38,17 @@ typedef void (*turbo_axpy_keys_fn)(const uint8_t *const *codes, int nk, const fl
                                    const float *w, int ldw, const float *bs, int G, float *acc_rot, int acc_stride,
                                    int d);
 
+/* The int8 query's scores (kvq_turbo_chunk_scores8), trellis codes only:
+ *   sum[g*lds + t] += (bs[t] * s[g*s_stride]) * D_gt for nk keys and G
+ *   heads, D_gt = codes[t] . m_g, m_g the int8 levels at m + g*m_stride
+ *   (d of them), the codebook's values as their steps n times
+ *   2^-TURBO_TCQ_STEP_BITS: an integer times 2^-5, exact in a float
+ *   (|sum n m| <= 128 * 127 * 128 < 2^24), so every kernel and every
+ *   order of summing gives the same D, and the product and the sum (apart,
+ *   never fused) the same bits; codes[t] NULL: untouched. */
+typedef void (*turbo_dot_heads8_fn)(const uint8_t *const *codes, int nk, const int8_t *m, int G, int m_stride, int d,
+                                    const float *bs, const float *s, int s_stride, float *sum, int lds);
+
 /* The scales of nk blocks at byte `at` of their rows: bs[i] = norm' /
  * root (root = sqrt(d)), 0 for a NULL row. */
 typedef void (*turbo_scales_fn)(const uint8_t *const *rows, int nk, size_t at, float root, float *bs);
@@ -60,6 +71,7 @@ typedef struct turbo_kernels {
     turbo_dot_heads_fn scalar_dot_heads, tcq_dot_heads[TURBO_TCQ_WIDTHS];
     turbo_axpy_keys_fn scalar_axpy_keys, tcq_axpy_keys[TURBO_TCQ_WIDTHS];
     turbo_scales_fn scales;
+    turbo_dot_heads8_fn tcq_dot_heads8[TURBO_TCQ_WIDTHS];   /* NULL: tcq_dot_heads on the levels as floats */
 } turbo_kernels;
 
 /* A key's V-sum coefficient for one head: the weight times the block

@@ -30,7 +30,10 @@ static void make_tables(void) {
                 tb->shift_hi[8 * i + j] = (uint8_t)(j * k + 7);
             }
         const int8_t *n = turbo_tcq_codebook_steps(k);
-        for (int e = 0; e < 1 << (KVQ_TURBO_TCQ_CONTEXT + k); e++) tb->steps[e >> 7][e & 127] = (uint8_t)n[e];
+        for (int e = 0; e < 1 << (KVQ_TURBO_TCQ_CONTEXT + k); e++) {
+            tb->steps[e >> 7][e & 127] = (uint8_t)n[e];
+            tb->steps_u[e >> 7][e & 127] = (uint8_t)(n[e] + 128);
+        }
     }
 }
 
@@ -54,6 +57,7 @@ static inline BV bv_load_n(const uint8_t *p, int n) {
     memcpy(r.b, p, (size_t)n);
     return r;
 }
+static inline BV bv_loadu(const void *p) { BV r; memcpy(r.b, p, 64); return r; }
 static inline BV bv_permute(BV idx, BV a) {
     BV r;
     for (int i = 0; i < 64; i++) r.b[i] = a.b[idx.b[i] & 63];
@@ -114,6 +118,15 @@ static inline void lf_transpose4(LF *v) {
                 v[q].f[4 * m + j] = x;
             }
 }
+typedef struct li_scalar { int32_t i[16]; } LI;
+static inline LI li_zero(void) { LI r; for (int l = 0; l < 16; l++) r.i[l] = 0; return r; }
+/* vpdpbusd: lane l += the 4 products of unsigned bytes u and signed s */
+static inline LI li_dpbusd(LI acc, BV u, BV s) {
+    for (int l = 0; l < 16; l++)
+        for (int j = 0; j < 4; j++) acc.i[l] += (int32_t)u.b[4 * l + j] * (int8_t)s.b[4 * l + j];
+    return acc;
+}
+static inline LF li_to_lf(LI a) { LF r; for (int l = 0; l < 16; l++) r.f[l] = (float)a.i[l]; return r; }
 typedef struct f4_scalar { float f[4]; } F4;
 /* The VBMI instance's tree (kvq_v16_hsum4, src/base/simd512.h): lane j
  * of quarters 0 + 2 and 1 + 3 first, then those two, then the 4 lanes in
@@ -128,5 +141,6 @@ static inline F4 lanes_reduce4(LF a, LF b, LF c, LF d) {
     return r;
 }
 
+#define TCQ64_DOT8_OK 1
 #define TCQ64_NAME(x) tcq64_##x##_scalar
 #include "turbo_tcq64.inc"

@@ -12,21 +12,26 @@
  *   shift_lo    byte 8i + j = j*k: value 8i+j's window in word i;
  *   shift_hi    j*k + 7: the window's bits 7.. (the table it reads);
  *   steps       steps[s][e] = the codebook's value 128 s + e in steps of
- *               2^-TURBO_TCQ_STEP_BITS, a signed byte (s < 2^(k-1)). */
+ *               2^-TURBO_TCQ_STEP_BITS, a signed byte (s < 2^(k-1));
+ *   steps_u     the same plus 128, an unsigned byte: what vpdpbusd
+ *               multiplies with the int8 query (its first operand is
+ *               unsigned), the 128 times the query's sum taken off after. */
 typedef struct tcq64_tables {
     _Alignas(64) uint8_t word_bytes[64];
     _Alignas(64) uint8_t shift_lo[64];
     _Alignas(64) uint8_t shift_hi[64];
     _Alignas(64) uint8_t steps[8][128];
+    _Alignas(64) uint8_t steps_u[8][128];
 } tcq64_tables;
 
 /* The tables of k = 2..4 (made at first use, thread-safe). */
 const tcq64_tables *tcq64_tables_for(int k);
 
 /* Put the look-up kernels (tcq_dot, tcq_axpy, tcq_dot_heads,
- * tcq_axpy_keys) of k = 2..4 into kern: the scalar instance (any machine;
- * the same bits as the VBMI one, its test oracle), or the AVX-512 VBMI
- * one (call only where kvq_cpu_features()->avx512vbmi). */
+ * tcq_axpy_keys, tcq_dot_heads8) of k = 2..4 into kern: the scalar
+ * instance (any machine; the same bits as the VBMI one, its test oracle),
+ * or the AVX-512 VBMI one (call only where kvq_cpu_features()->avx512vbmi;
+ * its tcq_dot_heads8 needs AVX512_VNNI too, and is left NULL without). */
 void tcq64_install_scalar(turbo_kernels *kern);
 void tcq64_install_vbmi(turbo_kernels *kern);
 

@@ -34,6 +34,14 @@
 #define bv_test(a, bit) _mm512_test_epi8_mask(a, _mm512_set1_epi8(bit))
 #define bv_blend(m, a, b) _mm512_mask_blend_epi8(m, a, b)
 
+#define bv_loadu(p) _mm512_loadu_si512((const void *)(p))
+
+#define LI __m512i
+#define li_zero _mm512_setzero_si512
+#define li_dpbusd(acc, u, s) _mm512_dpbusd_epi32(acc, u, s)
+#define li_to_lf(a) _mm512_cvtepi32_ps(a)
+#define TCQ64_DOT8_OK (kvq_cpu_features()->avx512vnni)
+
 #define LF __m512
 #define lf_zero _mm512_setzero_ps
 #define lf_load _mm512_loadu_ps
