@@ -638,22 +638,27 @@ void kvq_turbo_round_query8(const float *q, int head_dim, int8_t *m, float *s) {
     }
 }
 
-/* turbo_dot_heads8_fn by a level's float kernel: the levels as floats
- * (exact), the dots D into a scratch row (bs 1: 1 * D is D), then the
- * int8 kernels' (bs * s) * D added, product and sum apart. */
+/* turbo_dot_heads8_fn by a level's float kernel: the nh (<= HEADS8)
+ * heads' levels as floats (exact), their dots D in one call, each block's
+ * codes decoded once for every head as with the float query (bs 1: 1 * D
+ * is D), then the int8 kernels' (bs * s) * D added, product and sum
+ * apart. */
+enum { HEADS8 = 4 };
 static void dot8_by_floats(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *codes, int nk,
                            const int8_t *m, int nh, int m_stride, int d, const float *bs, const float *s, int s_stride,
                            float *sum, int lds) {
-    float ones[CHUNK_KEYS], D[CHUNK_KEYS], qf[KVQ_TURBO_BLOCK];
+    float ones[CHUNK_KEYS], D[HEADS8 * CHUNK_KEYS], qf[HEADS8 * KVQ_TURBO_BLOCK];
     for (int i = 0; i < nk; i++) ones[i] = 1.0f;
     for (int g = 0; g < nh; g++) {
-        for (int i = 0; i < d; i++) qf[i] = (float)m[(size_t)g * m_stride + i];
-        for (int i = 0; i < nk; i++) D[i] = 0.0f;
-        kern->tcq_dot_heads[tcq_width(t)](codes, nk, codebook_of(t), g_formats[t].bits, qf, 1, 0, d, ones, D, 0);
+        for (int i = 0; i < d; i++) qf[g * d + i] = (float)m[(size_t)g * m_stride + i];
+        for (int i = 0; i < nk; i++) D[g * CHUNK_KEYS + i] = 0.0f;
+    }
+    kern->tcq_dot_heads[tcq_width(t)](codes, nk, codebook_of(t), g_formats[t].bits, qf, nh, d, d, ones, D, CHUNK_KEYS);
+    for (int g = 0; g < nh; g++) {
         const float sg = s[(size_t)g * s_stride];
         for (int i = 0; i < nk; i++)
             if (codes[i]) {
-                const float p = bs[i] * sg * D[i];
+                const float p = bs[i] * sg * D[g * CHUNK_KEYS + i];
                 sum[(size_t)g * lds + i] += p;
             }
     }
@@ -663,7 +668,6 @@ static void dot8_by_floats(const turbo_kernels *kern, kvq_turbo_type t, const ui
  * h0..h0+nh-1 (nh <= HEADS8): per block w += (bs * s) * D, D the exact
  * dots of the level's int8 kernel or, without one, of its float kernel on
  * the levels as floats (exact too: the same D); then times scale. */
-enum { HEADS8 = 4 };
 static void chunk_scores8_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
                                const int8_t *m, const float *s, int nh, int m_stride, int head_dim, float scale,
                                float *w, int ldw) {
