@@ -550,13 +550,15 @@ KVQ_API int kvq_ctx_max_batch(const kvq_ctx *ctx);
  * product with q8_0, q4_0, q4_K, q5_K or q6_K weights is rounded once per
  * token to int8 blocks (32 values, or 256 for the K-quants, one float
  * scale each, as llama.cpp does) and multiplied with exact integer sums,
- * and so is the query where it scores a q4_0, q4_1 or kvarn4 K cache (int16
- * blocks otherwise, and for the other cache types, where bytes are not
+ * and so is the query where it scores a q4_0, q4_1, kvarn4 or trellis
+ * (turbo2/3/4_tcq) K cache (int16 blocks, or f32 for the TurboQuant
+ * types, otherwise, and for the other cache types, where bytes are not
  * faster): faster, results differ (docs/engine.md gives the KLD it
  * costs); other weight types keep f32.  KVQ_ACT_QUERY8: the attention
- * half alone: f32 weight products, the query of a q4_0/q4_1/kvarn4 K
- * rounded to int8 (its KLD is within noise of int16's on the models
- * measured, docs/performance.md; the K scores take 0.70-0.75x the time).
+ * half alone: f32 weight products, the query of such a K rounded to int8
+ * (its KLD is within noise of the unrounded query's on the models
+ * measured, docs/performance.md; the K scores take 0.70-0.75x the time
+ * for q4_0/q4_1, 0.7-0.85x for the trellis types with AVX-512 VBMI).
  * Each gives the same bits for any thread count.  KVQ_ACT_INT8 allocates
  * the quantised rows on first use (KVQ_ERR_NOMEM). */
 typedef enum kvq_act { KVQ_ACT_F32 = 0, KVQ_ACT_INT8 = 1, KVQ_ACT_QUERY8 = 2, KVQ_ACT_COUNT /* not a value */ } kvq_act;

@@ -79,7 +79,7 @@ static void usage(FILE *f) {
         "  --calib FILE          the model's calibration (kvq calibrate): the calibrated types\n"
         "                        cal225 ... cal425 join the default types (docs/calibration.md)\n"
         "  --act f32|int8|query8 activations of the q8_0/q4_0/K-quant weight products and a\n"
-        "                        q4_0/q4_1/kvarn4 K's query (query8: that query alone), the\n"
+        "                        q4_0/q4_1/kvarn4/turbo*_tcq K's query (query8: that query alone), the\n"
         "                        reference's too (default f32; int8 and query8 results are\n"
         "                        kept apart in OUTDIR, not mixed with f32 ones; not with --drift)\n",
         SWEEP_DRIFT_WINDOWS, SWEEP_DRIFT_WINDOW_TOKENS);

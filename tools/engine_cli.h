@@ -15,8 +15,8 @@ enum { CLI_MAX_CTX = 1 << 20, CLI_MAX_THREADS = 512 };
 /* The flags the model commands share, in llama.cpp's spelling:
  * -m/--model, -f/--file, -c/--ctx-size (>= 4: a chunk scores at least two
  * positions), -b/--batch-size, --chunks, -t/--threads, and kvq's
- * --act f32|int8|query8 (activations of the weight products and a q4 K's
- * query, kvq_ctx_set_activations), --no-mmap (kvq_model_load_ex's
+ * --act f32|int8|query8 (activations of the weight products and the query
+ * of a q4_0/q4_1/kvarn4/trellis K, kvq_ctx_set_activations), --no-mmap (kvq_model_load_ex's
  * KVQ_LOAD_READ).
  * A command points the fields it takes at its options; NULL fields are
  * flags it lacks. */
@@ -31,8 +31,8 @@ typedef struct cli_model_flags {
 
 /* The help line of --act, for the commands that take it. */
 #define CLI_ACT_USAGE "  --act f32|int8|query8  activations of the q8_0/q4_0/K-quant weight products and the query\n" \
-                      "                         of a q4_0/q4_1/kvarn4 K cache (default f32); query8: int8 for that\n" \
-                      "                         query alone, f32 for the weights\n"
+                      "                         of a q4_0/q4_1/kvarn4/turbo*_tcq K cache (default f32); query8:\n" \
+                      "                         int8 for that query alone, f32 for the weights\n"
 /* "f32" / "int8" / "query8" (what --act reads) */
 const char *cli_act_name(kvq_act act);
 /* kvq_ctx_set_activations, or one error line and false. */

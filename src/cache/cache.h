@@ -225,10 +225,12 @@ typedef struct kvq_attend_opts {
     int key_splits;
     /* score q4_0/q4_1 K rows with the query rounded to int8 per block
      * instead of int16 (attn_block_round_query8, attn_block_int8_type; the
-     * forward pass with KVQ_ACT_INT8), and a kvarn4 K with its folded
-     * query rounded to 127 levels (attn_kvarn_kernels.fold_query): the
-     * kernels multiply bytes, the scores move by up to 0.4 % of a block's
-     * largest |q| per unit |k| */
+     * forward pass with KVQ_ACT_INT8), a kvarn4 K with its folded query
+     * rounded to 127 levels (attn_kvarn_kernels.fold_query), and a
+     * trellis K (turbo*_tcq) with its rotated query rounded to int8 per
+     * TurboQuant block instead of the float query (attn_turbo.c,
+     * kvq_turbo_chunk_scores8): the kernels multiply bytes, the scores
+     * move by up to 0.4 % of a block's largest |q| per unit |k| */
     bool int8_query;
 } kvq_attend_opts;
 

@@ -639,55 +639,56 @@ void kvq_turbo_round_query8(const float *q, int head_dim, int8_t *m, float *s) {
 }
 
 /* turbo_dot_heads8_fn by a level's float kernel: the nh (<= HEADS8)
- * heads' levels as floats (exact), their dots D in one call, each block's
- * codes decoded once for every head as with the float query (bs 1: 1 * D
- * is D), then the int8 kernels' (bs * s) * D added, product and sum
- * apart. */
+ * heads' levels as floats (exact, so the same sums), every head in one
+ * call, each block's codes decoded once for all of them. */
 enum { HEADS8 = 4 };
 static void dot8_by_floats(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *codes, int nk,
-                           const int8_t *m, int nh, int m_stride, int d, const float *bs, const float *s, int s_stride,
-                           float *sum, int lds) {
-    float ones[CHUNK_KEYS], D[HEADS8 * CHUNK_KEYS], qf[HEADS8 * KVQ_TURBO_BLOCK];
-    for (int i = 0; i < nk; i++) ones[i] = 1.0f;
-    for (int g = 0; g < nh; g++) {
-        for (int i = 0; i < d; i++) qf[g * d + i] = (float)m[(size_t)g * m_stride + i];
-        for (int i = 0; i < nk; i++) D[g * CHUNK_KEYS + i] = 0.0f;
-    }
-    kern->tcq_dot_heads[tcq_width(t)](codes, nk, codebook_of(t), g_formats[t].bits, qf, nh, d, d, ones, D, CHUNK_KEYS);
-    for (int g = 0; g < nh; g++) {
-        const float sg = s[(size_t)g * s_stride];
-        for (int i = 0; i < nk; i++)
-            if (codes[i]) {
-                const float p = bs[i] * sg * D[g * CHUNK_KEYS + i];
-                sum[(size_t)g * lds + i] += p;
-            }
-    }
+                           const int8_t *m, int nh, int m_stride, int d, const float *bs, float *sum, int lds) {
+    float qf[HEADS8 * KVQ_TURBO_BLOCK];
+    for (int g = 0; g < nh; g++)
+        for (int i0 = 0; i0 < d; i0 += 64)   /* d is 64 or 128: a fixed count, which compilers vectorize */
+            for (int i = i0; i < i0 + 64; i++) qf[g * d + i] = (float)m[(size_t)g * m_stride + i];
+    kern->tcq_dot_heads[tcq_width(t)](codes, nk, codebook_of(t), g_formats[t].bits, qf, nh, d, d, bs, sum, lds);
 }
 
 /* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS) of the int8 query's scores, heads
- * h0..h0+nh-1 (nh <= HEADS8): per block w += (bs * s) * D, D the exact
- * dots of the level's int8 kernel or, without one, of its float kernel on
- * the levels as floats (exact too: the same D); then times scale. */
+ * h0..h0+nh-1 (nh <= HEADS8): w = sum_b c_b E_b, c_b = s_b * scale, E_b
+ * = bs * D (the level's int8 kernel, or its float one on the levels as
+ * floats: the same bits), the first block's term written, not added to
+ * 0, so that a one-block row (head_dim <= 128) costs the float query's
+ * passes: its dots straight into w, then one multiply. */
 static void chunk_scores8_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
                                const int8_t *m, const float *s, int nh, int m_stride, int head_dim, float scale,
                                float *w, int ldw) {
-    const int width = tcq_width(t), nb = kvq_turbo_blocks(head_dim);
-    const turbo_dot_heads8_fn dot8 = kern->tcq_dot_heads8[width];
-    float bs[CHUNK_KEYS];
+    const int nb = kvq_turbo_blocks(head_dim);
+    const turbo_dot_heads8_fn dot8 = kern->tcq_dot_heads8[tcq_width(t)];
+    float bs[CHUNK_KEYS], E[HEADS8 * CHUNK_KEYS];
     const uint8_t *codes[CHUNK_KEYS];
-    for (int g = 0; g < nh; g++)
-        for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = 0.0f;
     size_t at = 0;
     int b = 0;
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off), b++) {
         const int d = block_dim_at(head_dim, off);
+        float *dst = b == 0 ? w : E;     /* block 0's dots go to w, scaled there */
+        const int ld = b == 0 ? ldw : CHUNK_KEYS;
         block_scales(kern, rows, nk, at, d, bs, codes);
-        if (dot8) dot8(codes, nk, m + off, nh, m_stride, d, bs, s + b, nb, w, ldw);
-        else dot8_by_floats(kern, t, codes, nk, m + off, nh, m_stride, d, bs, s + b, nb, w, ldw);
+        for (int g = 0; g < nh; g++)
+            for (int i = 0; i < nk; i++) dst[(size_t)g * ld + i] = 0.0f;
+        if (dot8) dot8(codes, nk, m + off, nh, m_stride, d, bs, dst, ld);
+        else dot8_by_floats(kern, t, codes, nk, m + off, nh, m_stride, d, bs, dst, ld);
+        for (int g = 0; g < nh; g++) {
+            const float c = s[g * nb + b] * scale;
+            float *wg = w + (size_t)g * ldw;
+            if (b == 0) {
+                for (int i = 0; i < nk; i++) wg[i] *= c;
+            } else {
+                for (int i = 0; i < nk; i++) {
+                    const float p = c * E[g * CHUNK_KEYS + i];
+                    wg[i] += p;
+                }
+            }
+        }
         at += kvq_turbo_block_bytes(t, d);
     }
-    for (int g = 0; g < nh; g++)
-        for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] *= scale;
 }
 
 static void chunk_scores8_with(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,

@@ -118,9 +118,10 @@ void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
  *                  max|q_b| / 127 (0 for a zero block, NaN for one holding
  *                  NaN or inf), m = round(q / s[b]) (halves away from 0),
  *                  |m| <= 127;
- *   chunk_scores8: w[g*ldw + i] = scale * sum_b (bs_ib * s[g*nb + b]) *
- *                  (codes_ib . m_g), nb blocks, bs_ib block b's scale (a
- *                  block of zero norm adds nothing), m_g at m + g*m_stride.
+ *   chunk_scores8: w[g*ldw + i] = sum_b (s[g*nb + b] * scale) * (bs_ib *
+ *                  (codes_ib . m_g)), nb blocks in order, bs_ib block b's
+ *                  scale (a block of zero norm gives 0 times the factor),
+ *                  m_g at m + g*m_stride.
  *                  The dot is an integer times 2^-5, exact: every level
  *                  gives the same bits (AVX-512 with VBMI and VNNI by byte
  *                  look-ups and vpdpbusd, the others by their float

@@ -38,16 +38,17 @@ typedef void (*turbo_axpy_keys_fn)(const uint8_t *const *codes, int nk, const fl
                                    const float *w, int ldw, const float *bs, int G, float *acc_rot, int acc_stride,
                                    int d);
 
-/* The int8 query's scores (kvq_turbo_chunk_scores8), trellis codes only:
- *   sum[g*lds + t] += (bs[t] * s[g*s_stride]) * D_gt for nk keys and G
- *   heads, D_gt = codes[t] . m_g, m_g the int8 levels at m + g*m_stride
- *   (d of them), the codebook's values as their steps n times
- *   2^-TURBO_TCQ_STEP_BITS: an integer times 2^-5, exact in a float
- *   (|sum n m| <= 128 * 127 * 128 < 2^24), so every kernel and every
- *   order of summing gives the same D, and the product and the sum (apart,
- *   never fused) the same bits; codes[t] NULL: untouched. */
+/* The int8 query's dots (kvq_turbo_chunk_scores8), trellis codes only:
+ * dot_heads's contract with int8 levels for the query,
+ *   sum[g*lds + t] += bs[t] * D_gt, D_gt = codes[t] . m_g,
+ * m_g the levels at m + g*m_stride (d of them), the codebook's values as
+ * their steps n times 2^-TURBO_TCQ_STEP_BITS: D is an integer times 2^-5,
+ * exact in a float (|sum n m| <= 128 * 127 * 128 < 2^24), so every kernel
+ * and every order of summing gives the same D, and the product and the
+ * sum (apart, never fused) the same bits: those of dot_heads on the
+ * levels as floats.  codes[t] NULL: untouched. */
 typedef void (*turbo_dot_heads8_fn)(const uint8_t *const *codes, int nk, const int8_t *m, int G, int m_stride, int d,
-                                    const float *bs, const float *s, int s_stride, float *sum, int lds);
+                                    const float *bs, float *sum, int lds);
 
 /* The scales of nk blocks at byte `at` of their rows: bs[i] = norm' /
  * root (root = sqrt(d)), 0 for a NULL row. */
