@@ -19,12 +19,14 @@
 enum { FUSED_MAX_HEADS = 4 };   /* query vectors of one pass of the block kernels */
 
 /* The int8 query's scores (kvq_attend_opts.int8_query) of a trellis K,
- * at every level and group size: the G vectors rounded once per run of
- * keys into the memo (attend_keys empties it where the vectors change),
- * then the exact dots of kvq_turbo_chunk_scores8.  False where the memo
- * is missing or cannot hold the vectors (rows over 8192 values, or
- * groups of more than 8192 values that the memo takes in parts): there
- * the float query scores, which is never less accurate. */
+ * at every level and group size (a prefill group too, in passes of 4
+ * vectors, so that prefill and decode score alike): the G vectors
+ * rounded once per run of keys into the memo (attend_keys empties it
+ * where the vectors change), then the exact dots of
+ * kvq_turbo_chunk_scores8.  False where there is no memo or it cannot
+ * hold the G rows (over ATTN_MEMO_TURBO_VALUES values: no model's
+ * shape, 64 vectors of 128 fit): the caller then scores with the float
+ * query, which is never less accurate. */
 static bool turbo_scores8(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows, int nk,
                           const attn_query *q, int G, float scale, float *w, int ldw) {
     attn_run_memo *memo = k->memo;
