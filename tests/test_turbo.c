@@ -950,6 +950,7 @@ TEST(turbo_int8_query_scores) {
     static float q[CK_MAXG * MAX_DIM], qhat[MAX_DIM], x[MAX_DIM], s[CK_MAXG * 4], got[CK_MAXG * CK_NK],
         lvl[CK_MAXG * CK_NK], fl[CK_MAXG * CK_NK];
     static int8_t m[CK_MAXG * MAX_DIM];
+    static float mf[CK_MAXG * MAX_DIM];
     static const int dims[] = { 64, 128, 192, 256 }, gs[] = { 1, 2, 5 }, nks[] = { CK_NK, 7, 1 };
     static const kvq_isa levels[] = { KVQ_ISA_AVX2, KVQ_ISA_AVX512 };
     test_rng r = { 4242, 0, 0 };
@@ -981,7 +982,8 @@ TEST(turbo_int8_query_scores) {
                 if (nk > 5) rp[5] = NULL;
                 gauss_vec(&r, q, G * d);
                 for (int g = 0; g < G; g++) kvq_turbo_round_query8(q + g * d, d, m + g * d, s + g * nb);
-                kvq_turbo_chunk_scores8(KVQ_ISA_SCALAR, ty, rp, nk, m, s, G, d, d, 0.125f, got, CK_NK);
+                for (int i = 0; i < G * d; i++) mf[i] = (float)m[i];
+                kvq_turbo_chunk_scores8(KVQ_ISA_SCALAR, ty, rp, nk, m, NULL, s, G, d, d, 0.125f, got, CK_NK);
                 kvq_turbo_chunk_scores(KVQ_ISA_SCALAR, ty, rp, nk, q, G, d, d, 0.125f, fl, CK_NK);
                 for (int g = 0; g < G; g++) {
                     for (int b = 0, off = 0; b < nb; b++, off += 128)
@@ -1009,18 +1011,25 @@ TEST(turbo_int8_query_scores) {
                               g, v, fl[g * CK_NK + key], bound);
                     }
                 }
-                for (size_t li = 0; li < KVQ_ARRAY_LEN(levels); li++) {
-                    kvq_turbo_chunk_scores8(levels[li], ty, rp, nk, m, s, G, d, d, 0.125f, lvl, CK_NK);
+                /* every level, given the levels as floats or not */
+                for (size_t li = 0; li < 2 * KVQ_ARRAY_LEN(levels); li++) {
+                    kvq_turbo_chunk_scores8(levels[li / 2], ty, rp, nk, m, li % 2 ? mf : NULL, s, G, d, d, 0.125f, lvl,
+                                            CK_NK);
                     for (int g = 0; g < G; g++)
                         CHECK(!tcq64_bits_differ(lvl + g * CK_NK, got + g * CK_NK, nk),
-                              "%s d=%d G=%d nk=%d head %d: level %s differs from scalar", kvq_turbo_name(ty), d, G, nk,
-                              g, kvq_isa_name(levels[li]));
+                              "%s d=%d G=%d nk=%d head %d: level %s (%s floats) differs from scalar", kvq_turbo_name(ty),
+                              d, G, nk, g, kvq_isa_name(levels[li / 2]), li % 2 ? "with" : "without");
                 }
-                CHECK(kvq_turbo_tcq64_scores8(false, ty, rp, nk, m, s, G, d, d, 0.125f, lvl, CK_NK), "scalar instance refused");
+                kvq_turbo_chunk_scores8(KVQ_ISA_SCALAR, ty, rp, nk, m, mf, s, G, d, d, 0.125f, lvl, CK_NK);
+                for (int g = 0; g < G; g++)
+                    CHECK(!tcq64_bits_differ(lvl + g * CK_NK, got + g * CK_NK, nk),
+                          "%s d=%d G=%d nk=%d head %d: the scalar level with the floats differs", kvq_turbo_name(ty), d,
+                          G, nk, g);
+                CHECK(kvq_turbo_tcq64_scores8(false, ty, rp, nk, m, NULL, s, G, d, d, 0.125f, lvl, CK_NK), "scalar instance refused");
                 for (int g = 0; g < G; g++)
                     CHECK(!tcq64_bits_differ(lvl + g * CK_NK, got + g * CK_NK, nk),
                           "%s d=%d G=%d nk=%d head %d: scalar look-up instance differs", kvq_turbo_name(ty), d, G, nk, g);
-                if (kvq_turbo_tcq64_scores8(true, ty, rp, nk, m, s, G, d, d, 0.125f, lvl, CK_NK)) {
+                if (kvq_turbo_tcq64_scores8(true, ty, rp, nk, m, NULL, s, G, d, d, 0.125f, lvl, CK_NK)) {
                     for (int g = 0; g < G; g++)
                         CHECK(!tcq64_bits_differ(lvl + g * CK_NK, got + g * CK_NK, nk),
                               "%s d=%d G=%d nk=%d head %d: VBMI int8 kernel differs", kvq_turbo_name(ty), d, G, nk, g);

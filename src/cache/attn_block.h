@@ -257,7 +257,8 @@ float attn_block_round_half_away(float x);
  * (attend_keys), so an entry is only ever reused for the same record and
  * the same queries. */
 enum { ATTN_MEMO_HEADS = 16, ATTN_MEMO_WIDTH = 128, ATTN_MEMO_KEYS = 128 };
-enum { ATTN_MEMO_TURBO_VALUES = 64 * 128 };   /* a prefill group of 64 vectors of 128 */
+enum { ATTN_MEMO_TURBO_VALUES = 64 * 128,     /* a prefill group of 64 vectors of 128 */
+       ATTN_MEMO_TURBO_FLOATS = 4 * 256 };     /* a decode's GQA group of 4 vectors of 256 */
 typedef struct attn_run_memo {
     const void *k_rec;                                 /* the record qi..k_o belong to
                                                           (a trellis K: the query t_m, t_s
@@ -270,8 +271,11 @@ typedef struct attn_run_memo {
     float qz[ATTN_MEMO_HEADS];
     float k_o[ATTN_MEMO_KEYS + ATTN_BLOCK_KEYS];       /* zeros after the tile's      */
     /* a trellis K's int8 query (attn_turbo.c), for the vectors k_rec:
-     * vector g's levels at t_m + g*len, its blocks' scales at t_s + g*nb */
+     * vector g's levels at t_m + g*len (and as floats at t_f + g*len, for
+     * the levels without an int8 kernel, where a decode's few vectors
+     * fit), its blocks' scales at t_s + g*nb */
     int8_t t_m[ATTN_MEMO_TURBO_VALUES];
+    float t_f[ATTN_MEMO_TURBO_FLOATS];
     float t_s[ATTN_MEMO_TURBO_VALUES / 64];
     const void *v_rec;                                 /* the record o, v_s, v_z belong to */
     float o[ATTN_MEMO_WIDTH], v_s[ATTN_MEMO_KEYS], v_z[ATTN_MEMO_KEYS];

@@ -32,14 +32,17 @@ static bool turbo_scores8(const attn_block_kernels *kr, const attn_block_rows *k
     attn_run_memo *memo = k->memo;
     const int len = (int)k->len, nb = kvq_turbo_blocks(len);
     if (!memo || (size_t)G * (size_t)len > sizeof memo->t_m) return false;
+    const bool floats = (size_t)G * (size_t)len <= KVQ_ARRAY_LEN(memo->t_f);
     if (memo->k_rec != q->q || memo->k_heads != G) {
         for (int g = 0; g < G; g++)
             kvq_turbo_round_query8(q->q + (size_t)g * q->stride, len, memo->t_m + (size_t)g * len, memo->t_s + g * nb);
+        if (floats)
+            for (size_t i = 0; i < (size_t)G * (size_t)len; i++) memo->t_f[i] = (float)memo->t_m[i];
         memo->k_rec = q->q;
         memo->k_heads = G;
     }
-    kvq_turbo_chunk_scores8(kr->isa, kvq_turbo_of(k->type), rows, nk, memo->t_m, memo->t_s, G, len, len, scale, w,
-                            ldw);
+    kvq_turbo_chunk_scores8(kr->isa, kvq_turbo_of(k->type), rows, nk, memo->t_m, floats ? memo->t_f : NULL,
+                            memo->t_s, G, len, len, scale, w, ldw);
     return true;
 }
 

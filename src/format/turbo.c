@@ -639,16 +639,21 @@ void kvq_turbo_round_query8(const float *q, int head_dim, int8_t *m, float *s) {
 }
 
 /* turbo_dot_heads8_fn by a level's float kernel: the nh (<= HEADS8)
- * heads' levels as floats (exact, so the same sums), every head in one
- * call, each block's codes decoded once for all of them. */
+ * heads' levels as floats (exact, so the same sums; mf's, or converted
+ * here), every head in one call, each block's codes decoded once for all
+ * of them. */
 enum { HEADS8 = 4 };
 static void dot8_by_floats(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *codes, int nk,
-                           const int8_t *m, int nh, int m_stride, int d, const float *bs, float *sum, int lds) {
+                           const int8_t *m, const float *mf, int nh, int m_stride, int d, const float *bs, float *sum,
+                           int lds) {
     float qf[HEADS8 * KVQ_TURBO_BLOCK];
-    for (int g = 0; g < nh; g++)
-        for (int i0 = 0; i0 < d; i0 += 64)   /* d is 64 or 128: a fixed count, which compilers vectorize */
-            for (int i = i0; i < i0 + 64; i++) qf[g * d + i] = (float)m[(size_t)g * m_stride + i];
-    kern->tcq_dot_heads[tcq_width(t)](codes, nk, codebook_of(t), g_formats[t].bits, qf, nh, d, d, bs, sum, lds);
+    if (!mf) {
+        for (int g = 0; g < nh; g++)
+            for (int i0 = 0; i0 < d; i0 += 64)   /* d is 64 or 128: a fixed count, which compilers vectorize */
+                for (int i = i0; i < i0 + 64; i++) qf[g * d + i] = (float)m[(size_t)g * m_stride + i];
+    }
+    kern->tcq_dot_heads[tcq_width(t)](codes, nk, codebook_of(t), g_formats[t].bits, mf ? mf : qf, nh,
+                                      mf ? m_stride : d, d, bs, sum, lds);
 }
 
 /* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS) of the int8 query's scores, heads
@@ -658,8 +663,8 @@ static void dot8_by_floats(const turbo_kernels *kern, kvq_turbo_type t, const ui
  * 0, so that a one-block row (head_dim <= 128) costs the float query's
  * passes: its dots straight into w, then one multiply. */
 static void chunk_scores8_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
-                               const int8_t *m, const float *s, int nh, int m_stride, int head_dim, float scale,
-                               float *w, int ldw) {
+                               const int8_t *m, const float *mf, const float *s, int nh, int m_stride, int head_dim,
+                               float scale, float *w, int ldw) {
     const int nb = kvq_turbo_blocks(head_dim);
     const turbo_dot_heads8_fn dot8 = kern->tcq_dot_heads8[tcq_width(t)];
     float bs[CHUNK_KEYS], E[HEADS8 * CHUNK_KEYS];
@@ -674,7 +679,7 @@ static void chunk_scores8_part(const turbo_kernels *kern, kvq_turbo_type t, cons
         for (int g = 0; g < nh; g++)
             for (int i = 0; i < nk; i++) dst[(size_t)g * ld + i] = 0.0f;
         if (dot8) dot8(codes, nk, m + off, nh, m_stride, d, bs, dst, ld);
-        else dot8_by_floats(kern, t, codes, nk, m + off, nh, m_stride, d, bs, dst, ld);
+        else dot8_by_floats(kern, t, codes, nk, m + off, mf ? mf + off : NULL, nh, m_stride, d, bs, dst, ld);
         for (int g = 0; g < nh; g++) {
             const float c = s[g * nb + b] * scale;
             float *wg = w + (size_t)g * ldw;
@@ -692,8 +697,8 @@ static void chunk_scores8_part(const turbo_kernels *kern, kvq_turbo_type t, cons
 }
 
 static void chunk_scores8_with(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
-                               const int8_t *m, const float *s, int G, int m_stride, int head_dim, float scale,
-                               float *w, int ldw) {
+                               const int8_t *m, const float *mf, const float *s, int G, int m_stride, int head_dim,
+                               float scale, float *w, int ldw) {
     if (!kvq_turbo_int8_type(t)) {
         for (int g = 0; g < G; g++)
             for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = NAN;
@@ -703,13 +708,15 @@ static void chunk_scores8_with(const turbo_kernels *kern, kvq_turbo_type t, cons
     prefetch_next(rows, nk, kvq_turbo_row_bytes(t, head_dim));
     for (int i = 0; i < nk; i += CHUNK_KEYS)
         for (int g = 0; g < G; g += HEADS8)
-            chunk_scores8_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), m + (size_t)g * m_stride, s + g * nb,
-                               KVQ_MIN(HEADS8, G - g), m_stride, head_dim, scale, w + (size_t)g * ldw + i, ldw);
+            chunk_scores8_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), m + (size_t)g * m_stride,
+                               mf ? mf + (size_t)g * m_stride : NULL, s + g * nb, KVQ_MIN(HEADS8, G - g), m_stride,
+                               head_dim, scale, w + (size_t)g * ldw + i, ldw);
 }
 
 void kvq_turbo_chunk_scores8(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int8_t *m,
-                             const float *s, int G, int m_stride, int head_dim, float scale, float *w, int ldw) {
-    chunk_scores8_with(turbo_level_kernels(isa), t, rows, nk, m, s, G, m_stride, head_dim, scale, w, ldw);
+                             const float *mf, const float *s, int G, int m_stride, int head_dim, float scale, float *w,
+                             int ldw) {
+    chunk_scores8_with(turbo_level_kernels(isa), t, rows, nk, m, mf, s, G, m_stride, head_dim, scale, w, ldw);
 }
 
 /* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS), every head: per block the weights
@@ -764,10 +771,11 @@ bool kvq_turbo_tcq64_scores(bool vbmi, kvq_turbo_type t, const uint8_t *const *r
 }
 
 bool kvq_turbo_tcq64_scores8(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int8_t *m,
-                             const float *s, int G, int m_stride, int head_dim, float scale, float *w, int ldw) {
+                             const float *mf, const float *s, int G, int m_stride, int head_dim, float scale, float *w,
+                             int ldw) {
     turbo_kernels kern;
     if (!tcq64_kernels(vbmi, t, &kern) || (vbmi && !kern.tcq_dot_heads8[tcq_width(t)])) return false;
-    chunk_scores8_with(&kern, t, rows, nk, m, s, G, m_stride, head_dim, scale, w, ldw);
+    chunk_scores8_with(&kern, t, rows, nk, m, mf, s, G, m_stride, head_dim, scale, w, ldw);
     return true;
 }
 

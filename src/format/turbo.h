@@ -121,7 +121,10 @@ void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
  *   chunk_scores8: w[g*ldw + i] = sum_b (s[g*nb + b] * scale) * (bs_ib *
  *                  (codes_ib . m_g)), nb blocks in order, bs_ib block b's
  *                  scale (a block of zero norm gives 0 times the factor),
- *                  m_g at m + g*m_stride.
+ *                  m_g at m + g*m_stride; mf, if not NULL, the same
+ *                  levels as floats at the same places (what the levels
+ *                  without an int8 kernel multiply: given once per run,
+ *                  they are not converted per call).
  *                  The dot is an integer times 2^-5, exact: every level
  *                  gives the same bits (AVX-512 with VBMI and VNNI by byte
  *                  look-ups and vpdpbusd, the others by their float
@@ -132,7 +135,8 @@ bool kvq_turbo_int8_type(kvq_turbo_type t);
 int  kvq_turbo_blocks(int head_dim);
 void kvq_turbo_round_query8(const float *q, int head_dim, int8_t *m, float *s);
 void kvq_turbo_chunk_scores8(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int8_t *m,
-                             const float *s, int G, int m_stride, int head_dim, float scale, float *w, int ldw);
+                             const float *mf, const float *s, int G, int m_stride, int head_dim, float scale, float *w,
+                             int ldw);
 
 /* The chunk kernels above with the trellis types' look-up kernels
  * (src/format/turbo_tcq64.inc: 64 values per table look-up, what the
@@ -144,7 +148,8 @@ void kvq_turbo_chunk_scores8(kvq_isa isa, kvq_turbo_type t, const uint8_t *const
 bool kvq_turbo_tcq64_scores(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
                             int G, int q_stride, int head_dim, float scale, float *w, int ldw);
 bool kvq_turbo_tcq64_scores8(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int8_t *m,
-                             const float *s, int G, int m_stride, int head_dim, float scale, float *w, int ldw);
+                             const float *mf, const float *s, int G, int m_stride, int head_dim, float scale, float *w,
+                             int ldw);
 bool kvq_turbo_tcq64_values(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
                             int ldw, int G, float *acc_rot, int acc_stride, int head_dim);
 
