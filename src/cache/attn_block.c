@@ -198,46 +198,16 @@ float attn_block_exp(float x) { return vexp(x); }
 
 /* ------------------------------------------------ the rounded query */
 
-/* roundf(x) (halves away from zero) for |x| < 2^22, in operations a
- * compiler keeps in vector registers (roundf itself is a libm call per
- * value: ~3 % of a q4_0 decode step at 4096 keys): r = x rounded to
- * nearest even (KVQ_ROUND_MAGIC), x - r exact; a tie (|x - r| = 0.5)
- * goes to x + 0.5 sign(x), also exact. */
-static inline float round_half_away(float x) {
-    const float r = (x + KVQ_ROUND_MAGIC) - KVQ_ROUND_MAGIC, d = x - r;
-    return fabsf(d) == 0.5f ? x + copysignf(0.5f, x) : r;
-}
-
-float attn_block_round_half_away(float x) { return round_half_away(x); }
+float attn_block_round_half_away(float x) { return kvq_round_half_away(x); }
 
 /* Round each 32-block of q to integers in [-top, top] (top = 32767 for
- * int16, 127 for int8): qi = round(q * (top / max|q_b|)), halves away
- * from zero (roundf). */
+ * int16, 127 for int8; kvq_round_levels) and sum each block's codes. */
 static void round_blocks(const float *q, int64_t len, const int top, int16_t *qi, float *scale, int32_t *sum) {
     for (int64_t b = 0; b < len / 32; b++) {
-        const float *x = q + b * 32;
         int16_t *out = qi + b * 32;
-        float amax = 0.0f;
-        bool finite = true;
-        for (int i = 0; i < 32; i++) {
-            finite &= isfinite(x[i]) != 0;
-            amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-        }
-        const float inv = amax > 0.0f ? (float)top / amax : 0.0f;
-        if (!finite) {
-            memset(out, 0, 32 * sizeof *out);
-        } else if (!isfinite(inv)) {
-            /* amax below ~1e-34 overflows inv (and 0 * inf is NaN):
-             * such a block is scaled in double instead */
-            for (int i = 0; i < 32; i++)
-                out[i] = (int16_t)kvq_code_clamp(roundf((float)((double)x[i] / amax * top)), -top, top, 0);
-        } else {
-            /* |x * inv| <= top up to rounding: the clamp keeps it there */
-            for (int i = 0; i < 32; i++) out[i] = (int16_t)kvq_code_clamp(round_half_away(x[i] * inv), -top, top, 0);
-        }
+        scale[b] = kvq_round_levels(q + b * 32, 32, top, out);
         int32_t s = 0;
         for (int i = 0; i < 32; i++) s += out[i];
-        scale[b] = finite ? amax / (float)top : NAN;
         sum[b] = s;
     }
 }

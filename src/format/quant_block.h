@@ -5,6 +5,9 @@
 
 #include "kvq_internal.h"
 
+#include <math.h>
+#include <stdbool.h>
+
 #define KVQ_BLOCK 32   /* values per block of every q*_0 / q*_1 / iq4_nl type */
 
 /* A 32-value block's bytes, derived once from its description (fp16 d, an
@@ -63,6 +66,44 @@ static inline int kvq_code_clamp(float v, int lo, int hi, int nan_code) {
     if (v <= (float)lo) return lo;
     if (v >= (float)hi) return hi;
     return (int)v;
+}
+
+/* roundf(x) (halves away from zero) for |x| < 2^22, in operations a
+ * compiler keeps in vector registers (roundf itself is a libm call per
+ * value: ~3 % of a q4_0 decode step at 4096 keys): r = x rounded to
+ * nearest even (KVQ_ROUND_MAGIC), x - r exact; a tie (|x - r| = 0.5)
+ * goes to x + 0.5 sign(x), also exact. */
+static inline float kvq_round_half_away(float x) {
+    const float r = (x + KVQ_ROUND_MAGIC) - KVQ_ROUND_MAGIC, d = x - r;
+    return fabsf(d) == 0.5f ? x + copysignf(0.5f, x) : r;
+}
+
+/* The rounding of attention's query (attention's int16 / int8 query per
+ * 32-block, a trellis K's int8 query per TurboQuant block): the n values
+ * of x to integers q in [-top, top], q = round(x * (top / max|x|)),
+ * halves away from zero.  Returns the scale max|x| / top: 0 for a zero
+ * block, NaN for a block holding NaN or inf (its q all 0, so every score
+ * it enters is NaN, never a plausible number). */
+static inline float kvq_round_levels(const float *x, int n, int top, int16_t *q) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (int i = 0; i < n; i++) {
+        finite &= isfinite(x[i]) != 0;
+        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    }
+    const float inv = amax > 0.0f ? (float)top / amax : 0.0f;
+    if (!finite) {
+        for (int i = 0; i < n; i++) q[i] = 0;
+    } else if (!isfinite(inv)) {
+        /* amax below ~1e-34 overflows inv (and 0 * inf is NaN): such a
+         * block is scaled in double instead */
+        for (int i = 0; i < n; i++)
+            q[i] = (int16_t)kvq_code_clamp(roundf((float)((double)x[i] / amax * top)), -top, top, 0);
+    } else {
+        /* |x * inv| <= top up to rounding: the clamp keeps it there */
+        for (int i = 0; i < n; i++) q[i] = (int16_t)kvq_code_clamp(kvq_round_half_away(x[i] * inv), -top, top, 0);
+    }
+    return finite ? amax / (float)top : NAN;
 }
 
 /* The iq4_nl codebook (docs/spec/formats.md §2; ggml's kvalues_iq4nl) and

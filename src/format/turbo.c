@@ -3,6 +3,7 @@
  * all six types.  The trellis code lives in turbo_tcq.c, the SIMD kernels
  * in turbo_avx2.c and turbo_avx512.c (turbo_lanes.inc).  Formats: see turbo.h and docs/turbo.md. */
 #include "turbo_internal.h"
+#include "quant_block.h"
 #include "hadamard.h"
 #include "turbo_tcq64.h"
 
@@ -621,20 +622,9 @@ void kvq_turbo_round_query8(const float *q, int head_dim, int8_t *m, float *s) {
     int b = 0;
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off), b++) {
         const int d = block_dim_at(head_dim, off);
-        const float *x = q + off;
-        float amax = 0.0f;
-        bool finite = true;
-        for (int i = 0; i < d; i++) {
-            finite &= isfinite(x[i]) != 0;
-            amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-        }
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        for (int i = 0; i < d; i++) {
-            /* an amax below ~1e-36 overflows inv: such a block is scaled in double */
-            const float y = !finite ? 0.0f : isfinite(inv) ? x[i] * inv : (float)((double)x[i] / amax * 127.0);
-            m[off + i] = (int8_t)fminf(fmaxf(roundf(y), -127.0f), 127.0f);
-        }
-        s[b] = finite ? amax / 127.0f : NAN;
+        int16_t levels[KVQ_TURBO_BLOCK];
+        s[b] = kvq_round_levels(q + off, d, 127, levels);
+        for (int i = 0; i < d; i++) m[off + i] = (int8_t)levels[i];
     }
 }
 
