@@ -785,6 +785,46 @@ static void chunk_rows(kvq_turbo_type ty, int d, test_rng *r, uint8_t rows[][256
     }
 }
 
+/* How far a trellis V's chunk sums may be from the per-key loop
+ * (kvq_turbo_chunk_values): per head g and output i of block b, each
+ * key's coefficient c = w * bs is rounded on a scale S <= max_t |c_t| /
+ * 32767 (the max over all nk keys bounds each 32 keys' own), so the sums
+ * are off by at most (S / 2) sum_t |value_t,i|, value = the key's decoded
+ * row over its block scale bs; plus the float sums' rounding (2^-20 of
+ * the sum of the terms' sizes).  Keys whose coefficient is 0 or not
+ * finite round to nothing or are not rounded. */
+static void values_rounding_bound(kvq_isa isa, kvq_turbo_type ty, int d, int G, int nk, const uint8_t *const *vp,
+                                  const float *w, float *tol) {
+    static float dec[CK_NK][MAX_DIM];
+    const int bd = d > 128 ? 128 : d;                 /* blocks of 64, 128, or two of 128 */
+    float bs[CK_NK][2];
+    for (int key = 0; key < nk; key++) {
+        memset(dec[key], 0, sizeof dec[key]);
+        if (!vp[key]) continue;
+        kvq_turbo_axpy_rot_at(isa, ty, 1.0f, vp[key], dec[key], d);
+        for (int b = 0; b < d / bd; b++)
+            bs[key][b] = kvq_half_to_float(kvq_rd16(vp[key] + b * kvq_turbo_block_bytes(ty, bd))) / sqrtf((float)bd);
+    }
+    for (int g = 0; g < G; g++)
+        for (int b = 0; b < d / bd; b++) {
+            double cmax = 0.0;
+            for (int key = 0; key < nk; key++) {
+                const double c = vp[key] ? (double)w[g * CK_NK + key] * bs[key][b] : 0.0;
+                if (isfinite(c)) cmax = fmax(cmax, fabs(c));
+            }
+            for (int i = b * bd; i < (b + 1) * bd; i++) {
+                double vals = 0.0, terms = 0.01 * (double)((g * d + i) % 13);
+                for (int key = 0; key < nk; key++) {
+                    const double c = vp[key] ? (double)w[g * CK_NK + key] * bs[key][b] : 0.0;
+                    if (c == 0.0 || !isfinite(c)) continue;
+                    vals += fabs(dec[key][i]) / bs[key][b];
+                    terms += fabs(c * dec[key][i] / bs[key][b]);
+                }
+                tol[g * d + i] = (float)(cmax / 32767.0 / 2.0 * vals + 0x1p-20 * terms);
+            }
+        }
+}
+
 /* One configuration at one level against the row kernels of that level;
  * the scores and values go to res (scores, then values) for the
  * comparison with the scalar level; a failure is left in t. */
@@ -809,9 +849,17 @@ static void chunk_check(test_ctx *t, kvq_isa isa, kvq_turbo_type ty, int d, int 
         for (int g = 0; g < G; g++)
             if (vp[key] && w[g * CK_NK + key] != 0.0f)
                 kvq_turbo_axpy_rot_at(isa, ty, w[g * CK_NK + key], vp[key], want + g * d, d);
+    static float tol[CK_MAXG * MAX_DIM];
+    const bool rounded = kvq_turbo_int8_type(ty);   /* the trellis V's weights rounded to int16 */
+    if (rounded) values_rounding_bound(isa, ty, d, G, nk, vp, w, tol);
     for (int i = 0; i < G * d; i++) {
-        CHECK(got[i] == want[i] || (isnan(got[i]) && isnan(want[i])), "%s %s d=%d G=%d nk=%d value %d: %.9g vs per key %.9g",
-              kvq_isa_name(isa), kvq_turbo_name(ty), d, G, nk, i, got[i], want[i]);
+        if (rounded && isfinite(want[i]))
+            CHECK(fabsf(got[i] - want[i]) <= tol[i], "%s %s d=%d G=%d nk=%d value %d: %.9g vs per key %.9g (bound %.3g)",
+                  kvq_isa_name(isa), kvq_turbo_name(ty), d, G, nk, i, got[i], want[i], tol[i]);
+        else
+            CHECK(got[i] == want[i] || (isnan(got[i]) && isnan(want[i])),
+                  "%s %s d=%d G=%d nk=%d value %d: %.9g vs per key %.9g", kvq_isa_name(isa), kvq_turbo_name(ty), d, G, nk,
+                  i, got[i], want[i]);
         res[CK_MAXG * CK_NK + i] = got[i];
     }
 }
@@ -857,6 +905,84 @@ TEST(turbo_chunk_kernels_match_per_key) {
         }
     }
     CHECK(checked == KVQ_TURBO_COUNT * 3 * 6 * 5, "%d configurations", checked);
+}
+
+/* A trellis V's chunk sums round each head's coefficients c = w * bs to
+ * int16 per 32 keys and block, W = rint(c * 32767 / max|c|) (ties to
+ * even), and add S * W with S = max|c| / 32767 (turbo.h): at every level
+ * (AVX-512 VBMI + VNNI in integers, the others by their float kernels on
+ * S * W) the sums are those of the rule, worked here in double, to the
+ * float sums' rounding; they differ from the exact weights' sums (the
+ * rounding is there); coefficients below ~1e-34, whose 32767 / max|c|
+ * overflows, are summed as floats, not scaled to inf or NaN. */
+TEST(turbo_trellis_values_round_weights_alike) {
+    enum { NK = 32, G = 2, D = 256 };
+    static uint8_t rows[NK][256];
+    static float dec[NK][D];
+    test_rng r = { 9090, 0, 0 };
+    int levels = 0;
+    for (kvq_turbo_type ty = KVQ_TURBO2_TCQ; ty <= KVQ_TURBO4_TCQ; ty++) {
+        float x[D], w[G * NK], bs[NK][2];
+        const uint8_t *vp[NK];
+        for (int key = 0; key < NK; key++) {
+            gauss_vec(&r, x, D);
+            kvq_turbo_quantize(ty, x, rows[key], D, NULL);
+            vp[key] = rows[key];
+            memset(dec[key], 0, sizeof dec[key]);
+            kvq_turbo_axpy_rot_at(KVQ_ISA_SCALAR, ty, 1.0f, rows[key], dec[key], D);
+            for (int b = 0; b < 2; b++)
+                bs[key][b] = kvq_half_to_float(kvq_rd16(rows[key] + b * kvq_turbo_block_bytes(ty, 128))) / sqrtf(128.0f);
+        }
+        for (int i = 0; i < G * NK; i++) w[i] = (float)test_rng_uniform(&r);
+        w[3] = 0.0f;                                   /* a zero weight: adds nothing */
+        /* the rule in double: per head and block, W and S, then sum S W v */
+        double want[G * D], exact[G * D], size[G * D];
+        for (int g = 0; g < G; g++)
+            for (int b = 0; b < 2; b++) {
+                float c[NK], cmax = 0.0f;
+                for (int key = 0; key < NK; key++) {
+                    c[key] = w[g * NK + key] * bs[key][b];
+                    cmax = fmaxf(cmax, fabsf(c[key]));
+                }
+                const float f = 32767.0f / cmax;
+                for (int i = 128 * b; i < 128 * (b + 1); i++) {
+                    double sw = 0.0, se = 0.0, sz = 0.0;
+                    for (int key = 0; key < NK; key++) {
+                        const double v = (double)dec[key][i] / bs[key][b];
+                        sw += (double)(cmax / 32767.0f) * nearbyint((double)(c[key] * f)) * v;
+                        se += (double)c[key] * v;
+                        sz += fabs((double)c[key] * v);
+                    }
+                    want[g * D + i] = sw;
+                    exact[g * D + i] = se;
+                    size[g * D + i] = sz;
+                }
+            }
+        for (int isa = KVQ_ISA_SCALAR; isa <= (int)kvq_isa_best(); isa++) {
+            float got[G * D] = { 0 };
+            kvq_turbo_chunk_values((kvq_isa)isa, ty, vp, NK, w, NK, G, got, D, D);
+            double worst = 0.0, moved = 0.0;
+            for (int i = 0; i < G * D; i++) {
+                worst = fmax(worst, fabs(got[i] - want[i]) / size[i]);
+                moved = fmax(moved, fabs(want[i] - exact[i]) / size[i]);
+            }
+            CHECK(worst < 2e-6, "%s %s: sums off the rounded weights' by %.3g of their terms", kvq_isa_name((kvq_isa)isa),
+                  kvq_turbo_name(ty), worst);
+            CHECK(moved > 2e-6, "%s: the rounding moved no sum (%.3g)", kvq_turbo_name(ty), moved);
+            /* weights so small that 32767 / max|c| overflows (2^-120): summed as floats,
+             * not scaled to inf or NaN (the sums' floats lose bits down there) */
+            float tiny[G * NK], got_t[G * D] = { 0 };
+            for (int i = 0; i < G * NK; i++) tiny[i] = w[i] * 0x1p-120f;
+            kvq_turbo_chunk_values((kvq_isa)isa, ty, vp, NK, tiny, NK, G, got_t, D, D);
+            double worst_t = 0.0;
+            for (int i = 0; i < G * D; i++)
+                worst_t = fmax(worst_t, fabs(got_t[i] * 0x1p120 - exact[i]) / size[i]);
+            CHECK(worst_t < 1e-4, "%s %s: tiny weights' sums off by %.3g", kvq_isa_name((kvq_isa)isa), kvq_turbo_name(ty),
+                  worst_t);
+            levels++;
+        }
+    }
+    CHECK(levels == 3 * ((int)kvq_isa_best() + 1), "%d levels", levels);
 }
 
 /* --------------------------------------------------- determinism, edges */

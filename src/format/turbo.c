@@ -252,6 +252,7 @@ static const turbo_kernels g_scalar_kernels = {
     scalar_axpy_keys_ref, { tcq_axpy_keys_ref, tcq_axpy_keys_ref, tcq_axpy_keys_ref },
     block_scales_ref,
     { NULL, NULL, NULL },
+    { NULL, NULL, NULL },
 };
 static turbo_kernels g_level_kernels[KVQ_ISA_COUNT];
 
@@ -709,9 +710,81 @@ void kvq_turbo_chunk_scores8(kvq_isa isa, kvq_turbo_type t, const uint8_t *const
     chunk_scores8_with(turbo_level_kernels(isa), t, rows, nk, m, mf, s, G, m_stride, head_dim, scale, w, ldw);
 }
 
+/* One head's CHUNK_KEYS V coefficients c of a trellis V rounded to int16
+ * (turbo_kernels.tcq_axpy_keys16's rule): W = rint(c * (32767 /
+ * max|c|)), ties to even; c replaced by S * W, S = max|c| / 32767.
+ * False, c untouched, where a c is not finite or 32767 / max|c| is not
+ * (max|c| below ~1e-34).  The loops run over all CHUNK_KEYS and reduce
+ * in integers (the largest |c| by its bits: for non-negative floats
+ * their order), so that the compiler keeps them in vectors. */
+static bool round_coefs(float *c) {
+    uint32_t top = 0;
+    int bad = 0;
+    for (int i = 0; i < CHUNK_KEYS; i++) {
+        uint32_t b;
+        memcpy(&b, &c[i], sizeof b);
+        b &= 0x7FFFFFFFu;
+        top = b > top ? b : top;
+        bad |= b >= 0x7F800000u;        /* inf or NaN */
+    }
+    float cmax;
+    memcpy(&cmax, &top, sizeof cmax);
+    const float f = cmax > 0.0f ? 32767.0f / cmax : 0.0f, S = cmax / 32767.0f;
+    if (bad || !isfinite(f)) return false;
+    for (int i = 0; i < CHUNK_KEYS; i++)   /* |c f| <= 32767: the magic rounds to nearest even */
+        c[i] = S * ((c[i] * f + KVQ_ROUND_MAGIC) - KVQ_ROUND_MAGIC);
+    return true;
+}
+
+/* One block's V sums of a trellis V, nk (<= CHUNK_KEYS) keys, at a level
+ * without the integer kernel (tcq_axpy_keys16): its float kernel on the
+ * coefficients c = w * bs rounded as that kernel rounds them
+ * (round_coefs), S * W as a weight per key with block scale 1, which
+ * differs from the integer sums by the float sums' rounding only, so
+ * every level rounds alike.  A pass of heads with a coefficient not
+ * finite keeps the float coefficients (as the integer kernel does): the
+ * sums show it. */
+static void tcq_values_rounded(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *codes, int nk,
+                               const float *w, int ldw, const float *bs, int G, float *acc_rot, int acc_stride, int d) {
+    enum { HEADS = 4 };            /* per pass (stack arrays) */
+    const turbo_axpy_keys_fn axpy = kern->tcq_axpy_keys[tcq_width(t)];
+    /* the keys past nk (and NULL ones) with scale 0 */
+    float bz[CHUNK_KEYS], ones[CHUNK_KEYS];
+    for (int i = 0; i < CHUNK_KEYS; i++) {
+        bz[i] = i < nk && codes[i] ? bs[i] : 0.0f;
+        ones[i] = 1.0f;
+    }
+    for (int g0 = 0; g0 < G; g0 += HEADS) {
+        const int ng = KVQ_MIN(HEADS, G - g0);
+        float wf[HEADS * CHUNK_KEYS];
+        bool rounded = true;
+        for (int g = 0; g < ng && rounded; g++) {
+            float *c = wf + g * CHUNK_KEYS;
+            memcpy(c, w + (size_t)(g0 + g) * ldw, (size_t)nk * sizeof *c);
+            memset(c + nk, 0, (size_t)(CHUNK_KEYS - nk) * sizeof *c);
+            for (int i = 0; i < CHUNK_KEYS; i++) {     /* turbo_value_coef: 0 where either is 0 */
+                const float p = c[i] * bz[i];
+                uint32_t a, b, r;                      /* the test on the bits: no float compare */
+                memcpy(&a, &c[i], sizeof a);
+                memcpy(&b, &bz[i], sizeof b);
+                memcpy(&r, &p, sizeof r);
+                r &= 0u - (uint32_t)(((a & 0x7FFFFFFFu) != 0) & ((b & 0x7FFFFFFFu) != 0));
+                memcpy(&c[i], &r, sizeof r);
+            }
+            rounded = round_coefs(c);
+        }
+        float *acc = acc_rot + (size_t)g0 * acc_stride;
+        if (rounded)
+            axpy(codes, nk, codebook_of(t), g_formats[t].bits, wf, CHUNK_KEYS, ones, ng, acc, acc_stride, d);
+        else
+            axpy(codes, nk, codebook_of(t), g_formats[t].bits, w + (size_t)g0 * ldw, ldw, bs, ng, acc, acc_stride, d);
+    }
+}
+
 /* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS), every head: per block the weights
  * times the key's block scale (0 where the weight or the scale is 0: such
- * a key and head add nothing, as in axpy_with), applied by the kernel. */
+ * a key and head add nothing, as in axpy_with), applied by the kernel; a
+ * trellis V's rounded to int16 (tcq_axpy_keys16, or tcq_values_rounded). */
 static void chunk_values_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
                               const float *w, int ldw, int G, float *acc_rot, int acc_stride, int head_dim) {
     const float *c = codebook_of(t);
@@ -722,7 +795,13 @@ static void chunk_values_part(const turbo_kernels *kern, kvq_turbo_type t, const
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
         const int d = block_dim_at(head_dim, off);
         block_scales(kern, rows, nk, at, d, bs, codes);
-        axpy(codes, nk, c, g_formats[t].bits, w, ldw, bs, G, acc_rot + off, acc_stride, d);
+        if (!g_formats[t].tcq)
+            axpy(codes, nk, c, g_formats[t].bits, w, ldw, bs, G, acc_rot + off, acc_stride, d);
+        else if (kern->tcq_axpy_keys16[tcq_width(t)])
+            kern->tcq_axpy_keys16[tcq_width(t)](codes, nk, c, g_formats[t].bits, w, ldw, bs, G, acc_rot + off,
+                                                acc_stride, d);
+        else
+            tcq_values_rounded(kern, t, codes, nk, w, ldw, bs, G, acc_rot + off, acc_stride, d);
         at += kvq_turbo_block_bytes(t, d);
     }
 }

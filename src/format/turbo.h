@@ -104,7 +104,18 @@ void  kvq_turbo_unrotate(const float *acc_rot, float *out, int head_dim);
  *   chunk_values: acc_rot[g*acc_stride ..] += w[g*ldw + i] * R x_hat_i,
  *                 keys added in order i, a NULL row or a weight of 0 (or a
  *                 zero norm) adding nothing (as kvq_turbo_axpy_rot per key
- *                 and head, skipping zero weights, would). */
+ *                 and head, skipping zero weights, would).  The scalar
+ *                 codes' sums are that per-key loop's bits.  A trellis
+ *                 V's coefficients (w times each block's scale) are first
+ *                 rounded to int16 per head, block and 32 keys of the
+ *                 chunk on one scale S = max |coefficient| / 32767, every
+ *                 level alike (AVX-512 with VBMI and VNNI then sums the
+ *                 codes' bytes in integers; docs/turbo.md "V sums on
+ *                 integer weights"): an output is off the per-key loop by
+ *                 at most (S / 2) sum_i |codebook values| per 32 keys and
+ *                 block, plus the float sums' rounding; where a
+ *                 coefficient is not finite the float weights are kept
+ *                 (the sums show it). */
 void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *q_rot,
                             int G, int q_stride, int head_dim, float scale, float *w, int ldw);
 void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,

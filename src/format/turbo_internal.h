@@ -50,6 +50,7 @@ typedef void (*turbo_axpy_keys_fn)(const uint8_t *const *codes, int nk, const fl
 typedef void (*turbo_dot_heads8_fn)(const uint8_t *const *codes, int nk, const int8_t *m, int G, int m_stride, int d,
                                     const float *bs, float *sum, int lds);
 
+
 /* The scales of nk blocks at byte `at` of their rows: bs[i] = norm' /
  * root (root = sqrt(d)), 0 for a NULL row. */
 typedef void (*turbo_scales_fn)(const uint8_t *const *rows, int nk, size_t at, float root, float *bs);
@@ -73,6 +74,16 @@ typedef struct turbo_kernels {
     turbo_axpy_keys_fn scalar_axpy_keys, tcq_axpy_keys[TURBO_TCQ_WIDTHS];
     turbo_scales_fn scales;
     turbo_dot_heads8_fn tcq_dot_heads8[TURBO_TCQ_WIDTHS];   /* NULL: tcq_dot_heads on the levels as floats */
+    /* a trellis V's sums on its coefficients c rounded to int16 per
+     * call (<= 32 keys) and head: W = rint(c * (32767 / max|c|)), ties
+     * to even, the scale S = max|c| / 32767 (the rule of the block
+     * types' V pairs, attn_codes.inc pairs_round_weights); the integer
+     * sums exact, acc += (S 2^-TURBO_TCQ_STEP_BITS) * sum per output.  A
+     * pass of heads with a coefficient not finite, or a max|c| too small
+     * for 32767 / max|c| to be finite: tcq_axpy_keys's float sums.
+     * NULL: the caller (turbo.c tcq_values_rounded) rounds alike and
+     * runs tcq_axpy_keys on S * W */
+    turbo_axpy_keys_fn tcq_axpy_keys16[TURBO_TCQ_WIDTHS];
 } turbo_kernels;
 
 /* A key's V-sum coefficient for one head: the weight times the block

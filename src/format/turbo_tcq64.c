@@ -58,7 +58,25 @@ static inline BV bv_load_n(const uint8_t *p, int n) {
     return r;
 }
 static inline BV bv_loadu(const void *p) { BV r; memcpy(r.b, p, 64); return r; }
-static inline BV bv_permute(BV idx, BV a) {
+static inline BV bv_zero(void) { BV r; memset(r.b, 0, sizeof r.b); return r; }
+/* punpcklbw / punpckhbw: per 16-byte quarter, its low (high) 8 bytes of a
+ * and b interleaved */
+static inline BV bv_unpack8(BV a, BV b, int high) {
+    BV r;
+    for (int q = 0; q < 4; q++)
+        for (int i = 0; i < 8; i++) {
+            r.b[16 * q + 2 * i] = a.b[16 * q + 8 * high + i];
+            r.b[16 * q + 2 * i + 1] = b.b[16 * q + 8 * high + i];
+        }
+    return r;
+}
+static inline BV bv_unpacklo8(BV a, BV b) { return bv_unpack8(a, b, 0); }
+static inline BV bv_unpackhi8(BV a, BV b) { return bv_unpack8(a, b, 1); }
+static inline BV bv_set1_pair(const int16_t *p) {
+    BV r;
+    for (int l = 0; l < 16; l++) memcpy(r.b + 4 * l, p, 4);
+    return r;
+}static inline BV bv_permute(BV idx, BV a) {
     BV r;
     for (int i = 0; i < 64; i++) r.b[i] = a.b[idx.b[i] & 63];
     return r;
@@ -125,6 +143,33 @@ static inline LI li_dpbusd(LI acc, BV u, BV s) {
     for (int l = 0; l < 16; l++)
         for (int j = 0; j < 4; j++) acc.i[l] += (int32_t)u.b[4 * l + j] * (int8_t)s.b[4 * l + j];
     return acc;
+}
+/* vpdpwssd: lane l += the 2 products of the int16 pairs of a and b */
+static inline LI li_dpwssd(LI acc, BV a, BV b) {
+    for (int l = 0; l < 16; l++)
+        for (int j = 0; j < 2; j++)
+            acc.i[l] += (int32_t)(int16_t)kvq_rd16(a.b + 4 * l + 2 * j) * (int16_t)kvq_rd16(b.b + 4 * l + 2 * j);
+    return acc;
+}
+static inline LI li_set1(int32_t x) { LI r; for (int l = 0; l < 16; l++) r.i[l] = x; return r; }
+static inline LI li_sub(LI a, LI b) { for (int l = 0; l < 16; l++) a.i[l] -= b.i[l]; return a; }
+static inline LF lf_add(LF a, LF b) { for (int l = 0; l < 16; l++) a.f[l] += b.f[l]; return a; }
+static inline LI li_add(LI a, LI b) { for (int l = 0; l < 16; l++) a.i[l] += b.i[l]; return a; }
+static inline int32_t li_hsum(LI a) { int32_t s = 0; for (int l = 0; l < 16; l++) s += a.i[l]; return s; }
+static inline void li_store_i16(int16_t *p, LI a) { for (int l = 0; l < 16; l++) p[l] = (int16_t)a.i[l]; }
+static inline LF lf_load_m(const float *p, uint32_t m) {
+    LF r;
+    for (int l = 0; l < 16; l++) r.f[l] = m >> l & 1 ? p[l] : 0.0f;
+    return r;
+}
+static inline LF lf_coef(LF w, LF bs) { for (int l = 0; l < 16; l++) w.f[l] = turbo_value_coef(w.f[l], bs.f[l]); return w; }
+static inline bool lf_finite(LF a) { bool f = true; for (int l = 0; l < 16; l++) f &= isfinite(a.f[l]) != 0; return f; }
+static inline float lf_absmax(LF a) { float m = 0.0f; for (int l = 0; l < 16; l++) m = fmaxf(m, fabsf(a.f[l])); return m; }
+/* ties to even, as vcvtps2dq (|x| < 2^22 here) */
+static inline LI lf_round(LF a) {
+    LI r;
+    for (int l = 0; l < 16; l++) r.i[l] = (int32_t)((a.f[l] + KVQ_ROUND_MAGIC) - KVQ_ROUND_MAGIC);
+    return r;
 }
 static inline LF li_to_lf(LI a) { LF r; for (int l = 0; l < 16; l++) r.f[l] = (float)a.i[l]; return r; }
 typedef struct f4_scalar { float f[4]; } F4;

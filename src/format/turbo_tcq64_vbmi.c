@@ -35,10 +35,32 @@
 #define bv_blend(m, a, b) _mm512_mask_blend_epi8(m, a, b)
 
 #define bv_loadu(p) _mm512_loadu_si512((const void *)(p))
+#define bv_zero _mm512_setzero_si512
+#define bv_unpacklo8(a, b) _mm512_unpacklo_epi8(a, b)
+#define bv_unpackhi8(a, b) _mm512_unpackhi_epi8(a, b)
+#define bv_set1_pair(p) _mm512_set1_epi32((int)kvq_rd32((const uint8_t *)(const void *)(p)))
 
 #define LI __m512i
 #define li_zero _mm512_setzero_si512
 #define li_dpbusd(acc, u, s) _mm512_dpbusd_epi32(acc, u, s)
+#define li_dpwssd(acc, a, b) _mm512_dpwssd_epi32(acc, a, b)
+#define li_set1 _mm512_set1_epi32
+#define li_sub _mm512_sub_epi32
+#define li_add _mm512_add_epi32
+#define li_hsum _mm512_reduce_add_epi32
+#define li_store_i16(p, a) _mm256_store_si256((__m256i *)(void *)(p), _mm512_cvtepi32_epi16(a))
+#define lf_round(a) _mm512_cvtps_epi32(a)
+#define lf_load_m(p, m) _mm512_maskz_loadu_ps((__mmask16)(m), p)
+/* w * bs where both are non-zero, else 0 (turbo_value_coef) */
+ALWAYS_INLINE __m512 lf_coef(__m512 w, __m512 bs) {
+    const __mmask16 nz = _mm512_cmpneq_ps_mask(w, _mm512_setzero_ps()) & _mm512_cmpneq_ps_mask(bs, _mm512_setzero_ps());
+    return _mm512_maskz_mul_ps(nz, w, bs);
+}
+/* a lane x is finite where x - x is 0 (inf - inf and NaN give NaN) */
+ALWAYS_INLINE bool lf_finite(__m512 a) {
+    return _mm512_cmp_ps_mask(_mm512_sub_ps(a, a), _mm512_setzero_ps(), _CMP_EQ_OQ) == 0xFFFF;
+}
+ALWAYS_INLINE float lf_absmax(__m512 a) { return _mm512_reduce_max_ps(_mm512_abs_ps(a)); }
 #define li_to_lf(a) _mm512_cvtepi32_ps(a)
 #define TCQ64_DOT8_OK (kvq_cpu_features()->avx512vnni)
 
@@ -49,6 +71,7 @@
 #define lf_set1 _mm512_set1_ps
 #define lf_fma _mm512_fmadd_ps
 #define lf_mul _mm512_mul_ps
+#define lf_add _mm512_add_ps
 
 /* The signed bytes 16L + 4m + j of p as the floats n 2^24 of lane 4L + j
  * of v[m]: each byte unpacked to the top of a dword (two unpacks with
