@@ -748,12 +748,12 @@ static void tcq_values_rounded(const turbo_kernels *kern, kvq_turbo_type t, cons
                                const float *w, int ldw, const float *bs, int G, float *acc_rot, int acc_stride, int d) {
     enum { HEADS = 4 };            /* per pass (stack arrays) */
     const turbo_axpy_keys_fn axpy = kern->tcq_axpy_keys[tcq_width(t)];
-    /* the keys past nk (and NULL ones) with scale 0 */
-    float bz[CHUNK_KEYS], ones[CHUNK_KEYS];
-    for (int i = 0; i < CHUNK_KEYS; i++) {
-        bz[i] = i < nk && codes[i] ? bs[i] : 0.0f;
-        ones[i] = 1.0f;
-    }
+    static const float ones[CHUNK_KEYS] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+    /* the keys past nk with scale 0 (a NULL key's is 0: block_scales) */
+    float bz[CHUNK_KEYS];
+    memcpy(bz, bs, (size_t)nk * sizeof *bz);
+    memset(bz + nk, 0, (size_t)(CHUNK_KEYS - nk) * sizeof *bz);
     for (int g0 = 0; g0 < G; g0 += HEADS) {
         const int ng = KVQ_MIN(HEADS, G - g0);
         float wf[HEADS * CHUNK_KEYS];
