@@ -62,9 +62,9 @@ AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2
 # reached only when kvq_cpu_features()->avx512vnni says the CPU has it.
 VNNI_FLAGS   = $(AVX512_FLAGS) -mavx512vnni
 # *_vbmi.c: AVX-512 kernels that need AVX512_VBMI (vpermb, vpermi2b,
-# vpmultishiftqb), reached only when kvq_cpu_features()->avx512vbmi says so;
-# with VNNI's flag too for the one kernel (the trellis codes' int8-query dot)
-# that also needs vpdpbusd, installed only where avx512vnni says so as well.
+# vpmultishiftqb) and AVX512_VNNI (vpdpbusd, vpdpwssd: the trellis codes'
+# int8-query dot and integer V sums), reached only where
+# kvq_cpu_features() says the CPU has both.
 VBMI_FLAGS   = $(AVX512_FLAGS) -mavx512vbmi -mavx512vnni
 
 LIB_SRC   := $(sort $(wildcard $(LAYERS:%=src/%/*.c)))

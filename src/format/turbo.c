@@ -271,8 +271,9 @@ static void choose_kernels(void) {
          * 128-entry look-up per 64 values and table since the codebook is a
          * byte per value (turbo_tcq64.inc), 0.67-0.72x the pair loads' time
          * for k = 3 and 4 on Zen 4, whose 512-bit permutes run as halves
-         * (docs/performance.md) */
-        if (kvq_cpu_features()->avx512vbmi) {
+         * (docs/performance.md); with VNNI too, which its int8-query dot
+         * and integer V sums take (every VBMI CPU but Cannon Lake) */
+        if (kvq_cpu_features()->avx512vbmi && kvq_cpu_features()->avx512vnni) {
             turbo_kernels *lv = &g_level_kernels[KVQ_ISA_AVX512];
             const turbo_axpy_fn pairs_axpy4 = lv->tcq_axpy[4 - 2];
             tcq64_install_vbmi(lv);
@@ -281,7 +282,8 @@ static void choose_kernels(void) {
              * (kvq turbo-bench): 8 tables for one key cost more than its
              * 32 pair loads.  Each output of an axpy is one FMA of the same
              * operands either way (the look-ups' 2^29 is a power of two), so
-             * the chunk kernels still give this row axpy's bits. */
+             * the float chunk sums give this row axpy's bits (a chunk's V
+             * sums are the integer ones, tcq_axpy_keys16). */
             lv->tcq_axpy[4 - 2] = pairs_axpy4;
         }
     }
@@ -824,7 +826,9 @@ void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
  * turbo_tcq64.inc, their scalar or VBMI instance; false where t is not a
  * trellis type or the CPU cannot run the instance. */
 static bool tcq64_kernels(bool vbmi, kvq_turbo_type t, turbo_kernels *kern) {
-    if (!valid_type(t) || !g_formats[t].tcq || (vbmi && !kvq_cpu_features()->avx512vbmi)) return false;
+    if (!valid_type(t) || !g_formats[t].tcq ||
+        (vbmi && !(kvq_cpu_features()->avx512vbmi && kvq_cpu_features()->avx512vnni)))
+        return false;
     *kern = g_scalar_kernels;
     if (vbmi) tcq64_install_vbmi(kern);
     else tcq64_install_scalar(kern);
@@ -843,7 +847,7 @@ bool kvq_turbo_tcq64_scores8(bool vbmi, kvq_turbo_type t, const uint8_t *const *
                              const float *mf, const float *s, int G, int m_stride, int head_dim, float scale, float *w,
                              int ldw) {
     turbo_kernels kern;
-    if (!tcq64_kernels(vbmi, t, &kern) || (vbmi && !kern.tcq_dot_heads8[tcq_width(t)])) return false;
+    if (!tcq64_kernels(vbmi, t, &kern)) return false;
     chunk_scores8_with(&kern, t, rows, nk, m, mf, s, G, m_stride, head_dim, scale, w, ldw);
     return true;
 }

@@ -186,6 +186,5 @@ static inline F4 lanes_reduce4(LF a, LF b, LF c, LF d) {
     return r;
 }
 
-#define TCQ64_DOT8_OK 1
 #define TCQ64_NAME(x) tcq64_##x##_scalar
 #include "turbo_tcq64.inc"

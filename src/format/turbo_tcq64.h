@@ -28,10 +28,10 @@ typedef struct tcq64_tables {
 const tcq64_tables *tcq64_tables_for(int k);
 
 /* Put the look-up kernels (tcq_dot, tcq_axpy, tcq_dot_heads,
- * tcq_axpy_keys, tcq_dot_heads8) of k = 2..4 into kern: the scalar
- * instance (any machine; the same bits as the VBMI one, its test oracle),
- * or the AVX-512 VBMI one (call only where kvq_cpu_features()->avx512vbmi;
- * its tcq_dot_heads8 needs AVX512_VNNI too, and is left NULL without). */
+ * tcq_axpy_keys, tcq_dot_heads8, tcq_axpy_keys16) of k = 2..4 into kern:
+ * the scalar instance (any machine; the same bits as the VBMI one, its
+ * test oracle), or the AVX-512 VBMI one (call only where
+ * kvq_cpu_features() has avx512vbmi and avx512vnni). */
 void tcq64_install_scalar(turbo_kernels *kern);
 void tcq64_install_vbmi(turbo_kernels *kern);
 

@@ -1,8 +1,12 @@
 /* turbo_tcq64_vbmi.c - the trellis codes' look-up kernels (turbo_tcq64.inc)
  * with AVX-512 VBMI: vpermb spreads the codes, vpmultishiftqb cuts the
  * windows, vpermi2b looks up 64 bytes in a 128-entry table.  Compiled
- * with the AVX-512 and VBMI flags; installed by turbo.c at the AVX-512
- * level only where the CPU has VBMI (Ice Lake, Zen 4 and later).  Its
+ * with the AVX-512, VBMI and VNNI flags (the int8 query's dot and the V
+ * sums on integer weights take vpdpbusd / vpdpwssd); installed by turbo.c
+ * at the AVX-512 level only where the CPU has VBMI and VNNI (Ice Lake,
+ * Zen 4 and later; not Cannon Lake, VBMI without VNNI, which keeps the
+ * 8-lane pair loads, so no instruction of this file can meet a CPU
+ * without one of its flags).  Its
  * scalar instance (turbo_tcq64.c) gives the same bits on any machine. */
 #include "turbo_tcq64.h"
 #include "simd512.h"
@@ -62,7 +66,6 @@ ALWAYS_INLINE bool lf_finite(__m512 a) {
 }
 ALWAYS_INLINE float lf_absmax(__m512 a) { return _mm512_reduce_max_ps(_mm512_abs_ps(a)); }
 #define li_to_lf(a) _mm512_cvtepi32_ps(a)
-#define TCQ64_DOT8_OK (kvq_cpu_features()->avx512vnni)
 
 #define LF __m512
 #define lf_zero _mm512_setzero_ps
