@@ -50,7 +50,6 @@ typedef void (*turbo_axpy_keys_fn)(const uint8_t *const *codes, int nk, const fl
 typedef void (*turbo_dot_heads8_fn)(const uint8_t *const *codes, int nk, const int8_t *m, int G, int m_stride, int d,
                                     const float *bs, float *sum, int lds);
 
-
 /* The scales of nk blocks at byte `at` of their rows: bs[i] = norm' /
  * root (root = sqrt(d)), 0 for a NULL row. */
 typedef void (*turbo_scales_fn)(const uint8_t *const *rows, int nk, size_t at, float root, float *bs);

@@ -76,7 +76,8 @@ static inline BV bv_set1_pair(const int16_t *p) {
     BV r;
     for (int l = 0; l < 16; l++) memcpy(r.b + 4 * l, p, 4);
     return r;
-}static inline BV bv_permute(BV idx, BV a) {
+}
+static inline BV bv_permute(BV idx, BV a) {
     BV r;
     for (int i = 0; i < 64; i++) r.b[i] = a.b[idx.b[i] & 63];
     return r;
