@@ -793,18 +793,25 @@ static void chunk_rows(kvq_turbo_type ty, int d, test_rng *r, uint8_t rows[][256
  * row over its block scale bs; plus the float sums' rounding (2^-20 of
  * the sum of the terms' sizes).  Keys whose coefficient is 0 or not
  * finite round to nothing or are not rounded. */
+/* A trellis row of d (64, 128 or 256) values decoded in the rotated
+ * domain (dec, bs times the codebook's values; zeros for a NULL row) and
+ * its blocks' scales bs[b] = norm' / sqrt(block size), as the chunk
+ * kernels apply them. */
+static void row_values_and_scales(kvq_isa isa, kvq_turbo_type ty, const uint8_t *row, int d, float *dec, float bs[2]) {
+    const int bd = d > 128 ? 128 : d;                 /* blocks of 64, 128, or two of 128 */
+    memset(dec, 0, (size_t)d * sizeof *dec);
+    if (!row) return;
+    kvq_turbo_axpy_rot_at(isa, ty, 1.0f, row, dec, d);
+    for (int b = 0; b < d / bd; b++)
+        bs[b] = kvq_half_to_float(kvq_rd16(row + b * kvq_turbo_block_bytes(ty, bd))) / sqrtf((float)bd);
+}
+
 static void values_rounding_bound(kvq_isa isa, kvq_turbo_type ty, int d, int G, int nk, const uint8_t *const *vp,
                                   const float *w, float *tol) {
     static float dec[CK_NK][MAX_DIM];
-    const int bd = d > 128 ? 128 : d;                 /* blocks of 64, 128, or two of 128 */
+    const int bd = d > 128 ? 128 : d;
     float bs[CK_NK][2];
-    for (int key = 0; key < nk; key++) {
-        memset(dec[key], 0, sizeof dec[key]);
-        if (!vp[key]) continue;
-        kvq_turbo_axpy_rot_at(isa, ty, 1.0f, vp[key], dec[key], d);
-        for (int b = 0; b < d / bd; b++)
-            bs[key][b] = kvq_half_to_float(kvq_rd16(vp[key] + b * kvq_turbo_block_bytes(ty, bd))) / sqrtf((float)bd);
-    }
+    for (int key = 0; key < nk; key++) row_values_and_scales(isa, ty, vp[key], d, dec[key], bs[key]);
     for (int g = 0; g < G; g++)
         for (int b = 0; b < d / bd; b++) {
             double cmax = 0.0;
@@ -928,10 +935,7 @@ TEST(turbo_trellis_values_round_weights_alike) {
             gauss_vec(&r, x, D);
             kvq_turbo_quantize(ty, x, rows[key], D, NULL);
             vp[key] = rows[key];
-            memset(dec[key], 0, sizeof dec[key]);
-            kvq_turbo_axpy_rot_at(KVQ_ISA_SCALAR, ty, 1.0f, rows[key], dec[key], D);
-            for (int b = 0; b < 2; b++)
-                bs[key][b] = kvq_half_to_float(kvq_rd16(rows[key] + b * kvq_turbo_block_bytes(ty, 128))) / sqrtf(128.0f);
+            row_values_and_scales(KVQ_ISA_SCALAR, ty, rows[key], D, dec[key], bs[key]);
         }
         for (int i = 0; i < G * NK; i++) w[i] = (float)test_rng_uniform(&r);
         w[3] = 0.0f;                                   /* a zero weight: adds nothing */
