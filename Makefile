@@ -30,7 +30,7 @@ MAKEFLAGS += -j$(JOBS)
 endif
 endif
 # Files named *_avx2.c / *_avx512.c / *_vnni*.c (AVX-512 + AVX512_VNNI) /
-# *_vbmi.c (AVX-512 + AVX512_VBMI) are
+# *_vbmi.c (AVX-512 + AVX512_VBMI + AVX512_VNNI) are
 # compiled with those ISA flags and only called after run-time CPU
 # detection (src/base/cpu.c).
 
