@@ -326,14 +326,18 @@ bool attn_attend_rows(kvq_cache *c, const attn_data *d, int pos, int n, float *o
                             1.0f / sqrtf((float)d->hd_k), out, NULL, NULL) == KVQ_OK;
 }
 
-double attn_tolerance(kvq_type tv, int head_dim_v) {
+static bool trellis_type(kvq_type t) {
+    return t == KVQ_TYPE_TURBO2_TCQ || t == KVQ_TYPE_TURBO3_TCQ || t == KVQ_TYPE_TURBO4_TCQ;
+}
+
+double attn_tolerance(kvq_type tk, kvq_type tv, int head_dim_v) {
+    if (trellis_type(tk)) return 3e-3;
     const int padded = (head_dim_v + 31) / 32 * 32;   /* a rotated head may be stored at whole blocks */
     /* KVarN V records kept in pairs (cache_tiles_layout.h) */
     const kvq_type_traits *tr = kvq_type_get_scalar(tv);
     const bool kvarn_pairs = tr && tr->layout == KVQ_LAYOUT_TILES;
     /* a trellis V's decode sums on weights rounded to int16 (turbo.h) */
-    const bool trellis = tv == KVQ_TYPE_TURBO2_TCQ || tv == KVQ_TYPE_TURBO3_TCQ || tv == KVQ_TYPE_TURBO4_TCQ;
-    return kvarn_pairs || trellis || kvq_vpairs_type(tv, head_dim_v) || kvq_vpairs_type(tv, padded) ? 3e-4 : 1e-5;
+    return kvarn_pairs || trellis_type(tv) || kvq_vpairs_type(tv, head_dim_v) || kvq_vpairs_type(tv, padded) ? 3e-4 : 1e-5;
 }
 
 double attn_sq_err(const float *a, const float *b, size_t n) {

@@ -74,8 +74,14 @@ double attn_rel_err(const float *a, const float *b, size_t n);
  * pairs_accumulate: at most 4 nk s per chunk of nk keys, s = max w max |d|
  * / 32767; 6-8e-5 of the largest output on these tests' random data),
  * 3e-4; the same for the KVarN types, whose V records are kept in pairs
- * too (cache_tiles_layout.h).  test_cache_pairs.c checks that kernel against its exact bound. */
-double attn_tolerance(kvq_type tv, int head_dim_v);
+ * too (cache_tiles_layout.h).  test_cache_pairs.c checks that kernel against its exact bound.
+ * A trellis K (tk) scored in decode with its query rounded to
+ * KVQ_TURBO_QUERY16_TOP levels per block (attn_turbo.c; the reference
+ * scores with the float query): a score moves by up to max|q_b| / 2046
+ * per unit |k|, which reached 1.3e-3 of the outputs on these tests'
+ * random data (near-uniform weights: small outputs), 3e-3.
+ * test_turbo.c checks those scores against their exact bound. */
+double attn_tolerance(kvq_type tk, kvq_type tv, int head_dim_v);
 /* sum (a-b)^2 */
 double attn_sq_err(const float *a, const float *b, size_t n);
 

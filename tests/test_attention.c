@@ -113,7 +113,7 @@ TEST(attention_every_type_equals_reference_on_cached_values) {
             ac.pos = 41;
             const double e = kernel_vs_cache_ref(&ac, &d, msg, sizeof msg);
             attn_data_free(&d);
-            CHECK(e < attn_tolerance((kvq_type)ty, hd), "type %s head_dim %d: rel err %.3g %s",
+            CHECK(e < attn_tolerance((kvq_type)ty, (kvq_type)ty, hd), "type %s head_dim %d: rel err %.3g %s",
                   kvq_type_name((kvq_type)ty), hd, e, msg);
         }
     }
@@ -133,7 +133,7 @@ TEST(attention_head_dims_and_gqa_on_quantised_cache) {
             ac.batch = 7;
             const double e = kernel_vs_cache_ref(&ac, &d, msg, sizeof msg);
             attn_data_free(&d);
-            CHECK(e < attn_tolerance(KVQ_TYPE_Q5_1, hd), "head_dim %d gqa %d: rel err %.3g %s", hd, g, e, msg);
+            CHECK(e < attn_tolerance(KVQ_TYPE_Q4_0, KVQ_TYPE_Q5_1, hd), "head_dim %d gqa %d: rel err %.3g %s", hd, g, e, msg);
         }
 }
 
@@ -160,7 +160,7 @@ TEST(attention_swapped_kv_types_read_their_own_side) {
         }
         const size_t len = out_len(&d, ac.pos);
         attn_data_free(&d);
-        CHECK(e < attn_tolerance(pairs[i][1], 96), "K %s / V %s: rel err %.3g %s", kvq_type_name(pairs[i][0]),
+        CHECK(e < attn_tolerance(pairs[i][0], pairs[i][1], 96), "K %s / V %s: rel err %.3g %s", kvq_type_name(pairs[i][0]),
               kvq_type_name(pairs[i][1]), e, msg);
         if (i == 1) {
             const double diff = attn_rel_err(outs[0], outs[1], len);
@@ -305,7 +305,7 @@ static void prefill_vs_decode(test_ctx *t, kvq_type tv, double tol) {
 
 TEST(attention_prefill_equals_decode_steps) {
     prefill_vs_decode(t, KVQ_TYPE_Q3_0, 1e-6);
-    prefill_vs_decode(t, KVQ_TYPE_Q6_0, attn_tolerance(KVQ_TYPE_Q6_0, 64));
+    prefill_vs_decode(t, KVQ_TYPE_Q6_0, attn_tolerance(KVQ_TYPE_Q4_1, KVQ_TYPE_Q6_0, 64));
 }
 
 /* 1, 2, 3 threads give the same bits (key ranges depend on shapes only);
@@ -343,7 +343,7 @@ static void threads_and_splits(test_ctx *t, kvq_type tk, kvq_type tv, int rows) 
     attn_data_free(&d);
     CHECK(worst_threads == 0.0, "%s/%s: 2/3 threads differ from 1 thread: rel err %.3g %s", kvq_type_name(tk),
           kvq_type_name(tv), worst_threads, msg);
-    CHECK(worst_split < attn_tolerance(tv, d.hd_v), "%s/%s: forced key ranges differ: rel err %.3g %s", kvq_type_name(tk),
+    CHECK(worst_split < attn_tolerance(tk, tv, d.hd_v), "%s/%s: forced key ranges differ: rel err %.3g %s", kvq_type_name(tk),
           kvq_type_name(tv), worst_split, msg);
 }
 
@@ -367,7 +367,7 @@ TEST(attention_decode_step_over_rows_in_place) {
         ac.batch = 16;
         const double e = kernel_vs_cache_ref(&ac, &d, msg, sizeof msg);
         attn_data_free(&d);
-        CHECK(e < attn_tolerance(pairs[i][1], 128), "%s/%s: rel err %.3g %s", kvq_type_name(pairs[i][0]),
+        CHECK(e < attn_tolerance(pairs[i][0], pairs[i][1], 128), "%s/%s: rel err %.3g %s", kvq_type_name(pairs[i][0]),
               kvq_type_name(pairs[i][1]), e, msg);
     }
 }
@@ -483,7 +483,7 @@ TEST(attention_simd_levels_agree_with_scalar) {
         free(ref_qi);
         free(out);
         attn_data_free(&d);
-        CHECK(worst < attn_tolerance(tv, 128), "K %s / V %s: %s (%s) vs scalar rel err %.3g %s", kvq_type_name((kvq_type)ty),
+        CHECK(worst < attn_tolerance((kvq_type)ty, tv, 128), "K %s / V %s: %s (%s) vs scalar rel err %.3g %s", kvq_type_name((kvq_type)ty),
               kvq_type_name(tv), worst_level, kvq_simd_level(), worst, msg);
     }
     CHECK(compared > 0, "nothing compared");

@@ -192,7 +192,7 @@ TEST(attn_block_chunked_pass_equals_per_key_reference) {
         const int g = gqa[ty % 4], hd = dims[ty % 3];
         const double worst =
             chunked_vs_per_key((kvq_type)ty, g, hd, 900 + (uint64_t)ty, false, msg, sizeof msg, &compared);
-        CHECK(worst < attn_tolerance((kvq_type)ty, hd), "%s gqa %d hd %d: chunked (%s) vs per-key rel err %.3g", tr->name, g, hd, msg, worst);
+        CHECK(worst < attn_tolerance((kvq_type)ty, (kvq_type)ty, hd), "%s gqa %d hd %d: chunked (%s) vs per-key rel err %.3g", tr->name, g, hd, msg, worst);
     }
     CHECK(compared > 0, "nothing compared");
 }
@@ -210,7 +210,7 @@ TEST(attn_block_int8_query_through_the_pass) {
     int compared = 0;
     for (size_t i = 0; i < KVQ_ARRAY_LEN(types); i++) {
         const double worst = chunked_vs_per_key(types[i], 2, 128, 950 + i, true, msg, sizeof msg, &compared);
-        CHECK(worst < attn_tolerance(types[i], 128), "%s: chunked (%s) vs per-key with the int8 query rel err %.3g", kvq_type_name(types[i]),
+        CHECK(worst < attn_tolerance(types[i], types[i], 128), "%s: chunked (%s) vs per-key with the int8 query rel err %.3g", kvq_type_name(types[i]),
               msg, worst);
     }
     CHECK(compared > 0, "nothing compared");
@@ -276,7 +276,7 @@ TEST(attn_block_fused_pass_equals_per_key_reference) {
             const int g = 1 + (ty * 3 + i * 5) % 8, hd = dims[(ty + i) % 4];
             const double worst = chunked_vs_per_key((kvq_type)ty, g, hd, 1700 + (uint64_t)(ty * 7 + i), false, msg,
                                                     sizeof msg, &compared);
-            CHECK(worst < attn_tolerance((kvq_type)ty, hd), "%s gqa %d hd %d: fused (%s) vs per-key rel err %.3g",
+            CHECK(worst < attn_tolerance((kvq_type)ty, (kvq_type)ty, hd), "%s gqa %d hd %d: fused (%s) vs per-key rel err %.3g",
                   kvq_type_name((kvq_type)ty), g, hd, msg, worst);
             configs++;
         }
@@ -301,7 +301,8 @@ static bool packed_rows(kvq_type ty, int nk, int64_t len, test_rng *r, uint8_t *
 
 /* kvq_attend_opts.int8_query with a trellis K (attn_turbo.c: the query
  * rounded per TurboQuant block, exact dots): it changes the output of a
- * turbo3_tcq K, within the rounding's few 1e-3 of the float query's, and
+ * turbo3_tcq K, within the rounding's few 1e-3 of the default's (int16
+ * levels in decode, float in a prefill group), and
  * not a scalar-codebook turbo3 K's; decode rows give the same bits for 1
  * and 2 threads; the levels' chunked passes agree (the scores are the same
  * bits, the V sums each level's); and a prefill of 40 rows (groups of many
@@ -361,6 +362,53 @@ TEST(attn_turbo_int8_query_through_the_pass) {
         attn_data_free(&d);
     }
     kvq_pool_free(pool);
+}
+
+/* A trellis K's default in decode: its query rounded to int16 levels of
+ * KVQ_TURBO_QUERY16_TOP per block (attn_turbo.c).  With an f32 V (whose
+ * sums every pass adds in floats) the default's output differs from the
+ * per-key pass's float query by more than float rounding and within the
+ * rounding's effect (attn_tolerance); every fused level gives the
+ * default's scores (exact dots: the same bits), so their outputs agree to
+ * float rounding, and the "-tile" levels keep the float query: they agree
+ * with the per-key pass to float rounding; a turbo3 K (scalar codebook)
+ * is not rounded. */
+TEST(attn_turbo_int16_query_by_default) {
+    enum { N = 200, HD = 128, NH = 4 };
+    static float def[NH * HD], ref[NH * HD], lvl[NH * HD];
+    static const kvq_type ks[] = { KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO2_TCQ, KVQ_TYPE_TURBO3 };
+    for (size_t ki = 0; ki < KVQ_ARRAY_LEN(ks); ki++) {
+        attn_data d;
+        CHECK(attn_data_make(&d, N, NH, 2, HD, HD, 71 + ki), "alloc");
+        kvq_cache_params p;
+        attn_params(&p, 2, HD, HD, N, ks[ki], KVQ_TYPE_F32, KVQ_ROT_AUTO);
+        kvq_cache *c = NULL;
+        kvq_error err = { 0, "" };
+        CHECK(kvq_cache_create(&p, &c, &err) == KVQ_OK && attn_fill_upto(c, &d, 64, N - 1), "%s", err.msg);
+        const float *q = d.q + (size_t)(N - 1) * NH * HD;
+        const kvq_attend_loop per_key = { KVQ_PASS_PER_KEY, NULL, false };
+        CHECK(kvq_cache_attend(c, 0, N - 1, 1, NH, q, 0.1f, def, NULL, &err) == KVQ_OK &&
+                  kvq_cache_attend_loop(c, 0, N - 1, 1, NH, q, 0.1f, ref, NULL, NULL, &per_key, &err) == KVQ_OK,
+              "%s", err.msg);
+        const bool trellis = ks[ki] != KVQ_TYPE_TURBO3;
+        const double e = attn_rel_err(def, ref, NH * HD);
+        if (trellis)
+            CHECK(e > 1e-5 && e < attn_tolerance(ks[ki], KVQ_TYPE_F32, HD), "%s: default vs float query rel err %.3g",
+                  kvq_type_name(ks[ki]), e);
+        else
+            CHECK(e < 1e-5, "%s: default vs per-key rel err %.3g", kvq_type_name(ks[ki]), e);
+        for (size_t li = 0; li < KVQ_ARRAY_LEN(k_levels); li++) {
+            const kvq_attend_loop chunked = { KVQ_PASS_CHUNKED, attn_block_level(k_levels[li]), false };
+            if (!chunked.block) continue;
+            CHECK(kvq_cache_attend_loop(c, 0, N - 1, 1, NH, q, 0.1f, lvl, NULL, NULL, &chunked, &err) == KVQ_OK, "%s",
+                  err.msg);
+            const double el = attn_rel_err(lvl, chunked.block->fused ? def : ref, NH * HD);
+            CHECK(el < 1e-5, "%s level %s: rel err %.3g against the %s", kvq_type_name(ks[ki]), k_levels[li], el,
+                  chunked.block->fused ? "default" : "float query");
+        }
+        kvq_cache_free(c);
+        attn_data_free(&d);
+    }
 }
 
 /* The int8 query (attn_query.q8, kvq_attend_opts.int8_query): the

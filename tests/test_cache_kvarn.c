@@ -226,7 +226,7 @@ TEST(kvarn_cache_attention_equals_reference_on_cached_values) {
         CHECK(!int_k || e_tile < 2e-5, "case %zu (%s/%s hd %d/%d): float path rel err %.3g vs reference on cached values", i,
               kvq_type_name(cases[i].k), kvq_type_name(cases[i].v), cases[i].hd_k, cases[i].hd_v, e_tile);
         /* V records in pairs: their weights' rounding (attn_tolerance) */
-        const double tol = KVQ_MAX(int_k ? 2e-4 : 2e-5, attn_tolerance(cases[i].v, cases[i].hd_v));
+        const double tol = KVQ_MAX(int_k ? 2e-4 : 2e-5, attn_tolerance(cases[i].k, cases[i].v, cases[i].hd_v));
         CHECK(e < tol, "case %zu (%s/%s hd %d/%d): rel err %.3g vs reference on cached values", i,
               kvq_type_name(cases[i].k), kvq_type_name(cases[i].v), cases[i].hd_k, cases[i].hd_v, e);
     }
@@ -265,7 +265,7 @@ TEST(kvarn_cache_prefill_equals_decode_and_threads_agree) {
     /* prefill and decode cut the keys into other chunks, and V in pairs
      * rounds its weights per chunk (attn_tolerance) */
     const double e = attn_rel_err(a, b, (size_t)n_tok * row);
-    CHECK(e < attn_tolerance(KVQ_TYPE_KVARN3, hd), "prefill vs decode rel err %.3g", e);
+    CHECK(e < attn_tolerance(KVQ_TYPE_KVARN3, KVQ_TYPE_KVARN3, hd), "prefill vs decode rel err %.3g", e);
     CHECK(!memcmp(a, c3, (size_t)n_tok * row * sizeof *a), "1 vs 3 threads not bitwise equal");
     free(a); free(b); free(c3);
     kvq_pool_free(pool);

@@ -298,7 +298,7 @@ TEST(cache_pairs_attends_as_rows) {
     CHECK(a && b && ref, "alloc");
     for (int cs = 0; cs < 2 * (int)KVQ_ARRAY_LEN(tks); cs++) {
         const kvq_type tk = tks[cs / 2], tv = k_pairs_types[cs / 2];
-        const double tol = attn_tolerance(tv, HD);
+        const double tol = attn_tolerance(tk, tv, HD);
         const int sink = cs % 2 ? 3 : 0, tail = cs % 2 ? 5 : 0;
         kvq_cache *cp = pairs_cache(tk, tv, true, sink, tail, &d), *cr = pairs_cache(tk, tv, false, sink, tail, &d);
         CHECK(cp && cr, "create");

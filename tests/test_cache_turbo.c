@@ -147,7 +147,7 @@ TEST(turbo_cache_attention_equals_reference_on_cached_values) {
         attn_data_free(&d);
         CHECK(st == KVQ_OK && ref_ok, "case %zu: %s", i, err.msg);
         /* float rounding; a V body in pairs adds its weights' rounding (attn_tolerance) */
-        const double tol = attn_tolerance(cases[i].v, cases[i].hd_v) > 1e-5 ? attn_tolerance(cases[i].v, cases[i].hd_v) : 2e-5;
+        const double tol = attn_tolerance(cases[i].k, cases[i].v, cases[i].hd_v) > 1e-5 ? attn_tolerance(cases[i].k, cases[i].v, cases[i].hd_v) : 2e-5;
         CHECK(e < tol, "case %zu (%s/%s hd %d/%d): rel err %.3g vs reference on cached values", i,
               kvq_type_name(cases[i].k), kvq_type_name(cases[i].v), cases[i].hd_k, cases[i].hd_v, e);
     }

@@ -1066,41 +1066,73 @@ TEST(turbo_tcq64_lookup_kernels_match) {
     CHECK(!kvq_turbo_tcq64_scores(false, KVQ_TURBO3, NULL, 0, q, 1, 128, 128, 1.0f, ref, 1), "scalar codes accepted");
 }
 
-/* The int8 query of a trellis K (kvq_turbo_round_query8,
- * kvq_turbo_chunk_scores8).  The rounding: levels within 127, the block's
- * largest value at +-127, every value within half a step of s m, NaN
- * for a block holding inf, 0 for a zero block.  The scores: the same bits
- * at every level, from the scalar look-up instance and the VBMI one
- * (byte look-ups and vpdpbusd, where the CPU has it): the dots are
- * exact, so they also equal the float dot of the rounded values up to
- * the final products' rounding; and within the rounding's error bound
- * of the float query's scores. */
-TEST(turbo_int8_query_scores) {
+/* A trellis K's rounded query, int8 levels (kvq_turbo_round_query8,
+ * chunk_scores8, the option) or int16 ones of KVQ_TURBO_QUERY16_TOP
+ * (round_query16, chunk_scores16, the default in decode), through one
+ * interface: the levels in int16 either way. */
+typedef struct query_rounding { int top; bool wide; } query_rounding;
+
+static void round_query_as(query_rounding qr, const float *q, int d, int16_t *m, float *s) {
+    if (qr.wide) { kvq_turbo_round_query16(q, d, m, s); return; }
+    int8_t m8[MAX_DIM];
+    kvq_turbo_round_query8(q, d, m8, s);
+    for (int i = 0; i < d; i++) m[i] = m8[i];
+}
+
+static void scores_as(query_rounding qr, kvq_isa isa, kvq_turbo_type ty, const uint8_t *const *rp, int nk,
+                      const int16_t *m, const float *mf, const float *s, int G, int d, float *w) {
+    if (qr.wide) { kvq_turbo_chunk_scores16(isa, ty, rp, nk, m, mf, s, G, d, d, 0.125f, w, CK_NK); return; }
+    static int8_t m8[CK_MAXG * MAX_DIM];
+    for (int i = 0; i < G * d; i++) m8[i] = (int8_t)m[i];
+    kvq_turbo_chunk_scores8(isa, ty, rp, nk, m8, mf, s, G, d, d, 0.125f, w, CK_NK);
+}
+
+/* The look-up instances (scalar, VBMI); false where it refuses. */
+static bool tcq64_scores_as(query_rounding qr, bool vbmi, kvq_turbo_type ty, const uint8_t *const *rp, int nk,
+                            const int16_t *m, const float *s, int G, int d, float *w) {
+    if (qr.wide) return kvq_turbo_tcq64_scores16(vbmi, ty, rp, nk, m, NULL, s, G, d, d, 0.125f, w, CK_NK);
+    static int8_t m8[CK_MAXG * MAX_DIM];
+    for (int i = 0; i < G * d; i++) m8[i] = (int8_t)m[i];
+    return kvq_turbo_tcq64_scores8(vbmi, ty, rp, nk, m8, NULL, s, G, d, d, 0.125f, w, CK_NK);
+}
+
+/* The rounding: levels within top, the block's largest value at +-top,
+ * every value within half a step of s m, NaN for a block holding inf, 0
+ * for a zero block.  The scores: the same bits at every level, from the
+ * scalar look-up instance and the VBMI one (byte look-ups and vpdpbusd /
+ * vpdpwssd, where the CPU has it): the dots are exact, so they also
+ * equal the float dot of the rounded values up to the final products'
+ * rounding; and within the rounding's error bound of the float query's
+ * scores, which they differ from. */
+static void check_query_rounding(test_ctx *t, query_rounding qr) {
     static uint8_t rows[CK_NK][256];
     static float q[CK_MAXG * MAX_DIM], qhat[MAX_DIM], x[MAX_DIM], s[CK_MAXG * 4], got[CK_MAXG * CK_NK],
         lvl[CK_MAXG * CK_NK], fl[CK_MAXG * CK_NK];
-    static int8_t m[CK_MAXG * MAX_DIM];
+    static int16_t m[CK_MAXG * MAX_DIM];
     static float mf[CK_MAXG * MAX_DIM];
     static const int dims[] = { 64, 128, 192, 256 }, gs[] = { 1, 2, 5 }, nks[] = { CK_NK, 7, 1 };
     static const kvq_isa levels[] = { KVQ_ISA_AVX2, KVQ_ISA_AVX512 };
     test_rng r = { 4242, 0, 0 };
     /* the rounding */
-    CHECK(kvq_turbo_blocks(192) == 2 && kvq_turbo_blocks(128) == 1 && kvq_turbo_blocks(256) == 2, "block counts");
     gauss_vec(&r, x, 192);
     x[5] = -9.0f;                              /* block 0's largest */
     for (int i = 128; i < 192; i++) x[i] = 0.0f;
-    kvq_turbo_round_query8(x, 192, m, s);
-    CHECK(m[5] == -127 && s[0] == 9.0f / 127.0f && s[1] == 0.0f, "levels %d, scales %g %g", m[5], s[0], s[1]);
-    for (int i = 0; i < 128; i++)
+    round_query_as(qr, x, 192, m, s);
+    CHECK(m[5] == -qr.top && s[0] == 9.0f / (float)qr.top && s[1] == 0.0f, "top %d: levels %d, scales %g %g", qr.top,
+          m[5], s[0], s[1]);
+    int top_seen = 0;
+    for (int i = 0; i < 128; i++) {
         CHECK(fabsf(x[i] - s[0] * (float)m[i]) <= 0.5001f * s[0], "value %d: %g vs %g", i, x[i], s[0] * (float)m[i]);
+        top_seen = abs(m[i]) > top_seen ? abs(m[i]) : top_seen;
+    }
+    CHECK(top_seen == qr.top, "largest level %d, top %d", top_seen, qr.top);
     for (int i = 128; i < 192; i++) CHECK(m[i] == 0, "zero block level %d = %d", i, m[i]);
     x[130] = INFINITY;
-    kvq_turbo_round_query8(x, 192, m, s);
+    round_query_as(qr, x, 192, m, s);
     CHECK(isnan(s[1]) && !isnan(s[0]), "inf in block 1: scales %g %g", s[0], s[1]);
     x[130] = 0.0f;
-    CHECK(!kvq_turbo_int8_type(KVQ_TURBO3) && kvq_turbo_int8_type(KVQ_TURBO3_TCQ), "int8 types");
 
-    int checked = 0, vbmi_checked = 0;
+    int checked = 0, vbmi_checked = 0, moved = 0;
     for (kvq_turbo_type ty = KVQ_TURBO2_TCQ; ty <= KVQ_TURBO4_TCQ; ty++)
         for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
             const int d = dims[di], nb = kvq_turbo_blocks(d);
@@ -1111,9 +1143,9 @@ TEST(turbo_int8_query_scores) {
                 for (int key = 0; key < nk; key++) rp[key] = rows[key];
                 if (nk > 5) rp[5] = NULL;
                 gauss_vec(&r, q, G * d);
-                for (int g = 0; g < G; g++) kvq_turbo_round_query8(q + g * d, d, m + g * d, s + g * nb);
+                for (int g = 0; g < G; g++) round_query_as(qr, q + g * d, d, m + g * d, s + g * nb);
                 for (int i = 0; i < G * d; i++) mf[i] = (float)m[i];
-                kvq_turbo_chunk_scores8(KVQ_ISA_SCALAR, ty, rp, nk, m, NULL, s, G, d, d, 0.125f, got, CK_NK);
+                scores_as(qr, KVQ_ISA_SCALAR, ty, rp, nk, m, NULL, s, G, d, got);
                 kvq_turbo_chunk_scores(KVQ_ISA_SCALAR, ty, rp, nk, q, G, d, d, 0.125f, fl, CK_NK);
                 for (int g = 0; g < G; g++) {
                     for (int b = 0, off = 0; b < nb; b++, off += 128)
@@ -1137,32 +1169,33 @@ TEST(turbo_int8_query_scores) {
                         CHECK(fabs(v - want) <= 1e-5 * (fabs(want) + 1.0), "%s d=%d G=%d key %d head %d: %.9g vs %.9g",
                               kvq_turbo_name(ty), d, G, key, g, v, want);
                         CHECK(fabs(v - fl[g * CK_NK + key]) <= bound * 1.0001 + 1e-6,
-                              "%s d=%d key %d head %d: int8 %.6g vs float %.6g, bound %.3g", kvq_turbo_name(ty), d, key,
-                              g, v, fl[g * CK_NK + key], bound);
+                              "%s d=%d key %d head %d: top %d %.6g vs float %.6g, bound %.3g", kvq_turbo_name(ty), d,
+                              key, g, qr.top, v, fl[g * CK_NK + key], bound);
+                        moved += v != fl[g * CK_NK + key];
                     }
                 }
                 /* every level, given the levels as floats or not */
                 for (size_t li = 0; li < 2 * KVQ_ARRAY_LEN(levels); li++) {
-                    kvq_turbo_chunk_scores8(levels[li / 2], ty, rp, nk, m, li % 2 ? mf : NULL, s, G, d, d, 0.125f, lvl,
-                                            CK_NK);
+                    scores_as(qr, levels[li / 2], ty, rp, nk, m, li % 2 ? mf : NULL, s, G, d, lvl);
                     for (int g = 0; g < G; g++)
                         CHECK(!tcq64_bits_differ(lvl + g * CK_NK, got + g * CK_NK, nk),
                               "%s d=%d G=%d nk=%d head %d: level %s (%s floats) differs from scalar", kvq_turbo_name(ty),
                               d, G, nk, g, kvq_isa_name(levels[li / 2]), li % 2 ? "with" : "without");
                 }
-                kvq_turbo_chunk_scores8(KVQ_ISA_SCALAR, ty, rp, nk, m, mf, s, G, d, d, 0.125f, lvl, CK_NK);
+                scores_as(qr, KVQ_ISA_SCALAR, ty, rp, nk, m, mf, s, G, d, lvl);
                 for (int g = 0; g < G; g++)
                     CHECK(!tcq64_bits_differ(lvl + g * CK_NK, got + g * CK_NK, nk),
                           "%s d=%d G=%d nk=%d head %d: the scalar level with the floats differs", kvq_turbo_name(ty), d,
                           G, nk, g);
-                CHECK(kvq_turbo_tcq64_scores8(false, ty, rp, nk, m, NULL, s, G, d, d, 0.125f, lvl, CK_NK), "scalar instance refused");
+                CHECK(tcq64_scores_as(qr, false, ty, rp, nk, m, s, G, d, lvl), "scalar instance refused");
                 for (int g = 0; g < G; g++)
                     CHECK(!tcq64_bits_differ(lvl + g * CK_NK, got + g * CK_NK, nk),
                           "%s d=%d G=%d nk=%d head %d: scalar look-up instance differs", kvq_turbo_name(ty), d, G, nk, g);
-                if (kvq_turbo_tcq64_scores8(true, ty, rp, nk, m, NULL, s, G, d, d, 0.125f, lvl, CK_NK)) {
+                if (tcq64_scores_as(qr, true, ty, rp, nk, m, s, G, d, lvl)) {
                     for (int g = 0; g < G; g++)
                         CHECK(!tcq64_bits_differ(lvl + g * CK_NK, got + g * CK_NK, nk),
-                              "%s d=%d G=%d nk=%d head %d: VBMI int8 kernel differs", kvq_turbo_name(ty), d, G, nk, g);
+                              "%s d=%d G=%d nk=%d head %d: VBMI top %d kernel differs", kvq_turbo_name(ty), d, G, nk, g,
+                              qr.top);
                     vbmi_checked++;
                 }
                 if (t->result == TEST_FAIL) return;
@@ -1172,6 +1205,21 @@ TEST(turbo_int8_query_scores) {
     CHECK(checked == 3 * 4 * 3 * 3, "%d configurations", checked);
     CHECK(vbmi_checked == (kvq_cpu_features()->avx512vbmi && kvq_cpu_features()->avx512vnni ? checked : 0),
           "VBMI ran %d of %d", vbmi_checked, checked);
+    CHECK(moved > 100, "top %d: only %d scores differ from the float query's", qr.top, moved);
+}
+
+TEST(turbo_int8_query_scores) {
+    CHECK(kvq_turbo_blocks(192) == 2 && kvq_turbo_blocks(128) == 1 && kvq_turbo_blocks(256) == 2, "block counts");
+    CHECK(!kvq_turbo_int8_type(KVQ_TURBO3) && kvq_turbo_int8_type(KVQ_TURBO3_TCQ), "int8 types");
+    check_query_rounding(t, (query_rounding){ 127, false });
+}
+
+/* The same for the int16 levels, and their top is the largest that keeps
+ * every dot exact: 128 values of |n| <= 128 times 1024 reach 2^24. */
+TEST(turbo_int16_query_scores) {
+    CHECK(128.0 * 128.0 * (KVQ_TURBO_QUERY16_TOP + 1) <= 16777216.0, "top %d too large for exact dots",
+          KVQ_TURBO_QUERY16_TOP);
+    check_query_rounding(t, (query_rounding){ KVQ_TURBO_QUERY16_TOP, true });
 }
 
 TEST(turbo_deterministic_bytes) {

@@ -270,11 +270,14 @@ typedef struct attn_run_memo {
     int32_t qsub[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH / 32];
     float qz[ATTN_MEMO_HEADS];
     float k_o[ATTN_MEMO_KEYS + ATTN_BLOCK_KEYS];       /* zeros after the tile's      */
-    /* a trellis K's int8 query (attn_turbo.c), for the vectors k_rec:
-     * vector g's levels at t_m + g*len (and as floats at t_f + g*len, for
-     * the levels without an int8 kernel, where a decode's few vectors
-     * fit), its blocks' scales at t_s + g*nb */
+    /* a trellis K's rounded query (attn_turbo.c), for the vectors k_rec:
+     * vector g's levels at t_m + g*len (int8,
+     * every group size) or t_m16 + g*len (int16, a decode's few vectors),
+     * and as floats at t_f + g*len (for the levels without an integer
+     * kernel, where a decode's few vectors fit), its blocks' scales at
+     * t_s + g*nb */
     int8_t t_m[ATTN_MEMO_TURBO_VALUES];
+    int16_t t_m16[ATTN_MEMO_TURBO_FLOATS];
     float t_f[ATTN_MEMO_TURBO_FLOATS];
     float t_s[ATTN_MEMO_TURBO_VALUES / 64];
     const void *v_rec;                                 /* the record o, v_s, v_z belong to */

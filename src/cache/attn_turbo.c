@@ -18,39 +18,50 @@
 
 enum { FUSED_MAX_HEADS = 4 };   /* query vectors of one pass of the block kernels */
 
-/* The int8 query's scores (kvq_attend_opts.int8_query) of a trellis K,
- * at every level and group size (a prefill group too, in passes of 4
- * vectors, so that prefill and decode score alike): the G vectors
- * rounded once per run of keys into the memo (attend_keys empties it
- * where the vectors change), then the exact dots of
- * kvq_turbo_chunk_scores8.  False where there is no memo or it cannot
- * hold the G rows (over ATTN_MEMO_TURBO_VALUES values: no model's
- * shape, 64 vectors of 128 fit): the caller then scores with the float
- * query, which is never less accurate. */
-static bool turbo_scores8(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows, int nk,
-                          const attn_query *q, int G, float scale, float *w, int ldw) {
+/* A trellis K's scores with its rotated query rounded per TurboQuant
+ * block (kvq_turbo_chunk_scores8 / 16, exact integer dots: the same
+ * bits at every level): int8 levels with kvq_attend_opts.int8_query, at
+ * every level and group size (a prefill group too, in passes of 4
+ * vectors, so that prefill and decode score alike); by default int16
+ * levels of KVQ_TURBO_QUERY16_TOP steps where the chunk is scored fused
+ * (a decode's G <= FUSED_MAX_HEADS vectors; a prefill group's tile keeps
+ * the float query).  The G vectors are rounded once per run of keys into
+ * the memo (attend_keys empties it where the vectors change).  False
+ * where there is no memo or it cannot hold the G rows (over
+ * ATTN_MEMO_TURBO_VALUES values for int8, ATTN_MEMO_TURBO_FLOATS for
+ * int16: no model's decode; 64 vectors of 128 fit int8): the caller then
+ * scores with the float query, which is never less accurate. */
+static bool turbo_scores_rounded(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows,
+                                 int nk, const attn_query *q, int G, float scale, float *w, int ldw, bool int8) {
     attn_run_memo *memo = k->memo;
     const int len = (int)k->len, nb = kvq_turbo_blocks(len);
-    if (!memo || (size_t)G * (size_t)len > sizeof memo->t_m) return false;
-    const bool floats = (size_t)G * (size_t)len <= KVQ_ARRAY_LEN(memo->t_f);
-    if (memo->k_rec != q->q || memo->k_heads != G) {
-        for (int g = 0; g < G; g++)
-            kvq_turbo_round_query8(q->q + (size_t)g * q->stride, len, memo->t_m + (size_t)g * len, memo->t_s + g * nb);
+    const size_t n = (size_t)G * (size_t)len;
+    if (!memo || n > (int8 ? KVQ_ARRAY_LEN(memo->t_m) : KVQ_ARRAY_LEN(memo->t_m16))) return false;
+    const bool floats = n <= KVQ_ARRAY_LEN(memo->t_f);
+    if (memo->k_rec != q->q || memo->k_heads != G) {   /* (q8 is the job's: one rounding per memo) */
+        for (int g = 0; g < G; g++) {
+            const float *qg = q->q + (size_t)g * q->stride;
+            if (int8) kvq_turbo_round_query8(qg, len, memo->t_m + (size_t)g * len, memo->t_s + g * nb);
+            else kvq_turbo_round_query16(qg, len, memo->t_m16 + (size_t)g * len, memo->t_s + g * nb);
+        }
         if (floats)
-            for (size_t i = 0; i < (size_t)G * (size_t)len; i++) memo->t_f[i] = (float)memo->t_m[i];
+            for (size_t i = 0; i < n; i++) memo->t_f[i] = int8 ? (float)memo->t_m[i] : (float)memo->t_m16[i];
         memo->k_rec = q->q;
         memo->k_heads = G;
     }
-    kvq_turbo_chunk_scores8(kr->isa, kvq_turbo_of(k->type), rows, nk, memo->t_m, floats ? memo->t_f : NULL,
-                            memo->t_s, G, len, len, scale, w, ldw);
+    const kvq_turbo_type t = kvq_turbo_of(k->type);
+    const float *mf = floats ? memo->t_f : NULL;
+    if (int8) kvq_turbo_chunk_scores8(kr->isa, t, rows, nk, memo->t_m, mf, memo->t_s, G, len, len, scale, w, ldw);
+    else kvq_turbo_chunk_scores16(kr->isa, t, rows, nk, memo->t_m16, mf, memo->t_s, G, len, len, scale, w, ldw);
     return true;
 }
 
 static void turbo_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows, int nk,
                          const attn_query *q, int G, float scale, float *w, int ldw) {
-    if (q->q8 && kvq_turbo_int8_type(kvq_turbo_of(k->type)) && turbo_scores8(kr, k, rows, nk, q, G, scale, w, ldw))
-        return;
+    const bool trellis = kvq_turbo_int8_type(kvq_turbo_of(k->type));
+    if (trellis && q->q8 && turbo_scores_rounded(kr, k, rows, nk, q, G, scale, w, ldw, true)) return;
     if (!kr->fused || G > FUSED_MAX_HEADS) { attn_hooks_decode.score(kr, k, rows, nk, q, G, scale, w, ldw); return; }
+    if (trellis && turbo_scores_rounded(kr, k, rows, nk, q, G, scale, w, ldw, false)) return;
     kvq_turbo_chunk_scores(kr->isa, kvq_turbo_of(k->type), rows, nk, q->q, G, q->stride, (int)k->len, scale, w, ldw);
 }
 

@@ -228,9 +228,11 @@ typedef struct kvq_attend_opts {
      * forward pass with KVQ_ACT_INT8), a kvarn4 K with its folded query
      * rounded to 127 levels (attn_kvarn_kernels.fold_query), and a
      * trellis K (turbo*_tcq) with its rotated query rounded to int8 per
-     * TurboQuant block instead of the float query (attn_turbo.c,
-     * kvq_turbo_chunk_scores8): the kernels multiply bytes, the scores
-     * move by up to 0.4 % of a block's largest |q| per unit |k| */
+     * TurboQuant block (attn_turbo.c, kvq_turbo_chunk_scores8) instead
+     * of the default, int16 levels of 1023 steps in decode
+     * (kvq_turbo_chunk_scores16) and the float query in a prefill
+     * group: the kernels multiply bytes, the scores move by up to 0.4 %
+     * of a block's largest |q| per unit |k| (the default's 0.05 %) */
     bool int8_query;
 } kvq_attend_opts;
 

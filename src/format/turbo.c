@@ -253,6 +253,7 @@ static const turbo_kernels g_scalar_kernels = {
     block_scales_ref,
     { NULL, NULL, NULL },
     { NULL, NULL, NULL },
+    { NULL, NULL, NULL },
 };
 static turbo_kernels g_level_kernels[KVQ_ISA_COUNT];
 
@@ -631,35 +632,72 @@ void kvq_turbo_round_query8(const float *q, int head_dim, int8_t *m, float *s) {
     }
 }
 
-/* turbo_dot_heads8_fn by a level's float kernel: the nh (<= HEADS8)
- * heads' levels as floats (exact, so the same sums; mf's, or converted
- * here), every head in one call, each block's codes decoded once for all
- * of them. */
-enum { HEADS8 = 4 };
-static void dot8_by_floats(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *codes, int nk,
-                           const int8_t *m, const float *mf, int nh, int m_stride, int d, const float *bs, float *sum,
-                           int lds) {
-    float qf[HEADS8 * KVQ_TURBO_BLOCK];
-    if (!mf) {
-        for (int g = 0; g < nh; g++)
-            for (int i0 = 0; i0 < d; i0 += 64)   /* d is 64 or 128: a fixed count, which compilers vectorize */
-                for (int i = i0; i < i0 + 64; i++) qf[g * d + i] = (float)m[(size_t)g * m_stride + i];
-    }
-    kern->tcq_dot_heads[tcq_width(t)](codes, nk, codebook_of(t), g_formats[t].bits, mf ? mf : qf, nh,
-                                      mf ? m_stride : d, d, bs, sum, lds);
+void kvq_turbo_round_query16(const float *q, int head_dim, int16_t *m, float *s) {
+    int b = 0;
+    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off), b++)
+        s[b] = kvq_round_levels(q + off, block_dim_at(head_dim, off), KVQ_TURBO_QUERY16_TOP, m + off);
 }
 
-/* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS) of the int8 query's scores, heads
- * h0..h0+nh-1 (nh <= HEADS8): w = sum_b c_b E_b, c_b = s_b * scale, E_b
- * = bs * D (the level's int8 kernel, or its float one on the levels as
- * floats: the same bits), the first block's term written, not added to
- * 0, so that a one-block row (head_dim <= 128) costs the float query's
- * passes: its dots straight into w, then one multiply. */
-static void chunk_scores8_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
-                               const int8_t *m, const float *mf, const float *s, int nh, int m_stride, int head_dim,
-                               float scale, float *w, int ldw) {
+/* A rounded query's levels for kvq_turbo_chunk_scores8 / 16: the int8 or
+ * the int16 ones (one of m8, m16), as floats too where the caller has
+ * them (mf, else NULL), head g's at g * stride. */
+typedef struct query_levels {
+    const int8_t *m8;
+    const int16_t *m16;
+    const float *mf;
+    int stride;
+} query_levels;
+
+/* The levels of heads h.. from value `at` on. */
+static query_levels levels_at(const query_levels *ql, int h, int at) {
+    const size_t i = (size_t)h * (size_t)ql->stride + (size_t)at;
+    query_levels r = *ql;
+    r.m8 = ql->m8 ? ql->m8 + i : NULL;
+    r.m16 = ql->m16 ? ql->m16 + i : NULL;
+    r.mf = ql->mf ? ql->mf + i : NULL;
+    return r;
+}
+
+/* The dots of nh (<= HEADS8) heads' levels with one block of codes (the
+ * turbo_dot_heads8_fn contract): the level's integer kernel for them, or
+ * its float kernel on the levels as floats (exact, so the same sums; mf's,
+ * or converted here), every head in one call, each block's codes decoded
+ * once for all of them. */
+enum { HEADS8 = 4 };
+static void dot_levels(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *codes, int nk,
+                       const query_levels *ql, int nh, int d, const float *bs, float *sum, int lds) {
+    const int w = tcq_width(t);
+    if (ql->m8 && kern->tcq_dot_heads8[w]) {
+        kern->tcq_dot_heads8[w](codes, nk, ql->m8, nh, ql->stride, d, bs, sum, lds);
+        return;
+    }
+    if (ql->m16 && kern->tcq_dot_heads16[w]) {
+        kern->tcq_dot_heads16[w](codes, nk, ql->m16, nh, ql->stride, d, bs, sum, lds);
+        return;
+    }
+    float qf[HEADS8 * KVQ_TURBO_BLOCK];
+    if (!ql->mf) {
+        for (int g = 0; g < nh; g++)
+            for (int i0 = 0; i0 < d; i0 += 64)   /* d is 64 or 128: a fixed count, which compilers vectorize */
+                for (int i = i0; i < i0 + 64; i++) {
+                    const size_t at = (size_t)g * ql->stride + i;
+                    qf[g * d + i] = ql->m8 ? (float)ql->m8[at] : (float)ql->m16[at];
+                }
+    }
+    kern->tcq_dot_heads[w](codes, nk, codebook_of(t), g_formats[t].bits, ql->mf ? ql->mf : qf, nh,
+                           ql->mf ? ql->stride : d, d, bs, sum, lds);
+}
+
+/* Keys k0..k0+nk-1 (nk <= CHUNK_KEYS) of a rounded query's scores, heads
+ * h0..h0+nh-1 (nh <= HEADS8; ql and s at h0): w = sum_b c_b E_b, c_b =
+ * s_b * scale, E_b = bs * D (dot_levels), the first block's term
+ * written, not added to 0, so that a one-block row (head_dim <= 128)
+ * costs the float query's passes: its dots straight into w, then one
+ * multiply. */
+static void chunk_levels_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
+                              const query_levels *ql, const float *s, int nh, int head_dim, float scale, float *w,
+                              int ldw) {
     const int nb = kvq_turbo_blocks(head_dim);
-    const turbo_dot_heads8_fn dot8 = kern->tcq_dot_heads8[tcq_width(t)];
     float bs[CHUNK_KEYS], E[HEADS8 * CHUNK_KEYS];
     const uint8_t *codes[CHUNK_KEYS];
     size_t at = 0;
@@ -671,8 +709,8 @@ static void chunk_scores8_part(const turbo_kernels *kern, kvq_turbo_type t, cons
         block_scales(kern, rows, nk, at, d, bs, codes);
         for (int g = 0; g < nh; g++)
             for (int i = 0; i < nk; i++) dst[(size_t)g * ld + i] = 0.0f;
-        if (dot8) dot8(codes, nk, m + off, nh, m_stride, d, bs, dst, ld);
-        else dot8_by_floats(kern, t, codes, nk, m + off, mf ? mf + off : NULL, nh, m_stride, d, bs, dst, ld);
+        const query_levels lb = levels_at(ql, 0, off);
+        dot_levels(kern, t, codes, nk, &lb, nh, d, bs, dst, ld);
         for (int g = 0; g < nh; g++) {
             const float c = s[g * nb + b] * scale;
             float *wg = w + (size_t)g * ldw;
@@ -689,9 +727,9 @@ static void chunk_scores8_part(const turbo_kernels *kern, kvq_turbo_type t, cons
     }
 }
 
-static void chunk_scores8_with(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
-                               const int8_t *m, const float *mf, const float *s, int G, int m_stride, int head_dim,
-                               float scale, float *w, int ldw) {
+static void chunk_levels_with(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
+                              const query_levels *ql, const float *s, int G, int head_dim, float scale, float *w,
+                              int ldw) {
     if (!kvq_turbo_int8_type(t)) {
         for (int g = 0; g < G; g++)
             for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = NAN;
@@ -700,16 +738,25 @@ static void chunk_scores8_with(const turbo_kernels *kern, kvq_turbo_type t, cons
     const int nb = kvq_turbo_blocks(head_dim);
     prefetch_next(rows, nk, kvq_turbo_row_bytes(t, head_dim));
     for (int i = 0; i < nk; i += CHUNK_KEYS)
-        for (int g = 0; g < G; g += HEADS8)
-            chunk_scores8_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), m + (size_t)g * m_stride,
-                               mf ? mf + (size_t)g * m_stride : NULL, s + g * nb, KVQ_MIN(HEADS8, G - g), m_stride,
-                               head_dim, scale, w + (size_t)g * ldw + i, ldw);
+        for (int g = 0; g < G; g += HEADS8) {
+            const query_levels lg = levels_at(ql, g, 0);
+            chunk_levels_part(kern, t, rows + i, KVQ_MIN(CHUNK_KEYS, nk - i), &lg, s + g * nb,
+                              KVQ_MIN(HEADS8, G - g), head_dim, scale, w + (size_t)g * ldw + i, ldw);
+        }
 }
 
 void kvq_turbo_chunk_scores8(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int8_t *m,
                              const float *mf, const float *s, int G, int m_stride, int head_dim, float scale, float *w,
                              int ldw) {
-    chunk_scores8_with(turbo_level_kernels(isa), t, rows, nk, m, mf, s, G, m_stride, head_dim, scale, w, ldw);
+    const query_levels ql = { .m8 = m, .mf = mf, .stride = m_stride };
+    chunk_levels_with(turbo_level_kernels(isa), t, rows, nk, &ql, s, G, head_dim, scale, w, ldw);
+}
+
+void kvq_turbo_chunk_scores16(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int16_t *m,
+                              const float *mf, const float *s, int G, int m_stride, int head_dim, float scale,
+                              float *w, int ldw) {
+    const query_levels ql = { .m16 = m, .mf = mf, .stride = m_stride };
+    chunk_levels_with(turbo_level_kernels(isa), t, rows, nk, &ql, s, G, head_dim, scale, w, ldw);
 }
 
 /* One head's CHUNK_KEYS V coefficients c of a trellis V rounded to int16
@@ -848,7 +895,18 @@ bool kvq_turbo_tcq64_scores8(bool vbmi, kvq_turbo_type t, const uint8_t *const *
                              int ldw) {
     turbo_kernels kern;
     if (!tcq64_kernels(vbmi, t, &kern)) return false;
-    chunk_scores8_with(&kern, t, rows, nk, m, mf, s, G, m_stride, head_dim, scale, w, ldw);
+    const query_levels ql = { .m8 = m, .mf = mf, .stride = m_stride };
+    chunk_levels_with(&kern, t, rows, nk, &ql, s, G, head_dim, scale, w, ldw);
+    return true;
+}
+
+bool kvq_turbo_tcq64_scores16(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int16_t *m,
+                              const float *mf, const float *s, int G, int m_stride, int head_dim, float scale,
+                              float *w, int ldw) {
+    turbo_kernels kern;
+    if (!tcq64_kernels(vbmi, t, &kern)) return false;
+    const query_levels ql = { .m16 = m, .mf = mf, .stride = m_stride };
+    chunk_levels_with(&kern, t, rows, nk, &ql, s, G, head_dim, scale, w, ldw);
     return true;
 }
 

@@ -121,33 +121,43 @@ void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
 void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
                             int ldw, int G, float *acc_rot, int acc_stride, int head_dim);
 
-/* The int8 query (kvq_attend_opts.int8_query) of a trellis K
- * (kvq_turbo_int8_type: the trellis types, whose codebook values are
- * bytes n times 2^-5; not the scalar codebooks):
+/* The rounded query of a trellis K (kvq_turbo_int8_type: the trellis
+ * types, whose codebook values are bytes n times 2^-5; not the scalar
+ * codebooks): by default a decode's scores use int16 levels of 1023
+ * steps, with kvq_attend_opts.int8_query int8 ones (attn_turbo.c):
  *   round_query8:  each block b of the rotated row (kvq_turbo_blocks of
  *                  them, 128 or 64 values) to int8 levels: s[b] =
  *                  max|q_b| / 127 (0 for a zero block, NaN for one holding
  *                  NaN or inf), m = round(q / s[b]) (halves away from 0),
  *                  |m| <= 127;
- *   chunk_scores8: w[g*ldw + i] = sum_b (s[g*nb + b] * scale) * (bs_ib *
+ *   round_query16: the same with KVQ_TURBO_QUERY16_TOP for 127, in int16:
+ *                  the largest top for which every dot below stays exact
+ *                  in a float (|sum n m| < 128 * 128 * 1024 = 2^24);
+ *   chunk_scores8, chunk_scores16:
+ *                  w[g*ldw + i] = sum_b (s[g*nb + b] * scale) * (bs_ib *
  *                  (codes_ib . m_g)), nb blocks in order, bs_ib block b's
  *                  scale (a block of zero norm gives 0 times the factor),
  *                  m_g at m + g*m_stride; mf, if not NULL, the same
  *                  levels as floats at the same places (what the levels
- *                  without an int8 kernel multiply: given once per run,
- *                  they are not converted per call).
+ *                  without an integer kernel multiply: given once per
+ *                  run, they are not converted per call).
  *                  The dot is an integer times 2^-5, exact: every level
  *                  gives the same bits (AVX-512 with VBMI and VNNI by byte
- *                  look-ups and vpdpbusd, the others by their float
- *                  kernels on the levels).  The error against the float
- *                  query: at most sum_b bs_ib (s_b / 2) sum |codebook
- *                  values| per score. */
+ *                  look-ups and vpdpbusd / vpdpwssd, the others by their
+ *                  float kernels on the levels).  The error against the
+ *                  float query: at most sum_b bs_ib (s_b / 2) sum
+ *                  |codebook values| per score (s_b = max|q_b| / top). */
+enum { KVQ_TURBO_QUERY16_TOP = 1023 };
 bool kvq_turbo_int8_type(kvq_turbo_type t);
 int  kvq_turbo_blocks(int head_dim);
 void kvq_turbo_round_query8(const float *q, int head_dim, int8_t *m, float *s);
+void kvq_turbo_round_query16(const float *q, int head_dim, int16_t *m, float *s);
 void kvq_turbo_chunk_scores8(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int8_t *m,
                              const float *mf, const float *s, int G, int m_stride, int head_dim, float scale, float *w,
                              int ldw);
+void kvq_turbo_chunk_scores16(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int16_t *m,
+                              const float *mf, const float *s, int G, int m_stride, int head_dim, float scale,
+                              float *w, int ldw);
 
 /* The chunk kernels above with the trellis types' look-up kernels
  * (src/format/turbo_tcq64.inc: 64 values per table look-up, what the
@@ -161,6 +171,9 @@ bool kvq_turbo_tcq64_scores(bool vbmi, kvq_turbo_type t, const uint8_t *const *r
 bool kvq_turbo_tcq64_scores8(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int8_t *m,
                              const float *mf, const float *s, int G, int m_stride, int head_dim, float scale, float *w,
                              int ldw);
+bool kvq_turbo_tcq64_scores16(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const int16_t *m,
+                              const float *mf, const float *s, int G, int m_stride, int head_dim, float scale,
+                              float *w, int ldw);
 bool kvq_turbo_tcq64_values(bool vbmi, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
                             int ldw, int G, float *acc_rot, int acc_stride, int head_dim);
 

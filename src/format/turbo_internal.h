@@ -49,6 +49,12 @@ typedef void (*turbo_axpy_keys_fn)(const uint8_t *const *codes, int nk, const fl
  * levels as floats.  codes[t] NULL: untouched. */
 typedef void (*turbo_dot_heads8_fn)(const uint8_t *const *codes, int nk, const int8_t *m, int G, int m_stride, int d,
                                     const float *bs, float *sum, int lds);
+/* The int16 query's dots (kvq_turbo_chunk_scores16): dot_heads8's
+ * contract with levels |m| <= KVQ_TURBO_QUERY16_TOP (1023) in int16; D is
+ * as exact (|sum n m| <= 128 * 1023 * 128 < 2^24), so the same bits as
+ * dot_heads on the levels as floats. */
+typedef void (*turbo_dot_heads16_fn)(const uint8_t *const *codes, int nk, const int16_t *m, int G, int m_stride,
+                                     int d, const float *bs, float *sum, int lds);
 
 /* The scales of nk blocks at byte `at` of their rows: bs[i] = norm' /
  * root (root = sqrt(d)), 0 for a NULL row. */
@@ -73,6 +79,7 @@ typedef struct turbo_kernels {
     turbo_axpy_keys_fn scalar_axpy_keys, tcq_axpy_keys[TURBO_TCQ_WIDTHS];
     turbo_scales_fn scales;
     turbo_dot_heads8_fn tcq_dot_heads8[TURBO_TCQ_WIDTHS];   /* NULL: tcq_dot_heads on the levels as floats */
+    turbo_dot_heads16_fn tcq_dot_heads16[TURBO_TCQ_WIDTHS]; /* NULL: likewise */
     /* a trellis V's sums on its coefficients c rounded to int16 per
      * call (<= 32 keys) and head: W = rint(c * (32767 / max|c|)), ties
      * to even, the scale S = max|c| / 32767 (the rule of the block

@@ -23,9 +23,11 @@ static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
 static void make_tables(void) {
     for (int k = 2; k <= 4; k++) {
         tcq64_tables *tb = &g_tables[k - 2];
+        static const int widen_order[8] = { 0, 4, 1, 5, 2, 6, 3, 7 };
         for (int i = 0; i < 8; i++)
             for (int j = 0; j < 8; j++) {
                 tb->word_bytes[8 * i + j] = (uint8_t)(k * i + j);
+                tb->word_bytes_w[8 * i + j] = (uint8_t)(k * widen_order[i] + j);
                 tb->shift_lo[8 * i + j] = (uint8_t)(j * k);
                 tb->shift_hi[8 * i + j] = (uint8_t)(j * k + 7);
             }
