@@ -36,6 +36,13 @@ extern "C" {
 #define KVQ_API
 #endif
 
+/* The sources this library was built from, as 16 hex digits of a hash
+ * of include/, src/ and tools/ (the Makefile's KVQ_SOURCE_ID): two
+ * builds with the same id compute the same numbers.  `kvq sweep` names
+ * its stored results by it, so a rebuilt kvq never resumes an older
+ * build's figures. */
+KVQ_API const char *kvq_source_id(void);
+
 /* ------------------------------------------------------------------ errors */
 
 typedef enum kvq_status {

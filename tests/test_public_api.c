@@ -22,6 +22,16 @@ TEST(public_fail_fills_the_error) {
 /* The vocabulary read without weights tokenizes as the model's own; decoding
  * gives the text back, truncation keeps snprintf's contract, and the EOS and
  * special-token queries agree with the model's info. */
+/* The build's source hash: 16 lowercase hex digits (what the Makefile
+ * writes; `kvq sweep` names its stored results by it). */
+TEST(public_source_id_is_a_hash) {
+    const char *id = kvq_source_id();
+    CHECK(id && strlen(id) == 16, "source id '%s'", id ? id : "(null)");
+    for (size_t i = 0; id && i < strlen(id); i++)
+        CHECK(strchr("0123456789abcdef", id[i]) != NULL, "source id '%s': character %zu", id, i);
+    CHECK(strcmp(id, "e3b0c44298fc1c14") != 0, "source id is the hash of no input");
+}
+
 TEST(public_tokenizer_open_decode_and_queries) {
     if (access(MODEL, R_OK) != 0) SKIP("%s not found (run from the repository)", MODEL);
     kvq_error err = { 0 };

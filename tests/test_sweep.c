@@ -232,13 +232,24 @@ TEST(cli_sweep_end_to_end_and_resume) {
     /* again: everything is stored, nothing runs */
     int rc2 = test_run(cmd, out, sizeof out);
     bool resumed = strstr(out, "4 configurations (4 already done)") && !strstr(out, "[1/");
+    /* a result stored by another build (its file named for other
+     * sources) is not resumed: that configuration runs again */
+    char own[1024], other[1024];
+    snprintf(own, sizeof own, "%s/runs/q8_0-q4_0.src%s.csv", dir, kvq_source_id());
+    snprintf(other, sizeof other, "%s/runs/q8_0-q4_0.src0123456789abcdef.csv", dir);
+    const bool renamed = rename(own, other) == 0;
+    int rc4 = test_run(cmd, out, sizeof out);
+    bool rebuilt = renamed && strstr(out, "4 configurations (3 already done)") && strstr(out, "q8_0/q4_0 ... eta") &&
+                   file_nonempty(dir, "runs/q8_0-q4_0.src0123456789abcdef.csv");
     /* int8 activations in the same directory: their own reference and
      * runs, nothing of the f32 sweep reused, and the reports say so */
     char cmd8[4200];
     snprintf(cmd8, sizeof cmd8, "%s --act int8", cmd);
     int rc8 = test_run(cmd8, out, sizeof out);
+    char run8[200];
+    snprintf(run8, sizeof run8, "runs/q8_0-q4_0.act-int8.src%s.csv", kvq_source_id());
     bool apart = strstr(out, "4 configurations (0 already done)") && file_nonempty(dir, "reference.act-int8.kvqb") &&
-                 file_nonempty(dir, "runs/q8_0-q4_0.act-int8.csv");
+                 file_nonempty(dir, run8);
     const char *json8 = slurp(dir, "results.json");
     bool said = json8 && strstr(json8, "\"activations\": \"int8\"");
     const char *md8 = slurp(dir, "table.md");
@@ -260,6 +271,7 @@ TEST(cli_sweep_end_to_end_and_resume) {
     CHECK(markers == 4, "%d plot markers for 4 configurations", markers);
     CHECK(ladder_ok, "ladder.md has no reference row");
     CHECK(rc2 == 0 && resumed, "second run did not resume (rc %d)", rc2);
+    CHECK(rc4 == 0 && rebuilt, "another build's stored result was resumed, or not run again (rc %d)", rc4);
     CHECK(rc3 == 1 && refused, "mixing experiments: rc %d, '%s'", rc3, out);
     CHECK(rc8 == 0 && apart, "--act int8 reused or did not write its own files (rc %d)", rc8);
     CHECK(said, "results.json / table.md do not name the int8 activations");

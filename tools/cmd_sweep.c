@@ -4,11 +4,12 @@
  *
  * OUTDIR layout:
  *   reference.kvqb     the reference's exact log-probs (base_kvq.h format;
- *                      reference.act-int8.kvqb and runs/SLUG.act-int8.csv
+ *                      reference.act-int8.kvqb and runs/SLUG.act-int8.srcID.csv
  *                      with --act int8)
- *   runs/SLUG.csv      one finished configuration (a row of results.csv)
+ *   runs/SLUG.srcID.csv  one finished configuration (a row of results.csv)
+ *                      of the build whose sources hash to ID (kvq_source_id)
  *   table.md results.csv results.json ladder.md plot.svg [plot.png]
- * Resuming: a run whose runs/SLUG.csv exists is not repeated; the
+ * Resuming: a run whose runs/SLUG.srcID.csv exists is not repeated; the
  * reference is reused when it matches this model, text, context and chunk
  * count (otherwise the sweep stops rather than mix two experiments). */
 #include "kvq_eval.h"
@@ -245,14 +246,19 @@ static act_tag act_suffix(const sweep *s) {
     return t;
 }
 
+/* A stored result belongs to the build that made it, too: its file name
+ * ends in ".src" and the sources' hash (kvq_source_id), so a rebuilt kvq
+ * (other kernels, other roundings: other numbers) runs every
+ * configuration again instead of mixing two builds' figures in one
+ * table. */
 static void run_path(char *buf, const sweep *s, const kvq_sweep_config *c) {
     const bool cal = kvq_type_get(c->type_k)->calib_rate || kvq_type_get(c->type_v)->calib_rate;
     kvq_calib_info ci;
     kvq_calib_get_info(s->calib, &ci);
     if (cal && s->calib)
-        snprintf(buf, PATH_CAP, "%s/runs/%s.cal%016llx%s.csv", s->o->outdir, c->slug, (unsigned long long)ci.checksum,
-                 act_suffix(s).s);
-    else snprintf(buf, PATH_CAP, "%s/runs/%s%s.csv", s->o->outdir, c->slug, act_suffix(s).s);
+        snprintf(buf, PATH_CAP, "%s/runs/%s.cal%016llx%s.src%s.csv", s->o->outdir, c->slug,
+                 (unsigned long long)ci.checksum, act_suffix(s).s, kvq_source_id());
+    else snprintf(buf, PATH_CAP, "%s/runs/%s%s.src%s.csv", s->o->outdir, c->slug, act_suffix(s).s, kvq_source_id());
 }
 
 static int make_dir(const char *path) {

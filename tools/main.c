@@ -56,7 +56,7 @@ static int dispatch(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(argv[1], "--version")) { printf("kvq %s\n", KVQ_VERSION); return 0; }
+    if (!strcmp(argv[1], "--version")) { printf("kvq %s (sources %s)\n", KVQ_VERSION, kvq_source_id()); return 0; }
     for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
         if (!strcmp(argv[1], g_commands[i].name)) return g_commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "kvq: error: unknown command '%s' (try 'kvq --help')\n", argv[1]);

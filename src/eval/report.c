@@ -320,7 +320,8 @@ static void json_write_field(FILE *f, const kvq_eval_row *r, const field *fd) {
 
 kvq_status kvq_report_write_json(FILE *f, const kvq_eval_row *rows, size_t n,
                                  const kvq_report_meta *meta, kvq_error *err) {
-    fprintf(f, "{\n  \"kvq_version\": \"%s\",\n  \"model\": ", KVQ_VERSION);
+    fprintf(f, "{\n  \"kvq_version\": \"%s\",\n  \"kvq_source_id\": \"%s\",\n  \"model\": ", KVQ_VERSION,
+            kvq_source_id());
     if (meta && meta->model) kvq_json_write_str(f, meta->model);
     else fputs("null", f);
     fputs(",\n  \"text\": ", f);

@@ -5,7 +5,7 @@
  *                 same-top, PPL, pp t/s, tg t/s
  *   results.csv   every field of kvq_eval_row, one row per configuration
  *                 (RFC 4180 quoting; unknown numbers are empty fields)
- *   results.json  {"kvq_version", "model", "text", "n_ctx", "n_chunks",
+ *   results.json  {"kvq_version", "kvq_source_id", "model", "text", "n_ctx", "n_chunks",
  *                  "rows": [ {every field of kvq_eval_row}, ... ]}
  *                 (unknown numbers are null; keys and units as `kvq kld
  *                 --json`: same_top_p in percent, rot_k/rot_v block sizes)
