@@ -857,7 +857,7 @@ static void chunk_check(test_ctx *t, kvq_isa isa, kvq_turbo_type ty, int d, int 
             if (vp[key] && w[g * CK_NK + key] != 0.0f)
                 kvq_turbo_axpy_rot_at(isa, ty, w[g * CK_NK + key], vp[key], want + g * d, d);
     static float tol[CK_MAXG * MAX_DIM];
-    const bool rounded = kvq_turbo_int8_type(ty);   /* the trellis V's weights rounded to int16 */
+    const bool rounded = kvq_turbo_trellis_type(ty);   /* the trellis V's weights rounded to int16 */
     if (rounded) values_rounding_bound(isa, ty, d, G, nk, vp, w, tol);
     for (int i = 0; i < G * d; i++) {
         if (rounded && isfinite(want[i]))
@@ -1210,7 +1210,7 @@ static void check_query_rounding(test_ctx *t, query_rounding qr) {
 
 TEST(turbo_int8_query_scores) {
     CHECK(kvq_turbo_blocks(192) == 2 && kvq_turbo_blocks(128) == 1 && kvq_turbo_blocks(256) == 2, "block counts");
-    CHECK(!kvq_turbo_int8_type(KVQ_TURBO3) && kvq_turbo_int8_type(KVQ_TURBO3_TCQ), "int8 types");
+    CHECK(!kvq_turbo_trellis_type(KVQ_TURBO3) && kvq_turbo_trellis_type(KVQ_TURBO3_TCQ), "int8 types");
     check_query_rounding(t, (query_rounding){ 127, false });
 }
 

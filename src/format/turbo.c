@@ -612,9 +612,9 @@ void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
     chunk_scores_with(turbo_level_kernels(isa), t, rows, nk, q_rot, G, q_stride, head_dim, scale, w, ldw);
 }
 
-/* ------------------------------------------- scores of the int8 query */
+/* ------------------------------------- scores of a rounded query (int8, int16) */
 
-bool kvq_turbo_int8_type(kvq_turbo_type t) { return valid_type(t) && g_formats[t].tcq; }
+bool kvq_turbo_trellis_type(kvq_turbo_type t) { return valid_type(t) && g_formats[t].tcq; }
 
 int kvq_turbo_blocks(int head_dim) {
     int n = 0;
@@ -676,14 +676,13 @@ static void dot_levels(const turbo_kernels *kern, kvq_turbo_type t, const uint8_
         return;
     }
     float qf[HEADS8 * KVQ_TURBO_BLOCK];
-    if (!ql->mf) {
+    if (!ql->mf)   /* d is 64 or 128: loops of fixed counts, which compilers vectorize */
         for (int g = 0; g < nh; g++)
-            for (int i0 = 0; i0 < d; i0 += 64)   /* d is 64 or 128: a fixed count, which compilers vectorize */
-                for (int i = i0; i < i0 + 64; i++) {
-                    const size_t at = (size_t)g * ql->stride + i;
-                    qf[g * d + i] = ql->m8 ? (float)ql->m8[at] : (float)ql->m16[at];
-                }
-    }
+            for (int i0 = 0; i0 < d; i0 += 64) {
+                const size_t at = (size_t)g * ql->stride + i0;
+                if (ql->m8) for (int i = 0; i < 64; i++) qf[g * d + i0 + i] = (float)ql->m8[at + i];
+                else for (int i = 0; i < 64; i++) qf[g * d + i0 + i] = (float)ql->m16[at + i];
+            }
     kern->tcq_dot_heads[w](codes, nk, codebook_of(t), g_formats[t].bits, ql->mf ? ql->mf : qf, nh,
                            ql->mf ? ql->stride : d, d, bs, sum, lds);
 }
@@ -730,7 +729,7 @@ static void chunk_levels_part(const turbo_kernels *kern, kvq_turbo_type t, const
 static void chunk_levels_with(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
                               const query_levels *ql, const float *s, int G, int head_dim, float scale, float *w,
                               int ldw) {
-    if (!kvq_turbo_int8_type(t)) {
+    if (!kvq_turbo_trellis_type(t)) {
         for (int g = 0; g < G; g++)
             for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = NAN;
         return;

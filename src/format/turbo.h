@@ -121,7 +121,7 @@ void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
 void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
                             int ldw, int G, float *acc_rot, int acc_stride, int head_dim);
 
-/* The rounded query of a trellis K (kvq_turbo_int8_type: the trellis
+/* The rounded query of a trellis K (kvq_turbo_trellis_type: the trellis
  * types, whose codebook values are bytes n times 2^-5; not the scalar
  * codebooks): by default a decode's scores use int16 levels of 1023
  * steps, with kvq_attend_opts.int8_query int8 ones (attn_turbo.c):
@@ -148,7 +148,7 @@ void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
  *                  float query: at most sum_b bs_ib (s_b / 2) sum
  *                  |codebook values| per score (s_b = max|q_b| / top). */
 enum { KVQ_TURBO_QUERY16_TOP = 1023 };
-bool kvq_turbo_int8_type(kvq_turbo_type t);
+bool kvq_turbo_trellis_type(kvq_turbo_type t);
 int  kvq_turbo_blocks(int head_dim);
 void kvq_turbo_round_query8(const float *q, int head_dim, int8_t *m, float *s);
 void kvq_turbo_round_query16(const float *q, int head_dim, int16_t *m, float *s);
