@@ -105,20 +105,21 @@ lib_flags = $(if $(filter src/%,$1),-fvisibility=hidden,)
 cppflags_for = $(if $(filter tools/%,$1),-Iinclude -D_GNU_SOURCE,$(CPPFLAGS_ALL))
 
 # The hash of the sources (include/, src/, tools/) this build compiles:
-# kvq_source_id() (src/base/source_id.c), by which `kvq sweep` names the
-# results it stores, so a rebuilt kvq never resumes an older build's
-# figures.  The header is rewritten only when the hash changes.
+# kvq_source_id() (src/base/source_id.c, given it by -D), by which `kvq
+# sweep` names the results it stores, so a rebuilt kvq never resumes an
+# older build's figures.  The stamp file is rewritten only when the hash
+# changes, and source_id.o alone depends on it.
 SOURCE_ID_FILES := $(sort $(wildcard include/*.h tools/*.[ch] $(foreach l,$(LAYERS),src/$(l)/*.[ch] src/$(l)/*.inc)))
 SOURCE_ID := $(shell cat $(SOURCE_ID_FILES) | sha256sum | cut -c1-16)
-SOURCE_ID_H = $(BUILD)/gen/kvq_source_id.h
+SOURCE_ID_STAMP = $(BUILD)/source_id.stamp
 .PHONY: FORCE
-$(SOURCE_ID_H): FORCE
+$(SOURCE_ID_STAMP): FORCE
 	@mkdir -p $(dir $@)
-	@echo '#define KVQ_SOURCE_ID "$(SOURCE_ID)"' > $@.tmp
+	@echo '$(SOURCE_ID)' > $@.tmp
 	@cmp -s $@.tmp $@ || mv $@.tmp $@
 	@rm -f $@.tmp
-$(BUILD)/src/base/source_id.o: $(SOURCE_ID_H)
-$(BUILD)/src/base/source_id.o: EXTRA_CPPFLAGS = -I$(BUILD)/gen
+$(BUILD)/src/base/source_id.o: $(SOURCE_ID_STAMP)
+$(BUILD)/src/base/source_id.o: EXTRA_CPPFLAGS = -DKVQ_SOURCE_ID='"$(SOURCE_ID)"'
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
