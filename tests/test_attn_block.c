@@ -299,6 +299,21 @@ static bool packed_rows(kvq_type ty, int nk, int64_t len, test_rng *r, uint8_t *
     return true;
 }
 
+/* n random tokens (nh query heads over 2 KV heads of hd) and a cache of
+ * K type tk and V type tv holding their rows up to position upto
+ * (batches of 64).  False with err->msg set on failure. */
+static bool filled_cache(attn_data *d, kvq_cache **c, int n, int nh, int hd, kvq_type tk, kvq_type tv, uint64_t seed,
+                         int upto, kvq_error *err) {
+    *c = NULL;
+    if (!attn_data_make(d, n, nh, 2, hd, hd, seed)) {
+        snprintf(err->msg, sizeof err->msg, "alloc");
+        return false;
+    }
+    kvq_cache_params p;
+    attn_params(&p, 2, hd, hd, n, tk, tv, KVQ_ROT_AUTO);
+    return kvq_cache_create(&p, c, err) == KVQ_OK && attn_fill_upto(*c, d, 64, upto);
+}
+
 /* kvq_attend_opts.int8_query with a trellis K (attn_turbo.c: the query
  * rounded per TurboQuant block, exact dots): it changes the output of a
  * turbo3_tcq K, within the rounding's few 1e-3 of the default's (int16
@@ -317,13 +332,10 @@ TEST(attn_turbo_int8_query_through_the_pass) {
     CHECK(pool, "pool");
     for (size_t ki = 0; ki < KVQ_ARRAY_LEN(ks); ki++) {
         attn_data d;
-        CHECK(attn_data_make(&d, N, NH, 2, HD, HD, 53 + ki), "alloc");
-        kvq_cache_params p;
-        attn_params(&p, 2, HD, HD, N, ks[ki], KVQ_TYPE_Q8_0, KVQ_ROT_AUTO);
         kvq_cache *c = NULL;
         kvq_error err = { 0, "" };
         const int pos = N - NQ;
-        CHECK(kvq_cache_create(&p, &c, &err) == KVQ_OK && attn_fill_upto(c, &d, 64, pos), "%s", err.msg);
+        CHECK(filled_cache(&d, &c, N, NH, HD, ks[ki], KVQ_TYPE_Q8_0, 53 + ki, pos, &err), "%s", err.msg);
         const kvq_attend_opts a16 = { NULL, 0, false }, a8 = { NULL, 0, true };
         const float *q = d.q + (size_t)pos * NH * HD;
         const size_t row = (size_t)NH * HD;
@@ -379,12 +391,9 @@ TEST(attn_turbo_int16_query_by_default) {
     static const kvq_type ks[] = { KVQ_TYPE_TURBO3_TCQ, KVQ_TYPE_TURBO2_TCQ, KVQ_TYPE_TURBO3 };
     for (size_t ki = 0; ki < KVQ_ARRAY_LEN(ks); ki++) {
         attn_data d;
-        CHECK(attn_data_make(&d, N, NH, 2, HD, HD, 71 + ki), "alloc");
-        kvq_cache_params p;
-        attn_params(&p, 2, HD, HD, N, ks[ki], KVQ_TYPE_F32, KVQ_ROT_AUTO);
         kvq_cache *c = NULL;
         kvq_error err = { 0, "" };
-        CHECK(kvq_cache_create(&p, &c, &err) == KVQ_OK && attn_fill_upto(c, &d, 64, N - 1), "%s", err.msg);
+        CHECK(filled_cache(&d, &c, N, NH, HD, ks[ki], KVQ_TYPE_F32, 71 + ki, N - 1, &err), "%s", err.msg);
         const float *q = d.q + (size_t)(N - 1) * NH * HD;
         const kvq_attend_loop per_key = { KVQ_PASS_PER_KEY, NULL, false };
         CHECK(kvq_cache_attend(c, 0, N - 1, 1, NH, q, 0.1f, def, NULL, &err) == KVQ_OK &&
