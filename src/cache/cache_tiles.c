@@ -159,12 +159,6 @@ _Static_assert((int)HEADS == (int)ATTN_MEMO_HEADS, "attn_run_memo holds one grou
 /* The chunk's per-key loops, four keys at a step so that the compiler
  * turns each step into one vector operation (as a plain loop over n it
  * stayed scalar: these loops were a fifth of KVarN's decode time). */
-static void scale_keys(float *x, int n, float s) {
-    int t = 0;
-    for (; t + 4 <= n; t += 4)
-        for (int k = 0; k < 4; k++) x[t + k] *= s;
-    for (; t < n; t++) x[t] *= s;
-}
 static void multiply_keys(const float *a, const float *b, int n, float *out) {
     int t = 0;
     for (; t + 4 <= n; t += 4)
@@ -222,7 +216,7 @@ static void tile_path_score(const attn_block_kernels *blk, const attn_block_rows
             }
         }
     }
-    for (int j = 0; j < G; j++) scale_keys(wts + (size_t)j * w_stride, nk, scale);
+    for (int j = 0; j < G; j++) kvq_scale_floats(wts + (size_t)j * w_stride, nk, scale);
 }
 
 static void tile_path_accumulate(const attn_block_kernels *blk, const attn_block_rows *v, int nk, const float *wts,
@@ -357,7 +351,7 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
                                    wts + (size_t)j0 * w_stride, w_stride);
         }
     }
-    for (int j = 0; j < G; j++) scale_keys(wts + (size_t)j * w_stride, nk, scale);
+    for (int j = 0; j < G; j++) kvq_scale_floats(wts + (size_t)j * w_stride, nk, scale);
 }
 
 /* Which of the chunk's keys some head weights (live[t]), and how many.

@@ -559,15 +559,6 @@ static void block_scales(const turbo_kernels *kern, const uint8_t *const *rows, 
  * per key the blocks' scaled dots summed from 0 as dot_with sums them (a
  * block of zero norm skipped), then times scale (as the per-key pass
  * does), straight into w. */
-/* w[i] *= c for n values: 8 at a time in a loop of fixed count (-O2
- * vectorizes that one, not a loop of n), then the rest. */
-static void scale_scores(float *w, int n, float c) {
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) w[i + j] *= c;
-    for (; i < n; i++) w[i] *= c;
-}
-
 static void chunk_scores_part(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
                               const float *q_rot, int G, int q_stride, int head_dim, float scale, float *w, int ldw) {
     const float *c = codebook_of(t);
@@ -584,7 +575,7 @@ static void chunk_scores_part(const turbo_kernels *kern, kvq_turbo_type t, const
         at += kvq_turbo_block_bytes(t, d);
     }
     for (int g = 0; g < G; g++)
-        scale_scores(w + (size_t)g * ldw, nk, scale);
+        kvq_scale_floats(w + (size_t)g * ldw, nk, scale);
 }
 
 /* The rows after a chunk of body rows, into the cache while this chunk is
@@ -723,7 +714,7 @@ static void chunk_levels_part(const turbo_kernels *kern, kvq_turbo_type t, const
             const float c = s[g * nb + b] * scale;
             float *wg = w + (size_t)g * ldw;
             if (b == 0) {
-                scale_scores(wg, nk, c);
+                kvq_scale_floats(wg, nk, c);
             } else {
                 for (int i = 0; i < nk; i++) {
                     const float p = c * E[g * CHUNK_KEYS + i];
