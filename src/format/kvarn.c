@@ -151,9 +151,11 @@ const kvq_kvarn_kernels *kvq_kvarn_kernels_level(const char *name) {
 
 /* The level every kernel table uses (kvq_isa_best: decided once), but
  * AVX2's on a core that issues 512-bit operations as two halves
- * (kvq_cpu.avx512_halves, Zen 4): there the 8-lane sweeps take 0.85x the
- * 16-lane ones' time (`kvq-bench cachefmt tiles`).  Every level gives the
- * same records. */
+ * (kvq_cpu.avx512_halves, Zen 4), where the 8-lane sweeps took 0.85x the
+ * 16-lane ones' time when this was chosen (7044a6f).  Since decfccf the
+ * 16-lane sweeps alone take 0.8x the 8-lane time there, but a whole cache
+ * write takes the same time either way (docs/performance.md, "Tried"),
+ * so the choice stands.  Every level gives the same records. */
 const kvq_kvarn_kernels *kvq_kvarn_kernels_best(void) {
     const kvq_isa isa = kvq_isa_best();
     if (isa == KVQ_ISA_AVX512 && kvq_cpu_features()->avx512_halves) return g_levels[KVQ_ISA_AVX2];
