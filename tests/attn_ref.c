@@ -336,8 +336,13 @@ double attn_tolerance(kvq_type tk, kvq_type tv, int head_dim_v) {
     /* KVarN V records kept in pairs (cache_tiles_layout.h) */
     const kvq_type_traits *tr = kvq_type_get_scalar(tv);
     const bool kvarn_pairs = tr && tr->layout == KVQ_LAYOUT_TILES;
+    /* their weights are rounded on one scale per run of up to ATTN_RUN_KEYS
+     * (64) keys, twice the block types' chunk: the error's bound doubles
+     * (kvarn4/kvarn2 at head_dim 512 measured 2.9e-4 with runs of 32,
+     * 4.1e-4 with 64; the 4k model's KLD did not move, docs/kvarn.md) */
+    if (kvarn_pairs) return 6e-4;
     /* a trellis V's decode sums on weights rounded to int16 (turbo.h) */
-    return kvarn_pairs || trellis_type(tv) || kvq_vpairs_type(tv, head_dim_v) || kvq_vpairs_type(tv, padded) ? 3e-4 : 1e-5;
+    return trellis_type(tv) || kvq_vpairs_type(tv, head_dim_v) || kvq_vpairs_type(tv, padded) ? 3e-4 : 1e-5;
 }
 
 double attn_sq_err(const float *a, const float *b, size_t n) {

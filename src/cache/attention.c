@@ -43,7 +43,7 @@
 #include <stdlib.h>
 
 enum {
-    KEY_CHUNK = ATTN_BLOCK_KEYS, /* most keys scored before one softmax update (chunk_keys) */
+    KEY_CHUNK = ATTN_RUN_KEYS, /* most keys scored before one softmax update (chunk_keys) */
     MIN_CHUNK_KEYS = 8,    /* fewest keys of a decode chunk (side_chunk_keys) */
     MIN_SPLIT_KEYS = 256,  /* a key range shorter than this is not worth a task */
     TASKS_PER_THREAD = 4,  /* enough tasks for dynamic balancing             */
@@ -67,6 +67,7 @@ typedef struct attn_source {
     int ring;                         /* slot = pos % ring; 0: slot = pos - first */
     int first;                        /* position of row 0 (the stage's batch) */
     bool rounded;                     /* the body: scored with the rounded query where it exists */
+    int max_keys;                     /* most keys per call of its hooks (max_keys) */
 } attn_source;
 
 typedef struct attn_job {
@@ -266,14 +267,16 @@ static void accumulate_values(const attn_job *jb, const attn_source *vs, int kv_
 
 /* Keys [p0, p1), K from one copy and V from one copy, against the nq
  * query vectors q (the GQA heads of one row, or of a group of rows).  Runs
- * of keys stop where a body's hooks ask (run_keys: KVarN's tile ends). */
+ * of keys stop where a body's hooks ask (run_keys: KVarN's tile ends) and
+ * hold at most what both copies' hooks take (max_keys). */
 static void attend_keys(const attn_job *jb, const attn_source *ks, const attn_source *vs, int kv_head, int p0,
                         int p1, const attn_query *q, const float *q_hat, int nq, row_state *st) {
     if (st->memo) st->memo->k_rec = st->memo->v_rec = NULL;   /* new query vectors */
+    const int chunk = KVQ_MIN(jb->chunk_keys, KVQ_MIN(ks->max_keys, vs->max_keys));
     for (int c0 = p0; c0 < p1;) {
-        int nk = KVQ_MIN(jb->chunk_keys, p1 - c0);
-        if ((ks->lanes || vs->lanes) && jb->chunk_keys > KVQ_LANES)   /* chunks from whole groups on */
-            nk = KVQ_MIN(nk, jb->chunk_keys - c0 % KVQ_LANES);
+        int nk = KVQ_MIN(chunk, p1 - c0);
+        if ((ks->lanes || vs->lanes) && chunk > KVQ_LANES)   /* chunks from whole groups on */
+            nk = KVQ_MIN(nk, chunk - c0 % KVQ_LANES);
         if (jb->run_k) nk = KVQ_MIN(nk, jb->run_k - c0 % jb->run_k);
         if (jb->run_v) nk = KVQ_MIN(nk, jb->run_v - c0 % jb->run_v);
         score_keys(jb, ks, kv_head, c0, nk, q, q_hat, nq, st);
@@ -510,7 +513,7 @@ static const kvq_row_hooks *hooks_for(const kvq_type_traits *tr, kvq_type t, con
 /* Keys per chunk of a decode step (one query row) that one body's hooks
  * ask for: the keys whose rows of one KV head fill their chunk_bytes
  * (kvq_row_hooks), at least MIN_CHUNK_KEYS; KEY_CHUNK where they ask
- * nothing. */
+ * nothing (attend_keys cuts that to what the copies' hooks take). */
 static int side_chunk_keys(const attn_source *s) {
     const int bytes = s->hooks->chunk_bytes;
     if (bytes <= 0 || s->stride == 0) return KEY_CHUNK;
@@ -519,7 +522,7 @@ static int side_chunk_keys(const attn_source *s) {
 }
 
 /* The decode chunk: the larger of the two sides' (a side that wants the
- * full KEY_CHUNK, the packed types, always gets it). */
+ * full KEY_CHUNK, the packed types, always gets all its hooks take). */
 static int decode_chunk_keys(const attn_source *k, const attn_source *v) {
     return KVQ_MAX(side_chunk_keys(k), side_chunk_keys(v));
 }
@@ -546,6 +549,7 @@ static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq
     s.first = stage ? c->stage.pos : 0;
     s.ring = part == KVQ_PART_RING ? sd->ring_rows : 0;
     s.rounded = body;
+    s.max_keys = s.hooks->max_keys > 0 ? KVQ_MIN(s.hooks->max_keys, (int)KEY_CHUNK) : ATTN_BLOCK_KEYS;
     return s;
 }
 

@@ -58,6 +58,11 @@
 #include "kvq_internal.h"
 
 enum { ATTN_BLOCK_KEYS = 32 };     /* keys per chunk: K and V tiles of 128-wide heads = 32 KiB */
+/* The most keys of one chunk: record types' hooks may take runs this long
+ * (kvq_row_hooks.max_keys: KVarN's, where the per-run work, the block
+ * kernels' per-chunk glue plus a record's scales, halves), every other
+ * row's hooks ATTN_BLOCK_KEYS. */
+enum { ATTN_RUN_KEYS = 64 };
 enum { ATTN_FUSED_MAX_BLOCKS = 16 };  /* fused kernels: rows of at most 16 blocks (512 values) */
 
 /* The query rows of one GQA group for the fused integer kernels: G heads,
@@ -269,7 +274,7 @@ typedef struct attn_run_memo {
     float qscale[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH / 32];
     int32_t qsub[ATTN_MEMO_HEADS * ATTN_MEMO_WIDTH / 32];
     float qz[ATTN_MEMO_HEADS];
-    float k_o[ATTN_MEMO_KEYS + ATTN_BLOCK_KEYS];       /* zeros after the tile's      */
+    float k_o[ATTN_MEMO_KEYS + ATTN_RUN_KEYS];         /* zeros after the tile's      */
     /* a trellis K's rounded query (attn_turbo.c), for the vectors k_rec:
      * vector g's levels at t_m + g*len (int8,
      * every group size) or t_m16 + g*len (int16, a decode's few vectors),

@@ -77,7 +77,7 @@ static const uint8_t *record_of(const kvq_cache_side *sd, int head, int tile, in
            ((size_t)(tile - sd->first_tile) * (size_t)sd->n_slices + (size_t)slice) * sd->record_bytes;
 }
 
-enum { RUN_CODE_BYTES = ATTN_BLOCK_KEYS * MAX_WIDTH };   /* a run's token-major codes, 8-bit at most */
+enum { RUN_CODE_BYTES = ATTN_RUN_KEYS * MAX_WIDTH };   /* a run's token-major codes, 8-bit at most */
 
 /* Tokens t0 .. t0 + n - 1 of a record's codes, token-major: in place, or
  * out of the memory's layout into buf (n * width * bits / 8 bytes). */
@@ -180,9 +180,10 @@ static bool keys_finite(const float *a, const float *b, int n) {
 }
 
 /* ---- the tile path (levels without KVarN kernels, the "-tile" ones):
- * a run's codes unpacked into f32 rows, then the level's tile kernels */
+ * a run's codes unpacked into f32 rows, then the level's tile kernels,
+ * ATTN_BLOCK_KEYS keys at a time (what those kernels take) */
 
-static void tile_path_score(const attn_block_kernels *blk, const attn_block_rows *k, int nk, const attn_query *aq,
+static void tile_path_score_part(const attn_block_kernels *blk, const attn_block_rows *k, int nk, const attn_query *aq,
                             int G, float scale, float *wts, int w_stride) {
     const kvq_cache_side *sd = k->sd;
     const int kv_head = k->kv_head, key0 = k->key0, q_stride = aq->stride;
@@ -219,8 +220,8 @@ static void tile_path_score(const attn_block_kernels *blk, const attn_block_rows
     for (int j = 0; j < G; j++) kvq_scale_floats(wts + (size_t)j * w_stride, nk, scale);
 }
 
-static void tile_path_accumulate(const attn_block_kernels *blk, const attn_block_rows *v, int nk, const float *wts,
-                                 int w_stride, int G, float *acc, int acc_stride) {
+static void tile_path_accumulate_part(const attn_block_kernels *blk, const attn_block_rows *v, int nk,
+                                      const float *wts, int w_stride, int G, float *acc, int acc_stride) {
     const kvq_cache_side *sd = v->sd;
     const int kv_head = v->kv_head, key0 = v->key0;
     const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
@@ -251,6 +252,25 @@ static void tile_path_accumulate(const attn_block_kernels *blk, const attn_block
                 for (int ch = 0; ch < w; ch++) out[ch] += O[ch] * (a[j * w + ch] + pz[j]);
             }
         }
+    }
+}
+
+static void tile_path_score(const attn_block_kernels *blk, const attn_block_rows *k, int nk, const attn_query *aq,
+                            int G, float scale, float *wts, int w_stride) {
+    for (int t = 0; t < nk; t += ATTN_BLOCK_KEYS) {
+        attn_block_rows part = *k;
+        part.key0 += t;
+        tile_path_score_part(blk, &part, KVQ_MIN(ATTN_BLOCK_KEYS, nk - t), aq, G, scale, wts + t, w_stride);
+    }
+}
+
+static void tile_path_accumulate(const attn_block_kernels *blk, const attn_block_rows *v, int nk, const float *wts,
+                                 int w_stride, int G, float *acc, int acc_stride) {
+    for (int t = 0; t < nk; t += ATTN_BLOCK_KEYS) {
+        attn_block_rows part = *v;
+        part.key0 += t;
+        tile_path_accumulate_part(blk, &part, KVQ_MIN(ATTN_BLOCK_KEYS, nk - t), wts + t, w_stride, G, acc,
+                                  acc_stride);
     }
 }
 
@@ -287,7 +307,7 @@ static void prefetch_next_run(const kvq_cache_side *sd, const uint8_t *rec, int 
     attn_block_prefetch(base + from, base + to);
 }
 
-/* Runs of keys are at most one attention chunk (ATTN_BLOCK_KEYS), within
+/* Runs of keys are at most one attention chunk (ATTN_RUN_KEYS), within
  * one tile; per slice each head's folded query q_c S_c is rounded to
  * int16 once (attn_block.h) and every key scored from its codes. */
 static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows *k, const uint8_t *const *unused,
@@ -299,7 +319,7 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
     const size_t tok_bytes = (size_t)w * bits / 8;
     const tile_unpack u = g_unpack[blk->isa];
     const bool lanes = sd->tile_layout;   /* the kernel that reads lanes (every fused level has it) */
-    float S[MAX_WIDTH], Z[MAX_WIDTH], O[ATTN_BLOCK_KEYS], qscale[HEADS * MAX_WIDTH / 32], qz[HEADS];
+    float S[MAX_WIDTH], Z[MAX_WIDTH], O[ATTN_RUN_KEYS], qscale[HEADS * MAX_WIDTH / 32], qz[HEADS];
     int16_t qi[HEADS * MAX_WIDTH];
     int8_t qb[HEADS * MAX_WIDTH];
     int32_t qsub[HEADS * MAX_WIDTH / 32];
@@ -319,13 +339,13 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
                 u.halves(m.S, w, S);
                 u.halves(m.Z, w, Z);
                 u.halves(m.O, T, memo->k_o);
-                memset(memo->k_o + T, 0, ATTN_BLOCK_KEYS * sizeof *memo->k_o);
+                memset(memo->k_o + T, 0, ATTN_RUN_KEYS * sizeof *memo->k_o);
                 blk->kvarn->fold_query(aq->q, aq->stride, G, S, Z, w, bits, lanes, q8, memo->qi,
                                        bytes ? memo->qb : NULL, memo->qscale, memo->qsub, memo->qz);
                 memo->k_rec = rec;
                 memo->k_heads = G;
             }
-            /* the kernels read O in whole vectors up to ATTN_BLOCK_KEYS past
+            /* the kernels read O in whole vectors up to ATTN_RUN_KEYS past
              * t0 and use the first nk */
             const float *Ot = memo->k_o + t0;
             if (lanes)
@@ -336,7 +356,7 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
                                    memo->qz, Ot, G, wts, w_stride);
             continue;
         }
-        halves_padded(&u, m.O + 2 * t0, nk, ATTN_BLOCK_KEYS, O);
+        halves_padded(&u, m.O + 2 * t0, nk, ATTN_RUN_KEYS, O);
         u.halves(m.S, w, S);
         u.halves(m.Z, w, Z);
         for (int j0 = 0; j0 < G; j0 += HEADS) {
@@ -444,8 +464,8 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
     const int w = sd->tile.width, tile = v->key0 / T, t0 = v->key0 % T, bits = sd->tile.bits;
     const size_t tok_bytes = (size_t)w * bits / 8;
     const tile_unpack u = g_unpack[blk->isa];
-    float S[ATTN_BLOCK_KEYS], Z[ATTN_BLOCK_KEYS], O[MAX_WIDTH], ps[HEADS * ATTN_BLOCK_KEYS], pz[HEADS];
-    bool live[ATTN_BLOCK_KEYS];
+    float S[ATTN_RUN_KEYS], Z[ATTN_RUN_KEYS], O[MAX_WIDTH], ps[HEADS * ATTN_RUN_KEYS], pz[HEADS];
+    bool live[ATTN_RUN_KEYS];
     const int n_live = live_keys(wts, w_stride, G, nk, live);
     if (!n_live) return;
     uint8_t buf[RUN_CODE_BYTES];
@@ -456,14 +476,14 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
         if (sd->tile_layout && values_in_pairs(blk, sd, rec, t0, nk, sc, wts, w_stride, G, acc + (size_t)s * w,
                                                acc_stride))
             continue;
-        const uint8_t *rows[ATTN_BLOCK_KEYS], *row = run_tokens(sd, rec, t0, nk, buf);
+        const uint8_t *rows[ATTN_RUN_KEYS], *row = run_tokens(sd, rec, t0, nk, buf);
         for (int t = 0; t < nk; t++, row += tok_bytes) rows[t] = live[t] ? row : NULL;
         const bool finite = keys_finite(sc.S, sc.Z, nk);  /* S, Z finite: 0 * S = 0 without a test */
         for (int j0 = 0; j0 < G; j0 += HEADS) {
             const int hg = KVQ_MIN(HEADS, G - j0);
             for (int j = 0; j < hg; j++) {          /* p_t S_t and sum p_t Z_t per head */
                 const float *pj = wts + (size_t)(j0 + j) * w_stride;
-                float *pp = ps + j * ATTN_BLOCK_KEYS, z = 0.0f;
+                float *pp = ps + j * ATTN_RUN_KEYS, z = 0.0f;
                 if (finite) {
                     multiply_keys(pj, sc.S, nk, pp);
                     z = weighted_sum(pj, sc.Z, nk);
@@ -476,7 +496,7 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
                 }
                 pz[j] = z;
             }
-            blk->kvarn->values(bits, rows, nk, w, ps, ATTN_BLOCK_KEYS, hg, sc.O, pz,
+            blk->kvarn->values(bits, rows, nk, w, ps, ATTN_RUN_KEYS, hg, sc.O, pz,
                                acc + (size_t)j0 * acc_stride + (size_t)s * w, acc_stride);
         }
     }
@@ -486,6 +506,7 @@ static const kvq_row_hooks g_kvarn_hooks = {
     .name = "kvarn records",
     .score = kvq_tiles_score,
     .accumulate = kvq_tiles_accumulate,
+    .max_keys = ATTN_RUN_KEYS,   /* 0.8x the step of 32-key runs (docs/performance.md) */
     .run_keys = T,
     .shape = kvq_tiles_shape,
     .scratch_floats = kvq_tiles_scratch_floats,

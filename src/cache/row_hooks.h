@@ -53,6 +53,9 @@ typedef struct kvq_row_hooks {
     /* bytes of one KV head's rows per call in a decode step these hooks
      * run best with (0: ATTN_BLOCK_KEYS keys whatever their bytes) */
     int chunk_bytes;
+    /* the most keys one call takes (0: ATTN_BLOCK_KEYS; at most
+     * ATTN_RUN_KEYS) */
+    int max_keys;
     /* query vectors (rows x GQA heads) a prefill group should hold where
      * these hooks read a body: a chunk's rows are read once per group,
      * so types that unpack each chunk at a cost want more rows to share
