@@ -683,8 +683,13 @@ TEST(kvarn_attention_levels_groups_and_threads_agree) {
             const kvq_attend_loop loop = { KVQ_PASS_CHUNKED, attn_block_level(levels[l]), false };
             if (!loop.block) continue;
             CHECK(!kvq_cache_attend_loop(c, 0, pos, 1, n_head, q, 0.09f, out, NULL, NULL, &loop, &err), "%s", err.msg);
+            /* the levels' float terms differ (FMA or not), so a V weight
+             * near a rounding boundary of the pairs' int16 weights may round
+             * one step apart: with runs of 64 keys a step is coarser (case 3
+             * measured 2.5-4.5e-6 with runs of 32, 0.8-1.1e-5 with 64); a
+             * kernel's logic error moves the output by 1e-3 or more */
             const double e = attn_rel_err(out, ref, len);
-            CHECK(e < 1e-5, "case %zu (%s/%s GQA %d) at %s vs scalar: rel err %.3g", i, kvq_type_name(cases[i].k),
+            CHECK(e < 3e-5, "case %zu (%s/%s GQA %d) at %s vs scalar: rel err %.3g", i, kvq_type_name(cases[i].k),
                   kvq_type_name(cases[i].v), cases[i].gqa, levels[l], e);
             compared++;
         }
