@@ -57,7 +57,8 @@
 
 #include "kvq_internal.h"
 
-enum { ATTN_BLOCK_KEYS = 32 };     /* keys per chunk: K and V tiles of 128-wide heads = 32 KiB */
+enum { ATTN_BLOCK_KEYS = 32 };     /* keys per chunk of the block types' kernels: K and V tiles
+                                      of 128-wide heads = 32 KiB */
 /* The most keys of one chunk: record types' hooks may take runs this long
  * (kvq_row_hooks.max_keys: KVarN's, where the per-run work, the block
  * kernels' per-chunk glue plus a record's scales, halves), every other

@@ -51,7 +51,7 @@ typedef struct kvq_row_hooks {
     bool (*accumulate_lanes)(const attn_block_kernels *kr, const attn_block_rows *v, int nk, const float *w, int ldw,
                              int G, float *acc, int acc_stride);
     /* bytes of one KV head's rows per call in a decode step these hooks
-     * run best with (0: ATTN_BLOCK_KEYS keys whatever their bytes) */
+     * run best with (0: as many keys as max_keys, whatever their bytes) */
     int chunk_bytes;
     /* the most keys one call takes (0: ATTN_BLOCK_KEYS; at most
      * ATTN_RUN_KEYS) */
