@@ -183,8 +183,8 @@ static bool keys_finite(const float *a, const float *b, int n) {
  * a run's codes unpacked into f32 rows, then the level's tile kernels,
  * ATTN_BLOCK_KEYS keys at a time (what those kernels take) */
 
-static void tile_path_score_part(const attn_block_kernels *blk, const attn_block_rows *k, int nk, const attn_query *aq,
-                            int G, float scale, float *wts, int w_stride) {
+static void tile_path_score_part(const attn_block_kernels *blk, const attn_block_rows *k, int nk,
+                                 const attn_query *aq, int G, float scale, float *wts, int w_stride) {
     const kvq_cache_side *sd = k->sd;
     const int kv_head = k->kv_head, key0 = k->key0, q_stride = aq->stride;
     const float *q = aq->q;
