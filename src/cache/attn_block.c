@@ -473,22 +473,25 @@ static void decode_values(const attn_block_kernels *kr, const attn_block_rows *v
 
 const kvq_row_hooks attn_hooks_decode = { .name = "decode", .score = decode_scores, .accumulate = decode_values };
 
-/* attn_block.h.  One pass without branches, so the common chunk skips the
- * per-key checks; over a full chunk (a block type's, or a KVarN run of
- * ATTN_RUN_KEYS) the count is fixed and the compiler vectorises it (the
- * loop over nk was ~6 % of a warm kvarn4 step; a weight is 0 only where exp underflowed; NaN counts as
- * nonzero, as in heads_weighting). */
+/* Whether one of n weights is 0, in one pass without branches. */
+static inline int any_zero_weight(const float *wg, int n) {
+    int zero = 0;
+    for (int t = 0; t < n; t++) zero |= wg[t] == 0.0f;
+    return zero;
+}
+
+/* attn_block.h.  The common chunk skips the per-key checks; over a full
+ * chunk (a block type's, or a KVarN run of ATTN_RUN_KEYS) the count is a
+ * constant and the compiler vectorises the pass (counting to nk was ~6 %
+ * of a warm kvarn4 step).  A weight is 0 only where exp underflowed; NaN
+ * counts as nonzero, as in heads_weighting. */
 bool attn_block_all_weighted(const float *w, int ldw, int G, int nk) {
     int zero = 0;
     for (int g = 0; g < G; g++) {
         const float *wg = w + (size_t)g * ldw;
-        if (nk == ATTN_BLOCK_KEYS) {
-            for (int t = 0; t < ATTN_BLOCK_KEYS; t++) zero |= wg[t] == 0.0f;
-        } else if (nk == ATTN_RUN_KEYS) {
-            for (int t = 0; t < ATTN_RUN_KEYS; t++) zero |= wg[t] == 0.0f;
-        } else {
-            for (int t = 0; t < nk; t++) zero |= wg[t] == 0.0f;
-        }
+        zero |= nk == ATTN_BLOCK_KEYS ? any_zero_weight(wg, ATTN_BLOCK_KEYS)
+                : nk == ATTN_RUN_KEYS ? any_zero_weight(wg, ATTN_RUN_KEYS)
+                                      : any_zero_weight(wg, nk);
     }
     return !zero;
 }
