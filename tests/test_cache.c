@@ -32,6 +32,9 @@ TEST(cache_memory_figures_exact) {
     CHECK(kvq_cache_create(&p, &c, &err) == KVQ_OK, "%s", err.msg);
     kvq_cache_bytes b;
     kvq_cache_memory(c, &b);
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(c->mem); i++)   /* each region on a page (kvq_calloc_paged) */
+        CHECK(!c->mem_bytes[i] || (uintptr_t)c->mem[i] % KVQ_PAGE_BYTES == 0, "region %zu starts %zu into a page", i,
+              (size_t)((uintptr_t)c->mem[i] % KVQ_PAGE_BYTES));
     kvq_cache_free(c);
     CHECK(b.k == (size_t)2 * 100 * (54 + 160), "K body %zu", b.k);
     CHECK(b.v == (size_t)2 * 2 * 100 * 68, "V body %zu", b.v);

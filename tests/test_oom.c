@@ -454,3 +454,27 @@ TEST(oom_hook_and_size_checks) {
     CHECK(calls == 3 && failed == 1 && failed_all == 2 && after == 0, "counts %ld %ld %ld %ld", calls, failed,
           failed_all, after);
 }
+
+/* Page-aligned zeroed memory: on a page, zeroed, its block freed; a
+ * failure (injected, or a size with no room for the page) is NULL with
+ * no block. */
+TEST(alloc_paged_on_a_page) {
+    const size_t sizes[4] = { 0, 1, 5000, (size_t)3 << 20 };
+    for (int i = 0; i < 4; i++) {
+        void *block = NULL;
+        const uint8_t *p = kvq_calloc_paged(sizes[i], &block);
+        CHECK(p && block && (uintptr_t)p % KVQ_PAGE_BYTES == 0 && (const uint8_t *)block <= p &&
+                  p < (const uint8_t *)block + KVQ_PAGE_BYTES,
+              "size %zu: %p in block %p", sizes[i], (const void *)p, block);
+        size_t nonzero = 0;
+        for (size_t k = 0; p && k < sizes[i]; k++) nonzero += p[k] != 0;
+        CHECK(nonzero == 0, "size %zu: %zu bytes not zero", sizes[i], nonzero);
+        free(block);
+    }
+    void *block = &block;
+    CHECK(!kvq_calloc_paged(SIZE_MAX - 100, &block) && !block, "no room for the page: allocated");
+    kvq_alloc_fail_at(1, 0);
+    block = &block;
+    CHECK(!kvq_calloc_paged(64, &block) && !block, "an injected failure allocated");
+    kvq_alloc_fail_at(0, 0);
+}

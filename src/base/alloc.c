@@ -38,3 +38,15 @@ static int should_fail(void) {
 void *kvq_malloc(size_t n) { return should_fail() ? NULL : malloc(n); }
 void *kvq_calloc(size_t count, size_t size) { return should_fail() ? NULL : calloc(count, size); }
 void *kvq_realloc(void *p, size_t n) { return should_fail() ? NULL : realloc(p, n); }
+
+/* calloc's large blocks are freshly mapped pages, zero at no cost until
+ * touched, but they start 16 bytes into a page (the allocator's header).
+ * A page more, and the start moved up to the next page: the pages' lazy
+ * zeroes are kept.  Streams read from a page boundary ran faster (the
+ * cache's bodies: docs/performance.md, "The cache's memory on pages"). */
+void *kvq_calloc_paged(size_t n, void **block) {
+    *block = n > SIZE_MAX - KVQ_PAGE_BYTES ? NULL : kvq_calloc(1, n + KVQ_PAGE_BYTES);
+    if (!*block) return NULL;
+    const uintptr_t at = ((uintptr_t)*block + KVQ_PAGE_BYTES - 1) & ~(uintptr_t)(KVQ_PAGE_BYTES - 1);
+    return (uint8_t *)*block + (at - (uintptr_t)*block);
+}

@@ -22,6 +22,10 @@
 void *kvq_malloc(size_t n);
 void *kvq_calloc(size_t count, size_t size);        /* count * size checked, as calloc does */
 void *kvq_realloc(void *p, size_t n);               /* on failure p is untouched, as realloc */
+/* n zeroed bytes starting at a multiple of KVQ_PAGE_BYTES; *block gets
+ * what to free() (NULL on failure). */
+void *kvq_calloc_paged(size_t n, void **block);
+enum { KVQ_PAGE_BYTES = 4096 };
 
 /* a * b, or SIZE_MAX when it overflows (and SIZE_MAX stays SIZE_MAX
  * through further products with a non-zero factor). */

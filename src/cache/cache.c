@@ -59,7 +59,7 @@ void kvq_cache_clear(kvq_cache *c) {
 
 void kvq_cache_free(kvq_cache *c) {
     if (!c) return;
-    for (size_t i = 0; i < KVQ_ARRAY_LEN(c->mem); i++) free(c->mem[i]);
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(c->mem); i++) free(c->mem_block[i]);
     free(c->types_k);
     free(c->types_v);
     free(c->signs_k);
@@ -372,7 +372,7 @@ static kvq_status plan_layout(kvq_cache *c, kvq_error *err) {
 static kvq_status allocate_layout(kvq_cache *c, kvq_error *err) {
     for (size_t i = 0; i < KVQ_ARRAY_LEN(c->mem); i++) {
         if (!c->mem_bytes[i]) continue;
-        if (!(c->mem[i] = kvq_calloc(1, c->mem_bytes[i])))
+        if (!(c->mem[i] = kvq_calloc_paged(c->mem_bytes[i], &c->mem_block[i])))
             return kvq_fail(err, KVQ_ERR_NOMEM, "cache: out of memory (%zu bytes)", c->mem_bytes[i]);
     }
     if (c->tile_scratch_floats && !(c->tile_scratch = kvq_malloc_n(c->tile_scratch_floats, sizeof(float))))

@@ -106,7 +106,8 @@ struct kvq_cache {
     int8_t mix_signs[KVQ_MAX_HEAD_DIM]; /* D of the padded-row mixing H.D.H  */
     kvq_cache_side *k, *v;  /* [n_layer]                                   */
     int *n_stored;          /* [n_layer]: positions 0..n_stored-1 written  */
-    uint8_t *mem[5];        /* K bodies, V bodies, rings, sinks, stage     */
+    uint8_t *mem[5];        /* K bodies, V bodies, rings, sinks, stage,    */
+    void *mem_block[5];     /* each on a page (kvq_calloc_paged; freed)    */
     size_t mem_bytes[5];    /* their sizes                                 */
     kvq_cache_stage stage;
     float *tile_scratch;    /* tile quantisation, tile_scratch_floats per  */
