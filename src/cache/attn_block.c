@@ -358,14 +358,18 @@ int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src
  * a fault. */
 enum { PREFETCH_CHUNKS = 1 };
 
-/* Every cache line of [from, to) (attn_block.h).  Into L2
- * (prefetcht1), not L1: a chunk is 64 lines (4 KiB of f16 rows), more
- * than L1's outstanding misses; sent to L1 they queued there behind the
- * chunk's own loads.  On a Zen 4 host one layer's f16 step at 16384 took
- * 0.55-0.65x the time, q8_0 0.6-0.65x, q4_0 0.8-0.9x, and the model at
- * 16384 ran f16 1.45x, q8_0 1.50x, q4_0 1.06x as fast (docs/performance.md). */
+/* Every cache line of [from, to) (attn_block.h), as a line read once
+ * (prefetchnta, locality 0): a cache's rows are read once per step.  Not
+ * into L1 as ordinary data (prefetcht0): a chunk is 64 lines (4 KiB of
+ * f16 rows), more than L1's outstanding misses, and they queued there
+ * behind the chunk's own loads; into L2 (prefetcht1) took one layer's f16
+ * step on a Zen 4 host to 0.55-0.65x the time.  The non-temporal hint
+ * took one layer's step from memory on 2 threads to a median 0.93x
+ * (f16) and 0.95-0.97x (q8_0, kvarn4, kvarn3) at 16384 keys, 0.87-0.96x
+ * at 4096, q4_0 unchanged within the noise; measured on Zen 4 only
+ * (docs/performance.md, "Prefetched as data read once"). */
 void attn_block_prefetch(uintptr_t from, uintptr_t to) {
-    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a, 0, 2);
+    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a, 0, 0);
 }
 
 static void prefetch_ahead(const uint8_t *const *rows, int nk) {

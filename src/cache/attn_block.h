@@ -244,8 +244,9 @@ const attn_block_kernels *attn_block_avx512(void);
 const attn_block_kernels *attn_block_avx512_tile(void);
 const attn_block_kernels *attn_block_avx512_vnni(void);   /* attn_block_avx512_vnni.c: needs AVX512_VNNI */
 
-/* Every cache line of [from, to) fetched into L2 ahead of its use: a
- * hint, never a read (addresses past an array are safe). */
+/* Every cache line of [from, to) fetched ahead of its use, as data read
+ * once (prefetchnta): a hint, never a read (addresses past an array are
+ * safe). */
 void attn_block_prefetch(uintptr_t from, uintptr_t to);
 
 /* Scalar exp with the same algorithm and bound as the vector ones. */

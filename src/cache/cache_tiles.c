@@ -285,7 +285,7 @@ static void halves_padded(const tile_unpack *u, const uint8_t *src, int n, int p
 /* A head's records lie one after the other, tile by tile, so decode reads
  * each side as one stream.  The hardware prefetchers restart at every 4
  * KiB page, and a record (8-9 KiB at 128 channels, 4 bits) spans several:
- * each run fetches the bytes of the next one into L2 (attn_block.c), from
+ * each run fetches the bytes of the next one (attn_block_prefetch), from
  * this record or, past its codes, the next tile's of this slice (and
  * that record's scales, which its first run reads), so that the fetches
  * spread over the tile's runs.  Codes are in token order
