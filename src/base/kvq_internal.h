@@ -30,6 +30,21 @@
 /* kvq_fail (record an error and return its code) is public: kvq.h. */
 
 /* ---- IEEE half / bfloat16, inline for use inside kernels ---- */
+/* Every cache line of [from, to) fetched ahead of its use, as a line read
+ * once (prefetchnta, locality 0): decode reads a cache's rows once per
+ * step.  Not into L1 as ordinary data (prefetcht0): a chunk is 64 lines
+ * (4 KiB of f16 rows), more than L1's outstanding misses, and they
+ * queued there behind the chunk's own loads; into L2 (prefetcht1) took
+ * one layer's f16 step on a Zen 4 host to 0.55-0.65x the time.  The
+ * non-temporal hint took one layer's step from memory on 2 threads to a
+ * median 0.93x (f16) and 0.95-0.97x (q8_0, kvarn4, kvarn3) at 16384 keys,
+ * 0.87-0.96x at 4096, q4_0 and TurboQuant unchanged within the noise;
+ * measured on Zen 4 only (docs/performance.md, "Prefetched as data read
+ * once").  A hint, never a read: addresses past an array are safe. */
+static inline void kvq_prefetch_once(uintptr_t from, uintptr_t to) {
+    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a, 0, 0);
+}
+
 static inline uint32_t kvq_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float kvq_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 

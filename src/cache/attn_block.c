@@ -358,27 +358,13 @@ int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src
  * a fault. */
 enum { PREFETCH_CHUNKS = 1 };
 
-/* Every cache line of [from, to) (attn_block.h), as a line read once
- * (prefetchnta, locality 0): a cache's rows are read once per step.  Not
- * into L1 as ordinary data (prefetcht0): a chunk is 64 lines (4 KiB of
- * f16 rows), more than L1's outstanding misses, and they queued there
- * behind the chunk's own loads; into L2 (prefetcht1) took one layer's f16
- * step on a Zen 4 host to 0.55-0.65x the time.  The non-temporal hint
- * took one layer's step from memory on 2 threads to a median 0.93x
- * (f16) and 0.95-0.97x (q8_0, kvarn4, kvarn3) at 16384 keys, 0.87-0.96x
- * at 4096, q4_0 unchanged within the noise; measured on Zen 4 only
- * (docs/performance.md, "Prefetched as data read once"). */
-void attn_block_prefetch(uintptr_t from, uintptr_t to) {
-    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a, 0, 0);
-}
-
 static void prefetch_ahead(const uint8_t *const *rows, int nk) {
     if (nk < 2 || !rows[0] || !rows[1] || !rows[nk - 1]) return;
     const uintptr_t first = (uintptr_t)rows[0], last = (uintptr_t)rows[nk - 1];
     const uintptr_t step = (uintptr_t)rows[1] - first;
     if (step == 0 || step > 4096 || last - first != step * (uintptr_t)(nk - 1)) return;
     const uintptr_t from = first + step * (uintptr_t)nk * PREFETCH_CHUNKS;
-    attn_block_prefetch(from, from + step * (uintptr_t)nk);
+    kvq_prefetch_once(from, from + step * (uintptr_t)nk);
 }
 
 static bool row_is_finite(const float *x, int64_t n) {
@@ -583,7 +569,7 @@ static void fused_row_values(const attn_block_kernels *kr, const attn_block_rows
 static void prefetch_groups(const attn_block_rows *src, const attn_block_fused *fz, int nk) {
     const uintptr_t group = (uintptr_t)(src->len / 32) * KVQ_LANES * (uintptr_t)fz->block_bytes;
     const uintptr_t from = (uintptr_t)src->lanes + (uintptr_t)((src->key0 + nk * PREFETCH_CHUNKS) / KVQ_LANES) * group;
-    attn_block_prefetch(from, from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group);
+    kvq_prefetch_once(from, from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group);
 }
 
 static bool fused_lanes_scores(const attn_block_kernels *kr, const attn_block_rows *k, int nk, const attn_query *q,

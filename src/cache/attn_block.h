@@ -244,11 +244,6 @@ const attn_block_kernels *attn_block_avx512(void);
 const attn_block_kernels *attn_block_avx512_tile(void);
 const attn_block_kernels *attn_block_avx512_vnni(void);   /* attn_block_avx512_vnni.c: needs AVX512_VNNI */
 
-/* Every cache line of [from, to) fetched ahead of its use, as data read
- * once (prefetchnta): a hint, never a read (addresses past an array are
- * safe). */
-void attn_block_prefetch(uintptr_t from, uintptr_t to);
-
 /* Scalar exp with the same algorithm and bound as the vector ones. */
 float attn_block_exp(float x);
 /* roundf(x) for |x| < 2^22 by vectorisable operations (the query's

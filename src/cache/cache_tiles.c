@@ -285,7 +285,7 @@ static void halves_padded(const tile_unpack *u, const uint8_t *src, int n, int p
 /* A head's records lie one after the other, tile by tile, so decode reads
  * each side as one stream.  The hardware prefetchers restart at every 4
  * KiB page, and a record (8-9 KiB at 128 channels, 4 bits) spans several:
- * each run fetches the bytes of the next one (attn_block_prefetch), from
+ * each run fetches the bytes of the next one (kvq_prefetch_once), from
  * this record or, past its codes, the next tile's of this slice (and
  * that record's scales, which its first run reads), so that the fetches
  * spread over the tile's runs.  Codes are in token order
@@ -298,13 +298,13 @@ static void prefetch_next_run(const kvq_cache_side *sd, const uint8_t *rec, int 
     uintptr_t from = (uintptr_t)(t0 + nk) * tok, to = from + (uintptr_t)nk * tok;
     uintptr_t base = (uintptr_t)rec;
     if (to > end) {   /* the rest of these codes, then the next tile's record, its scales first */
-        if (from < end) attn_block_prefetch(base + from, base + end);
+        if (from < end) kvq_prefetch_once(base + from, base + end);
         base += (uintptr_t)sd->n_slices * sd->record_bytes;
-        attn_block_prefetch(base + end, base + sd->record_bytes);
+        kvq_prefetch_once(base + end, base + sd->record_bytes);
         from = from > end ? from - end : 0;
         to -= end;
     }
-    attn_block_prefetch(base + from, base + to);
+    kvq_prefetch_once(base + from, base + to);
 }
 
 /* Runs of keys are at most one attention chunk (ATTN_RUN_KEYS), within

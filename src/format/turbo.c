@@ -585,13 +585,16 @@ static void chunk_scores_part(const turbo_kernels *kern, kvq_turbo_type t, const
  * (ring, sink) prefetch nothing.  A prefetch never faults, so the lines
  * past the end of the body are harmless.  Measured at 16384 keys (8 KV
  * heads x 128, AVX-512, 1 thread): turbo4 1.45x, turbo3 1.35x, turbo3_tcq
- * 1.15x faster; two or three chunks ahead were no better. */
+ * 1.15x faster; two or three chunks ahead were no better.  As data read
+ * once, like every decode prefetch (kvq_prefetch_once): prefetcht0 before
+ * it, the same time (turbo3, turbo3_tcq, turbo4_tcq at 16384 keys, 2
+ * threads, three alternated rounds). */
 static void prefetch_next(const uint8_t *const *rows, int nk, size_t row_bytes) {
     if (nk < 2 || !rows[0] || !rows[nk - 1] ||
         (uintptr_t)rows[nk - 1] - (uintptr_t)rows[0] != (size_t)(nk - 1) * row_bytes)
         return;
     const uintptr_t from = (uintptr_t)rows[nk - 1] + row_bytes, to = from + (size_t)nk * row_bytes;
-    for (uintptr_t p = from & ~(uintptr_t)63; p < to; p += 64) __builtin_prefetch((const void *)p);
+    kvq_prefetch_once(from, to);
 }
 
 static void chunk_scores_with(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
