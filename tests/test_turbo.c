@@ -639,59 +639,60 @@ TEST(turbo_viterbi_each_level_matches_scalar) {
     }
 }
 
-/* Each two-row Viterbi this CPU runs finds, for each row, the one-row
- * path and cost of its level (itself the scalar path, above): rows of
- * different kinds side by side (Gaussian, all zeros, codebook values,
- * large values), every k and length. */
-TEST(turbo_viterbi2_each_level_matches_one_row) {
+/* Each pairs search this CPU runs finds, for each row, the one-row path
+ * of its level (itself the scalar path, above): rows of different kinds
+ * side by side (Gaussian, all zeros, codebook values, large values), in
+ * runs of one to three pairs (each pair's walk back beside the next
+ * pair's search, the last alone), every k and length. */
+TEST(turbo_viterbi_pairs_each_level_matches_one_row) {
     const kvq_cpu *cpu = kvq_cpu_features();
-    const struct { const char *name; turbo_viterbi_fn one; turbo_viterbi2_fn two; bool ok; } lv[] = {
-        { "avx2", turbo_viterbi_avx2, turbo_viterbi2_avx2, cpu->avx2 },
-        { "avx512", turbo_viterbi_avx512, turbo_viterbi2_avx512, cpu->avx512 },
+    const struct { const char *name; turbo_viterbi_fn one; turbo_viterbi_pairs_fn pairs; bool ok; } lv[] = {
+        { "avx2", turbo_viterbi_avx2, turbo_viterbi_pairs_avx2, cpu->avx2 },
+        { "avx512", turbo_viterbi_avx512, turbo_viterbi_pairs_avx512, cpu->avx512 },
     };
     test_rng r = { 78, 0, 0 };
     static const int lens[] = { 1, 2, 37, 128 };
+    enum { ROWS = 6 };
     int runs = 0;
     for (size_t l = 0; l < KVQ_ARRAY_LEN(lv); l++) {
         if (!lv[l].ok) continue;
         for (int k = 2; k <= 4; k++)
-            for (int kind = 0; kind < 4; kind++)
-                for (size_t li = 0; li < KVQ_ARRAY_LEN(lens); li++) {
+            for (size_t li = 0; li < KVQ_ARRAY_LEN(lens); li++)
+                for (int n_pairs = 1; n_pairs <= ROWS / 2; n_pairs++) {
                     const int n = lens[li];
                     const float *c = kvq_turbo_tcq_codebook(k);
-                    float x[2][128];
-                    for (int i = 0; i < n; i++) {
-                        x[0][i] = kind == 0 ? (float)test_rng_gauss(&r) : kind == 1 ? 0.0f
-                                : kind == 2 ? c[(i * 37) % (64 << k)] : 40.0f * (float)test_rng_gauss(&r);
-                        x[1][i] = (float)test_rng_gauss(&r);
+                    float x[ROWS][128];
+                    for (int row = 0; row < 2 * n_pairs; row++) {
+                        const int kind = (row + n_pairs + (int)li) % 4;
+                        for (int i = 0; i < n; i++)
+                            x[row][i] = kind == 0 ? (float)test_rng_gauss(&r) : kind == 1 ? 0.0f
+                                      : kind == 2 ? c[(i * 37 + row) % (64 << k)] : 40.0f * (float)test_rng_gauss(&r);
                     }
-                    uint16_t one[2][128], two[2][128];
-                    double e_one[2], e_two[2];
-                    for (int row = 0; row < 2; row++) {
+                    uint16_t one[ROWS][128], many[ROWS][128];
+                    const float *xs[ROWS];
+                    uint16_t *ss[ROWS];
+                    memset(many, 0xEE, sizeof many);
+                    for (int row = 0; row < 2 * n_pairs; row++) {
                         lv[l].one(k, c, x[row], n, one[row]);
-                        e_one[row] = turbo_tcq_path_error(c, x[row], one[row], n);
+                        xs[row] = x[row];
+                        ss[row] = many[row];
                     }
-                    const float *const xs[2] = { x[0], x[1] };
-                    uint16_t *const ss[2] = { two[0], two[1] };
-                    lv[l].two(k, c, xs, n, ss, e_two);
-                    for (int row = 0; row < 2; row++)
-                        CHECK(e_two[row] == e_one[row] && !memcmp(two[row], one[row], sizeof(uint16_t) * n),
-                              "%s k=%d kind %d d=%d row %d: cost %.9g vs one row %.9g", lv[l].name, k, kind, n, row,
-                              e_two[row], e_one[row]);
+                    lv[l].pairs(k, c, n_pairs, xs, n, ss);
+                    for (int row = 0; row < 2 * n_pairs; row++)
+                        CHECK(!memcmp(many[row], one[row], sizeof(uint16_t) * n),
+                              "%s k=%d d=%d %d pairs, row %d: another path than one row's (cost %.9g vs %.9g)",
+                              lv[l].name, k, n, n_pairs, row, turbo_tcq_path_error(c, x[row], many[row], n),
+                              turbo_tcq_path_error(c, x[row], one[row], n));
                     runs++;
                 }
     }
-    if (!runs) printf("  no AVX2 on this CPU: the two-row Viterbi is not installed here\n");
+    if (!runs) printf("  no AVX2 on this CPU: the pairs search is not installed here\n");
 }
 
-/* Two rows at once store the bytes of two one-row calls: every trellis
- * type, one and two blocks (192 = 128 + 64), a zero and a non-finite row
- * next to a normal one (those go the one-row way); the other types are
- * declined and nothing is written. */
 /* Encoding from rotated rows (kvq_turbo_quantize_rot, what the cache
  * writes) against encoding the rows themselves: the same R x is coded, so
  * the reconstructions agree to float rounding of the norm (and the odd
- * near tie); the two-row form gives the one-row bytes; a zero row keeps
+ * near tie); rows together give the one-row bytes; a zero row keeps
  * its zero norm. */
 TEST(turbo_quantize_from_rotated_rows) {
     test_rng r = { 83, 0, 0 };
@@ -717,7 +718,9 @@ TEST(turbo_quantize_from_rotated_rows) {
         kvq_turbo_quantize_rot(ty, xr[1], two[0], d, NULL);
         CHECK(!memcmp(two[0], rot[1], kvq_turbo_row_bytes(ty, d)), "%s d=%d: scalar and SIMD rotated rows differ",
               kvq_turbo_name(ty), d);
-        if (kvq_turbo_quantize_pair_rot(ty, xr[0], xr[1], two[0], two[1], d))
+        const float *const xrs[2] = { xr[0], xr[1] };
+        void *const twos[2] = { two[0], two[1] };
+        if (kvq_turbo_quantize_rows_rot(ty, 2, xrs, twos, d))
             for (int row = 0; row < 2; row++)
                 CHECK(!memcmp(two[row], rot[row], kvq_turbo_row_bytes(ty, d)), "%s d=%d row %d: pair differs",
                       kvq_turbo_name(ty), d, row);
@@ -728,38 +731,52 @@ TEST(turbo_quantize_from_rotated_rows) {
     }
 }
 
-TEST(turbo_quantize_pair_equals_two_rows) {
+/* Rows quantised together store the bytes of one-row calls: every
+ * trellis type, one and two blocks (192 = 128 + 64), runs of 1 to 37
+ * rows (odd ones out, more than one batch), zero and non-finite rows
+ * among normal ones (no direction: written apart); the other types and
+ * bad arguments are declined and nothing is written. */
+TEST(turbo_quantize_rows_equals_one_row_each) {
     test_rng r = { 79, 0, 0 };
     static const kvq_turbo_type types[] = { KVQ_TURBO2_TCQ, KVQ_TURBO3_TCQ, KVQ_TURBO4_TCQ };
-    static const int dims[] = { 64, 128, 192 };
-    const bool has_two = turbo_active_kernels()->viterbi2 != NULL;
+    static const int dims[] = { 64, 128, 192 }, counts[] = { 1, 2, 3, 5, 17, 37 };
+    enum { MAX_ROWS = 37 };
+    const bool has_pairs = turbo_active_kernels()->viterbi_pairs != NULL;
+    static float x[MAX_ROWS][192];
+    static uint8_t one[MAX_ROWS][256], many[MAX_ROWS][256];
     for (size_t ti = 0; ti < KVQ_ARRAY_LEN(types); ti++)
         for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++)
-            for (int odd = 0; odd < 3; odd++) {
+            for (size_t ci = 0; ci < KVQ_ARRAY_LEN(counts); ci++) {
                 const kvq_turbo_type ty = types[ti];
-                const int d = dims[di];
-                float x[2][192];
-                gauss_vec(&r, x[0], d);
-                gauss_vec(&r, x[1], d);
-                if (odd == 1) memset(x[1], 0, sizeof x[1]);
-                if (odd == 2) x[0][d - 1] = INFINITY;
+                const int d = dims[di], n = counts[ci];
+                const float *xs[MAX_ROWS];
+                void *dst[MAX_ROWS];
+                for (int row = 0; row < n; row++) {
+                    gauss_vec(&r, x[row], d);
+                    if (row % 7 == 3) memset(x[row], 0, sizeof x[row]);
+                    if (row % 11 == 5) x[row][d - 1] = INFINITY;
+                    xs[row] = x[row];
+                    dst[row] = many[row];
+                }
                 const size_t bytes = kvq_turbo_row_bytes(ty, d);
-                uint8_t one[2][256], two[2][256];
-                memset(two, 0xAB, sizeof two);
-                for (int row = 0; row < 2; row++) kvq_turbo_quantize(ty, x[row], one[row], d, NULL);
-                const bool took = kvq_turbo_quantize_pair(ty, x[0], x[1], two[0], two[1], d);
-                CHECK(took == has_two, "%s d=%d: pair %s", kvq_turbo_name(ty), d, took ? "taken" : "declined");
+                memset(many, 0xAB, sizeof many);
+                for (int row = 0; row < n; row++) kvq_turbo_quantize(ty, x[row], one[row], d, NULL);
+                const bool took = kvq_turbo_quantize_rows(ty, n, xs, dst, d);
+                CHECK(took == has_pairs, "%s d=%d: rows %s", kvq_turbo_name(ty), d, took ? "taken" : "declined");
                 if (!took) continue;
-                for (int row = 0; row < 2; row++)
-                    CHECK(!memcmp(one[row], two[row], bytes), "%s d=%d case %d row %d: bytes differ",
-                          kvq_turbo_name(ty), d, odd, row);
+                for (int row = 0; row < n; row++)
+                    CHECK(!memcmp(one[row], many[row], bytes), "%s d=%d %d rows, row %d: bytes differ",
+                          kvq_turbo_name(ty), d, n, row);
             }
-    float x[128] = { 1.0f };
-    uint8_t dst[2][128];
-    memset(dst, 0x5A, sizeof dst);
-    CHECK(!kvq_turbo_quantize_pair(KVQ_TURBO3, x, x, dst[0], dst[1], 128), "turbo3 (scalar codes) declined");
-    CHECK(!kvq_turbo_quantize_pair(KVQ_TURBO3_TCQ, x, x, dst[0], dst[1], 0), "a head of 0 declined");
-    CHECK(dst[0][0] == 0x5A && dst[1][127] == 0x5A, "nothing written when declined");
+    float y[128] = { 1.0f };
+    const float *ys[2] = { y, y };
+    uint8_t out[2][128];
+    void *dst[2] = { out[0], out[1] };
+    memset(out, 0x5A, sizeof out);
+    CHECK(!kvq_turbo_quantize_rows(KVQ_TURBO3, 2, ys, dst, 128), "turbo3 (scalar codes) declined");
+    CHECK(!kvq_turbo_quantize_rows(KVQ_TURBO3_TCQ, 2, ys, dst, 0), "a head of 0 declined");
+    CHECK(!kvq_turbo_quantize_rows(KVQ_TURBO3_TCQ, 0, ys, dst, 128), "no rows declined");
+    CHECK(out[0][0] == 0x5A && out[1][127] == 0x5A, "nothing written when declined");
 }
 
 /* Attention's chunk kernels (kvq_turbo_chunk_scores / _values) at every
@@ -857,7 +874,7 @@ static void chunk_check(test_ctx *t, kvq_isa isa, kvq_turbo_type ty, int d, int 
             if (vp[key] && w[g * CK_NK + key] != 0.0f)
                 kvq_turbo_axpy_rot_at(isa, ty, w[g * CK_NK + key], vp[key], want + g * d, d);
     static float tol[CK_MAXG * MAX_DIM];
-    const bool rounded = kvq_turbo_trellis_type(ty);   /* the trellis V's weights rounded to int16 */
+    const bool rounded = kvq_turbo_is_tcq(ty);   /* the trellis V's weights rounded to int16 */
     if (rounded) values_rounding_bound(isa, ty, d, G, nk, vp, w, tol);
     for (int i = 0; i < G * d; i++) {
         if (rounded && isfinite(want[i]))
@@ -1210,7 +1227,7 @@ static void check_query_rounding(test_ctx *t, query_rounding qr) {
 
 TEST(turbo_int8_query_scores) {
     CHECK(kvq_turbo_blocks(192) == 2 && kvq_turbo_blocks(128) == 1 && kvq_turbo_blocks(256) == 2, "block counts");
-    CHECK(!kvq_turbo_trellis_type(KVQ_TURBO3) && kvq_turbo_trellis_type(KVQ_TURBO3_TCQ), "int8 types");
+    CHECK(!kvq_turbo_is_tcq(KVQ_TURBO3) && kvq_turbo_is_tcq(KVQ_TURBO3_TCQ), "int8 types");
     check_query_rounding(t, (query_rounding){ 127, false });
 }
 

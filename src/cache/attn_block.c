@@ -248,7 +248,7 @@ void attn_block_rounded_values8(const float *q, int64_t len, float *qhat) { roun
  * kvarn4 (its records' K codes are q4_1's lanes) */
 bool attn_block_int8_type(kvq_type t) {
     return (attn_block_int_type(t) && nib_plane_of((int)t) == 1) || t == KVQ_TYPE_KVARN4 ||
-           kvq_turbo_trellis_type(kvq_turbo_of(t));
+           kvq_turbo_is_tcq(kvq_turbo_of(t));
 }
 
 bool attn_block_int_type(kvq_type t) { return (unsigned)t < KVQ_TYPE_COUNT && g_fused_scalar[t].block_bytes; }

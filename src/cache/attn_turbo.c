@@ -58,7 +58,7 @@ static bool turbo_scores_rounded(const attn_block_kernels *kr, const attn_block_
 
 static void turbo_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows, int nk,
                          const attn_query *q, int G, float scale, float *w, int ldw) {
-    const bool trellis = kvq_turbo_trellis_type(kvq_turbo_of(k->type));
+    const bool trellis = kvq_turbo_is_tcq(kvq_turbo_of(k->type));
     if (trellis && q->q8 && turbo_scores_rounded(kr, k, rows, nk, q, G, scale, w, ldw, true)) return;
     if (!kr->fused || G > FUSED_MAX_HEADS) { attn_hooks_decode.score(kr, k, rows, nk, q, G, scale, w, ldw); return; }
     if (trellis && turbo_scores_rounded(kr, k, rows, nk, q, G, scale, w, ldw, false)) return;

@@ -590,24 +590,31 @@ static void write_row(const kvq_cache *c, const kvq_cache_side *sd, int head, in
     store_row(c, sd, head, pos, buf, false);
 }
 
-/* Whether a side's body rows go two at a time: the trellis types, whose
- * Viterbi runs two rows in 0.83-0.89x the time of one after the other
- * (AVX-512; the same bytes, tested). */
-static bool writes_pairs(const kvq_cache_side *sd) {
-    return !sd->calib && !sd->lanes && sd->layout == KVQ_LAYOUT_ROWS && kvq_turbo_pair_type(sd->type);
+/* Whether a side's body rows go several at a time: the trellis types,
+ * whose search runs rows in pairs and walks each pair back beside the
+ * next (kvq_turbo_quantize_rows: the same bytes, tested). */
+static bool writes_rows_together(const kvq_cache_side *sd) {
+    return !sd->calib && !sd->lanes && sd->layout == KVQ_LAYOUT_ROWS && kvq_turbo_is_tcq(kvq_turbo_of(sd->type));
 }
 
-/* Two body rows quantised together: (head0, pos0) from x0 and (head1,
- * pos1) from x1, each rotated by its own head's rotation. */
-static void write_row_pair(const kvq_cache *c, const kvq_cache_side *sd, int head0, int pos0, const float *x0,
-                           int head1, int pos1, const float *x1) {
-    float buf[2][KVQ_MAX_HEAD_DIM];
-    kvq_cache_side_rotate(sd, head0, x0, buf[0]);
-    kvq_cache_side_rotate(sd, head1, x1, buf[1]);
-    const bool done = kvq_turbo_quantize_rot_pair(sd->type, buf[0], buf[1], body_row(sd, head0, pos0),
-                                                  body_row(sd, head1, pos1), sd->store_dim);
-    store_row(c, sd, head0, pos0, buf[0], done);
-    store_row(c, sd, head1, pos1, buf[1], done);
+/* The most rows write_rows_together takes (their rotated copies stay on
+ * the stack: 32 KiB at the largest head). */
+enum { WRITE_ROWS_MAX = 16 };
+
+/* n body rows quantised together: row i, (head[i], pos[i]), from x[i],
+ * each rotated by its own head's rotation. */
+static void write_rows_together(const kvq_cache *c, const kvq_cache_side *sd, int n, const int *head,
+                                const int *pos, const float *const *x) {
+    float buf[WRITE_ROWS_MAX][KVQ_MAX_HEAD_DIM];
+    const float *rot[WRITE_ROWS_MAX];
+    void *dst[WRITE_ROWS_MAX];
+    for (int i = 0; i < n; i++) {
+        kvq_cache_side_rotate(sd, head[i], x[i], buf[i]);
+        rot[i] = buf[i];
+        dst[i] = body_row(sd, head[i], pos[i]);
+    }
+    const bool done = kvq_turbo_quantize_rot_rows(sd->type, n, rot, dst, sd->store_dim);
+    for (int i = 0; i < n; i++) store_row(c, sd, head[i], pos[i], buf[i], done);
 }
 
 /* Copy the pending batch's newest rows into its layer's rings: each ring
@@ -648,18 +655,29 @@ static void write_task(void *ctx, int task, int thread) {
     const float *x = task % 2 ? j->v : j->k;
     const int dim = task % 2 ? c->p.head_dim_v : c->p.head_dim_k;
     const int partner = h ^ 1;   /* heads 2i and 2i + 1 */
-    if (j->n == 1 && writes_pairs(sd) && partner < n_kv) {
+    if (j->n == 1 && writes_rows_together(sd) && partner < n_kv) {
         /* one token (a decode step): the side's rows go two heads at a
          * time, in the lower head's task (the other's has nothing to do) */
-        if (h < partner)
-            write_row_pair(c, sd, h, j->pos, x + (size_t)h * dim, partner, j->pos, x + (size_t)partner * dim);
+        if (h < partner) {
+            const int heads[2] = { h, partner }, poss[2] = { j->pos, j->pos };
+            const float *const xs[2] = { x + (size_t)h * dim, x + (size_t)partner * dim };
+            write_rows_together(c, sd, 2, heads, poss, xs);
+        }
         return;
     }
     int t = 0;
-    if (writes_pairs(sd))
-        for (; t + 1 < j->n; t += 2)
-            write_row_pair(c, sd, h, j->pos + t, x + ((size_t)t * n_kv + h) * (size_t)dim, h, j->pos + t + 1,
-                           x + ((size_t)(t + 1) * n_kv + h) * (size_t)dim);
+    if (writes_rows_together(sd))
+        for (; t < j->n; t += WRITE_ROWS_MAX) {
+            const int n = KVQ_MIN(WRITE_ROWS_MAX, j->n - t);
+            int heads[WRITE_ROWS_MAX], poss[WRITE_ROWS_MAX];
+            const float *xs[WRITE_ROWS_MAX];
+            for (int i = 0; i < n; i++) {
+                heads[i] = h;
+                poss[i] = j->pos + t + i;
+                xs[i] = x + ((size_t)(t + i) * n_kv + h) * (size_t)dim;
+            }
+            write_rows_together(c, sd, n, heads, poss, xs);
+        }
     for (; t < j->n; t++) write_row(c, sd, h, j->pos + t, x + ((size_t)t * n_kv + h) * (size_t)dim);
     if (sd->layout != KVQ_LAYOUT_TILES) return;
     float *scratch = c->tile_scratch + (size_t)thread * c->tile_scratch_floats;

@@ -35,11 +35,11 @@ enum { STATE_VERSION = 2, HEADER_BYTES = 32, MAX_SETTINGS = 64 + 2 * 8 * 4096 };
 static const char MAGIC[8] = { 'K', 'V', 'Q', 'S', 'T', 'A', 'T', 'E' };
 
 /* Whether a version 1 file restored into c would hold trellis codes
- * (kvq_turbo_pair_type: the turbo*_tcq rows). */
+ * (kvq_turbo_is_tcq: the turbo*_tcq rows). */
 static bool holds_trellis_codes(const kvq_cache *c) {
-    if (c->calib_hash || kvq_turbo_pair_type(c->p.tail_type)) return true;
+    if (c->calib_hash || kvq_turbo_is_tcq(kvq_turbo_of(c->p.tail_type))) return true;
     for (int l = 0; l < c->p.n_layer; l++)
-        if (kvq_turbo_pair_type(c->k[l].type) || kvq_turbo_pair_type(c->v[l].type)) return true;
+        if (kvq_turbo_is_tcq(kvq_turbo_of(c->k[l].type)) || kvq_turbo_is_tcq(kvq_turbo_of(c->v[l].type))) return true;
     return false;
 }
 

@@ -376,41 +376,62 @@ static void encode_block(kvq_turbo_type t, const float *x, int n, int d, bool ro
     block_finish(blk, norm, sumsq, d);
 }
 
-/* One block of each of two rows of a trellis type through the two-row
- * Viterbi (the same paths as one row at a time); where either block has
- * no direction, the other goes the one-row way. */
-static void encode_block_pair(kvq_turbo_type t, const float *const x[2], int n, int d, bool rotated,
-                              uint8_t *const blk[2], const turbo_kernels *kern) {
-    float y[2][KVQ_TURBO_BLOCK];
-    double norm[2];
+/* The most rows encoded together: a batch's targets and states stay on
+ * the stack (12 KiB), and its pairs' walks back all but the last run
+ * beside the next pair's search (turbo_viterbi16.inc). */
+enum { TURBO_ROWS_BATCH = 16 };
+
+/* The sums of squares of n rows' first len values, two rows in each loop:
+ * each sum in its own order (sum_squares' value), two chains of dependent
+ * adds side by side. */
+static void sums_squares(const float *const *x, int n, int len, double *sums) {
+    int r = 0;
+    for (; r + 1 < n; r += 2) {
+        double s0 = 0.0, s1 = 0.0;
+        for (int i = 0; i < len; i++) {
+            s0 += (double)x[r][i] * x[r][i];
+            s1 += (double)x[r + 1][i] * x[r + 1][i];
+        }
+        sums[r] = s0;
+        sums[r + 1] = s1;
+    }
+    if (r < n) sums[r] = sum_squares(x[r], len);
+}
+
+/* One block of each of n rows (n <= TURBO_ROWS_BATCH) of a trellis
+ * type: the rows with a direction in pairs through the level's pairs
+ * search (the same paths as one row at a time), an odd one out the
+ * one-row way; a row without one is written by targets_of. */
+static void encode_block_rows(kvq_turbo_type t, int n_rows, const float *const *x, int n, int d, bool rotated,
+                              uint8_t *const *blk, const turbo_kernels *kern) {
+    float y[TURBO_ROWS_BATCH][KVQ_TURBO_BLOCK];
+    uint16_t states[TURBO_ROWS_BATCH][KVQ_TURBO_BLOCK];
+    double norm[TURBO_ROWS_BATCH], sumsq[TURBO_ROWS_BATCH];
+    const float *ys[TURBO_ROWS_BATCH];
+    uint16_t *ss[TURBO_ROWS_BATCH];
+    int row_of[TURBO_ROWS_BATCH], m = 0;   /* the rows searched, in order */
     const size_t bytes = kvq_turbo_block_bytes(t, d);
-    /* the two sums of squares in one loop: each in its own order (the
-     * same doubles as sum_squares), two chains of dependent adds side
-     * by side */
-    double s0 = 0.0, s1 = 0.0;
-    for (int i = 0; i < n; i++) {
-        s0 += (double)x[0][i] * x[0][i];
-        s1 += (double)x[1][i] * x[1][i];
-    }
-    const bool ok0 = targets_of(x[0], n, d, rotated, s0, y[0], &norm[0], blk[0], bytes);
-    const bool ok1 = targets_of(x[1], n, d, rotated, s1, y[1], &norm[1], blk[1], bytes);
     const int k = g_formats[t].bits;
-    if (!ok0 || !ok1) {   /* the row with a direction alone, from the targets it has */
-        for (int r = 0; r < 2; r++)
-            if (r == 0 ? ok0 : ok1)
-                block_finish(blk[r], norm[r],
-                             turbo_tcq_encode(k, y[r], d, blk[r] + TURBO_NORM_BYTES, kern->viterbi), d);
-        return;
+    sums_squares(x, n_rows, n, sumsq);
+    for (int r = 0; r < n_rows; r++)
+        if (targets_of(x[r], n, d, rotated, sumsq[r], y[r], &norm[r], blk[r], bytes)) {
+            ys[m] = y[r];
+            ss[m] = states[m];
+            row_of[m++] = r;
+        }
+    const int paired = m & ~1;
+    kern->viterbi_pairs(k, kvq_turbo_tcq_codebook(k), paired / 2, ys, d, ss);
+    for (int i = 0; i < paired; i += 2) {
+        const uint16_t *const paths[2] = { ss[i], ss[i + 1] };
+        uint8_t *const codes[2] = { blk[row_of[i]] + TURBO_NORM_BYTES, blk[row_of[i + 1]] + TURBO_NORM_BYTES };
+        double path_sq[2];
+        turbo_tcq_store2(k, paths, d, codes, path_sq);
+        for (int h = 0; h < 2; h++) block_finish(blk[row_of[i + h]], norm[row_of[i + h]], path_sq[h], d);
     }
-    uint16_t states[2][KVQ_TURBO_BLOCK];
-    const float *const ys[2] = { y[0], y[1] };
-    uint16_t *const ss[2] = { states[0], states[1] };
-    kern->viterbi2(k, kvq_turbo_tcq_codebook(k), ys, d, ss, NULL);   /* the errors: not needed */
-    uint8_t *const codes[2] = { blk[0] + TURBO_NORM_BYTES, blk[1] + TURBO_NORM_BYTES };
-    const uint16_t *const paths[2] = { states[0], states[1] };
-    double sumsq[2];
-    turbo_tcq_store2(k, paths, d, codes, sumsq);
-    for (int r = 0; r < 2; r++) block_finish(blk[r], norm[r], sumsq[r], d);
+    if (m > paired) {
+        const int r = row_of[paired];
+        block_finish(blk[r], norm[r], turbo_tcq_encode(k, y[r], d, blk[r] + TURBO_NORM_BYTES, kern->viterbi), d);
+    }
 }
 
 static kvq_status check_row(kvq_turbo_type t, int head_dim, kvq_error *err) {
@@ -455,29 +476,34 @@ kvq_status kvq_turbo_quantize_rot_scalar(kvq_turbo_type t, const float *x_rot, v
     return quantize_with(&g_scalar_kernels, t, x_rot, true, dst, head_dim, err);
 }
 
-static bool quantize_pair_with(kvq_turbo_type t, const float *x0, const float *x1, bool rotated, void *dst0,
-                               void *dst1, int head_dim) {
+static bool quantize_rows_with(kvq_turbo_type t, int n_rows, const float *const *x, bool rotated, void *const *dst,
+                               int head_dim) {
     const turbo_kernels *kern = turbo_active_kernels();
-    if (!valid_type(t) || !g_formats[t].tcq || !kern->viterbi2 || check_row(t, head_dim, NULL) != KVQ_OK)
+    if (!valid_type(t) || !g_formats[t].tcq || !kern->viterbi_pairs || n_rows < 1 ||
+        check_row(t, head_dim, NULL) != KVQ_OK)
         return false;
-    uint8_t *blk[2] = { dst0, dst1 };
-    for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
-        const int d = block_dim_at(head_dim, off);
-        const float *const x[2] = { x0 + off, x1 + off };
-        encode_block_pair(t, x, rotated ? d : KVQ_MIN(d, head_dim - off), d, rotated, blk, kern);
-        for (int r = 0; r < 2; r++) blk[r] += kvq_turbo_block_bytes(t, d);
+    for (int b = 0; b < n_rows; b += TURBO_ROWS_BATCH) {
+        const int nb = KVQ_MIN(TURBO_ROWS_BATCH, n_rows - b);
+        uint8_t *blk[TURBO_ROWS_BATCH];
+        for (int r = 0; r < nb; r++) blk[r] = dst[b + r];
+        for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) {
+            const int d = block_dim_at(head_dim, off);
+            const float *xs[TURBO_ROWS_BATCH];
+            for (int r = 0; r < nb; r++) xs[r] = x[b + r] + off;
+            encode_block_rows(t, nb, xs, rotated ? d : KVQ_MIN(d, head_dim - off), d, rotated, blk, kern);
+            for (int r = 0; r < nb; r++) blk[r] += kvq_turbo_block_bytes(t, d);
+        }
     }
     return true;
 }
 
-bool kvq_turbo_quantize_pair(kvq_turbo_type t, const float *x0, const float *x1, void *dst0, void *dst1,
-                             int head_dim) {
-    return quantize_pair_with(t, x0, x1, false, dst0, dst1, head_dim);
+bool kvq_turbo_quantize_rows(kvq_turbo_type t, int n_rows, const float *const *x, void *const *dst, int head_dim) {
+    return quantize_rows_with(t, n_rows, x, false, dst, head_dim);
 }
 
-bool kvq_turbo_quantize_pair_rot(kvq_turbo_type t, const float *x0_rot, const float *x1_rot, void *dst0, void *dst1,
+bool kvq_turbo_quantize_rows_rot(kvq_turbo_type t, int n_rows, const float *const *x_rot, void *const *dst,
                                  int head_dim) {
-    return quantize_pair_with(t, x0_rot, x1_rot, true, dst0, dst1, head_dim);
+    return quantize_rows_with(t, n_rows, x_rot, true, dst, head_dim);
 }
 
 /* --------------------------------------------------- rotated-domain rows */
@@ -617,8 +643,6 @@ void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
 
 /* ------------------------------------- scores of a rounded query (int8, int16) */
 
-bool kvq_turbo_trellis_type(kvq_turbo_type t) { return valid_type(t) && g_formats[t].tcq; }
-
 int kvq_turbo_blocks(int head_dim) {
     int n = 0;
     for (int off = 0; off < head_dim; off += block_dim_at(head_dim, off)) n++;
@@ -732,7 +756,7 @@ static void chunk_levels_part(const turbo_kernels *kern, kvq_turbo_type t, const
 static void chunk_levels_with(const turbo_kernels *kern, kvq_turbo_type t, const uint8_t *const *rows, int nk,
                               const query_levels *ql, const float *s, int G, int head_dim, float scale, float *w,
                               int ldw) {
-    if (!kvq_turbo_trellis_type(t)) {
+    if (!kvq_turbo_is_tcq(t)) {
         for (int g = 0; g < G; g++)
             for (int i = 0; i < nk; i++) w[(size_t)g * ldw + i] = NAN;
         return;

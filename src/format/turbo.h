@@ -121,7 +121,7 @@ void kvq_turbo_chunk_scores(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
 void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const *rows, int nk, const float *w,
                             int ldw, int G, float *acc_rot, int acc_stride, int head_dim);
 
-/* The rounded query of a trellis K (kvq_turbo_trellis_type: the trellis
+/* The rounded query of a trellis K (kvq_turbo_is_tcq: the trellis
  * types, whose codebook values are bytes n times 2^-5; not the scalar
  * codebooks): by default a decode's scores use int16 levels of 1023
  * steps, with kvq_attend_opts.int8_query int8 ones (attn_turbo.c):
@@ -148,7 +148,6 @@ void kvq_turbo_chunk_values(kvq_isa isa, kvq_turbo_type t, const uint8_t *const 
  *                  float query: at most sum_b bs_ib (s_b / 2) sum
  *                  |codebook values| per score (s_b = max|q_b| / top). */
 enum { KVQ_TURBO_QUERY16_TOP = 1023 };
-bool kvq_turbo_trellis_type(kvq_turbo_type t);
 int  kvq_turbo_blocks(int head_dim);
 void kvq_turbo_round_query8(const float *q, int head_dim, int8_t *m, float *s);
 void kvq_turbo_round_query16(const float *q, int head_dim, int16_t *m, float *s);
@@ -180,14 +179,15 @@ bool kvq_turbo_tcq64_values(bool vbmi, kvq_turbo_type t, const uint8_t *const *r
 /* The same kernels without SIMD (test oracle, KVQ_FORCE_SCALAR path). */
 kvq_status kvq_turbo_quantize_scalar(kvq_turbo_type t, const float *x, void *dst, int head_dim,
                                      kvq_error *err);
-/* Two rows of a trellis type (turboK_tcq) at once: the bytes of two
- * kvq_turbo_quantize calls, in 0.83-0.89x their time at AVX-512 (Zen 4;
- * ~0.95x at AVX2) where the level has a two-row Viterbi (the steps of one
- * row fill the other's waits).  False,
- * with nothing written, for the other types, a bad head_dim, or a level
- * without it (the caller then quantises one row at a time). */
-bool kvq_turbo_quantize_pair(kvq_turbo_type t, const float *x0, const float *x1, void *dst0, void *dst1,
-                             int head_dim);
+/* n_rows rows of a trellis type (turboK_tcq) together: the bytes of
+ * n_rows kvq_turbo_quantize calls, faster where the level has a search
+ * for rows in pairs (turbo_viterbi16.inc: two rows' steps interleaved,
+ * and each pair's walk back beside the next pair's search; AVX-512 on
+ * Zen 4, k = 4: ~0.7x the time of one row at a time).  False, with
+ * nothing written, for the other types, a bad head_dim, n_rows < 1, or a
+ * level without that search (the caller then quantises one row at a
+ * time). */
+bool kvq_turbo_quantize_rows(kvq_turbo_type t, int n_rows, const float *const *x, void *const *dst, int head_dim);
 /* The same from rotated rows (kvq_turbo_rot_dim(head_dim) values of R x,
  * as kvq_turbo_rotate_query makes them and the cache keeps them): no
  * transform back and forth; ||R x|| stands for ||x||, so a norm may differ
@@ -195,7 +195,7 @@ bool kvq_turbo_quantize_pair(kvq_turbo_type t, const float *x0, const float *x1,
 kvq_status kvq_turbo_quantize_rot(kvq_turbo_type t, const float *x_rot, void *dst, int head_dim, kvq_error *err);
 kvq_status kvq_turbo_quantize_rot_scalar(kvq_turbo_type t, const float *x_rot, void *dst, int head_dim,
                                          kvq_error *err);
-bool kvq_turbo_quantize_pair_rot(kvq_turbo_type t, const float *x0_rot, const float *x1_rot, void *dst0, void *dst1,
+bool kvq_turbo_quantize_rows_rot(kvq_turbo_type t, int n_rows, const float *const *x_rot, void *const *dst,
                                  int head_dim);
 float kvq_turbo_dot_rot_scalar(kvq_turbo_type t, const void *row, const float *q_rot, int head_dim);
 void  kvq_turbo_axpy_rot_scalar(kvq_turbo_type t, float w, const void *row, float *acc_rot,

@@ -9,6 +9,7 @@
  *                 kvq_turbo_tcq_viterbi_scalar, bit for bit). */
 #include "turbo_internal.h"
 #include "simd256.h"
+#include "turbo_walk_x86.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -144,16 +145,6 @@ static void fixed_row_avx2(int16_t *X, const float *x, int d, float scale) {
     for (; t < d; t++) X[t] = turbo_tcq_fixed(x[t], scale);
 }
 
-/* in + sq(X, C), as turbo_viterbi_avx512.c's cost_avx512; and on 8
- * lanes (the walk back at k = 3) */
-ALWAYS_INLINE __m256i cost_avx2(__m256i in, __m256i X, __m256i C) {
-    const __m256i e = _mm256_subs_epi16(X, C);
-    return _mm256_adds_epu16(in, _mm256_mulhrs_epi16(e, e));
-}
-ALWAYS_INLINE __m128i cost_8(__m128i in, __m128i X, __m128i C) {
-    const __m128i e = _mm_subs_epi16(X, C);
-    return _mm_adds_epu16(in, _mm_mulhrs_epi16(e, e));
-}
 
 /* The arrival costs twice (turbo_internal.h, the layout): in context
  * order in four registers (a step's minima less its floor), where the
@@ -268,7 +259,7 @@ ALWAYS_INLINE void store_context_avx2(const viterbi_arr *a, uint16_t *in) {
 #define W_STORE(p, v) _mm256_storeu_si256((__m256i *)(void *)(p), (v))
 #define W_SET1(x) _mm256_set1_epi16((short)(x))
 #define W_ONES() _mm256_set1_epi32(-1)
-#define W_COST(in, X, C) cost_avx2((in), (X), (C))
+#define W_COST(in, X, C) turbo_cost16_avx2((in), (X), (C))
 #define W_MIN(a, b) _mm256_min_epu16((a), (b))
 /* No unsigned 16-bit compare here: b < a exactly where min(a, b)
  * differs from a.  A pair's row is jb plus that compare's -1 where a
@@ -297,65 +288,9 @@ ALWAYS_INLINE void store_context_avx2(const viterbi_arr *a, uint16_t *in) {
 #define W_ARR_STORE_CONTEXT(a, in, k, plan) ((void)(k), (void)(plan), store_context_avx2((a), (in)))
 #define W_KEEPS(k) ((k) >= 3)
 #define VITERBI_FN turbo_viterbi_avx2
-#define VITERBI2_FN turbo_viterbi2_avx2
+#define W_KEPT_STEP(k, kept, X, cstate, t, s) turbo_kept_step((k), (kept), (X), (cstate), (t), (s))
+#define VITERBI_PAIRS_FN turbo_viterbi_pairs_avx2
 #include "turbo_viterbi16.inc"
-
-/* One step of turbo_tcq_walk_kept: the predecessor of state s at step t
- * (t >= 1), its 2^k candidates' costs at step t - 1 in one vector (16
- * lanes at k = 4, 8 at k = 3). */
-ALWAYS_INLINE int kept_step(const int k, const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int t,
-                            int s) {
-    const int ctx = s & (N_CTX - 1), R = N_CTX >> k;
-    const uint16_t *in = kept->in[t - 1] + ((ctx & (R - 1)) << k);
-    const int16_t *c = cstate + (ctx << k);
-    const int best = kept->in[t][ctx] + kept->floor[t - 1];
-    unsigned eq;
-    if (k == 4) {
-        const __m256i cost = cost_avx2(_mm256_loadu_si256((const __m256i *)(const void *)in), _mm256_set1_epi16(X[t - 1]),
-                                       _mm256_loadu_si256((const __m256i *)(const void *)c));
-        eq = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi16(cost, _mm256_set1_epi16((short)best)));
-    } else {
-        const __m128i cost = cost_8(_mm_loadu_si128((const __m128i *)(const void *)in), _mm_set1_epi16(X[t - 1]),
-                                    _mm_loadu_si128((const __m128i *)(const void *)c));
-        eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi16(cost, _mm_set1_epi16((short)best)));
-    }
-    return ctx << k | (eq ? __builtin_ctz(eq) >> 1 : 0);   /* eq != 0: the minimum is one of the candidates */
-}
-
-ALWAYS_INLINE void walk_kept_k(const int k, const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int d,
-                               int last, uint16_t *states) {
-    int s = last;
-    states[d - 1] = (uint16_t)s;
-    for (int t = d - 1; t > 0; t--) {
-        s = kept_step(k, kept, X, cstate, t, s);
-        states[t - 1] = (uint16_t)s;
-    }
-}
-
-void turbo_tcq_walk_kept(int k, const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int d, int last,
-                         uint16_t *states) {
-    if (k == 3) walk_kept_k(3, kept, X, cstate, d, last, states);
-    else walk_kept_k(4, kept, X, cstate, d, last, states);
-}
-
-ALWAYS_INLINE void walk_kept2_k(const int k, const turbo_tcq_kept *const kept[2], const int16_t *const X[2],
-                                const int16_t *const cstate[2], int d, const int last[2], uint16_t *const states[2]) {
-    int s0 = last[0], s1 = last[1];
-    states[0][d - 1] = (uint16_t)s0;
-    states[1][d - 1] = (uint16_t)s1;
-    for (int t = d - 1; t > 0; t--) {
-        s0 = kept_step(k, kept[0], X[0], cstate[0], t, s0);
-        s1 = kept_step(k, kept[1], X[1], cstate[1], t, s1);
-        states[0][t - 1] = (uint16_t)s0;
-        states[1][t - 1] = (uint16_t)s1;
-    }
-}
-
-void turbo_tcq_walk_kept2(int k, const turbo_tcq_kept *const kept[2], const int16_t *const X[2],
-                          const int16_t *const cstate[2], int d, const int last[2], uint16_t *const states[2]) {
-    if (k == 3) walk_kept2_k(3, kept, X, cstate, d, last, states);
-    else walk_kept2_k(4, kept, X, cstate, d, last, states);
-}
 
 /* Block scales 8 at a time: the norms converted by F16C (exact, as the
  * scalar conversion) and divided in one vector (the same IEEE quotient). */
@@ -374,5 +309,5 @@ void turbo_install_avx2(turbo_kernels *k) {
     install_blocks_avx2(k);
     k->scales = block_scales_avx2;
     k->viterbi = turbo_viterbi_avx2;
-    k->viterbi2 = turbo_viterbi2_avx2;
+    k->viterbi_pairs = turbo_viterbi_pairs_avx2;
 }

@@ -250,5 +250,5 @@ static void axpy128_values(const uint8_t *const *codes, int nk, const float *cod
 void turbo_install_avx512(turbo_kernels *k) {
     install_blocks_avx512(k);
     k->viterbi = turbo_viterbi_avx512;
-    k->viterbi2 = turbo_viterbi2_avx512;
+    k->viterbi_pairs = turbo_viterbi_pairs_avx512;
 }

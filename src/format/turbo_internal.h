@@ -64,17 +64,17 @@ typedef void (*turbo_scales_fn)(const uint8_t *const *rows, int nk, size_t at, f
  * level may read some widths one way and others another (AVX-512 with
  * VBMI: table look-ups for k = 2, 3, scalar loads for k = 4). */
 enum { TURBO_TCQ_WIDTHS = 3 };
-/* Two rows x[0], x[1] at once (their steps interleaved): the states and
- * errors of two calls of the one-row form (err NULL: the errors are not
- * summed). */
-typedef void (*turbo_viterbi2_fn)(int k, const float *c, const float *const x[2], int d, uint16_t *const states[2],
-                                  double err[2]);
+/* Rows in pairs: x[2p] and x[2p + 1] searched together (their steps
+ * interleaved), and each pair's walk back beside the next pair's
+ * search: states[i] are those of one call of the one-row form per row. */
+typedef void (*turbo_viterbi_pairs_fn)(int k, const float *c, int n_pairs, const float *const *x, int d,
+                                       uint16_t *const *states);
 
 typedef struct turbo_kernels {
     turbo_dot_fn  scalar_dot, tcq_dot[TURBO_TCQ_WIDTHS];
     turbo_axpy_fn scalar_axpy, tcq_axpy[TURBO_TCQ_WIDTHS];
     turbo_viterbi_fn viterbi;
-    turbo_viterbi2_fn viterbi2;      /* NULL: one row at a time only */
+    turbo_viterbi_pairs_fn viterbi_pairs;   /* NULL: one row at a time only */
     turbo_dot_heads_fn scalar_dot_heads, tcq_dot_heads[TURBO_TCQ_WIDTHS];
     turbo_axpy_keys_fn scalar_axpy_keys, tcq_axpy_keys[TURBO_TCQ_WIDTHS];
     turbo_scales_fn scales;
@@ -131,9 +131,10 @@ void turbo_viterbi_avx2(int k, const float *c, const float *x, int d, uint16_t *
 void turbo_viterbi_avx512(int k, const float *c, const float *x, int d, uint16_t *states);
 /* The scalar level's search: kvq_turbo_tcq_viterbi_scalar's states. */
 void turbo_tcq_search_scalar(int k, const float *c, const float *x, int d, uint16_t *states);
-void turbo_viterbi2_avx2(int k, const float *c, const float *const x[2], int d, uint16_t *const states[2], double err[2]);
-void turbo_viterbi2_avx512(int k, const float *c, const float *const x[2], int d, uint16_t *const states[2],
-                           double err[2]);
+void turbo_viterbi_pairs_avx2(int k, const float *c, int n_pairs, const float *const *x, int d,
+                              uint16_t *const *states);
+void turbo_viterbi_pairs_avx512(int k, const float *c, int n_pairs, const float *const *x, int d,
+                                uint16_t *const *states);
 
 /* Scalar reference kernels (src/format/turbo.c, src/format/turbo_tcq.c). */
 float turbo_scalar_dot_ref(const uint8_t *codes, const float *codebook, int bits,
@@ -255,26 +256,12 @@ void turbo_tcq_backtrack(int k, const uint8_t (*back)[1 << KVQ_TURBO_TCQ_CONTEXT
 /* What a vector search keeps for its walk back instead of back-pointers
  * where it keeps no rows (turbo_viterbi16.inc, W_KEEPS): every step's
  * arrival costs by context (in[0] = 0, the free initial bits; in[t + 1]
- * = step t's minima less its floor) and floors. */
+ * = step t's minima less its floor) and floors; the walk's step from
+ * them is turbo_walk_x86.h's turbo_kept_step. */
 typedef struct turbo_tcq_kept {
     uint16_t in[KVQ_TURBO_BLOCK][1 << KVQ_TURBO_TCQ_CONTEXT];
     uint16_t floor[KVQ_TURBO_BLOCK];
 } turbo_tcq_kept;
-/* The walk back (k = 3 or 4) from what a search kept: at step t the
- * state s_t's context is ctx = s_t mod 64; its predecessor (ctx << k) | j
- * has the first j whose step-(t-1) cost sat(in[t-1][((ctx mod R) << k) +
- * j] + sq(X[t-1], cstate[(ctx << k) + j])) (R = 64 / 2^k) equals that
- * step's minimum, in[t][ctx] + floor[t-1] (turbo_tcq_cost16 on 2^k lanes:
- * AVX2, turbo_avx2.c; call only where the CPU has it).  The same states
- * as back-pointers would give. */
-void turbo_tcq_walk_kept(int k, const turbo_tcq_kept *kept, const int16_t *X, const int16_t *cstate, int d,
-                         int last, uint16_t *states);
-/* two rows' walks in one loop */
-void turbo_tcq_walk_kept2(int k, const turbo_tcq_kept *const kept[2], const int16_t *const X[2],
-                          const int16_t *const cstate[2], int d, const int last[2], uint16_t *const states[2]);
-/* turbo_tcq_backtrack of two rows at once: the same states. */
-void turbo_tcq_backtrack2(int k, const uint8_t (*const back[2])[1 << KVQ_TURBO_TCQ_CONTEXT], int d, const int last[2],
-                          uint16_t *const states[2]);
 
 /* The 2^bits - 1 cell boundaries of kvq_turbo_lloyd_centroids(bits):
  * midpoints of neighbouring centroids, ascending. */

@@ -86,23 +86,6 @@ void turbo_tcq_backtrack(int k, const uint8_t (*back)[N_CTX], int d, int last, u
     }
 }
 
-/* Two rows' walks in one loop: each step of a walk waits on
- * its last load, and the other walk's step fills that wait (the walks
- * one after the other took a tenth of turbo2_tcq's two-row write). */
-void turbo_tcq_backtrack2(int k, const uint8_t (*const back[2])[N_CTX], int d, const int last[2],
-                          uint16_t *const states[2]) {
-    int s0 = last[0], s1 = last[1];
-    states[0][d - 1] = (uint16_t)s0;
-    states[1][d - 1] = (uint16_t)s1;
-    for (int t = d - 1; t > 0; t--) {
-        const int c0 = s0 & CTX_MASK, c1 = s1 & CTX_MASK;
-        s0 = (c0 << k) | back[0][t][c0];
-        s1 = (c1 << k) | back[1][t][c1];
-        states[0][t - 1] = (uint16_t)s0;
-        states[1][t - 1] = (uint16_t)s1;
-    }
-}
-
 static float g_pairs2[2 << (CTX_BITS + 4)], g_pairs3[2 << (CTX_BITS + 6)], g_pairs4[2 << (CTX_BITS + 8)];
 static pthread_once_t g_pairs_once = PTHREAD_ONCE_INIT;
 

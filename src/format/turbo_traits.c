@@ -57,14 +57,11 @@ kvq_turbo_type kvq_turbo_of(kvq_type ty) {
     }
 }
 
-bool kvq_turbo_pair_type(kvq_type ty) { return kvq_turbo_is_tcq(kvq_turbo_of(ty)); }
-
-bool kvq_turbo_quantize_rot_pair(kvq_type ty, const float *x0_rot, const float *x1_rot, void *dst0, void *dst1,
-                                 int64_t n) {
+bool kvq_turbo_quantize_rot_rows(kvq_type ty, int n_rows, const float *const *x_rot, void *const *dst, int64_t n) {
     const kvq_turbo_type t = kvq_turbo_of(ty);
     const int d = kvq_turbo_rot_dim((int)n);
     if (!kvq_turbo_is_tcq(t) || d != n) return false;
-    return kvq_turbo_quantize_pair_rot(t, x0_rot, x1_rot, dst0, dst1, d);
+    return kvq_turbo_quantize_rows_rot(t, n_rows, x_rot, dst, d);
 }
 
 typedef void (*turbo_axpy_rot_fn)(kvq_turbo_type, float, const void *, float *, int);

@@ -32,13 +32,12 @@ void kvq_turbo_install_active(kvq_type_traits *table);
 /* The turbo type of a table row (KVQ_TURBO_COUNT for the others). */
 kvq_turbo_type kvq_turbo_of(kvq_type ty);
 
-/* Two rows of a trellis type, in its rotated domain, at once (the active
- * level's two-row Viterbi, kvq_turbo_quantize_pair): the bytes of two
- * quantize calls.  False, nothing written, where that does not apply (not
- * a trellis type, n not a whole row of blocks, a level without it). */
-bool kvq_turbo_pair_type(kvq_type ty);
-bool kvq_turbo_quantize_rot_pair(kvq_type ty, const float *x0_rot, const float *x1_rot, void *dst0, void *dst1,
-                                 int64_t n);
+/* n_rows rows of a trellis type, in its rotated domain, together (the
+ * active level's search for rows in pairs, kvq_turbo_quantize_rows): the
+ * bytes of n_rows quantize calls.  False, nothing written, where that
+ * does not apply (not a trellis type, n not a whole row of blocks,
+ * n_rows < 1, a level without it). */
+bool kvq_turbo_quantize_rot_rows(kvq_type ty, int n_rows, const float *const *x_rot, void *const *dst, int64_t n);
 
 /* The cache's rotation of a turbo side: x[head_dim] -> out[rot_dim], and
  * acc[rot_dim] -> out[head_dim] (the inverse). */

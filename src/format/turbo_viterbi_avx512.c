@@ -2,6 +2,7 @@
  * at 32 lanes with AVX-512BW; installed by turbo.c where the CPU has
  * AVX-512.  The same path as kvq_turbo_tcq_viterbi_scalar, bit for bit. */
 #include "turbo_internal.h"
+#include "turbo_walk_x86.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -153,5 +154,6 @@ ALWAYS_INLINE void store_context_avx512(const viterbi_arr *a, uint16_t *in) {
 #define W_ARR_STORE_CONTEXT(a, in, k, plan) ((void)(k), (void)(plan), store_context_avx512((a), (in)))
 #define W_KEEPS(k) ((k) == 4)
 #define VITERBI_FN turbo_viterbi_avx512
-#define VITERBI2_FN turbo_viterbi2_avx512
+#define W_KEPT_STEP(k, kept, X, cstate, t, s) turbo_kept_step((k), (kept), (X), (cstate), (t), (s))
+#define VITERBI_PAIRS_FN turbo_viterbi_pairs_avx512
 #include "turbo_viterbi16.inc"
