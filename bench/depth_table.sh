@@ -25,8 +25,10 @@ mkdir -p "$(dirname "$OUT")"
 echo "load before: $(uptime)"
 echo "command: $KVQ bench -m $MODEL -t $THREADS -p $NPROMPT -n $NGEN -r $REPS -d $DEPTHS --types $TYPES $EXTRA --json"
 # shellcheck disable=SC2086 # EXTRA is a list of flags
+# stderr stays on the terminal: an error, or kvq bench's warning that the
+# read bandwidth moved during the runs (every % of bound then uncertain)
 "$KVQ" bench -m "$MODEL" -t "$THREADS" -p "$NPROMPT" -n "$NGEN" -r "$REPS" -d "$DEPTHS" --types "$TYPES" \
-    $EXTRA --json 2>/dev/null > "$OUT"
+    $EXTRA --json > "$OUT"
 echo "load after: $(uptime)"
 awk '
     function num(k,   p) { p = index($0, "\"" k "\": "); if (!p) return ""; return substr($0, p + length(k) + 4) + 0 }

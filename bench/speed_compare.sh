@@ -39,12 +39,16 @@ while [ "$r" -le "$ROUNDS" ]; do
         for b in base new; do
             if [ "$b" = base ]; then bin=$BASE; flags=$BASE_FLAGS; else bin=$NEW; flags=$NEW_FLAGS; fi
             # shellcheck disable=SC2086 # EXTRA and the flags are lists of flags
+            # through a file, not a pipe: a failed run stops the script (set -e),
+            # and its error, or the warning that the bandwidth moved, shows
             nice -n 5 "$bin" bench -m "$MODEL" -t "$THREADS" -p "$NPROMPT" -n "$NGEN" -r "$REPS" -d "$d" \
-                --types "$TYPES" $EXTRA $flags --json 2>/dev/null | sed "s/^{/{\"build\": \"$b\", \"round\": $r, /" >> "$OUT"
+                --types "$TYPES" $EXTRA $flags --json > "$OUT.run"
+            sed "s/^{/{\"build\": \"$b\", \"round\": $r, /" "$OUT.run" >> "$OUT"
         done
     done
     r=$((r + 1))
 done
+rm -f "$OUT.run"
 echo "load after: $(uptime)"
 # The best round per (build, cache, depth): highest tg t/s; its pp and bound.
 awk '

@@ -36,11 +36,15 @@ r=1
 while [ "$r" -le "$ROUNDS" ]; do
     for d in $(echo "$DEPTHS" | tr ',' ' '); do
         # shellcheck disable=SC2086 # EXTRA is a list of flags
+        # through a file, not a pipe: a failed run stops the script (set -e),
+        # and its error, or the warning that the bandwidth moved, shows
         "$KVQ" bench -m "$MODEL" -t "$THREADS" -p "$NPROMPT" -n "$NGEN" -r 1 -d "$d" --types "$TYPES" $EXTRA --json \
-            2>/dev/null | sed "s/^{/{\"round\": $r, /" >> "$OUT"
+            > "$OUT.run"
+        sed "s/^{/{\"round\": $r, /" "$OUT.run" >> "$OUT"
     done
     r=$((r + 1))
 done
+rm -f "$OUT.run"
 echo "load after: $(uptime)"
 REF=$(echo "$TYPES" | cut -d, -f1)
 awk -v ref="$REF" '
