@@ -1,6 +1,6 @@
 /* turbo_walk_x86.h - one step of the trellis search's walk back from what
  * a search kept instead of back-pointers (turbo_internal.h,
- * turbo_tcq_kept), on 16 lanes (k = 4) or 8 (k = 3) with AVX2.  Included
+ * turbo_tcq_kept), on 16 lanes (k = 4), 8 (k = 3) or 4 (k = 2) with AVX2.  Included
  * by the AVX2 and AVX-512 searches (turbo_avx2.c,
  * turbo_viterbi_avx512.c), both built with at least AVX2, as their
  * W_KEPT_STEP (turbo_viterbi16.inc). */
@@ -42,11 +42,16 @@ static inline __attribute__((always_inline)) int turbo_kept_step(const int k, co
                                                _mm256_set1_epi16(X[t - 1]),
                                                _mm256_loadu_si256((const __m256i *)(const void *)c));
         eq = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi16(cost, _mm256_set1_epi16((short)best)));
-    } else {
+    } else if (k == 3) {
         const __m128i cost = turbo_cost8_sse(_mm_loadu_si128((const __m128i *)(const void *)in),
                                              _mm_set1_epi16(X[t - 1]),
                                              _mm_loadu_si128((const __m128i *)(const void *)c));
         eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi16(cost, _mm_set1_epi16((short)best)));
+    } else {   /* k = 2: 4 candidates, the low 8 bytes (the other lanes masked off) */
+        const __m128i cost = turbo_cost8_sse(_mm_loadl_epi64((const __m128i *)(const void *)in),
+                                             _mm_set1_epi16(X[t - 1]),
+                                             _mm_loadl_epi64((const __m128i *)(const void *)c));
+        eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi16(cost, _mm_set1_epi16((short)best))) & 0xFFu;
     }
     return ctx << k | (eq ? __builtin_ctz(eq) >> 1 : 0);   /* eq != 0: the minimum is one of the candidates */
 }
