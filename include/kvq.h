@@ -260,7 +260,10 @@ KVQ_API int kvq_rot_block_for(int n, int min_block);
 
 /* A fixed pool of worker threads; the calling thread takes part, so a pool
  * of n threads starts n-1 workers.  kvq_pool_run blocks until every task
- * of the job ran; tasks are handed out dynamically. */
+ * of the job ran; tasks are handed out dynamically.  kvq's tasks keep
+ * their work on the stack (a trellis cache write ~140 KiB): the workers
+ * get at least 2 MiB, and a thread of yours that calls kvq needs some
+ * hundreds of KiB (musl's 128 KiB default is too little). */
 typedef struct kvq_pool kvq_pool;
 typedef void (*kvq_task_fn)(void *ctx, int task, int thread);
 KVQ_API kvq_pool *kvq_pool_create(int n_threads);          /* NULL on failure   */

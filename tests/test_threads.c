@@ -1,10 +1,12 @@
 /* test_threads.c - the worker pool: every task runs exactly once, thread
- * ids stay in range, pools are reusable, 1-thread pools run inline. */
+ * ids stay in range, pools are reusable, 1-thread pools run inline,
+ * workers get the stack kvq's tasks need. */
 #include "test.h"
 #include "kvq.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 enum { MAX_TASKS = 1000 };
@@ -130,4 +132,59 @@ TEST(pool_rejects_bad_sizes) {
     CHECK(kvq_pool_create(0) == NULL, "pool of 0 threads created");
     CHECK(kvq_pool_create(-3) == NULL, "pool of -3 threads created");
     kvq_pool_free(NULL); /* must be a no-op */
+}
+
+#if defined(__GLIBC__)
+typedef struct stack_ctx {
+    atomic_size_t least;      /* the smallest worker stack seen (SIZE_MAX: none) */
+    pthread_t caller;
+} stack_ctx;
+
+static void stack_task(void *p, int task, int thread) {
+    (void)task;
+    (void)thread;
+    stack_ctx *c = p;
+    volatile int sink = 0;
+    for (int i = 0; i < 20000; i++) sink = sink + i;   /* time for the worker to take tasks */
+    (void)sink;
+    if (pthread_equal(pthread_self(), c->caller)) return;
+    pthread_attr_t attr;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0) return;
+    pthread_attr_getstacksize(&attr, &size);
+    pthread_attr_destroy(&attr);
+    size_t seen = atomic_load(&c->least);
+    while (size < seen && !atomic_compare_exchange_weak(&c->least, &seen, size)) {}
+}
+#endif
+
+/* A worker's stack is at least 2 MiB even where the process default is
+ * small (musl's is 128 KiB; here glibc's default is set to that): a
+ * trellis cache write's task keeps ~140 KiB on it. */
+TEST(pool_workers_get_room_on_their_stacks) {
+#if defined(__GLIBC__)
+    pthread_attr_t old, small;
+    if (pthread_getattr_default_np(&old) != 0 || pthread_attr_init(&small) != 0) SKIP("no default thread attributes");
+    if (pthread_attr_setstacksize(&small, 128 << 10) != 0 || pthread_setattr_default_np(&small) != 0) {
+        pthread_attr_destroy(&small);
+        pthread_attr_destroy(&old);
+        SKIP("cannot set the default thread stack");
+    }
+    kvq_pool *pool = kvq_pool_create(2);
+    pthread_setattr_default_np(&old);   /* before any CHECK can return */
+    pthread_attr_destroy(&small);
+    pthread_attr_destroy(&old);
+    CHECK(pool != NULL, "pool of 2 threads not created");
+    if (!pool) return;
+    stack_ctx c;
+    atomic_init(&c.least, SIZE_MAX);
+    c.caller = pthread_self();
+    for (int round = 0; round < 50 && atomic_load(&c.least) == SIZE_MAX; round++) kvq_pool_run(pool, stack_task, &c, 64);
+    kvq_pool_free(pool);
+    const size_t least = atomic_load(&c.least);
+    CHECK(least != SIZE_MAX, "no task ran on the worker in 50 jobs");
+    CHECK(least == SIZE_MAX || least >= (size_t)2 << 20, "a worker's stack is %zu KiB, under 2 MiB", least >> 10);
+#else
+    SKIP("not glibc: no way here to make the default thread stack small");
+#endif
 }
