@@ -145,7 +145,6 @@ static void fixed_row_avx2(int16_t *X, const float *x, int d, float scale) {
     for (; t < d; t++) X[t] = turbo_tcq_fixed(x[t], scale);
 }
 
-
 /* The arrival costs twice (turbo_internal.h, the layout): in context
  * order in four registers (a step's minima less its floor), where the
  * floor and the kept copies are taken; and in (j, m) order in memory,
