@@ -29,7 +29,7 @@
 
 /* kvq_fail (record an error and return its code) is public: kvq.h. */
 
-/* ---- IEEE half / bfloat16, inline for use inside kernels ---- */
+/* ---- prefetch ---- */
 /* Every cache line of [from, to) fetched ahead of its use, as a line read
  * once (prefetchnta, locality 0): decode reads a cache's rows once per
  * step.  Not into L1 as ordinary data (prefetcht0): a chunk is 64 lines
@@ -45,6 +45,7 @@ static inline void kvq_prefetch_once(uintptr_t from, uintptr_t to) {
     for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a, 0, 0);
 }
 
+/* ---- IEEE half / bfloat16, inline for use inside kernels ---- */
 static inline uint32_t kvq_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float kvq_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
