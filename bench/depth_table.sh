@@ -36,9 +36,13 @@ awk '
     { t = str("cache_k"); if (str("cache_v") != t) t = t "/" str("cache_v"); d = num("depth"); key = t " " d
       if (!(key in seen)) { seen[key] = 1; order[++n] = key }
       pp[key] = num("pp_tps"); tg[key] = num("tg_tps"); bound[key] = num("tg_bound_tps")
-      cache[key] = num("tg_cache_bytes"); step[key] = num("tg_bytes_per_token"); bw = num("bandwidth_gbs") }
+      cache[key] = num("tg_cache_bytes"); step[key] = num("tg_bytes_per_token")
+      if (!(d in bw)) depths[++nd] = d
+      bw[d] = num("bandwidth_gbs"); before[d] = num("bandwidth_before_gbs"); after[d] = num("bandwidth_after_gbs") }
     END {
-        printf "read bandwidth (measured by kvq bench, %s threads): %.1f GB/s\n\n", threads, bw
+        printf "read bandwidth (measured by kvq bench, %s threads) before / after each depth'"'"'s runs; the bound uses the higher:\n", threads
+        for (i = 1; i <= nd; i++) printf "  depth %d: %.1f / %.1f GB/s\n", depths[i], before[depths[i]], after[depths[i]]
+        print ""
         print "| cache | depth | pp t/s | tg t/s | MB read / token | tg bound | % of bound | tg vs f16 | wanted (0.8 x bytes ratio) |"
         print "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
         for (i = 1; i <= n; i++) {

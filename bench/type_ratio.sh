@@ -67,7 +67,7 @@ awk -v ref="$REF" '
         if (bw > bw_hi[num("depth")]) bw_hi[num("depth")] = bw
     }
     END {
-        for (d in bw_lo) printf "bandwidth readings at depth %d: %.1f-%.1f GB/s (the %% of bound is each invocation'"'"'s own)\n", d, bw_lo[d], bw_hi[d]
+        for (d in bw_lo) printf "bandwidth of the bounds at depth %d: %.1f-%.1f GB/s (each invocation'"'"'s own: the higher of its readings before and after its runs)\n", d, bw_lo[d], bw_hi[d]
         print "| cache | depth | median tg t/s | median % of bound | median ratio vs " ref " | range of ratios | rounds | wanted: 0.8 x bytes/token ratio | wanted: 0.8 x cache bytes ratio |"
         print "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
         for (o = 1; o <= n_order; o++) {

@@ -135,14 +135,14 @@ TEST(bench_json_rows_and_bytes) {
     remove(path);
     CHECK(rc == 0, "kvq bench --json exited %d: %s", rc, out);
     static const char *keys[] = { "depth", "pp_tps", "tg_tps", "tg_bound_tps", "bandwidth_gbs", "tg_bytes_per_token",
-                                  "tg_weight_bytes", "tg_cache_bytes" };
+                                  "tg_weight_bytes", "tg_cache_bytes", "bandwidth_before_gbs", "bandwidth_after_gbs" };
     int rows = 0;
     double cache_bytes[2][2] = { { 0 } };   /* [depth index][f16, q4_0] */
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"), rows++) {
         const size_t len = strlen(line);
         CHECK(line[0] == '{' && line[len - 1] == '}', "not one JSON object per line: %s", line);
-        double v[8];
-        for (int k = 0; k < 8; k++) CHECK(json_number(line, keys[k], &v[k]), "no \"%s\" in %s", keys[k], line);
+        double v[10];
+        for (int k = 0; k < 10; k++) CHECK(json_number(line, keys[k], &v[k]), "no \"%s\" in %s", keys[k], line);
         const bool f16 = strstr(line, "\"cache_k\": \"f16\", \"cache_v\": \"f16\"") != NULL;
         const bool q4 = strstr(line, "\"cache_k\": \"q4_0\", \"cache_v\": \"q4_0\"") != NULL;
         CHECK(f16 != q4, "cache_k/cache_v missing: %s", line);
@@ -151,6 +151,7 @@ TEST(bench_json_rows_and_bytes) {
         CHECK(v[5] == v[6] + v[7], "bytes per token %.0f != weights %.0f + cache %.0f", v[5], v[6], v[7]);
         CHECK(v[4] > 0 && fabs(v[3] - v[4] * 1e9 / v[5]) <= 1e-3 * v[3], "bound %.4f != %.3f GB/s / %.0f B", v[3],
               v[4], v[5]);
+        CHECK(v[4] == fmax(v[8], v[9]), "bound's bandwidth %.3f, readings before %.3f and after %.3f", v[4], v[8], v[9]);
         cache_bytes[v[0] > 0][q4] = v[7];
     }
     CHECK(rows == 4, "%d rows, want 2 types x 2 depths", rows);
@@ -190,7 +191,7 @@ TEST(bench_without_generation_prints_no_tg_figures) {
     remove(path);
     CHECK(rc == 0, "kvq bench -n 0 exited %d: %s", rc, out);
     CHECK(strstr(out, "| - | - | - | - | - | - |"), "tg columns not '-': %s", out);
-    CHECK(strstr(out, "Read bandwidth after the runs: "), "no second bandwidth reading: %s", out);
+    CHECK(strstr(out, "Read bandwidth before / after the runs at depth 0: "), "no readings around the runs: %s", out);
 }
 
 /* The bandwidth buffer: 4x every level-3 cache, at least 256 MiB, at
@@ -221,6 +222,14 @@ TEST(bench_bound_buffer_outgrows_the_caches) {
 /* The warning that the bus was shared during a run: a move of more than a
  * quarter of the larger reading either way, never when a reading is
  * missing (0: not measured) or the two agree. */
+/* A bound is made of the higher reading around its runs: a low one
+ * (the bus shared at that moment) would raise every % of it. */
+TEST(bench_bound_takes_the_higher_reading) {
+    CHECK(bench_bound_bandwidth(34.1, 57.3) == 57.3 && bench_bound_bandwidth(57.3, 34.1) == 57.3, "the higher");
+    CHECK(bench_bound_bandwidth(0.0, 41.0) == 41.0 && bench_bound_bandwidth(41.0, 0.0) == 41.0, "the one measured");
+    CHECK(bench_bound_bandwidth(0.0, 0.0) == 0.0 && bench_bound_bandwidth(-1.0, NAN) == 0.0, "none measured");
+}
+
 TEST(bench_bandwidth_moved_by_a_quarter) {
     CHECK(!bench_bandwidth_moved(60.0, 60.0) && !bench_bandwidth_moved(60.0, 46.0) && !bench_bandwidth_moved(46.0, 60.0),
           "within a quarter of the larger reading");

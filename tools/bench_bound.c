@@ -138,3 +138,8 @@ bool bench_bandwidth_moved(double before_gbs, double after_gbs) {
     if (!(before_gbs > 0) || !(after_gbs > 0)) return false;
     return fabs(before_gbs - after_gbs) > 0.25 * fmax(before_gbs, after_gbs);
 }
+
+double bench_bound_bandwidth(double before_gbs, double after_gbs) {
+    const double b = before_gbs > 0 ? before_gbs : 0.0, a = after_gbs > 0 ? after_gbs : 0.0;
+    return a > b ? a : b;
+}

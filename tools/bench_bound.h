@@ -36,10 +36,16 @@ double bench_decode_cache_bytes(const kvq_cache *c, int first, int n_gen);
 /* tokens/s at `gbs` GB/s for `bytes` per token (0 when either is 0). */
 double bench_bound_tps(double gbs, double bytes);
 
-/* Whether the read bandwidth measured before the runs and again after
+/* Whether the read bandwidth measured before some runs and again after
  * them differ by more than a quarter of the larger: the memory bus was
- * shared during the run, so each "% of bound" is uncertain by as much.
+ * shared during the runs, so each "% of bound" is uncertain by as much.
  * False when either is 0 (not measured). */
 bool bench_bandwidth_moved(double before_gbs, double after_gbs);
+
+/* The bandwidth a bound is made of, from the readings before and after
+ * its runs: the higher (a reading that caught the bus shared would make
+ * the bound too low and the % of it too high), or the one that was
+ * measured; 0 when neither was. */
+double bench_bound_bandwidth(double before_gbs, double after_gbs);
 
 #endif

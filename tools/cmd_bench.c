@@ -9,9 +9,12 @@
  * unrotated run of the same type right after it (paired ratios).
  *
  * Next to each generation speed: the memory-bandwidth bound (the read
- * bandwidth measured once per invocation with the run's threads, over the
- * bytes a step reads: weights + the cache at that depth, exact rows
- * included; tools/bench_bound.h) and the fraction of it reached. */
+ * bandwidth, measured with the run's threads before the runs and again
+ * after each depth's, the higher of a depth's two readings over the bytes
+ * a step reads: weights + the cache at that depth, exact rows included;
+ * tools/bench_bound.h) and the fraction of it reached.  One reading that
+ * caught the bus shared (on a VM: 34 GB/s where the hour's others read
+ * 55-62) made every % of that run's bound too high by half. */
 #include "bench_bound.h"
 #include "bench_run.h"
 #include "cli.h"
@@ -39,7 +42,7 @@ typedef struct bench_opts {
     rot_choice rot;
     bool json;                          /* one JSON object per row instead of tables */
     bool no_mmap;                       /* --no-mmap: weights read into memory */
-    double bandwidth_gbs;               /* measured once, before the runs */
+    double bandwidth_gbs;               /* read before the runs (the first depth's "before") */
     cache_flags cache;
 } bench_opts;
 
@@ -76,8 +79,9 @@ static void usage(FILE *f) {
         "  -b, --batch-size N     tokens per fill batch (default 2048)\n"
         "  --json                 one JSON object per line and row (configuration x depth) instead\n"
         "                         of the tables\n"
-        "Each tg figure comes with its memory-bandwidth bound: read bandwidth (measured once,\n"
-        "with the run's threads) / bytes a step reads (weights + cache at that depth).\n"
+        "Each tg figure comes with its memory-bandwidth bound: read bandwidth (measured with the\n"
+        "run's threads before the runs and after each depth's; the higher of a depth's two readings)\n"
+        "/ bytes a step reads (weights + cache at that depth).\n"
         "Depths past the model's trained context are allowed with a warning: RoPE\n"
         "extrapolates, the speed is the same, the outputs are not meaningful.\n");
     cache_flags_usage(f);
@@ -286,9 +290,10 @@ static void print_header(const bench_opts *o, const kvq_model_info *in, int n_th
         printf("Read bandwidth not measured (no buffer or threads for it): no bound, no %% of it.\n");
         return;
     }
-    printf("Read bandwidth %.1f GB/s (%d thread%s, best of 5 passes over 256 MiB); \"bound\" = that / the bytes\n"
-           "a generation step reads (\"MB/tok\": weights + the cache at that depth, exact rows included),\n"
-           "\"%% bound\" = median tg t/s / bound, \"best\" = the fastest run's tg t/s.\n",
+    printf("Read bandwidth %.1f GB/s before the runs (%d thread%s, best of 5 passes over 256 MiB), read again after\n"
+           "each depth's runs; \"bound\" = the higher of a depth's two readings / the bytes a generation step reads\n"
+           "(\"MB/tok\": weights + the cache at that depth, exact rows included), \"%% bound\" = median tg t/s /\n"
+           "bound, \"best\" = the fastest run's tg t/s.\n",
            o->bandwidth_gbs, n_threads, n_threads == 1 ? "" : "s");
 }
 
@@ -300,9 +305,9 @@ typedef struct row_bound {
     double best_tps;    /* the fastest run's tg t/s              */
 } row_bound;
 
-static row_bound bound_of(const bench_opts *o, const bench_config *c, double tg_median_s) {
+static row_bound bound_of(const bench_opts *o, const bench_config *c, double gbs, double tg_median_s) {
     row_bound b = { c->t[0].tg_weight_bytes + c->t[0].tg_cache_bytes, 0, 0, 0 };
-    b.tps = bench_bound_tps(o->bandwidth_gbs, b.bytes);
+    b.tps = bench_bound_tps(gbs, b.bytes);
     b.fraction = b.tps > 0 ? per_second(o->run.n_gen, tg_median_s) / b.tps : 0.0;
     for (int r = 0; r < o->reps; r++) b.best_tps = CLI_MAX(b.best_tps, per_second(o->run.n_gen, c->t[r].tg_s));
     return b;
@@ -314,7 +319,13 @@ static void ratio(char *buf, size_t cap, double ref_s, double s) {
     else snprintf(buf, cap, "-");
 }
 
-static void print_table(const bench_opts *o, bench_config *cfg, int n_cfg, int depth) {
+/* A depth's bandwidth readings, before and after its runs, and the one
+ * its bound uses (bench_bound_bandwidth). */
+typedef struct depth_bandwidth {
+    double before_gbs, after_gbs, gbs;
+} depth_bandwidth;
+
+static void print_table(const bench_opts *o, bench_config *cfg, int n_cfg, int depth, const depth_bandwidth *bw) {
     static const size_t fields[4] = { offsetof(bench_times, pp_s), offsetof(bench_times, tg_s),
                                       offsetof(bench_times, pp_cpu_s), offsetof(bench_times, tg_cpu_s) };
     const int tokens[4] = { o->run.n_prompt, o->run.n_gen, o->run.n_prompt, o->run.n_gen };
@@ -339,7 +350,7 @@ static void print_table(const bench_opts *o, bench_config *cfg, int n_cfg, int d
         for (int f = 0; f < 4; f++)
             if (tokens[f]) printf(" %.1f |", per_second(tokens[f], med[f]));
             else printf(" - |");   /* -n 0: no generation was timed */
-        const row_bound b = bound_of(o, &cfg[c], med[1]);
+        const row_bound b = bound_of(o, &cfg[c], bw->gbs, med[1]);
         if (!o->run.n_gen) printf(" %s | - | - | - | - | - | - |\n", pr);
         else if (b.tps > 0)
             printf(" %s | %s | %s | %.1f | %.1f | %.1f | %.0f%% |\n", pr, tr, tcr, b.best_tps, b.bytes / 1e6, b.tps,
@@ -347,17 +358,24 @@ static void print_table(const bench_opts *o, bench_config *cfg, int n_cfg, int d
         else   /* the bandwidth could not be measured: no bound */
             printf(" %s | %s | %s | %.1f | %.1f | - | - |\n", pr, tr, tcr, b.best_tps, b.bytes / 1e6);
     }
+    if (bw->before_gbs > 0 && bw->after_gbs > 0)
+        printf("\nRead bandwidth before / after the runs at depth %d: %.1f / %.1f GB/s (the bound: %.1f).\n", depth,
+               bw->before_gbs, bw->after_gbs, bw->gbs);
+    else if (bw->gbs > 0)
+        printf("\nRead bandwidth at depth %d: one of the readings before and after the runs not measured (no buffer "
+               "or threads for it); the bound: %.1f GB/s.\n", depth, bw->gbs);
 }
 
 /* One JSON object per configuration at this depth, one per line. */
-static void print_json(const bench_opts *o, bench_config *cfg, int n_cfg, int depth, int n_threads) {
+static void print_json(const bench_opts *o, bench_config *cfg, int n_cfg, int depth, int n_threads,
+                       const depth_bandwidth *bw) {
     const char *base = strrchr(o->model, '/');
     for (int c = 0; c < n_cfg; c++) {
         double med[4];
         static const size_t fields[4] = { offsetof(bench_times, pp_s), offsetof(bench_times, tg_s),
                                           offsetof(bench_times, pp_cpu_s), offsetof(bench_times, tg_cpu_s) };
         for (int f = 0; f < 4; f++) med[f] = median_of(&cfg[c], o->reps, fields[f]);
-        const row_bound b = bound_of(o, &cfg[c], med[1]);
+        const row_bound b = bound_of(o, &cfg[c], bw->gbs, med[1]);
         char rot[48], tg[6][32];
         plan_name(&cfg[c], rot, sizeof rot);
         /* -n 0 times no generation: its fields are null, not a number */
@@ -373,13 +391,14 @@ static void print_json(const bench_opts *o, bench_config *cfg, int n_cfg, int de
         printf("{\"model\": \"%s\", \"threads\": %d, \"act\": \"%s\", \"use_mmap\": %s, \"cache_k\": \"%s\", \"cache_v\": \"%s\", \"rotation\": \"%s\", "
                "\"depth\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, \"pp_tps\": %.3f, \"tg_tps\": %s, "
                "\"pp_cpu_tps\": %.3f, \"tg_cpu_tps\": %s, \"tg_best_tps\": %s, \"bandwidth_gbs\": %.3f, "
+               "\"bandwidth_before_gbs\": %.3f, \"bandwidth_after_gbs\": %.3f, "
                "\"tg_weight_bytes\": %.0f, \"tg_cache_bytes\": %s, \"tg_bytes_per_token\": %s, "
                "\"tg_bound_tps\": %s, \"tg_bound_fraction\": %s}\n",
                base ? base + 1 : o->model, n_threads, cli_act_name(o->run.act), o->no_mmap ? "false" : "true",
                kvq_type_name(cfg[c].cache.type_k),
                kvq_type_name(cfg[c].cache.type_v), rot, depth, o->run.n_prompt, o->run.n_gen, o->reps,
                per_second(o->run.n_prompt, med[0]), tg[0], per_second(o->run.n_prompt, med[2]), tg[1], tg[2],
-               o->bandwidth_gbs, cfg[c].t[0].tg_weight_bytes, tg[3], tg[4], tg[5], frac);
+               bw->gbs, bw->before_gbs, bw->after_gbs, cfg[c].t[0].tg_weight_bytes, tg[3], tg[4], tg[5], frac);
     }
 }
 
@@ -417,21 +436,31 @@ static kvq_status run_config(const bench_opts *o, const kvq_model *m, bench_conf
                           r == 0 ? &b->plan : NULL, err);
 }
 
+/* Each depth's runs, then the bandwidth read again: that reading is the
+ * depth's "after" and the next depth's "before". */
 static int bench(const bench_opts *o, const kvq_model *m, bench_config *cfg, int n_cfg, int n_threads) {
     kvq_error err = { 0 };
+    double before_gbs = o->bandwidth_gbs;
     for (int d = 0; d < o->n_depths; d++) {
         for (int r = 0; r < o->reps; r++)
             for (int c = 0; c < n_cfg; c++) {
                 if (cfg[c].is_twin) continue;   /* measured with its rotated sibling */
                 if (run_config(o, m, cfg, c, o->depths[d], r, &err)) return cli_error(CMD, "%s", err.msg);
             }
+        depth_bandwidth bw = { before_gbs, bench_read_bandwidth(n_threads), 0 };
+        bw.gbs = bench_bound_bandwidth(bw.before_gbs, bw.after_gbs);
         if (o->json) {
-            print_json(o, cfg, n_cfg, o->depths[d], n_threads);
+            print_json(o, cfg, n_cfg, o->depths[d], n_threads, &bw);
         } else {
-            print_table(o, cfg, n_cfg, o->depths[d]);
+            print_table(o, cfg, n_cfg, o->depths[d], &bw);
             print_rotation_cost(o, cfg, n_cfg, o->depths[d]);
         }
         fflush(stdout);
+        if (bench_bandwidth_moved(bw.before_gbs, bw.after_gbs))
+            fprintf(stderr, "kvq %s: warning: at depth %d the read bandwidth moved from %.1f GB/s before the runs to "
+                    "%.1f after: the memory bus was shared, and each %% of bound (on the higher reading) may be low "
+                    "by as much\n", CMD, o->depths[d], bw.before_gbs, bw.after_gbs);
+        before_gbs = bw.after_gbs;
     }
     return 0;
 }
@@ -479,17 +508,6 @@ int cmd_bench(int argc, char **argv) {
     o.bandwidth_gbs = bench_read_bandwidth(n_threads);
     if (!o.json) print_header(&o, in, n_threads);
     const int rc = bench(&o, m, cfg, n_cfg, n_threads);
-    /* Measured again after the runs: on a shared machine the bus the bound
-     * assumes may not have been the bus the runs had. */
-    const double after_gbs = rc ? 0.0 : bench_read_bandwidth(n_threads);
-    if (!rc && !o.json) {
-        if (after_gbs > 0) printf("\nRead bandwidth after the runs: %.1f GB/s.\n", after_gbs);
-        else printf("\nRead bandwidth after the runs: not measured (no buffer or threads for it).\n");
-    }
-    if (bench_bandwidth_moved(o.bandwidth_gbs, after_gbs))
-        fprintf(stderr, "kvq %s: warning: the read bandwidth moved from %.1f GB/s before the runs to %.1f after: the "
-                "memory bus was shared, and each %% of bound is uncertain by as much\n", CMD, o.bandwidth_gbs,
-                after_gbs);
     kvq_calib_free(cal);
     kvq_model_free(m);
     return rc;
