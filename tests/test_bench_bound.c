@@ -219,9 +219,6 @@ TEST(bench_bound_buffer_outgrows_the_caches) {
     CHECK(bench_llc_bytes() >= (size_t)kib << 10, "L3 total %zu below cpu0's own %lu KiB", bench_llc_bytes(), kib);
 }
 
-/* The warning that the bus was shared during a run: a move of more than a
- * quarter of the larger reading either way, never when a reading is
- * missing (0: not measured) or the two agree. */
 /* A bound is made of the higher reading around its runs: a low one
  * (the bus shared at that moment) would raise every % of it. */
 TEST(bench_bound_takes_the_higher_reading) {
@@ -230,6 +227,9 @@ TEST(bench_bound_takes_the_higher_reading) {
     CHECK(bench_bound_bandwidth(0.0, 0.0) == 0.0 && bench_bound_bandwidth(-1.0, NAN) == 0.0, "none measured");
 }
 
+/* The warning that the bus was shared during a run: a move of more than a
+ * quarter of the larger reading either way, never when a reading is
+ * missing (0: not measured) or the two agree. */
 TEST(bench_bandwidth_moved_by_a_quarter) {
     CHECK(!bench_bandwidth_moved(60.0, 60.0) && !bench_bandwidth_moved(60.0, 46.0) && !bench_bandwidth_moved(46.0, 60.0),
           "within a quarter of the larger reading");

@@ -12,9 +12,10 @@
  * bandwidth, measured with the run's threads before the runs and again
  * after each depth's, the higher of a depth's two readings over the bytes
  * a step reads: weights + the cache at that depth, exact rows included;
- * tools/bench_bound.h) and the fraction of it reached.  One reading that
- * caught the bus shared (on a VM: 34 GB/s where the hour's others read
- * 55-62) made every % of that run's bound too high by half. */
+ * tools/bench_bound.h) and the fraction of it reached.  (One reading
+ * taken before the runs alone had caught the bus shared on a VM, 34 GB/s
+ * where the hour's others read 55-62, and put every % of that run's
+ * bound at 84-92 %.) */
 #include "bench_bound.h"
 #include "bench_run.h"
 #include "cli.h"
@@ -287,7 +288,8 @@ static void print_header(const bench_opts *o, const kvq_model_info *in, int n_th
            o->run.fill == BENCH_FILL_MODEL ? "the model's prefill" : "synthetic K/V rows", o->run.n_prompt,
            o->run.n_gen);
     if (!(o->bandwidth_gbs > 0)) {
-        printf("Read bandwidth not measured (no buffer or threads for it): no bound, no %% of it.\n");
+        printf("Read bandwidth not measured before the runs (no buffer or threads for it); read again after each\n"
+               "depth's runs: a depth without a reading has no bound and no %% of it.\n");
         return;
     }
     printf("Read bandwidth %.1f GB/s before the runs (%d thread%s, best of 5 passes over 256 MiB), read again after\n"
