@@ -241,15 +241,16 @@ TEST(matmul_caller_scratch_same_bits) {
     CHECK(bad < 0, "output %lld off the reference", (long long)bad);
 }
 
-/* Decode tasks are sized in weight bytes (matmul.c, decode_task_rows):
- * a matrix of many such tasks, the last one partial, gives every row its
+/* Decode products run in chunks of rows sized in weight bytes (matmul.c,
+ * gemv_chunk_rows), spread over the threads by kvq_pool_run_spans: a
+ * matrix of many chunks, the last one partial, gives every row its
  * reference dot, the same bits for 1, 2 and 3 threads, and the same
  * through the int8-activation path with 1 and 3 threads. */
 TEST(matmul_decode_byte_sized_tasks_cover_every_row) {
     kvq_pool *pools[3] = { NULL, kvq_pool_create(2), kvq_pool_create(3) };
     CHECK(pools[1] && pools[2], "pool creation failed");
     case_data c;
-    const int64_t rows = 3001, cols = 1024;   /* q8_0: 1088-byte rows, ~5 tasks per thread */
+    const int64_t rows = 3001, cols = 1024;   /* q8_0: 1088-byte rows, 60 a chunk: 51 chunks */
     const int ok = case_make(&c, KVQ_TYPE_Q8_0, rows, cols, 1, 777);
     float *Y[3] = { malloc(rows * sizeof(float)), malloc(rows * sizeof(float)), malloc(rows * sizeof(float)) };
     const size_t xq_bytes = kvq_matmul_act8_bytes(1, cols);

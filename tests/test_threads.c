@@ -1,13 +1,18 @@
 /* test_threads.c - the worker pool: every task runs exactly once, thread
  * ids stay in range, pools are reusable, 1-thread pools run inline,
- * workers get the stack kvq's tasks need. */
+ * workers get the stack kvq's tasks need; spans (kvq_pool_run_spans)
+ * cover every item once in whole chunks, and a share held up is helped
+ * from its back. */
 #include "test.h"
 #include "kvq.h"
+#include "kvq_internal.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 enum { MAX_TASKS = 1000 };
 
@@ -187,4 +192,102 @@ TEST(pool_workers_get_room_on_their_stacks) {
 #else
     SKIP("not glibc: no way here to make the default thread stack small");
 #endif
+}
+
+/* ------------------------------------------------------------- spans */
+
+enum { MAX_ITEMS = 5000 };
+
+typedef struct span_ctx {
+    atomic_int runs[MAX_ITEMS];
+    atomic_int bad_call;      /* a call not on chunk bounds, too long, or off a thread id */
+    int n_threads;
+    int64_t n_items, chunk;
+    /* span_wait_task: the call holding item 0 waits for item `wait_for` */
+    int wait_for;
+    atomic_int helped;        /* item wait_for ran while item 0's call waited */
+} span_ctx;
+
+static void span_count(void *p, int64_t begin, int64_t end, int thread) {
+    span_ctx *c = p;
+    const int64_t chunk = c->chunk < 1 ? 1 : c->chunk;
+    if (begin < 0 || end > c->n_items || begin >= end || begin % chunk || (end - begin > chunk) ||
+        (end - begin < chunk && end != c->n_items) || thread < 0 || thread >= c->n_threads)
+        atomic_fetch_add(&c->bad_call, 1);
+    for (int64_t i = begin; i < end && i < MAX_ITEMS; i++) atomic_fetch_add(&c->runs[i], 1);
+}
+
+static void span_reset(span_ctx *c, int n_threads, int64_t n_items, int64_t chunk) {
+    for (int i = 0; i < MAX_ITEMS; i++) atomic_init(&c->runs[i], 0);
+    atomic_init(&c->bad_call, 0);
+    atomic_init(&c->helped, 0);
+    c->n_threads = n_threads;
+    c->n_items = n_items;
+    c->chunk = chunk;
+    c->wait_for = -1;
+}
+
+/* Every item once, in calls of one whole chunk each (the last may be
+ * short), for pools of 1-4 threads and NULL, and sizes from empty to
+ * one chunk to many, including a chunk of 0 (taken as 1). */
+TEST(pool_spans_cover_every_item_once) {
+    static span_ctx c;
+    const int64_t cases[][2] = { { 0, 5 }, { 1, 1 }, { 7, 3 }, { 100, 1 }, { 1000, 7 }, { 1000, 1000 },
+                                 { 1000, 5000 }, { 999, 0 }, { 4999, 64 } };
+    for (int n = 0; n <= 4; n++) {
+        kvq_pool *pool = n ? kvq_pool_create(n) : NULL;
+        CHECK(!n || pool, "kvq_pool_create(%d) failed", n);
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            span_reset(&c, kvq_pool_threads(pool), cases[k][0], cases[k][1]);
+            kvq_pool_run_spans(pool, span_count, &c, cases[k][0], cases[k][1]);
+            int bad = -1;
+            for (int i = 0; i < MAX_ITEMS && bad < 0; i++)
+                if (atomic_load(&c.runs[i]) != (i < cases[k][0] ? 1 : 0)) bad = i;
+            const int bad_calls = atomic_load(&c.bad_call);
+            if (bad >= 0 || bad_calls) kvq_pool_free(pool);
+            CHECK(bad < 0, "%d threads, %lld items in chunks of %lld: item %d ran %d times", n,
+                  (long long)cases[k][0], (long long)cases[k][1], bad, atomic_load(&c.runs[bad]));
+            CHECK(bad_calls == 0, "%d threads, %lld items in chunks of %lld: %d calls off the chunks or threads",
+                  n, (long long)cases[k][0], (long long)cases[k][1], bad_calls);
+        }
+        kvq_pool_free(pool);
+    }
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Item 0's call (share 0's first chunk) waits, up to 10 s, until item
+ * wait_for (share 0's last chunk) has run: only a thread helping share 0
+ * from its back can run that while share 0's owner waits. */
+static void span_wait_task(void *p, int64_t begin, int64_t end, int thread) {
+    span_ctx *c = p;
+    if (begin == 0) {
+        const double t0 = now_s();
+        while (!atomic_load(&c->runs[c->wait_for]) && now_s() - t0 < 10.0) sched_yield();
+        if (atomic_load(&c->runs[c->wait_for])) atomic_store(&c->helped, 1);
+    }
+    span_count(p, begin, end, thread);
+}
+
+/* Two threads, 20 one-item chunks: shares 0-9 and 10-19.  The owner of
+ * share 0 is held in its first chunk; the other thread runs share 1 and
+ * then takes share 0's chunks from the back, 9 first. */
+TEST(pool_spans_help_a_held_share_from_its_back) {
+    static span_ctx c;
+    kvq_pool *pool = kvq_pool_create(2);
+    CHECK(pool != NULL, "kvq_pool_create(2) failed");
+    span_reset(&c, 2, 20, 1);
+    c.wait_for = 9;
+    kvq_pool_run_spans(pool, span_wait_task, &c, 20, 1);
+    kvq_pool_free(pool);
+    int bad = -1;
+    for (int i = 0; i < 20 && bad < 0; i++)
+        if (atomic_load(&c.runs[i]) != 1) bad = i;
+    CHECK(atomic_load(&c.helped), "share 0's last chunk did not run while its owner was held (no help from the back)");
+    CHECK(bad < 0, "item %d ran %d times", bad, atomic_load(&c.runs[bad]));
+    CHECK(atomic_load(&c.bad_call) == 0, "a call off the chunks or threads");
 }

@@ -45,6 +45,19 @@ static inline void kvq_prefetch_once(uintptr_t from, uintptr_t to) {
     for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a, 0, 0);
 }
 
+/* ---- spans of a pool ---- */
+/* fn(ctx, begin, end, thread) over items [begin, end) covering [0,
+ * n_items) once, in chunks of `chunk` items (the last may be shorter).
+ * Each thread streams a contiguous share of the chunks from its front;
+ * a thread whose share is done takes chunks from the back of the share
+ * with the most left.  For a memory-bound pass over rows (a decode
+ * product): every thread reads one long run, as a fixed split would, and
+ * the threads still end within about a chunk of each other, as small
+ * tasks claimed in turn would.  Which thread runs which items depends on
+ * timing: fn's results must not (each item's output its own). */
+typedef void (*kvq_span_fn)(void *ctx, int64_t begin, int64_t end, int thread);
+void kvq_pool_run_spans(kvq_pool *p, kvq_span_fn fn, void *ctx, int64_t n_items, int64_t chunk);
+
 /* ---- IEEE half / bfloat16, inline for use inside kernels ---- */
 static inline uint32_t kvq_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float kvq_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }

@@ -262,3 +262,82 @@ void kvq_pool_run(kvq_pool *p, kvq_task_fn fn, void *ctx, int n_tasks) {
     for (int first = 0; first < n_tasks; first += JOB_MAX_TASKS)
         run_job(p, fn, ctx, first, KVQ_MIN(JOB_MAX_TASKS, n_tasks - first));
 }
+
+/* ------------------------------------------------------------- spans */
+
+/* A share of a span job: chunks front .. back - 1 not yet taken, packed
+ * in one word (front low, back high) so that its owner (from the front)
+ * and a helper (from the back) take chunks by compare-and-swap and never
+ * the same one.  One cache line each: the owner's takes do not contend
+ * with the other shares'. */
+typedef struct span_share {
+    _Alignas(64) _Atomic uint64_t left;
+} span_share;
+
+enum { MAX_SHARES = 64 };
+
+typedef struct span_job {
+    kvq_span_fn fn;
+    void *ctx;
+    int64_t n_items, chunk;
+    int n_shares;
+    span_share share[MAX_SHARES];
+} span_job;
+
+static uint64_t span_pack(uint32_t front, uint32_t back) { return (uint64_t)back << 32 | front; }
+
+/* The next chunk of share s from its front (from_back false) or back;
+ * -1 when the share is empty. */
+static int64_t take_chunk(span_share *s, bool from_back) {
+    uint64_t w = atomic_load_explicit(&s->left, memory_order_relaxed);
+    for (;;) {
+        const uint32_t front = (uint32_t)w, back = (uint32_t)(w >> 32);
+        if (front >= back) return -1;
+        const uint64_t next = from_back ? span_pack(front, back - 1) : span_pack(front + 1, back);
+        if (atomic_compare_exchange_weak_explicit(&s->left, &w, next, memory_order_relaxed, memory_order_relaxed))
+            return from_back ? (int64_t)back - 1 : (int64_t)front;
+    }
+}
+
+static void run_chunk(const span_job *j, int64_t c, int thread) {
+    const int64_t begin = c * j->chunk;
+    j->fn(j->ctx, begin, KVQ_MIN(j->n_items, begin + j->chunk), thread);
+}
+
+/* Task k < n_shares: share k from its front, then help.  The n_threads
+ * tasks past those only help: a thread that starts after the others
+ * claimed the shares (a worker woken late) still takes chunks from their
+ * backs, and finds nothing once every chunk is taken. */
+static void span_task(void *ctx, int task, int thread) {
+    span_job *j = ctx;
+    if (task < j->n_shares)
+        for (int64_t c; (c = take_chunk(&j->share[task], false)) >= 0;) run_chunk(j, c, thread);
+    for (;;) {
+        int most = -1;
+        uint32_t most_left = 0;
+        for (int s = 0; s < j->n_shares; s++) {
+            const uint64_t w = atomic_load_explicit(&j->share[s].left, memory_order_relaxed);
+            const uint32_t front = (uint32_t)w, back = (uint32_t)(w >> 32);
+            if (back > front && back - front > most_left) { most = s; most_left = back - front; }
+        }
+        if (most < 0) return;
+        const int64_t c = take_chunk(&j->share[most], true);
+        if (c >= 0) run_chunk(j, c, thread);
+    }
+}
+
+void kvq_pool_run_spans(kvq_pool *p, kvq_span_fn fn, void *ctx, int64_t n_items, int64_t chunk) {
+    if (!fn || n_items <= 0) return;
+    chunk = KVQ_MAX(chunk, (int64_t)1);
+    const int64_t n_chunks = (n_items + chunk - 1) / chunk;
+    if (!p || p->n_threads == 1 || n_chunks == 1 || n_chunks > UINT32_MAX) {
+        for (int64_t b = 0; b < n_items; b += chunk) fn(ctx, b, KVQ_MIN(n_items, b + chunk), 0);
+        return;
+    }
+    span_job j = { .fn = fn, .ctx = ctx, .n_items = n_items, .chunk = chunk };
+    j.n_shares = (int)KVQ_MIN(KVQ_MIN((int64_t)p->n_threads, (int64_t)MAX_SHARES), n_chunks);
+    for (int s = 0; s < j.n_shares; s++)
+        atomic_init(&j.share[s].left, span_pack((uint32_t)(n_chunks * s / j.n_shares),
+                                                (uint32_t)(n_chunks * (s + 1) / j.n_shares)));
+    kvq_pool_run(p, span_task, &j, j.n_shares + p->n_threads);
+}

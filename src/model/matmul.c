@@ -21,29 +21,24 @@
  * is the same however many threads run. */
 enum { GEMM_TASK_ROWS = 16, MAX_TILE = 8 };
 
-/* Decode tasks: at least GEMV_TASK_ROWS rows and about GEMV_TASK_BYTES of
- * weights each, but at least GEMV_TASKS_PER_THREAD tasks per thread.
- * Why bytes: threads that claim small slices of one matrix in turn each
- * read it in short interleaved runs, and memory serves that far worse than
- * long contiguous streams.  On a 2-core AMD EPYC (Zen 5), 2 threads read a
- * 151936 x 1024 q8_0 matrix at 22 GB/s with 32-row (35 KB) tasks and at
- * 33-35 GB/s with 256 KB or larger ones; one thread alone reads 24 GB/s.
- * The layers' matrices (1-3 MB in the 0.6B shape) want fewer, longer
- * runs still: every product of one q8_0 decode step, 2 threads, took a
- * median 16.2-16.9 ms with 256 KB tasks and 4 per thread, 15.3 with
- * 512 KB and 2, 14.4-14.9 with 1 MB and 2 (docs/performance.md).
- * Why a task floor: a thread the scheduler starts late must still find
- * work (a 1 MB matrix in 4 MB tasks is one thread's job); two per thread
- * keep that, four cut the layers' matrices into 256-800 KB runs.  Every
- * output of a decode product is one row's own dot, so the grouping
- * changes no bit. */
-enum { GEMV_TASK_ROWS = 32, GEMV_TASK_BYTES = 1024 << 10, GEMV_TASKS_PER_THREAD = 2 };
+/* Decode products: the rows in chunks of about GEMV_CHUNK_BYTES of
+ * weights, each thread streaming a contiguous share of them and then
+ * taking chunks from the back of the others' (kvq_pool_run_spans).
+ * Why long shares: threads that claim small slices of one matrix in turn
+ * each read it in short interleaved runs, and memory serves that far
+ * worse than long contiguous streams.  On a 2-core AMD EPYC (Zen 5), 2
+ * threads read a 151936 x 1024 q8_0 matrix at 22 GB/s with 32-row (35
+ * KB) tasks claimed in turn and at 33-35 GB/s with 256 KB or larger ones
+ * (docs/performance.md).  Why small chunks at the end: with tasks of
+ * 256 KB-1 MB, two per thread (what ran before), the caller waited ~1.1
+ * ms of a q8_0 step's 18 for the other thread's last task of the ~200
+ * products (Zen 4, 2 threads); a chunk of 64 KB takes ~1.5 us.  Every
+ * output of a decode product is one row's own dot, so which thread
+ * computes it changes no bit. */
+enum { GEMV_CHUNK_BYTES = 64 << 10 };
 
-static int64_t decode_task_rows(const kvq_pool *pool, int64_t rows, size_t row_bytes) {
-    const int64_t by_bytes = (int64_t)(GEMV_TASK_BYTES / KVQ_MAX(row_bytes, (size_t)1));
-    const int64_t n_min = (int64_t)kvq_pool_threads(pool) * GEMV_TASKS_PER_THREAD;
-    const int64_t by_floor = (rows + n_min - 1) / n_min;
-    return KVQ_MAX((int64_t)GEMV_TASK_ROWS, KVQ_MIN(by_bytes, by_floor));
+static int64_t gemv_chunk_rows(size_t row_bytes) {
+    return KVQ_MAX((int64_t)1, (int64_t)(GEMV_CHUNK_BYTES / KVQ_MAX(row_bytes, (size_t)1)));
 }
 
 /* The scalar instance of gemm_tile.inc: 4 rows x 4 tokens of plain floats
@@ -72,18 +67,15 @@ typedef struct matmul_job {
     const uint8_t *W;
     size_t row_bytes;
     int64_t rows, cols, n_tok;
-    int64_t task_rows;       /* rows per gemv task (decode_task_rows)      */
     const float *X;
     float *Y;
     kvq_gemm_tile tile;
     float *scratch;          /* per thread: tile.rows * cols floats (prefill) */
 } matmul_job;
 
-static void gemv_task(void *ctx, int task, int thread) {
+static void gemv_rows(void *ctx, int64_t r0, int64_t r1, int thread) {
     (void)thread;
     const matmul_job *j = ctx;
-    const int64_t r0 = (int64_t)task * j->task_rows;
-    const int64_t r1 = KVQ_MIN(j->rows, r0 + j->task_rows);
     /* rows are whole blocks (checked in kvq_matmul_scratch), so the type's
      * dot runs on them directly, with no padding */
     if (j->xrows) {
@@ -154,7 +146,7 @@ static void gemv(kvq_pool *pool, matmul_job *j, float *scratch, size_t scratch_f
         j->xrows = xrows;
         j->X = xp;
     }
-    kvq_pool_run(pool, gemv_task, j, n_tasks_for(j->rows, j->task_rows));
+    kvq_pool_run_spans(pool, gemv_rows, j, j->rows, gemv_chunk_rows(j->row_bytes));
     free(owned);
 }
 
@@ -166,7 +158,7 @@ static void gemv_each_token(kvq_pool *pool, matmul_job *j) {
     for (int64_t t = 0; t < j->n_tok; t++) {
         j->X = X + (size_t)t * (size_t)j->cols;
         j->Y = Y + (size_t)t * (size_t)j->rows;
-        kvq_pool_run(pool, gemv_task, j, n_tasks_for(j->rows, j->task_rows));
+        kvq_pool_run_spans(pool, gemv_rows, j, j->rows, gemv_chunk_rows(j->row_bytes));
     }
 }
 
@@ -191,14 +183,13 @@ void kvq_matmul_scratch(kvq_pool *pool, double min_parallel_macs, float *scratch
     const kvq_type_traits *tr = kvq_type_get(wtype);
     if (!tr || !tr->dot || !W || !X || !Y || rows < 1 || cols < 1 || n_tok < 1) return; /* tile types are no weights */
     if (!tr->row_bytes && cols % tr->block_size) return;          /* weight rows are whole blocks */
-    if (rows > (int64_t)INT32_MAX * GEMV_TASK_ROWS / 2) return;   /* task index is an int */
+    if (rows > (int64_t)INT32_MAX * GEMM_TASK_ROWS / 2) return;   /* task index is an int */
     /* Too small to share: the same tasks run on this thread alone (the
      * task grouping, hence every output bit, does not change). */
     if ((double)rows * (double)cols * (double)n_tok < min_parallel_macs) pool = NULL;
     matmul_job j = {
         .wtype = wtype, .tr = tr, .W = W, .row_bytes = kvq_row_bytes(wtype, cols),
         .rows = rows, .cols = cols, .n_tok = n_tok, .X = X, .Y = Y,
-        .task_rows = decode_task_rows(pool, rows, kvq_row_bytes(wtype, cols)),
     };
     if (n_tok == 1) {
         gemv(pool, &j, scratch, scratch_floats);
@@ -228,14 +219,14 @@ typedef struct act8_job {
     const uint8_t *W, *xq;
     size_t row_bytes, xq_row_bytes;
     int64_t rows, cols, n_tok;
-    int64_t task_rows;       /* decode: decode_task_rows; prefill: GEMM_TASK_ROWS */
     float *Y;
 } act8_job;
 
-static void act8_task(void *ctx, int task, int thread) {
+/* Weight rows r0 .. r1 - 1 against every token: a decode product's span
+ * (kvq_pool_run_spans), or a prefill task's GEMM_TASK_ROWS rows. */
+static void act8_rows(void *ctx, int64_t r0, int64_t r1, int thread) {
     (void)thread;
     const act8_job *j = ctx;
-    const int64_t r0 = (int64_t)task * j->task_rows, r1 = KVQ_MIN(j->rows, r0 + j->task_rows);
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += ACT8_TOK_GROUP) {
         const int64_t t1 = KVQ_MIN(j->n_tok, t0 + ACT8_TOK_GROUP);
         for (int64_t r = r0; r < r1; r++) {
@@ -252,6 +243,12 @@ static void act8_task(void *ctx, int task, int thread) {
                 j->Y[(size_t)t * (size_t)j->rows + (size_t)r] = j->dot(w, j->xq + (size_t)t * j->xq_row_bytes, j->cols);
         }
     }
+}
+
+static void act8_task(void *ctx, int task, int thread) {
+    const act8_job *j = ctx;
+    const int64_t r0 = (int64_t)task * GEMM_TASK_ROWS;
+    act8_rows(ctx, r0, KVQ_MIN(j->rows, r0 + GEMM_TASK_ROWS), thread);
 }
 
 size_t kvq_matmul_act8_bytes(int64_t n_tok, int64_t cols) {
@@ -271,8 +268,8 @@ bool kvq_matmul_act8(kvq_pool *pool, double min_parallel_macs, void *xq, size_t 
     act8_job j = {
         .dot = dot, .dot4 = kvq_act8_dot4(wtype), .W = W, .xq = xq, .row_bytes = kvq_row_bytes(wtype, cols), .xq_row_bytes = xq_row,
         .rows = rows, .cols = cols, .n_tok = n_tok, .Y = Y,
-        .task_rows = n_tok == 1 ? decode_task_rows(pool, rows, kvq_row_bytes(wtype, cols)) : GEMM_TASK_ROWS,
     };
-    kvq_pool_run(pool, act8_task, &j, n_tasks_for(rows, j.task_rows));
+    if (n_tok == 1) kvq_pool_run_spans(pool, act8_rows, &j, rows, gemv_chunk_rows(j.row_bytes));
+    else kvq_pool_run(pool, act8_task, &j, n_tasks_for(rows, GEMM_TASK_ROWS));
     return true;
 }
