@@ -246,7 +246,7 @@ TEST(matmul_caller_scratch_same_bits) {
  * matrix of many chunks, the last one partial, gives every row its
  * reference dot, the same bits for 1, 2 and 3 threads, and the same
  * through the int8-activation path with 1 and 3 threads. */
-TEST(matmul_decode_byte_sized_tasks_cover_every_row) {
+TEST(matmul_decode_chunks_cover_every_row) {
     kvq_pool *pools[3] = { NULL, kvq_pool_create(2), kvq_pool_create(3) };
     CHECK(pools[1] && pools[2], "pool creation failed");
     case_data c;

@@ -183,7 +183,7 @@ void kvq_matmul_scratch(kvq_pool *pool, double min_parallel_macs, float *scratch
     const kvq_type_traits *tr = kvq_type_get(wtype);
     if (!tr || !tr->dot || !W || !X || !Y || rows < 1 || cols < 1 || n_tok < 1) return; /* tile types are no weights */
     if (!tr->row_bytes && cols % tr->block_size) return;          /* weight rows are whole blocks */
-    if (rows > (int64_t)INT32_MAX * GEMM_TASK_ROWS / 2) return;   /* task index is an int */
+    if (rows > (int64_t)INT32_MAX * GEMM_TASK_ROWS) return;   /* a prefill task index is an int */
     /* Too small to share: the same tasks run on this thread alone (the
      * task grouping, hence every output bit, does not change). */
     if ((double)rows * (double)cols * (double)n_tok < min_parallel_macs) pool = NULL;
