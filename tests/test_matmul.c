@@ -342,3 +342,61 @@ TEST(matmul_kquant_decode_laid_out_and_fallback) {
     }
     if (!tested) SKIP("no laid-out K-quant kernels at this SIMD level");
 }
+
+/* A decode group (kvq_matmul_group, kvq_matmul_act8_group: one job for
+ * matrices read by one input) gives each matrix the bits of its own
+ * product, for 1, 2 and 3 threads, with f32 and int8 activations, for
+ * q8_0 and a K-quant (its laid-out input shared by the group); the parts
+ * are slices of one matrix of odd sizes (partial chunks, a part smaller
+ * than a chunk).  Bad arguments (no part, too many) leave every output
+ * untouched. */
+TEST(matmul_decode_group_matches_each_product) {
+    const kvq_type types[] = { KVQ_TYPE_Q8_0, KVQ_TYPE_Q4_K };
+    const int64_t cols = 1024, part_rows[3] = { 1000, 17, 1984 }, rows = 3001;
+    kvq_pool *pools[3] = { NULL, kvq_pool_create(2), kvq_pool_create(3) };
+    CHECK(pools[1] && pools[2], "pool creation failed");
+    const size_t xq_bytes = kvq_matmul_act8_bytes(1, cols);
+    float *each = malloc(rows * sizeof(float)), *group = malloc(rows * sizeof(float));
+    void *xq = malloc(xq_bytes);
+    float *ws = malloc(kvq_matmul_scratch_floats(3, cols) * sizeof(float));
+    bool all = each && group && xq && ws, made = true, same = true, untouched = true;
+    int64_t first_diff = -1;
+    for (size_t ti = 0; all && ti < sizeof types / sizeof types[0]; ti++) {
+        case_data c;
+        if (!case_make(&c, types[ti], rows, cols, 1, 900 + ti)) { made = false; case_free(&c); break; }
+        const size_t rb = kvq_row_bytes(types[ti], cols);
+        kvq_matmul_out outs[3];
+        for (int act8 = 0; act8 < 2; act8++)
+            for (int p = 0; p < 3; p++) {
+                int64_t r0 = 0;
+                for (int k = 0; k < 3; k++) {   /* each slice's own product */
+                    float *y = each + r0;
+                    if (act8) kvq_matmul_act8(pools[p], 0, xq, xq_bytes, types[ti], c.W + rb * (size_t)r0, part_rows[k],
+                                              cols, c.X, 1, y);
+                    else kvq_matmul_scratch(pools[p], 0, ws, kvq_matmul_scratch_floats(3, cols), types[ti],
+                                            c.W + rb * (size_t)r0, part_rows[k], cols, c.X, 1, y);
+                    outs[k] = (kvq_matmul_out){ c.W + rb * (size_t)r0, part_rows[k], group + r0 };
+                    r0 += part_rows[k];
+                }
+                for (int64_t r = 0; r < rows; r++) group[r] = NAN;
+                if (act8) same &= kvq_matmul_act8_group(pools[p], 0, xq, xq_bytes, types[ti], cols, c.X, 3, outs);
+                else kvq_matmul_group(pools[p], 0, ws, kvq_matmul_scratch_floats(3, cols), types[ti], cols, c.X, 3, outs);
+                for (int64_t r = 0; r < rows && same; r++)
+                    if (memcmp(&each[r], &group[r], sizeof(float))) { same = false; first_diff = r; }
+                if (!same) break;
+            }
+        for (int64_t r = 0; r < rows; r++) group[r] = NAN;
+        kvq_matmul_group(pools[1], 0, NULL, 0, types[ti], cols, c.X, 0, outs);
+        kvq_matmul_group(pools[1], 0, NULL, 0, types[ti], cols, c.X, KVQ_MATMUL_MAX_PARTS + 1, outs);
+        untouched &= !kvq_matmul_act8_group(pools[1], 0, xq, xq_bytes, types[ti], cols, c.X, 0, outs);
+        for (int64_t r = 0; r < rows; r++) untouched &= isnan(group[r]);
+        case_free(&c);
+        if (!same) break;
+    }
+    free(each); free(group); free(xq); free(ws);
+    kvq_pool_free(pools[1]);
+    kvq_pool_free(pools[2]);
+    CHECK(all && made, "out of memory");
+    CHECK(same, "a group's output differs from its matrix's own product (row %lld)", (long long)first_diff);
+    CHECK(untouched, "a group of 0 or too many parts wrote an output");
+}

@@ -123,6 +123,32 @@ static void matmul(kvq_ctx *c, const kvq_weight *w, const float *x, int n, float
                        w->rows, w->cols, x, n, y);
 }
 
+/* Products of one input with several matrices (q, k, v; gate, up).  For
+ * one token, each run of neighbours of one type and width goes as one job
+ * (kvq_matmul_group: one hand-off and one end, int8 X rounded once; the
+ * same bits as apart; Q4_K_M: q and k together, v alone); in prefill,
+ * one product each. */
+static void matmul_each(kvq_ctx *c, int count, const kvq_weight *const *w, const float *x, int n, float *const *y) {
+    for (int i = 0; i < count;) {
+        int end = i + 1;
+        while (n == 1 && end < count && end - i < KVQ_MATMUL_MAX_PARTS && w[end]->type == w[i]->type &&
+               w[end]->cols == w[i]->cols)
+            end++;
+        if (end - i == 1) {
+            matmul(c, w[i], x, n, y[i]);
+            i = end;
+            continue;
+        }
+        kvq_matmul_out outs[KVQ_MATMUL_MAX_PARTS];
+        for (int k = i; k < end; k++) outs[k - i] = (kvq_matmul_out){ w[k]->data, w[k]->rows, y[k] };
+        if (c->act != KVQ_ACT_INT8 || !kvq_matmul_act8_group(c->pool, KVQ_MATMUL_MIN_PARALLEL_MACS, c->xq, c->xq_bytes,
+                                                             w[i]->type, w[i]->cols, x, end - i, outs))
+            kvq_matmul_group(c->pool, KVQ_MATMUL_MIN_PARALLEL_MACS, c->matmul_ws, c->matmul_ws_floats, w[i]->type,
+                             w[i]->cols, x, end - i, outs);
+        i = end;
+    }
+}
+
 /* The pool for a job of `macs` multiply-adds: none (run on this thread)
  * when sharing would cost more than it saves; the same threshold as the
  * products' (matmul.h), as attention's per-key work is dot/axpy rows too. */
@@ -148,9 +174,9 @@ static kvq_status attention_block(kvq_ctx *c, int il, int pos, int n, kvq_error 
     const int q_w = in->n_head * dk, k_w = in->n_head_kv * dk, v_w = in->n_head_kv * dv;
 
     rmsnorm_rows(c->x, L->attn_norm, c->h, n, in->n_embd, in->rms_eps);
-    matmul(c, &L->wq, c->h, n, c->q);
-    matmul(c, &L->wk, c->h, n, c->k);
-    matmul(c, &L->wv, c->h, n, c->v);
+    const kvq_weight *const qkv[3] = { &L->wq, &L->wk, &L->wv };
+    float *const qkv_out[3] = { c->q, c->k, c->v };
+    matmul_each(c, 3, qkv, c->h, n, qkv_out);
     add_bias(c->q, L->bq, n, q_w);
     add_bias(c->k, L->bk, n, k_w);
     add_bias(c->v, L->bv, n, v_w);
@@ -182,8 +208,9 @@ static void ffn_block(kvq_ctx *c, int il, int n) {
     const kvq_model_info *in = &c->m->info;
     const kvq_layer *L = &c->m->layers[il];
     rmsnorm_rows(c->x, L->ffn_norm, c->h, n, in->n_embd, in->rms_eps);
-    matmul(c, &L->ffn_gate, c->h, n, c->gate);
-    matmul(c, &L->ffn_up, c->h, n, c->up);
+    const kvq_weight *const gate_up[2] = { &L->ffn_gate, &L->ffn_up };
+    float *const gate_up_out[2] = { c->gate, c->up };
+    matmul_each(c, 2, gate_up, c->h, n, gate_up_out);
     const size_t nf = (size_t)n * in->n_ff;
     for (size_t i = 0; i < nf; i++) c->gate[i] = silu(c->gate[i]) * c->up[i];
     matmul(c, &L->ffn_down, c->gate, n, c->h);

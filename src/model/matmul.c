@@ -41,6 +41,37 @@ static int64_t gemv_chunk_rows(size_t row_bytes) {
     return KVQ_MAX((int64_t)1, (int64_t)(GEMV_CHUNK_BYTES / KVQ_MAX(row_bytes, (size_t)1)));
 }
 
+/* The matrices of one decode job (one, or a group read by the same input:
+ * kvq_matmul_group), their rows in chunks numbered across them in order:
+ * part p's chunks are first[p] .. first[p + 1] - 1. */
+typedef struct decode_parts {
+    int n;
+    const uint8_t *W[KVQ_MATMUL_MAX_PARTS];
+    float *Y[KVQ_MATMUL_MAX_PARTS];
+    int64_t rows[KVQ_MATMUL_MAX_PARTS], first[KVQ_MATMUL_MAX_PARTS + 1];
+    int64_t chunk_rows;
+} decode_parts;
+
+static decode_parts parts_of(int n, const kvq_matmul_out *outs, size_t row_bytes) {
+    decode_parts d = { .n = n, .chunk_rows = gemv_chunk_rows(row_bytes) };
+    for (int p = 0; p < n; p++) {
+        d.W[p] = outs[p].W;
+        d.Y[p] = outs[p].Y;
+        d.rows[p] = outs[p].rows;
+        d.first[p + 1] = d.first[p] + (outs[p].rows + d.chunk_rows - 1) / d.chunk_rows;
+    }
+    return d;
+}
+
+/* The part of chunk c, and (r0, r1) its rows in that part. */
+static int part_rows(const decode_parts *d, int64_t c, int64_t *r0, int64_t *r1) {
+    int p = 0;
+    while (c >= d->first[p + 1]) p++;
+    *r0 = (c - d->first[p]) * d->chunk_rows;
+    *r1 = KVQ_MIN(d->rows[p], *r0 + d->chunk_rows);
+    return p;
+}
+
 /* The scalar instance of gemm_tile.inc: 4 rows x 4 tokens of plain floats
  * (the primitive set of src/base/vec1.h). */
 #define TILE_ROWS 4
@@ -71,19 +102,26 @@ typedef struct matmul_job {
     float *Y;
     kvq_gemm_tile tile;
     float *scratch;          /* per thread: tile.rows * cols floats (prefill) */
+    decode_parts parts;      /* decode: the matrices (W, rows, Y: the first) */
 } matmul_job;
 
-static void gemv_rows(void *ctx, int64_t r0, int64_t r1, int thread) {
+/* Decode chunks c0 .. c1 - 1 (kvq_pool_run_spans over j->parts). */
+static void gemv_chunks(void *ctx, int64_t c0, int64_t c1, int thread) {
     (void)thread;
     const matmul_job *j = ctx;
-    /* rows are whole blocks (checked in kvq_matmul_scratch), so the type's
-     * dot runs on them directly, with no padding */
-    if (j->xrows) {
-        j->xrows(j->W + (size_t)r0 * j->row_bytes, j->row_bytes, r1 - r0, j->X, j->cols, j->Y + r0);
-        return;
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t r0, r1;
+        const int p = part_rows(&j->parts, c, &r0, &r1);
+        const uint8_t *W = j->parts.W[p];
+        float *Y = j->parts.Y[p];
+        /* rows are whole blocks (checked in kvq_matmul_scratch), so the
+         * type's dot runs on them directly, with no padding */
+        if (j->xrows) {
+            j->xrows(W + (size_t)r0 * j->row_bytes, j->row_bytes, r1 - r0, j->X, j->cols, Y + r0);
+            continue;
+        }
+        for (int64_t r = r0; r < r1; r++) Y[r] = j->tr->dot(W + (size_t)r * j->row_bytes, j->X, j->cols);
     }
-    for (int64_t r = r0; r < r1; r++)
-        j->Y[r] = j->tr->dot(j->W + (size_t)r * j->row_bytes, j->X, j->cols);
 }
 
 /* Weight rows r0..r0+nr-1 as f32 row pointers: f32 weights are used in
@@ -146,7 +184,7 @@ static void gemv(kvq_pool *pool, matmul_job *j, float *scratch, size_t scratch_f
         j->xrows = xrows;
         j->X = xp;
     }
-    kvq_pool_run_spans(pool, gemv_rows, j, j->rows, gemv_chunk_rows(j->row_bytes));
+    kvq_pool_run_spans(pool, gemv_chunks, j, j->parts.first[j->parts.n], 1);
     free(owned);
 }
 
@@ -156,9 +194,10 @@ static void gemv_each_token(kvq_pool *pool, matmul_job *j) {
     const float *X = j->X;
     float *Y = j->Y;
     for (int64_t t = 0; t < j->n_tok; t++) {
+        const kvq_matmul_out out = { j->W, j->rows, Y + (size_t)t * (size_t)j->rows };
         j->X = X + (size_t)t * (size_t)j->cols;
-        j->Y = Y + (size_t)t * (size_t)j->rows;
-        kvq_pool_run_spans(pool, gemv_rows, j, j->rows, gemv_chunk_rows(j->row_bytes));
+        j->parts = parts_of(1, &out, j->row_bytes);
+        kvq_pool_run_spans(pool, gemv_chunks, j, j->parts.first[1], 1);
     }
 }
 
@@ -192,6 +231,8 @@ void kvq_matmul_scratch(kvq_pool *pool, double min_parallel_macs, float *scratch
         .rows = rows, .cols = cols, .n_tok = n_tok, .X = X, .Y = Y,
     };
     if (n_tok == 1) {
+        const kvq_matmul_out out = { W, rows, Y };
+        j.parts = parts_of(1, &out, j.row_bytes);
         gemv(pool, &j, scratch, scratch_floats);
         return;
     }
@@ -220,6 +261,7 @@ typedef struct act8_job {
     size_t row_bytes, xq_row_bytes;
     int64_t rows, cols, n_tok;
     float *Y;
+    decode_parts parts;      /* decode: the matrices (W, rows, Y: the first) */
 } act8_job;
 
 /* Weight rows r0 .. r1 - 1 against every token: a decode product's span
@@ -242,6 +284,19 @@ static void act8_rows(void *ctx, int64_t r0, int64_t r1, int thread) {
             for (; t < t1; t++)
                 j->Y[(size_t)t * (size_t)j->rows + (size_t)r] = j->dot(w, j->xq + (size_t)t * j->xq_row_bytes, j->cols);
         }
+    }
+}
+
+/* Decode chunks c0 .. c1 - 1 (kvq_pool_run_spans over j->parts): each
+ * row's int8 dot with the one token, as act8_rows computes it. */
+static void act8_chunks(void *ctx, int64_t c0, int64_t c1, int thread) {
+    (void)thread;
+    const act8_job *j = ctx;
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t r0, r1;
+        const int p = part_rows(&j->parts, c, &r0, &r1);
+        for (int64_t r = r0; r < r1; r++)
+            j->parts.Y[p][r] = j->dot(j->parts.W[p] + (size_t)r * j->row_bytes, j->xq, j->cols);
     }
 }
 
@@ -269,7 +324,59 @@ bool kvq_matmul_act8(kvq_pool *pool, double min_parallel_macs, void *xq, size_t 
         .dot = dot, .dot4 = kvq_act8_dot4(wtype), .W = W, .xq = xq, .row_bytes = kvq_row_bytes(wtype, cols), .xq_row_bytes = xq_row,
         .rows = rows, .cols = cols, .n_tok = n_tok, .Y = Y,
     };
-    if (n_tok == 1) kvq_pool_run_spans(pool, act8_rows, &j, rows, gemv_chunk_rows(j.row_bytes));
-    else kvq_pool_run(pool, act8_task, &j, n_tasks_for(rows, GEMM_TASK_ROWS));
+    if (n_tok == 1) {
+        const kvq_matmul_out out = { W, rows, Y };
+        j.parts = parts_of(1, &out, j.row_bytes);
+        kvq_pool_run_spans(pool, act8_chunks, &j, j.parts.first[1], 1);
+    } else {
+        kvq_pool_run(pool, act8_task, &j, n_tasks_for(rows, GEMM_TASK_ROWS));
+    }
+    return true;
+}
+
+/* ---- decode groups: several matrices read by one input, one job */
+
+/* Valid outs (1..KVQ_MATMUL_MAX_PARTS of them, each W and Y set and rows
+ * >= 1), and their multiply-adds. */
+static bool group_ok(int n, const kvq_matmul_out *outs, int64_t cols, double *macs) {
+    if (!outs || n < 1 || n > KVQ_MATMUL_MAX_PARTS || cols < 1) return false;
+    *macs = 0;
+    for (int p = 0; p < n; p++) {
+        if (!outs[p].W || !outs[p].Y || outs[p].rows < 1 || outs[p].rows > (int64_t)INT32_MAX) return false;
+        *macs += (double)outs[p].rows * (double)cols;
+    }
+    return true;
+}
+
+void kvq_matmul_group(kvq_pool *pool, double min_parallel_macs, float *scratch, size_t scratch_floats,
+                      kvq_type wtype, int64_t cols, const float *X, int n, const kvq_matmul_out *outs) {
+    const kvq_type_traits *tr = kvq_type_get(wtype);
+    double macs;
+    if (!tr || !tr->dot || !X || !group_ok(n, outs, cols, &macs)) return;
+    if (!tr->row_bytes && cols % tr->block_size) return;
+    if (macs < min_parallel_macs) pool = NULL;
+    matmul_job j = {
+        .wtype = wtype, .tr = tr, .W = outs[0].W, .row_bytes = kvq_row_bytes(wtype, cols),
+        .rows = outs[0].rows, .cols = cols, .n_tok = 1, .X = X, .Y = outs[0].Y,
+    };
+    j.parts = parts_of(n, outs, j.row_bytes);
+    gemv(pool, &j, scratch, scratch_floats);
+}
+
+bool kvq_matmul_act8_group(kvq_pool *pool, double min_parallel_macs, void *xq, size_t xq_bytes, kvq_type wtype,
+                           int64_t cols, const float *X, int n, const kvq_matmul_out *outs) {
+    const kvq_act8_dot_fn dot = kvq_act8_dot(wtype);
+    double macs;
+    if (!dot || !xq || !X || !group_ok(n, outs, cols, &macs) || cols % kvq_act8_block(wtype)) return false;
+    const size_t xq_row = kvq_act8_row_bytes(wtype, cols);
+    if (xq_bytes < xq_row) return false;
+    kvq_act8_quantize(wtype, X, cols, xq);
+    if (macs < min_parallel_macs) pool = NULL;
+    act8_job j = {
+        .dot = dot, .W = outs[0].W, .xq = xq, .row_bytes = kvq_row_bytes(wtype, cols), .xq_row_bytes = xq_row,
+        .rows = outs[0].rows, .cols = cols, .n_tok = 1, .Y = outs[0].Y,
+    };
+    j.parts = parts_of(n, outs, j.row_bytes);
+    kvq_pool_run_spans(pool, act8_chunks, &j, j.parts.first[n], 1);
     return true;
 }

@@ -66,6 +66,27 @@ size_t kvq_matmul_act8_bytes(int64_t n_tok, int64_t cols);
 bool kvq_matmul_act8(kvq_pool *pool, double min_parallel_macs, void *xq, size_t xq_bytes, kvq_type wtype,
                      const void *W, int64_t rows, int64_t cols, const float *X, int64_t n_tok, float *Y);
 
+/* ---- decode groups ----
+ * One token's products with up to KVQ_MATMUL_MAX_PARTS matrices of one
+ * type and width that read the same input (a layer's q, k and v; gate
+ * and up): outs[p].Y = outs[p].W x X, as kvq_matmul_scratch (n_tok 1)
+ * and kvq_matmul_act8 compute each, the same bits, in one job: the
+ * threads' shares run across the matrices, so the group pays one
+ * hand-off and one end where the products paid one each, and (int8) X
+ * is quantised once.  The threshold applies to the group's
+ * multiply-adds.  Bad arguments leave every Y untouched; the int8 call
+ * returns false where kvq_matmul_act8 would. */
+enum { KVQ_MATMUL_MAX_PARTS = 4 };
+typedef struct kvq_matmul_out {
+    const void *W;   /* rows x cols, the group's type */
+    int64_t rows;
+    float *Y;        /* rows outputs */
+} kvq_matmul_out;
+void kvq_matmul_group(kvq_pool *pool, double min_parallel_macs, float *scratch, size_t scratch_floats,
+                      kvq_type wtype, int64_t cols, const float *X, int n, const kvq_matmul_out *outs);
+bool kvq_matmul_act8_group(kvq_pool *pool, double min_parallel_macs, void *xq, size_t xq_bytes, kvq_type wtype,
+                           int64_t cols, const float *X, int n, const kvq_matmul_out *outs);
+
 /* ---- tile kernels (internal to matmul.c and its ISA files) ----
  * out[t*rows_per_tile + r] = sum_k w[r][k] * x[t][k] for one tile of
  * rows_per_tile weight rows and toks_per_tile token rows; unused slots of a
