@@ -102,10 +102,16 @@ typedef struct matmul_job {
     float *Y;
     kvq_gemm_tile tile;
     float *scratch;          /* per thread: tile.rows * cols floats (prefill) */
-    decode_parts parts;      /* decode: the matrices (W, rows, Y: the first) */
+    /* decode: the matrices (W, rows and Y above are prefill's), and with
+     * int8 activations their dot and X quantised (else dot8 NULL) */
+    decode_parts parts;
+    kvq_act8_dot_fn dot8;
+    const uint8_t *xq;
 } matmul_job;
 
-/* Decode chunks c0 .. c1 - 1 (kvq_pool_run_spans over j->parts). */
+/* Decode chunks c0 .. c1 - 1 (kvq_pool_run_spans over j->parts): each
+ * row's dot with the one input: K-quant rows against X laid out for them
+ * (xrows), the int8 dot against xq (dot8), else the type's dot. */
 static void gemv_chunks(void *ctx, int64_t c0, int64_t c1, int thread) {
     (void)thread;
     const matmul_job *j = ctx;
@@ -120,7 +126,10 @@ static void gemv_chunks(void *ctx, int64_t c0, int64_t c1, int thread) {
             j->xrows(W + (size_t)r0 * j->row_bytes, j->row_bytes, r1 - r0, j->X, j->cols, Y + r0);
             continue;
         }
-        for (int64_t r = r0; r < r1; r++) Y[r] = j->tr->dot(W + (size_t)r * j->row_bytes, j->X, j->cols);
+        if (j->dot8)
+            for (int64_t r = r0; r < r1; r++) Y[r] = j->dot8(W + (size_t)r * j->row_bytes, j->xq, j->cols);
+        else
+            for (int64_t r = r0; r < r1; r++) Y[r] = j->tr->dot(W + (size_t)r * j->row_bytes, j->X, j->cols);
     }
 }
 
@@ -225,17 +234,16 @@ void kvq_matmul_scratch(kvq_pool *pool, double min_parallel_macs, float *scratch
     if (rows > (int64_t)INT32_MAX * GEMM_TASK_ROWS) return;   /* a prefill task index is an int */
     /* Too small to share: the same tasks run on this thread alone (the
      * task grouping, hence every output bit, does not change). */
+    if (n_tok == 1) {   /* a decode group of one */
+        const kvq_matmul_out out = { W, rows, Y };
+        kvq_matmul_group(pool, min_parallel_macs, scratch, scratch_floats, wtype, cols, X, 1, &out);
+        return;
+    }
     if ((double)rows * (double)cols * (double)n_tok < min_parallel_macs) pool = NULL;
     matmul_job j = {
         .wtype = wtype, .tr = tr, .W = W, .row_bytes = kvq_row_bytes(wtype, cols),
         .rows = rows, .cols = cols, .n_tok = n_tok, .X = X, .Y = Y,
     };
-    if (n_tok == 1) {
-        const kvq_matmul_out out = { W, rows, Y };
-        j.parts = parts_of(1, &out, j.row_bytes);
-        gemv(pool, &j, scratch, scratch_floats);
-        return;
-    }
     j.tile = best_tile();
     float *owned = NULL;
     if (wtype != KVQ_TYPE_F32) {
@@ -261,14 +269,13 @@ typedef struct act8_job {
     size_t row_bytes, xq_row_bytes;
     int64_t rows, cols, n_tok;
     float *Y;
-    decode_parts parts;      /* decode: the matrices (W, rows, Y: the first) */
 } act8_job;
 
-/* Weight rows r0 .. r1 - 1 against every token: a decode product's span
- * (kvq_pool_run_spans), or a prefill task's GEMM_TASK_ROWS rows. */
-static void act8_rows(void *ctx, int64_t r0, int64_t r1, int thread) {
+/* A prefill task's GEMM_TASK_ROWS weight rows against every token. */
+static void act8_task(void *ctx, int task, int thread) {
     (void)thread;
     const act8_job *j = ctx;
+    const int64_t r0 = (int64_t)task * GEMM_TASK_ROWS, r1 = KVQ_MIN(j->rows, r0 + GEMM_TASK_ROWS);
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += ACT8_TOK_GROUP) {
         const int64_t t1 = KVQ_MIN(j->n_tok, t0 + ACT8_TOK_GROUP);
         for (int64_t r = r0; r < r1; r++) {
@@ -287,24 +294,6 @@ static void act8_rows(void *ctx, int64_t r0, int64_t r1, int thread) {
     }
 }
 
-/* Decode chunks c0 .. c1 - 1 (kvq_pool_run_spans over j->parts): each
- * row's int8 dot with the one token, as act8_rows computes it. */
-static void act8_chunks(void *ctx, int64_t c0, int64_t c1, int thread) {
-    (void)thread;
-    const act8_job *j = ctx;
-    for (int64_t c = c0; c < c1; c++) {
-        int64_t r0, r1;
-        const int p = part_rows(&j->parts, c, &r0, &r1);
-        for (int64_t r = r0; r < r1; r++)
-            j->parts.Y[p][r] = j->dot(j->parts.W[p] + (size_t)r * j->row_bytes, j->xq, j->cols);
-    }
-}
-
-static void act8_task(void *ctx, int task, int thread) {
-    const act8_job *j = ctx;
-    const int64_t r0 = (int64_t)task * GEMM_TASK_ROWS;
-    act8_rows(ctx, r0, KVQ_MIN(j->rows, r0 + GEMM_TASK_ROWS), thread);
-}
 
 size_t kvq_matmul_act8_bytes(int64_t n_tok, int64_t cols) {
     return (size_t)KVQ_MAX(n_tok, 0) * kvq_act8_row_bytes_max(cols);
@@ -317,6 +306,10 @@ bool kvq_matmul_act8(kvq_pool *pool, double min_parallel_macs, void *xq, size_t 
     if (cols % kvq_act8_block(wtype) || rows > (int64_t)INT32_MAX) return false;
     const size_t xq_row = kvq_act8_row_bytes(wtype, cols);
     if (xq_bytes / xq_row < (size_t)n_tok) return false;
+    if (n_tok == 1) {   /* a decode group of one */
+        const kvq_matmul_out out = { W, rows, Y };
+        return kvq_matmul_act8_group(pool, min_parallel_macs, xq, xq_bytes, wtype, cols, X, 1, &out);
+    }
     for (int64_t t = 0; t < n_tok; t++)
         kvq_act8_quantize(wtype, X + (size_t)t * (size_t)cols, cols, (uint8_t *)xq + (size_t)t * xq_row);
     if ((double)rows * (double)cols * (double)n_tok < min_parallel_macs) pool = NULL;
@@ -324,13 +317,7 @@ bool kvq_matmul_act8(kvq_pool *pool, double min_parallel_macs, void *xq, size_t 
         .dot = dot, .dot4 = kvq_act8_dot4(wtype), .W = W, .xq = xq, .row_bytes = kvq_row_bytes(wtype, cols), .xq_row_bytes = xq_row,
         .rows = rows, .cols = cols, .n_tok = n_tok, .Y = Y,
     };
-    if (n_tok == 1) {
-        const kvq_matmul_out out = { W, rows, Y };
-        j.parts = parts_of(1, &out, j.row_bytes);
-        kvq_pool_run_spans(pool, act8_chunks, &j, j.parts.first[1], 1);
-    } else {
-        kvq_pool_run(pool, act8_task, &j, n_tasks_for(rows, GEMM_TASK_ROWS));
-    }
+    kvq_pool_run(pool, act8_task, &j, n_tasks_for(rows, GEMM_TASK_ROWS));
     return true;
 }
 
@@ -342,7 +329,7 @@ static bool group_ok(int n, const kvq_matmul_out *outs, int64_t cols, double *ma
     if (!outs || n < 1 || n > KVQ_MATMUL_MAX_PARTS || cols < 1) return false;
     *macs = 0;
     for (int p = 0; p < n; p++) {
-        if (!outs[p].W || !outs[p].Y || outs[p].rows < 1 || outs[p].rows > (int64_t)INT32_MAX) return false;
+        if (!outs[p].W || !outs[p].Y || outs[p].rows < 1) return false;
         *macs += (double)outs[p].rows * (double)cols;
     }
     return true;
@@ -355,10 +342,7 @@ void kvq_matmul_group(kvq_pool *pool, double min_parallel_macs, float *scratch, 
     if (!tr || !tr->dot || !X || !group_ok(n, outs, cols, &macs)) return;
     if (!tr->row_bytes && cols % tr->block_size) return;
     if (macs < min_parallel_macs) pool = NULL;
-    matmul_job j = {
-        .wtype = wtype, .tr = tr, .W = outs[0].W, .row_bytes = kvq_row_bytes(wtype, cols),
-        .rows = outs[0].rows, .cols = cols, .n_tok = 1, .X = X, .Y = outs[0].Y,
-    };
+    matmul_job j = { .wtype = wtype, .tr = tr, .row_bytes = kvq_row_bytes(wtype, cols), .cols = cols, .n_tok = 1, .X = X };
     j.parts = parts_of(n, outs, j.row_bytes);
     gemv(pool, &j, scratch, scratch_floats);
 }
@@ -372,11 +356,9 @@ bool kvq_matmul_act8_group(kvq_pool *pool, double min_parallel_macs, void *xq, s
     if (xq_bytes < xq_row) return false;
     kvq_act8_quantize(wtype, X, cols, xq);
     if (macs < min_parallel_macs) pool = NULL;
-    act8_job j = {
-        .dot = dot, .W = outs[0].W, .xq = xq, .row_bytes = kvq_row_bytes(wtype, cols), .xq_row_bytes = xq_row,
-        .rows = outs[0].rows, .cols = cols, .n_tok = 1, .Y = outs[0].Y,
-    };
+    matmul_job j = { .wtype = wtype, .row_bytes = kvq_row_bytes(wtype, cols), .cols = cols, .n_tok = 1, .X = X,
+                     .dot8 = dot, .xq = xq };
     j.parts = parts_of(n, outs, j.row_bytes);
-    kvq_pool_run_spans(pool, act8_chunks, &j, j.parts.first[n], 1);
+    kvq_pool_run_spans(pool, gemv_chunks, &j, j.parts.first[n], 1);
     return true;
 }

@@ -69,8 +69,9 @@ bool kvq_matmul_act8(kvq_pool *pool, double min_parallel_macs, void *xq, size_t 
 /* ---- decode groups ----
  * One token's products with up to KVQ_MATMUL_MAX_PARTS matrices of one
  * type and width that read the same input (a layer's q, k and v; gate
- * and up): outs[p].Y = outs[p].W x X, as kvq_matmul_scratch (n_tok 1)
- * and kvq_matmul_act8 compute each, the same bits, in one job: the
+ * and up): outs[p].Y = outs[p].W x X in one job (a single decode
+ * product, kvq_matmul_scratch or kvq_matmul_act8 with n_tok 1, is a group
+ * of one, so each output has its own product's bits): the
  * threads' shares run across the matrices, so the group pays one
  * hand-off and one end where the products paid one each, and (int8) X
  * is quantised once.  The threshold applies to the group's
