@@ -564,8 +564,10 @@ static void fused_row_values(const attn_block_kernels *kr, const attn_block_rows
     fz->accumulate(keep, nk, w, ldw, G, acc, acc_stride, v->len);
 }
 
-/* The groups of a body in lanes or pairs (cache_lanes.h: 16 rows' bytes
- * each) PREFETCH_CHUNKS chunks ahead, as prefetch_ahead does for rows. */
+/* The groups of a V body in pairs (cache_lanes.h: 16 rows' bytes each)
+ * PREFETCH_CHUNKS chunks ahead, as prefetch_ahead does for rows.  (A K
+ * body in lanes is fetched by its kernel, block by block:
+ * lanes_scores_pair.) */
 static void prefetch_groups(const attn_block_rows *src, const attn_block_fused *fz, int nk) {
     const uintptr_t group = (uintptr_t)(src->len / 32) * KVQ_LANES * (uintptr_t)fz->block_bytes;
     const uintptr_t from = (uintptr_t)src->lanes + (uintptr_t)((src->key0 + nk * PREFETCH_CHUNKS) / KVQ_LANES) * group;
@@ -576,7 +578,6 @@ static bool fused_lanes_scores(const attn_block_kernels *kr, const attn_block_ro
                                int G, float scale, float *w, int ldw) {
     const attn_block_fused *fz = q->qi ? attn_block_fused_for(kr, k) : NULL;
     if (!fz || !fz->scores_lanes) return false;
-    prefetch_groups(k, fz, nk);
     fz->scores_lanes(k->lanes, k->key0, nk, q, G, k->len, scale, w, ldw);
     return true;
 }
