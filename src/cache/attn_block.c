@@ -349,7 +349,10 @@ int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src
 /* The next chunk's rows, when the rows are evenly spaced (one KV head's
  * rows, the usual case), are fetched into the cache while this chunk is
  * computed: the hardware prefetchers stop at 4 KiB pages and fetch too
- * little ahead for a stream this fast.  One chunk ahead, not four: at
+ * little ahead for a stream this fast.  Here for the rows the hooks pass
+ * on; f16 / bf16 rows and K bodies in lanes are fetched by their kernels,
+ * a few lines at a time beside the ones they read (attn_block.inc
+ * rows_ahead, attn_codes.inc lanes_scores_pair).  One chunk ahead, not four: at
  * 16384 keys one layer's step took 0.83x (f16), 0.91x (q4_0) and 0.77x
  * (q8_0) the time on 2 threads, the whole model ran f16 1.28x and q8_0
  * 1.10x faster, q4_0 the same (docs/performance.md); further ahead,
