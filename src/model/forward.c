@@ -123,29 +123,34 @@ static void matmul(kvq_ctx *c, const kvq_weight *w, const float *x, int n, float
                        w->rows, w->cols, x, n, y);
 }
 
-/* Products of one input with several matrices (q, k, v; gate, up).  For
- * one token, each run of neighbours of one type and width goes as one job
- * (kvq_matmul_group: one hand-off and one end, int8 X rounded once; the
- * same bits as apart; Q4_K_M: q and k together, v alone); in prefill,
- * one product each. */
+/* One token's products with matrices of one type and width that read x,
+ * as one job (kvq_matmul_group: one hand-off and one end, int8 X rounded
+ * once; each output the bits of its own product): int8 activations where
+ * the option is on and the type has them, as matmul. */
+static void matmul_group(kvq_ctx *c, kvq_type type, int64_t cols, const float *x, int n_parts,
+                         const kvq_matmul_out *outs) {
+    if (c->act == KVQ_ACT_INT8 &&
+        kvq_matmul_act8_group(c->pool, KVQ_MATMUL_MIN_PARALLEL_MACS, c->xq, c->xq_bytes, type, cols, x, n_parts, outs))
+        return;
+    kvq_matmul_group(c->pool, KVQ_MATMUL_MIN_PARALLEL_MACS, c->matmul_ws, c->matmul_ws_floats, type, cols, x, n_parts,
+                     outs);
+}
+
+/* Products of one input with several matrices (q, k, v; gate, up): in
+ * prefill one product each; for one token each run of neighbours of one
+ * type and width is one group (Q4_K_M: q and k together, v alone). */
 static void matmul_each(kvq_ctx *c, int count, const kvq_weight *const *w, const float *x, int n, float *const *y) {
+    if (n > 1) {
+        for (int i = 0; i < count; i++) matmul(c, w[i], x, n, y[i]);
+        return;
+    }
     for (int i = 0; i < count;) {
-        int end = i + 1;
-        while (n == 1 && end < count && end - i < KVQ_MATMUL_MAX_PARTS && w[end]->type == w[i]->type &&
-               w[end]->cols == w[i]->cols)
-            end++;
-        if (end - i == 1) {
-            matmul(c, w[i], x, n, y[i]);
-            i = end;
-            continue;
-        }
+        const kvq_weight *first = w[i];
         kvq_matmul_out outs[KVQ_MATMUL_MAX_PARTS];
-        for (int k = i; k < end; k++) outs[k - i] = (kvq_matmul_out){ w[k]->data, w[k]->rows, y[k] };
-        if (c->act != KVQ_ACT_INT8 || !kvq_matmul_act8_group(c->pool, KVQ_MATMUL_MIN_PARALLEL_MACS, c->xq, c->xq_bytes,
-                                                             w[i]->type, w[i]->cols, x, end - i, outs))
-            kvq_matmul_group(c->pool, KVQ_MATMUL_MIN_PARALLEL_MACS, c->matmul_ws, c->matmul_ws_floats, w[i]->type,
-                             w[i]->cols, x, end - i, outs);
-        i = end;
+        int parts = 0;
+        for (; i < count && parts < KVQ_MATMUL_MAX_PARTS && w[i]->type == first->type && w[i]->cols == first->cols; i++)
+            outs[parts++] = (kvq_matmul_out){ w[i]->data, w[i]->rows, y[i] };
+        matmul_group(c, first->type, first->cols, x, parts, outs);
     }
 }
 

@@ -232,13 +232,13 @@ void kvq_matmul_scratch(kvq_pool *pool, double min_parallel_macs, float *scratch
     if (!tr || !tr->dot || !W || !X || !Y || rows < 1 || cols < 1 || n_tok < 1) return; /* tile types are no weights */
     if (!tr->row_bytes && cols % tr->block_size) return;          /* weight rows are whole blocks */
     if (rows > (int64_t)INT32_MAX * GEMM_TASK_ROWS) return;   /* a prefill task index is an int */
-    /* Too small to share: the same tasks run on this thread alone (the
-     * task grouping, hence every output bit, does not change). */
     if (n_tok == 1) {   /* a decode group of one */
         const kvq_matmul_out out = { W, rows, Y };
         kvq_matmul_group(pool, min_parallel_macs, scratch, scratch_floats, wtype, cols, X, 1, &out);
         return;
     }
+    /* Too small to share: the same tasks run on this thread alone (the
+     * task grouping, hence every output bit, does not change). */
     if ((double)rows * (double)cols * (double)n_tok < min_parallel_macs) pool = NULL;
     matmul_job j = {
         .wtype = wtype, .tr = tr, .W = W, .row_bytes = kvq_row_bytes(wtype, cols),
@@ -293,7 +293,6 @@ static void act8_task(void *ctx, int task, int thread) {
         }
     }
 }
-
 
 size_t kvq_matmul_act8_bytes(int64_t n_tok, int64_t cols) {
     return (size_t)KVQ_MAX(n_tok, 0) * kvq_act8_row_bytes_max(cols);
