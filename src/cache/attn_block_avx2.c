@@ -183,6 +183,7 @@ static inline __m256 vhalf_bytes_in(const uint8_t *p, int lo, int hi) {
 }
 #define vi_madd(acc, c, w) _mm256_add_epi32((acc), _mm256_madd_epi16((c), (w)))
 #define VI_CHAIN(x) __asm__("" : "+x"(x))
+#define VI_HELD(x) __asm__("" : "+x"(x))
 static inline __attribute__((always_inline)) __m256i vi_field(__m256i x, const int s, uint32_t m) {
     return _mm256_and_si256(s >= 0 ? _mm256_srli_epi32(x, s) : _mm256_slli_epi32(x, -s), _mm256_set1_epi32((int)m));
 }

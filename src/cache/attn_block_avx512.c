@@ -189,6 +189,7 @@ static inline __m512 vhalf_bytes_in(const uint8_t *p, int lo, int hi) {
 #else
 #define vi_madd(acc, c, w) _mm512_add_epi32((acc), _mm512_madd_epi16((c), (w)))
 #endif
+#define VI_HELD(x) __asm__("" : "+v"(x))
 static inline __attribute__((always_inline)) __m512i vi_field(__m512i x, const int s, uint32_t m) {
     return _mm512_and_si512(s >= 0 ? _mm512_srli_epi32(x, (unsigned)s) : _mm512_slli_epi32(x, (unsigned)-s),
                             _mm512_set1_epi32((int)m));
