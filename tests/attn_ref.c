@@ -2,6 +2,7 @@
 #include "attn_ref.h"
 #include "cache_lanes.h"
 #include "attn_block.h"
+#include "row_hooks.h"
 #include "calib.h"
 
 #include <math.h>
@@ -330,6 +331,11 @@ static bool trellis_type(kvq_type t) {
     return t == KVQ_TYPE_TURBO2_TCQ || t == KVQ_TYPE_TURBO3_TCQ || t == KVQ_TYPE_TURBO4_TCQ;
 }
 
+int attn_chunk_keys(kvq_type t) {
+    const kvq_row_hooks *hooks = kvq_row_hooks_of(t);
+    return hooks && hooks->max_keys > 0 ? hooks->max_keys : ATTN_CHUNK_KEYS;
+}
+
 double attn_tolerance(kvq_type tk, kvq_type tv, int head_dim_v) {
     if (trellis_type(tk)) return 3e-3;
     const int padded = (head_dim_v + 31) / 32 * 32;   /* a rotated head may be stored at whole blocks */
@@ -341,8 +347,13 @@ double attn_tolerance(kvq_type tk, kvq_type tv, int head_dim_v) {
      * (kvarn4/kvarn2 at head_dim 512 measured 2.9e-4 with runs of 32,
      * 4.1e-4 with 64; the 4k model's KLD did not move, docs/kvarn.md) */
     if (kvarn_pairs) return 6e-4;
-    /* a trellis V's decode sums on weights rounded to int16 (turbo.h) */
-    return trellis_type(tv) || kvq_vpairs_type(tv, head_dim_v) || kvq_vpairs_type(tv, padded) ? 3e-4 : 1e-5;
+    /* a trellis V's decode sums on weights rounded to int16 (turbo.h); a
+     * block type's V in pairs likewise, on one scale per chunk: the bound
+     * grows with the chunk's keys (ATTN_CHUNK_KEYS, or the type's hooks'
+     * max_keys: 64 for codes of 4 bits or fewer, attn_block.c) */
+    if (trellis_type(tv)) return 3e-4;
+    if (!kvq_vpairs_type(tv, head_dim_v) && !kvq_vpairs_type(tv, padded)) return 1e-5;
+    return 3e-4 * attn_chunk_keys(tv) / ATTN_CHUNK_KEYS;
 }
 
 double attn_sq_err(const float *a, const float *b, size_t n) {

@@ -81,6 +81,10 @@ double attn_rel_err(const float *a, const float *b, size_t n);
  * per unit |k|, which reached 1.3e-3 of the outputs on these tests'
  * random data (near-uniform weights: small outputs), 3e-3.
  * test_turbo.c checks those scores against their exact bound. */
+/* Keys per call of type t's hooks in a decode chunk (their max_keys, or
+ * ATTN_CHUNK_KEYS): the weights of V sums in pairs are rounded on one
+ * scale per chunk, so their error grows with it. */
+int attn_chunk_keys(kvq_type t);
 double attn_tolerance(kvq_type tk, kvq_type tv, int head_dim_v);
 /* sum (a-b)^2 */
 double attn_sq_err(const float *a, const float *b, size_t n);

@@ -51,8 +51,15 @@ TEST(row_hooks_fused_block_sizes_are_the_rows) {
                       kr->fused[ty].has_min == (tr->block_bytes % 4 == 0),
                   "%s %s: fused block %d bytes (min %d), row %d", kr->level, tr->name, kr->fused[ty].block_bytes,
                   kr->fused[ty].has_min, tr->block_bytes);
-            CHECK(kvq_row_hooks_of((kvq_type)ty) == kvq_row_hooks_of(KVQ_TYPE_Q4_0), "%s is not read by the fused hooks",
-                  tr->name);
+            /* the fused kernels, in chunks of 64 keys for codes of 4 bits
+             * or fewer and of the default 32 for the wider ones */
+            const kvq_row_hooks *h = kvq_row_hooks_of((kvq_type)ty), *q4 = kvq_row_hooks_of(KVQ_TYPE_Q4_0);
+            CHECK(h && q4 && h->score == q4->score && h->accumulate == q4->accumulate &&
+                      h->score_lanes == q4->score_lanes && h->accumulate_lanes == q4->accumulate_lanes,
+                  "%s is not read by the fused hooks", tr->name);
+            const int bits = (tr->block_bytes - (tr->block_bytes % 4 == 0 ? 4 : 2)) / 4;
+            CHECK(h->max_keys == (bits <= 4 ? ATTN_BLOCK_KEYS : 0), "%s (%d-bit codes): chunks of %d keys", tr->name,
+                  bits, h->max_keys);
             checked++;
         }
     }
@@ -96,7 +103,15 @@ TEST(row_hooks_every_level_matches_scalar_for_every_cache_type) {
             if (!kr) continue;
             CHECK(attend_at(c, &d, POS, kr, out), "%s %s: attend", tr->name, kr->level);
             const double e = attn_rel_err(out, ref, n_out);
-            CHECK(e < 1e-5, "%s at %s vs scalar: rel err %.3g", tr->name, kr->level, e);
+            /* The levels' float operations differ from the scalar
+             * level's in the last bits (FMA or not, the order of sums),
+             * and the V sums in pairs round each weight to int16 on one
+             * scale per chunk, which turns such a difference into a step
+             * of that scale: measured at most 7.3e-6 with chunks of 32
+             * keys (q2_1) and 1.9e-5 with 64 (q3_1; q4_1 1.2e-5), against
+             * attn_tolerance's 3e-4 / 6e-4 bound on the rounding itself */
+            const double tol = attn_chunk_keys((kvq_type)ty) > ATTN_CHUNK_KEYS ? 4e-5 : 1e-5;
+            CHECK(e < tol, "%s at %s vs scalar: rel err %.3g (bound %.3g)", tr->name, kr->level, e, tol);
             compared++;
         }
         kvq_cache_free(c);

@@ -538,8 +538,9 @@ static void in_place_values(const attn_block_kernels *kr, const attn_block_rows 
  * distance (1 to 8 chunks) nor the weights' row stride moved it; the
  * cause is on the memory side and not pinned down (no hardware counters
  * on that machine).  Prefill groups lose in short chunks (pp64 at 4096:
- * about 15 %) and keep 32 keys, and so do the packed types, whose
- * per-chunk scale gathers and add trees need the 32 keys. */
+ * about 15 %) and keep 32 keys; the packed types' chunks are counted in
+ * keys (32, or 64: g_hooks_fused64), whose per-chunk scale gathers and
+ * add trees want them long. */
 enum { IN_PLACE_DECODE_BYTES = 4096 };
 
 static const kvq_row_hooks g_hooks_in_place = { .name = "in place", .score = in_place_scores,
@@ -595,6 +596,23 @@ static bool fused_pairs_values(const attn_block_kernels *kr, const attn_block_ro
 
 static const kvq_row_hooks g_hooks_fused = { .name = "fused", .score = fused_row_scores, .accumulate = fused_row_values,
                                              .score_lanes = fused_lanes_scores, .accumulate_lanes = fused_pairs_values };
+/* The same with chunks of ATTN_BLOCK_KEYS, for codes of 4 bits or fewer:
+ * a chunk's glue (the V weights' rounding and scale, the sums' unzip and
+ * add, the softmax update) paid once per 64 keys instead of 32: one
+ * layer's warm step 0.86-0.90x at AVX-512, 0.93-0.96x at AVX2.  The
+ * wider codes keep 32: q8_0's V prefetch for 64 keys (136 lines at once)
+ * stalled its step to 1.3x (docs/performance.md). */
+static const kvq_row_hooks g_hooks_fused64 = { .name = "fused, 64-key chunks", .score = fused_row_scores,
+                                               .accumulate = fused_row_values, .score_lanes = fused_lanes_scores,
+                                               .accumulate_lanes = fused_pairs_values, .max_keys = ATTN_BLOCK_KEYS };
+
+/* Bits of a block type's codes (its lanes planes together), 0 without. */
+static int code_bits(kvq_type t) {
+    const kvq_lanes_spec *spec = kvq_lanes_spec_of(t);
+    int bits = 0;
+    for (int i = 0; spec && i < spec->n_planes; i++) bits += spec->plane[i].bits;
+    return bits;
+}
 
 /* ---- the per-key reference: the traits' dot and axpy per key and head */
 
@@ -623,7 +641,10 @@ void attn_block_register(void) {
     kvq_format_set_hooks(KVQ_TYPE_F16, &g_hooks_in_place);
     kvq_format_set_hooks(KVQ_TYPE_BF16, &g_hooks_in_place);
     for (int t = 0; t < KVQ_TYPE_COUNT; t++)      /* every type the fused kernels decode */
-        if (g_fused_scalar[t].block_bytes) kvq_format_set_hooks((kvq_type)t, &g_hooks_fused);
+        if (g_fused_scalar[t].block_bytes) {
+            const int bits = code_bits((kvq_type)t);
+            kvq_format_set_hooks((kvq_type)t, bits && bits <= 4 ? &g_hooks_fused64 : &g_hooks_fused);
+        }
 }
 
 /* ------------------------------------------------ one chunk, by its row */

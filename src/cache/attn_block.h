@@ -57,12 +57,17 @@
 
 #include "kvq_internal.h"
 
-enum { ATTN_BLOCK_KEYS = 32 };     /* keys per chunk of the block types' kernels: K and V tiles
-                                      of 128-wide heads = 32 KiB */
+enum { ATTN_BLOCK_KEYS = 64 };     /* the most keys per call of the block types' kernels */
+/* Keys per call of hooks that name no max_keys (kvq_row_hooks): K and V
+ * tiles of 128-wide heads = 32 KiB.  The fused kernels of codes of 4 bits
+ * or fewer take ATTN_BLOCK_KEYS (docs/performance.md, "64-key chunks for
+ * the narrow block types"). */
+enum { ATTN_CHUNK_KEYS = 32 };
 /* The most keys of one chunk: record types' hooks may take runs this long
  * (kvq_row_hooks.max_keys: KVarN's, where the per-run work, the block
- * kernels' per-chunk glue plus a record's scales, halves), every other
- * row's hooks ATTN_BLOCK_KEYS. */
+ * kernels' per-chunk glue plus a record's scales, halves; and the block
+ * types' of 4-bit codes or fewer, ATTN_BLOCK_KEYS), every other row's
+ * hooks ATTN_CHUNK_KEYS. */
 enum { ATTN_RUN_KEYS = 64 };
 enum { ATTN_FUSED_MAX_BLOCKS = 16 };  /* fused kernels: rows of at most 16 blocks (512 values) */
 

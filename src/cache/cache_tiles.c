@@ -181,7 +181,7 @@ static bool keys_finite(const float *a, const float *b, int n) {
 
 /* ---- the tile path (levels without KVarN kernels, the "-tile" ones):
  * a run's codes unpacked into f32 rows, then the level's tile kernels,
- * ATTN_BLOCK_KEYS keys at a time (what those kernels take) */
+ * ATTN_CHUNK_KEYS keys at a time (what those kernels take) */
 
 static void tile_path_score_part(const attn_block_kernels *blk, const attn_block_rows *k, int nk,
                                  const attn_query *aq, int G, float scale, float *wts, int w_stride) {
@@ -190,9 +190,9 @@ static void tile_path_score_part(const attn_block_kernels *blk, const attn_block
     const float *q = aq->q;
     const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
     const tile_unpack u = g_unpack[blk->isa];
-    float cf[ATTN_BLOCK_KEYS * MAX_WIDTH], S[MAX_WIDTH], Z[MAX_WIDTH], O[ATTN_BLOCK_KEYS];
-    float qs[HEADS * MAX_WIDTH], qz[HEADS], dots[HEADS * ATTN_BLOCK_KEYS];
-    const float *rows[ATTN_BLOCK_KEYS];
+    float cf[ATTN_CHUNK_KEYS * MAX_WIDTH], S[MAX_WIDTH], Z[MAX_WIDTH], O[ATTN_CHUNK_KEYS];
+    float qs[HEADS * MAX_WIDTH], qz[HEADS], dots[HEADS * ATTN_CHUNK_KEYS];
+    const float *rows[ATTN_CHUNK_KEYS];
     for (int t = 0; t < nk; t++) rows[t] = cf + (size_t)t * w;
     for (int j = 0; j < G; j++) memset(wts + (size_t)j * w_stride, 0, (size_t)nk * sizeof *wts);
     for (int s = 0; s < sd->n_slices; s++) {
@@ -210,10 +210,10 @@ static void tile_path_score_part(const attn_block_kernels *blk, const attn_block
                 for (int ch = 0; ch < w; ch++) { qs[j * w + ch] = qj[ch] * S[ch]; z += qj[ch] * Z[ch]; }
                 qz[j] = z;
             }
-            blk->scores(rows, nk, qs, hg, w, w, 1.0f, dots, ATTN_BLOCK_KEYS);
+            blk->scores(rows, nk, qs, hg, w, w, 1.0f, dots, ATTN_CHUNK_KEYS);
             for (int j = 0; j < hg; j++) {
                 float *wj = wts + (size_t)(j0 + j) * w_stride;
-                for (int t = 0; t < nk; t++) wj[t] += O[t] * (dots[j * ATTN_BLOCK_KEYS + t] + qz[j]);
+                for (int t = 0; t < nk; t++) wj[t] += O[t] * (dots[j * ATTN_CHUNK_KEYS + t] + qz[j]);
             }
         }
     }
@@ -226,9 +226,9 @@ static void tile_path_accumulate_part(const attn_block_kernels *blk, const attn_
     const int kv_head = v->kv_head, key0 = v->key0;
     const int w = sd->tile.width, tile = key0 / T, t0 = key0 % T;
     const tile_unpack u = g_unpack[blk->isa];
-    float cf[ATTN_BLOCK_KEYS * MAX_WIDTH], S[ATTN_BLOCK_KEYS], Z[ATTN_BLOCK_KEYS], O[MAX_WIDTH];
-    float ps[HEADS * ATTN_BLOCK_KEYS], pz[HEADS], a[HEADS * MAX_WIDTH];
-    const float *rows[ATTN_BLOCK_KEYS];
+    float cf[ATTN_CHUNK_KEYS * MAX_WIDTH], S[ATTN_CHUNK_KEYS], Z[ATTN_CHUNK_KEYS], O[MAX_WIDTH];
+    float ps[HEADS * ATTN_CHUNK_KEYS], pz[HEADS], a[HEADS * MAX_WIDTH];
+    const float *rows[ATTN_CHUNK_KEYS];
     for (int t = 0; t < nk; t++) rows[t] = cf + (size_t)t * w;
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, kv_head, tile, s);
@@ -242,11 +242,11 @@ static void tile_path_accumulate_part(const attn_block_kernels *blk, const attn_
             for (int j = 0; j < hg; j++) {          /* p_t S_t and sum p_t Z_t per head */
                 const float *pj = wts + (size_t)(j0 + j) * w_stride;
                 float z = 0.0f;
-                for (int t = 0; t < nk; t++) { ps[j * ATTN_BLOCK_KEYS + t] = pj[t] * S[t]; z += pj[t] * Z[t]; }
+                for (int t = 0; t < nk; t++) { ps[j * ATTN_CHUNK_KEYS + t] = pj[t] * S[t]; z += pj[t] * Z[t]; }
                 pz[j] = z;
             }
             memset(a, 0, (size_t)hg * w * sizeof *a);
-            blk->accumulate(rows, nk, ps, ATTN_BLOCK_KEYS, hg, a, w, w);
+            blk->accumulate(rows, nk, ps, ATTN_CHUNK_KEYS, hg, a, w, w);
             for (int j = 0; j < hg; j++) {
                 float *out = acc + (size_t)(j0 + j) * acc_stride + (size_t)s * w;
                 for (int ch = 0; ch < w; ch++) out[ch] += O[ch] * (a[j * w + ch] + pz[j]);
@@ -257,19 +257,19 @@ static void tile_path_accumulate_part(const attn_block_kernels *blk, const attn_
 
 static void tile_path_score(const attn_block_kernels *blk, const attn_block_rows *k, int nk, const attn_query *aq,
                             int G, float scale, float *wts, int w_stride) {
-    for (int t = 0; t < nk; t += ATTN_BLOCK_KEYS) {
+    for (int t = 0; t < nk; t += ATTN_CHUNK_KEYS) {
         attn_block_rows part = *k;
         part.key0 += t;
-        tile_path_score_part(blk, &part, KVQ_MIN(ATTN_BLOCK_KEYS, nk - t), aq, G, scale, wts + t, w_stride);
+        tile_path_score_part(blk, &part, KVQ_MIN(ATTN_CHUNK_KEYS, nk - t), aq, G, scale, wts + t, w_stride);
     }
 }
 
 static void tile_path_accumulate(const attn_block_kernels *blk, const attn_block_rows *v, int nk, const float *wts,
                                  int w_stride, int G, float *acc, int acc_stride) {
-    for (int t = 0; t < nk; t += ATTN_BLOCK_KEYS) {
+    for (int t = 0; t < nk; t += ATTN_CHUNK_KEYS) {
         attn_block_rows part = *v;
         part.key0 += t;
-        tile_path_accumulate_part(blk, &part, KVQ_MIN(ATTN_BLOCK_KEYS, nk - t), wts + t, w_stride, G, acc,
+        tile_path_accumulate_part(blk, &part, KVQ_MIN(ATTN_CHUNK_KEYS, nk - t), wts + t, w_stride, G, acc,
                                   acc_stride);
     }
 }

@@ -53,7 +53,7 @@ typedef struct kvq_row_hooks {
     /* bytes of one KV head's rows per call in a decode step these hooks
      * run best with (0: as many keys as max_keys, whatever their bytes) */
     int chunk_bytes;
-    /* the most keys one call takes (0: ATTN_BLOCK_KEYS; at most
+    /* the most keys one call takes (0: ATTN_CHUNK_KEYS; at most
      * ATTN_RUN_KEYS) */
     int max_keys;
     /* query vectors (rows x GQA heads) a prefill group should hold where
