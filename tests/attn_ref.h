@@ -66,6 +66,10 @@ bool attn_attend_rows(kvq_cache *c, const attn_data *d, int pos, int n, float *o
 /* max |a-b| / max |b| */
 double attn_rel_err(const float *a, const float *b, size_t n);
 
+/* Keys per call of type t's hooks in a decode chunk (their max_keys, or
+ * ATTN_CHUNK_KEYS): the weights of V sums in pairs are rounded on one
+ * scale per chunk, so their error grows with it. */
+int attn_chunk_keys(kvq_type t);
 /* The attn_rel_err allowed between the chunked pass and a float
  * reference with V of type tv in rows of head_dim_v: float rounding,
  * 1e-5; or, where the cache may keep such a V body in pairs
@@ -73,18 +77,16 @@ double attn_rel_err(const float *a, const float *b, size_t n);
  * of its weights to int16 (attn_codes.inc
  * pairs_accumulate: at most 4 nk s per chunk of nk keys, s = max w max |d|
  * / 32767; 6-8e-5 of the largest output on these tests' random data),
- * 3e-4; the same for the KVarN types, whose V records are kept in pairs
- * too (cache_tiles_layout.h).  test_cache_pairs.c checks that kernel against its exact bound.
+ * 3e-4 per 32 keys of the type's chunk (attn_chunk_keys); 6e-4 for the
+ * KVarN types, whose V records are kept in pairs too, in runs of 64
+ * (cache_tiles_layout.h).  test_cache_pairs.c checks that kernel against
+ * its exact bound.
  * A trellis K (tk) scored in decode with its query rounded to
  * KVQ_TURBO_QUERY16_TOP levels per block (attn_turbo.c; the reference
  * scores with the float query): a score moves by up to max|q_b| / 2046
  * per unit |k|, which reached 1.3e-3 of the outputs on these tests'
  * random data (near-uniform weights: small outputs), 3e-3.
  * test_turbo.c checks those scores against their exact bound. */
-/* Keys per call of type t's hooks in a decode chunk (their max_keys, or
- * ATTN_CHUNK_KEYS): the weights of V sums in pairs are rounded on one
- * scale per chunk, so their error grows with it. */
-int attn_chunk_keys(kvq_type t);
 double attn_tolerance(kvq_type tk, kvq_type tv, int head_dim_v);
 /* sum (a-b)^2 */
 double attn_sq_err(const float *a, const float *b, size_t n);
