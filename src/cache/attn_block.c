@@ -362,11 +362,9 @@ int attn_block_row_kind(const attn_block_kernels *kr, const attn_block_rows *src
 enum { PREFETCH_CHUNKS = 1 };
 
 static void prefetch_ahead(const uint8_t *const *rows, int nk) {
-    if (nk < 2 || !rows[0] || !rows[1] || !rows[nk - 1]) return;
-    const uintptr_t first = (uintptr_t)rows[0], last = (uintptr_t)rows[nk - 1];
-    const uintptr_t step = (uintptr_t)rows[1] - first;
-    if (step == 0 || step > 4096 || last - first != step * (uintptr_t)(nk - 1)) return;
-    const uintptr_t from = first + step * (uintptr_t)nk * PREFETCH_CHUNKS;
+    const uintptr_t step = attn_rows_step((const void *const *)rows, nk);
+    if (!step) return;
+    const uintptr_t from = (uintptr_t)rows[0] + step * (uintptr_t)nk * PREFETCH_CHUNKS;
     kvq_prefetch_once(from, from + step * (uintptr_t)nk);
 }
 
@@ -606,14 +604,6 @@ static const kvq_row_hooks g_hooks_fused64 = { .name = "fused, 64-key chunks", .
                                                .accumulate = fused_row_values, .score_lanes = fused_lanes_scores,
                                                .accumulate_lanes = fused_pairs_values, .max_keys = ATTN_BLOCK_KEYS };
 
-/* Bits of a block type's codes (its lanes planes together), 0 without. */
-static int code_bits(kvq_type t) {
-    const kvq_lanes_spec *spec = kvq_lanes_spec_of(t);
-    int bits = 0;
-    for (int i = 0; spec && i < spec->n_planes; i++) bits += spec->plane[i].bits;
-    return bits;
-}
-
 /* ---- the per-key reference: the traits' dot and axpy per key and head */
 
 static void per_key_scores(const attn_block_kernels *kr, const attn_block_rows *k, const uint8_t *const *rows, int nk,
@@ -641,10 +631,8 @@ void attn_block_register(void) {
     kvq_format_set_hooks(KVQ_TYPE_F16, &g_hooks_in_place);
     kvq_format_set_hooks(KVQ_TYPE_BF16, &g_hooks_in_place);
     for (int t = 0; t < KVQ_TYPE_COUNT; t++)      /* every type the fused kernels decode */
-        if (g_fused_scalar[t].block_bytes) {
-            const int bits = code_bits((kvq_type)t);
-            kvq_format_set_hooks((kvq_type)t, bits && bits <= 4 ? &g_hooks_fused64 : &g_hooks_fused);
-        }
+        if (g_fused_scalar[t].block_bytes)   /* attn_codes.inc's code_bits_of */
+            kvq_format_set_hooks((kvq_type)t, code_bits_of(t) <= 4 ? &g_hooks_fused64 : &g_hooks_fused);
 }
 
 /* ------------------------------------------------ one chunk, by its row */

@@ -69,6 +69,16 @@ enum { ATTN_CHUNK_KEYS = 32 };
  * types' of 4-bit codes or fewer, ATTN_BLOCK_KEYS), every other row's
  * hooks ATTN_CHUNK_KEYS. */
 enum { ATTN_RUN_KEYS = 64 };
+
+/* The bytes from each of a chunk's nk rows to the next, when they are
+ * evenly spaced at most 4 KiB apart (one KV head's rows, the usual case:
+ * the decode prefetch fetches the next chunk's at that step), else 0. */
+static inline uintptr_t attn_rows_step(const void *const *rows, int nk) {
+    if (nk < 2 || !rows[0] || !rows[1] || !rows[nk - 1]) return 0;
+    const uintptr_t first = (uintptr_t)rows[0], step = (uintptr_t)rows[1] - first;
+    if (step == 0 || step > 4096 || (uintptr_t)rows[nk - 1] - first != step * (uintptr_t)(nk - 1)) return 0;
+    return step;
+}
 enum { ATTN_FUSED_MAX_BLOCKS = 16 };  /* fused kernels: rows of at most 16 blocks (512 values) */
 
 /* The query rows of one GQA group for the fused integer kernels: G heads,
