@@ -207,16 +207,18 @@ static void print_f32_levels(kvq_type ty, const uint8_t *W, int64_t rows, int64_
  * --no-mmap reads the file into memory first (kvq_model_load_ex). */
 typedef struct model_pass { double layers_s, total_s; } model_pass;
 
-static model_pass time_model_pass(kvq_pool *pool, const kvq_model *m, const float *X, float *Y) {
+/* xq: NULL for f32 activations, else int8 (run_matmul). */
+static model_pass time_model_pass(kvq_pool *pool, const kvq_model *m, const float *X, float *Y, void *xq,
+                                  size_t xq_bytes) {
     const double t0 = now_s();
     for (int l = 0; l < m->info.n_layer; l++) {
         const kvq_weight *w[KVQ_LAYER_MATRICES];
         kvq_layer_matrices(&m->layers[l], w);
         for (int k = 0; k < KVQ_LAYER_MATRICES; k++)
-            kvq_matmul(pool, w[k]->type, w[k]->data, w[k]->rows, w[k]->cols, X, 1, Y);
+            run_matmul(pool, w[k]->type, w[k]->data, w[k]->rows, w[k]->cols, X, 1, Y, xq, xq_bytes);
     }
     const double t1 = now_s();
-    kvq_matmul(pool, m->output.type, m->output.data, m->output.rows, m->output.cols, X, 1, Y);
+    run_matmul(pool, m->output.type, m->output.data, m->output.rows, m->output.cols, X, 1, Y, xq, xq_bytes);
     return (model_pass){ t1 - t0, now_s() - t0 };
 }
 
@@ -231,7 +233,7 @@ static double model_weight_bytes(const kvq_model *m, double *layers) {
     return *layers + (double)m->output.row_bytes * (double)m->output.rows;
 }
 
-static int bench_model_products(const char *path, bool no_mmap, int reps, kvq_pool *const pools[2]) {
+static int bench_model_products(const char *path, bool no_mmap, bool int8, int reps, kvq_pool *const pools[2]) {
     kvq_model *m = NULL;
     kvq_error err = { 0 };
     if (kvq_model_load_ex(path, no_mmap ? KVQ_LOAD_READ : KVQ_LOAD_MMAP, &m, &err) != KVQ_OK) {
@@ -242,21 +244,28 @@ static int bench_model_products(const char *path, bool no_mmap, int reps, kvq_po
     const int64_t outs = KVQ_MAX(KVQ_MAX(m->info.n_vocab, m->info.n_embd),
                                  KVQ_MAX(m->info.n_ff, m->info.n_head * m->info.head_dim_k));
     float *X = malloc(sizeof(float) * (size_t)width), *Y = malloc(sizeof(float) * (size_t)outs);
-    if (!X || !Y) { fprintf(stderr, "bench_matmul: out of memory\n"); free(X); free(Y); kvq_model_free(m); return 1; }
+    const size_t xq_bytes = int8 ? kvq_matmul_act8_bytes(1, width) : 0;
+    void *xq = int8 ? malloc(xq_bytes) : NULL;
+    if (!X || !Y || (int8 && !xq)) {
+        fprintf(stderr, "bench_matmul: out of memory\n");
+        free(X); free(Y); free(xq); kvq_model_free(m);
+        return 1;
+    }
     uint64_t s = 5;
     for (int64_t i = 0; i < width; i++) X[i] = rng_float(&s);
     double layer_bytes;
     const double bytes = model_weight_bytes(m, &layer_bytes);
-    printf("decode products of %s (%s, %d layers, %.1f MB of weights a step), weights %s, f32 activations,\n"
+    printf("decode products of %s (%s, %d layers, %.1f MB of weights a step), weights %s, %s activations,\n"
            "median of %d passes after one warm-up; GB/s = weight bytes / time\n\n",
-           path, m->info.arch_name, m->info.n_layer, bytes * 1e-6, no_mmap ? "read into memory" : "mapped", reps);
+           path, m->info.arch_name, m->info.n_layer, bytes * 1e-6, no_mmap ? "read into memory" : "mapped",
+           int8 ? "int8 (where the weight type has int8 dots)" : "f32", reps);
     printf("| threads | step ms | layers ms | output ms | GB/s | layers GB/s | output GB/s | p25-p75 step ms |\n"
            "|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for (int p = 0; p < 2; p++) {
         double step[64], lay[64], out[64];
-        time_model_pass(pools[p], m, X, Y);
+        time_model_pass(pools[p], m, X, Y, xq, xq_bytes);
         for (int i = 0; i < reps; i++) {
-            const model_pass mp = time_model_pass(pools[p], m, X, Y);
+            const model_pass mp = time_model_pass(pools[p], m, X, Y, xq, xq_bytes);
             step[i] = mp.total_s;
             lay[i] = mp.layers_s;
             out[i] = mp.total_s - mp.layers_s;
@@ -270,7 +279,7 @@ static int bench_model_products(const char *path, bool no_mmap, int reps, kvq_po
                1e3 * step[(3 * reps) / 4]);
         fflush(stdout);
     }
-    free(X); free(Y);
+    free(X); free(Y); free(xq);
     kvq_model_free(m);
     return 0;
 }
@@ -334,15 +343,15 @@ int bench_matmul(int argc, char **argv) {
         fprintf(stderr, "bench_matmul: need rows >= 1, cols a multiple of 256, 1 <= reps <= 64\n");
         return 1;
     }
-    if (model) {   /* a model's decode products, nothing else */
+    const bool act_f32 = !strcmp(act, "f32") || !strcmp(act, "both"), act_int8 = !strcmp(act, "int8") || !strcmp(act, "both");
+    if (!act_f32 && !act_int8) { fprintf(stderr, "bench_matmul: --act must be f32, int8 or both, not '%s'\n", act); return 1; }
+    if (model) {   /* a model's decode products, nothing else (--act int8: int8; f32 or both: f32) */
         kvq_pool *pools[2] = { kvq_pool_create(1), kvq_pool_create(2) };
-        const int rc = pools[0] && pools[1] ? bench_model_products(model, no_mmap, reps, pools) : 1;
+        const int rc = pools[0] && pools[1] ? bench_model_products(model, no_mmap, !act_f32, reps, pools) : 1;
         kvq_pool_free(pools[0]);
         kvq_pool_free(pools[1]);
         return rc;
     }
-    const bool act_f32 = !strcmp(act, "f32") || !strcmp(act, "both"), act_int8 = !strcmp(act, "int8") || !strcmp(act, "both");
-    if (!act_f32 && !act_int8) { fprintf(stderr, "bench_matmul: --act must be f32, int8 or both, not '%s'\n", act); return 1; }
     const int64_t toks[] = { 1, 64 };
     const int threads[] = { 1, 2 };
     float *X = malloc(sizeof(float) * (size_t)(cols * 64));
