@@ -506,7 +506,7 @@ static void in_place_scores(const attn_block_kernels *kr, const attn_block_rows 
                             int nk, const attn_query *q, int G, float scale, float *w, int ldw) {
     const int kind = attn_block_row_kind(kr, k);
     if (kind < 0) { decode_scores(kr, k, rows, nk, q, G, scale, w, ldw); return; }
-    if (kind == ATTN_ROW_F32) prefetch_ahead(rows, nk);   /* f16 / bf16: the kernel's (attn_block.inc rows_ahead) */
+    if (!attn_row_kind_fetched_in_kernel(kind)) prefetch_ahead(rows, nk);
     kr->scores_as[kind]((const float *const *)(const void *)rows, nk, q->q, G, q->stride, k->len, scale, w, ldw);
 }
 
@@ -514,7 +514,7 @@ static void in_place_values(const attn_block_kernels *kr, const attn_block_rows 
                             int nk, const float *w, int ldw, int G, float *acc, int acc_stride) {
     const int kind = attn_block_row_kind(kr, v);
     if (kind < 0) { decode_values(kr, v, rows, nk, w, ldw, G, acc, acc_stride); return; }
-    if (kind == ATTN_ROW_F32) prefetch_ahead(rows, nk);
+    if (!attn_row_kind_fetched_in_kernel(kind)) prefetch_ahead(rows, nk);
     const uint8_t *keep[ATTN_BLOCK_KEYS];
     keep_rows(v, NULL, kind, rows, nk, w, ldw, G, acc, acc_stride, keep);
     /* a row set aside reads the zero row instead (its bytes are zeros

@@ -210,6 +210,14 @@ typedef struct attn_kvarn_kernels {
 /* Rows the tile kernels read in place, converted in registers. */
 typedef enum attn_row_kind { ATTN_ROW_F32 = 0, ATTN_ROW_F16, ATTN_ROW_BF16, ATTN_ROW_KINDS } attn_row_kind;
 
+/* Whether the in-place kernels fetch the next chunk's rows of this kind
+ * themselves (f16, bf16: a few lines at a time as they read this chunk's;
+ * one burst of a chunk's 64 lines before the kernel stalled on the fetches
+ * in flight, docs/performance.md), or the hook fetches them before the
+ * call (f32: such rows may be an unpacked tile, attn_block.c
+ * decode_scores, not the cache's evenly spaced rows). */
+static inline bool attn_row_kind_fetched_in_kernel(int kind) { return kind != ATTN_ROW_F32; }
+
 /* The kernels of one ISA level. */
 typedef struct attn_block_kernels {
     const char *level;                      /* "scalar", "avx2", "avx512"        */
