@@ -11,7 +11,9 @@
  * 16384 cached tokens, types f16 q8_0 q4_0, every kernel level this CPU
  * runs but scalar.  All (type, level) configurations are timed round-robin, ROUNDS
  * times, and the best step of all rounds is printed (the machine is
- * shared: the fastest step is the one least disturbed).  Before every
+ * shared: the fastest step is the one least disturbed), with the median
+ * of all steps last (what a model's tokens/s, a mean over its steps,
+ * compares with).  Before every
  * step the CPU caches are flushed (bench_evict_caches): in a model the
  * other layers' reads evict a layer's cache rows, and one layer's q4_0
  * rows at 16384 tokens (19 MB) would otherwise stay in a 32 MB L3 between
@@ -67,12 +69,15 @@ static kvq_cache *make_cache(const decode_opts *o, kvq_type t, bool lanes) {
     return c;
 }
 
+enum { STEPS_PER_ROUND = 5, MAX_ROUNDS = 100 };
+
 typedef struct decode_cfg {
     kvq_type type;
     bool rows;   /* bodies with a lanes layout kept in rows (--layout) */
     const attn_block_kernels *level;
     kvq_cache *cache;
     double best;
+    double median;   /* of every timed step: what a model's mean over tokens compares with */
 } decode_cfg;
 
 /* One decode step's time in seconds, or -1 after an error line. */
@@ -99,7 +104,7 @@ static int parse(decode_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--gqa")) ok = bench_flag_int("decode", a, v, 1, 16, &o->gqa);
         else if (!strcmp(a, "--head-dim")) ok = bench_flag_int("decode", a, v, 8, KVQ_MAX_HEAD_DIM, &o->head_dim);
         else if (!strcmp(a, "-t")) ok = bench_flag_int("decode", a, v, 1, 256, &o->threads);
-        else if (!strcmp(a, "-r")) ok = bench_flag_int("decode", a, v, 1, 100, &o->rounds);
+        else if (!strcmp(a, "-r")) ok = bench_flag_int("decode", a, v, 1, MAX_ROUNDS, &o->rounds);
         else if (!strcmp(a, "--query")) ok = bench_flag_query("decode", v, &o->q8);
         else if (!strcmp(a, "--layout") || !strcmp(a, "--k-layout")) {
             o->layouts = !v ? 0 : !strcmp(v, "lanes") ? 1 : !strcmp(v, "rows") ? 2 : !strcmp(v, "both") ? 3 : 0;
@@ -127,25 +132,39 @@ static void free_caches(decode_cfg *cfg, int n) {
     }
 }
 
-/* Every configuration timed round-robin, the best step of each kept;
- * false after an error line. */
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Every configuration timed round-robin, the best step of each and the
+ * median of its steps kept; false after an error line. */
 static bool time_all(const decode_opts *o, decode_cfg *cfg, int n, kvq_pool *pool) {
-    const int n_head = o->kv_heads * o->gqa;
+    const int n_head = o->kv_heads * o->gqa, per_cfg = o->rounds * STEPS_PER_ROUND;
     float *q = malloc((size_t)n_head * o->head_dim * sizeof *q), *out = malloc((size_t)n_head * o->head_dim * sizeof *out);
-    bool ok = q && out;
+    double *times = malloc((size_t)n * (size_t)per_cfg * sizeof *times);   /* [config][round x step] */
+    bool ok = q && out && times;
     if (!ok) fprintf(stderr, "decode: out of memory\n");
     uint64_t seed = 7;
     for (int i = 0; ok && i < n_head * o->head_dim; i++) q[i] = bench_gauss(&seed);
     for (int r = 0; ok && r < o->rounds; r++)
         for (int i = 0; ok && i < n; i++)
-            for (int s = 0; ok && s < 6; s++) {   /* a warm-up step, then 5 timed, each from memory */
+            for (int s = 0; ok && s <= STEPS_PER_ROUND; s++) {   /* a warm-up step, then the timed ones */
                 if (!o->warm && !bench_evict_caches("decode")) { ok = false; break; }
                 const double t = step(o, &cfg[i], q, out, pool);
                 ok = t >= 0;
-                if (s > 0) cfg[i].best = fmin(cfg[i].best, t);
+                if (!ok || s == 0) continue;
+                cfg[i].best = fmin(cfg[i].best, t);
+                times[(size_t)i * per_cfg + (size_t)r * STEPS_PER_ROUND + (size_t)(s - 1)] = t;
             }
+    for (int i = 0; ok && i < n; i++) {
+        double *ti = times + (size_t)i * per_cfg;
+        qsort(ti, (size_t)per_cfg, sizeof *ti, cmp_double);
+        cfg[i].median = per_cfg % 2 ? ti[per_cfg / 2] : 0.5 * (ti[per_cfg / 2 - 1] + ti[per_cfg / 2]);
+    }
     free(q);
     free(out);
+    free(times);
     return ok;
 }
 
@@ -174,7 +193,7 @@ int bench_decode_step(int argc, char **argv) {
             kvq_cache *cache = make_cache(&o, types[ti], !rows);
             if (!cache) { free_caches(cfg, n); return 1; }
             for (int l = 0; l < n_levels; l++)
-                cfg[n++] = (decode_cfg){ types[ti], has_lanes && rows, attn_block_level(levels[l]), cache, INFINITY };
+                cfg[n++] = (decode_cfg){ types[ti], has_lanes && rows, attn_block_level(levels[l]), cache, INFINITY, 0.0 };
         }
     kvq_pool *pool = o.threads > 1 ? kvq_pool_create(o.threads) : NULL;
     if (o.threads > 1 && !pool) {
@@ -185,10 +204,12 @@ int bench_decode_step(int argc, char **argv) {
     const double gbs = bench_read_bandwidth(o.threads);
     const bool ok = time_all(&o, cfg, n, pool);
     if (ok) {
-        printf("## decode attention: %d KV heads x %d, GQA %d, %d cached tokens, %d thread%s, best of %d rounds x 5 steps, %s\n\n"
-               "Read bandwidth %.1f GB/s (%d threads).\n\n| type | level | ms | GB/s | %% bound | vs f16 (same level) |\n"
-               "|---|---|---:|---:|---:|---:|\n",
-               o.kv_heads, o.head_dim, o.gqa, o.n_ctx, o.threads, o.threads == 1 ? "" : "s", o.rounds,
+        printf("## decode attention: %d KV heads x %d, GQA %d, %d cached tokens, %d thread%s, best of %d rounds x %d steps, %s\n\n"
+               "Read bandwidth %.1f GB/s (%d threads).  ms, GB/s, %% bound and vs f16 are of each configuration's best\n"
+               "step; the median of its steps is last (a model's tokens/s is a mean over steps).\n\n"
+               "| type | level | ms | GB/s | %% bound | vs f16 (same level) | median ms |\n"
+               "|---|---|---:|---:|---:|---:|---:|\n",
+               o.kv_heads, o.head_dim, o.gqa, o.n_ctx, o.threads, o.threads == 1 ? "" : "s", o.rounds, STEPS_PER_ROUND,
                o.warm ? "CPU caches warm (not flushed: the kernels' compute)" : "CPU caches flushed before each", gbs,
                o.threads);
         for (int i = 0; i < n; i++) {
@@ -200,8 +221,9 @@ int bench_decode_step(int argc, char **argv) {
                    bytes / cfg[i].best * 1e-9);
             if (gbs > 0) printf("%.0f%% | ", 100.0 * bytes / (gbs * 1e9) / cfg[i].best);
             else printf("- | ");
-            if (f16 > 0) printf("%.2f |\n", f16 / cfg[i].best);
-            else printf("- |\n");
+            if (f16 > 0) printf("%.2f | ", f16 / cfg[i].best);
+            else printf("- | ");
+            printf("%.3f |\n", 1e3 * cfg[i].median);
         }
     }
     free_caches(cfg, n);
