@@ -132,11 +132,6 @@ static void free_caches(decode_cfg *cfg, int n) {
     }
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Every configuration timed round-robin, the best step of each and the
  * median of its steps kept; false after an error line. */
 static bool time_all(const decode_opts *o, decode_cfg *cfg, int n, kvq_pool *pool) {
@@ -157,11 +152,7 @@ static bool time_all(const decode_opts *o, decode_cfg *cfg, int n, kvq_pool *poo
                 cfg[i].best = fmin(cfg[i].best, t);
                 times[(size_t)i * per_cfg + (size_t)r * STEPS_PER_ROUND + (size_t)(s - 1)] = t;
             }
-    for (int i = 0; ok && i < n; i++) {
-        double *ti = times + (size_t)i * per_cfg;
-        qsort(ti, (size_t)per_cfg, sizeof *ti, cmp_double);
-        cfg[i].median = per_cfg % 2 ? ti[per_cfg / 2] : 0.5 * (ti[per_cfg / 2 - 1] + ti[per_cfg / 2]);
-    }
+    for (int i = 0; ok && i < n; i++) cfg[i].median = bench_median(times + (size_t)i * per_cfg, per_cfg);
     free(q);
     free(out);
     free(times);
