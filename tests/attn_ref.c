@@ -333,7 +333,7 @@ static bool trellis_type(kvq_type t) {
 
 int attn_chunk_keys(kvq_type t) {
     const kvq_row_hooks *hooks = kvq_row_hooks_of(t);
-    return hooks && hooks->max_keys > 0 ? hooks->max_keys : ATTN_CHUNK_KEYS;
+    return hooks ? kvq_row_hooks_keys(hooks) : ATTN_CHUNK_KEYS;
 }
 
 double attn_tolerance(kvq_type tk, kvq_type tv, int head_dim_v) {

@@ -549,7 +549,7 @@ static attn_source make_source(const kvq_cache *c, const kvq_cache_side *sd, kvq
     s.first = stage ? c->stage.pos : 0;
     s.ring = part == KVQ_PART_RING ? sd->ring_rows : 0;
     s.rounded = body;
-    s.max_keys = s.hooks->max_keys > 0 ? KVQ_MIN(s.hooks->max_keys, (int)KEY_CHUNK) : ATTN_CHUNK_KEYS;
+    s.max_keys = kvq_row_hooks_keys(s.hooks);   /* <= ATTN_RUN_KEYS = KEY_CHUNK */
     return s;
 }
 

@@ -73,6 +73,12 @@ typedef struct kvq_row_hooks {
     void (*read_row)(const struct kvq_cache_side *sd, int head, int pos, float *out);
 } kvq_row_hooks;
 
+/* The most keys one call of h takes: its max_keys (at most
+ * ATTN_RUN_KEYS), or ATTN_CHUNK_KEYS where it names none. */
+static inline int kvq_row_hooks_keys(const kvq_row_hooks *h) {
+    return h->max_keys > 0 ? KVQ_MIN(h->max_keys, (int)ATTN_RUN_KEYS) : ATTN_CHUNK_KEYS;
+}
+
 /* The hooks of type t (installed on first use); NULL for a type that is
  * not a cache type. */
 const kvq_row_hooks *kvq_row_hooks_of(kvq_type t);
