@@ -592,17 +592,19 @@ static bool fused_pairs_values(const attn_block_kernels *kr, const attn_block_ro
     return fz->accumulate_pairs(v->lanes, v->key0, nk, w, ldw, G, acc, acc_stride, v->len);
 }
 
-static const kvq_row_hooks g_hooks_fused = { .name = "fused", .score = fused_row_scores, .accumulate = fused_row_values,
-                                             .score_lanes = fused_lanes_scores, .accumulate_lanes = fused_pairs_values };
+/* The fused kernels' hooks; `keys`: the most keys a call takes (0: ATTN_CHUNK_KEYS). */
+#define FUSED_HOOKS(label, keys)                                                                                   \
+    { .name = (label), .score = fused_row_scores, .accumulate = fused_row_values, .score_lanes = fused_lanes_scores, \
+      .accumulate_lanes = fused_pairs_values, .max_keys = (keys) }
+static const kvq_row_hooks g_hooks_fused = FUSED_HOOKS("fused", 0);
 /* The same with chunks of ATTN_BLOCK_KEYS, for codes of 4 bits or fewer:
  * a chunk's glue (the V weights' rounding and scale, the sums' unzip and
  * add, the softmax update) paid once per 64 keys instead of 32: one
  * layer's warm step 0.86-0.90x at AVX-512, 0.93-0.96x at AVX2.  The
  * wider codes keep 32: q8_0's V prefetch for 64 keys (136 lines at once)
  * stalled its step to 1.3x (docs/performance.md). */
-static const kvq_row_hooks g_hooks_fused64 = { .name = "fused, 64-key chunks", .score = fused_row_scores,
-                                               .accumulate = fused_row_values, .score_lanes = fused_lanes_scores,
-                                               .accumulate_lanes = fused_pairs_values, .max_keys = ATTN_BLOCK_KEYS };
+static const kvq_row_hooks g_hooks_fused64 = FUSED_HOOKS("fused, 64-key chunks", ATTN_BLOCK_KEYS);
+#undef FUSED_HOOKS
 
 /* ---- the per-key reference: the traits' dot and axpy per key and head */
 
