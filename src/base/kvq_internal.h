@@ -30,19 +30,20 @@
 /* kvq_fail (record an error and return its code) is public: kvq.h. */
 
 /* ---- prefetch ---- */
-/* Every cache line of [from, to) fetched ahead of its use, as a line read
- * once (prefetchnta, locality 0): decode reads a cache's rows once per
- * step.  Not into L1 as ordinary data (prefetcht0): a chunk is 64 lines
- * (4 KiB of f16 rows), more than L1's outstanding misses, and they
- * queued there behind the chunk's own loads; into L2 (prefetcht1) took
- * one layer's f16 step on a Zen 4 host to 0.55-0.65x the time.  The
- * non-temporal hint took one layer's step from memory on 2 threads to a
- * median 0.93x (f16) and 0.95-0.97x (q8_0, kvarn4, kvarn3) at 16384 keys,
- * 0.87-0.96x at 4096, q4_0 and TurboQuant unchanged within the noise;
- * measured on Zen 4 only (docs/performance.md, "Prefetched as data read
- * once").  A hint, never a read: addresses past an array are safe. */
+/* Every cache line of [from, to) fetched ahead of its use into L2
+ * (prefetcht1, locality 2).  Not into L1 (prefetcht0), nor as a line
+ * read once (prefetchnta, locality 0, which this Zen 4 host also fills
+ * into L1): a chunk is 36-136 lines (64 for 16 f16 rows), more than L1's
+ * outstanding misses, and they queue there behind the chunk's own loads.
+ * One layer's decode step from memory, 16384 keys, 2 threads, the hints
+ * alternated (docs/performance.md, "Prefetched into L2 again"): L2 took
+ * it to 0.55-0.80x of the non-temporal hint's time for every cache type
+ * (f16 0.6x, q4_0 0.7x, kvarn4 0.65x; TurboQuant 0.9x), at both kernel
+ * levels and on 1 thread; the non-temporal hint had measured 0.93x of
+ * L2's on 2026-12-06, the one measurement that favoured it.  Measured on
+ * Zen 4 only.  A hint, never a read: addresses past an array are safe. */
 static inline void kvq_prefetch_once(uintptr_t from, uintptr_t to) {
-    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a, 0, 0);
+    for (uintptr_t a = from & ~(uintptr_t)63; a < to; a += 64) __builtin_prefetch((const void *)a, 0, 2);
 }
 
 /* ---- spans of a pool ---- */

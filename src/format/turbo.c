@@ -611,10 +611,10 @@ static void chunk_scores_part(const turbo_kernels *kern, kvq_turbo_type t, const
  * (ring, sink) prefetch nothing.  A prefetch never faults, so the lines
  * past the end of the body are harmless.  Measured at 16384 keys (8 KV
  * heads x 128, AVX-512, 1 thread): turbo4 1.45x, turbo3 1.35x, turbo3_tcq
- * 1.15x faster; two or three chunks ahead were no better.  As data read
- * once, like every decode prefetch (kvq_prefetch_once): prefetcht0 before
- * it, the same time (turbo3, turbo3_tcq, turbo4_tcq at 16384 keys, 2
- * threads, three alternated rounds). */
+ * 1.15x faster; two or three chunks ahead were no better.  Into L2, like
+ * every decode prefetch (kvq_prefetch_once): these types are bound by
+ * their kernels, and the hint (prefetcht0, prefetchnta, prefetcht1) moved
+ * them by 0-10 %. */
 static void prefetch_next(const uint8_t *const *rows, int nk, size_t row_bytes) {
     if (nk < 2 || !rows[0] || !rows[nk - 1] ||
         (uintptr_t)rows[nk - 1] - (uintptr_t)rows[0] != (size_t)(nk - 1) * row_bytes)
