@@ -566,16 +566,6 @@ static void fused_row_values(const attn_block_kernels *kr, const attn_block_rows
     fz->accumulate(keep, nk, w, ldw, G, acc, acc_stride, v->len);
 }
 
-/* The groups of a V body in pairs (cache_lanes.h: 16 rows' bytes each)
- * PREFETCH_CHUNKS chunks ahead, as prefetch_ahead does for rows.  (A K
- * body in lanes is fetched by its kernel, block by block:
- * lanes_scores_pair.) */
-static void prefetch_groups(const attn_block_rows *src, const attn_block_fused *fz, int nk) {
-    const uintptr_t group = (uintptr_t)(src->len / 32) * KVQ_LANES * (uintptr_t)fz->block_bytes;
-    const uintptr_t from = (uintptr_t)src->lanes + (uintptr_t)((src->key0 + nk * PREFETCH_CHUNKS) / KVQ_LANES) * group;
-    kvq_prefetch_once(from, from + (uintptr_t)(nk + KVQ_LANES - 1) / KVQ_LANES * group);
-}
-
 static bool fused_lanes_scores(const attn_block_kernels *kr, const attn_block_rows *k, int nk, const attn_query *q,
                                int G, float scale, float *w, int ldw) {
     const attn_block_fused *fz = q->qi ? attn_block_fused_for(kr, k) : NULL;
@@ -588,7 +578,6 @@ static bool fused_pairs_values(const attn_block_kernels *kr, const attn_block_ro
                                int ldw, int G, float *acc, int acc_stride) {
     const attn_block_fused *fz = attn_block_fused_for(kr, v);
     if (!fz || !fz->accumulate_pairs) return false;
-    prefetch_groups(v, fz, nk);
     return fz->accumulate_pairs(v->lanes, v->key0, nk, w, ldw, G, acc, acc_stride, v->len);
 }
 
