@@ -199,12 +199,16 @@ typedef struct attn_kvarn_kernels {
      *     t], S_t and Z_t the run's row scales and zeros, pz_g = sum_t
      *     p_gt (Z_t + m S_t) in floats; the weights p_gt S_t rounded to
      *     int16 per chunk and head (attn_kvarn.inc); false, nothing added,
-     *     when a weight, S_t or Z_t is not finite. */
+     *     when a weight, S_t or Z_t is not finite;
+     *   ahead (both): the next run's codes' first byte (cache_tiles.c
+     *     next_run_ahead), fetched into L2 as this run's are read, a
+     *     vector's keys' share (K) or a group (V) at a time; 0: none. */
     void (*scores_lanes)(int bits, const uint8_t *payload, int w, int t0, int nk, const int16_t *qi,
                          const int8_t *qb, const float *qscale, const int32_t *qsub, const float *qz, const float *O,
-                         int G, float *wts, int ldw);
+                         int G, float *wts, int ldw, uintptr_t ahead);
     bool (*values_pairs)(int bits, const uint8_t *payload, int w, int t0, int nk, const float *S, const float *Z,
-                         const float *wts, int ldw, int G, const float *O, float *acc, int acc_stride);
+                         const float *wts, int ldw, int G, const float *O, float *acc, int acc_stride,
+                         uintptr_t ahead);
 } attn_kvarn_kernels;
 
 /* Rows the tile kernels read in place, converted in registers. */

@@ -288,7 +288,10 @@ static void halves_padded(const tile_unpack *u, const uint8_t *src, int n, int p
  * each run fetches the bytes of the next one (kvq_prefetch_once), from
  * this record or, past its codes, the next tile's of this slice (and
  * that record's scales, which its first run reads), so that the fetches
- * spread over the tile's runs.  Codes are in token order
+ * spread over the tile's runs: here, in one burst before the kernel, for
+ * records kept token-major; the kernels that read the lanes and pairs
+ * layouts fetch the next run's codes themselves as they read this run's
+ * (next_run_ahead).  Codes are in token order
  * in either layout (cache_tiles_layout.h: groups of 16 tokens), so run t0
  * .. t0 + nk - 1 is bytes t0 .. t0 + nk - 1 times a token's share.  A
  * hint only (uintptr_t arithmetic: no pointer is formed past the body; a
@@ -305,6 +308,20 @@ static void prefetch_next_run(const kvq_cache_side *sd, const uint8_t *rec, int 
         to -= end;
     }
     kvq_prefetch_once(base + from, base + to);
+}
+
+/* The next run's codes' first byte, for a kernel that fetches them as it
+ * reads this run's (K lanes: a vector's keys' share each; V pairs:
+ * pairs_fetch_ahead, a group each): in this record, or the next tile's,
+ * whose scales are fetched here.  A burst of a run's 64 lines before the
+ * kernel waited for room among the fetches in flight (docs/performance.md,
+ * "KVarN's next run fetched inside the kernels"). */
+static uintptr_t next_run_ahead(const kvq_cache_side *sd, const uint8_t *rec, int t0, int nk) {
+    const uintptr_t tok = payload_bytes(sd) / T, end = payload_bytes(sd), from = (uintptr_t)(t0 + nk) * tok;
+    if (from < end) return (uintptr_t)rec + from;
+    const uintptr_t next = (uintptr_t)rec + (uintptr_t)sd->n_slices * sd->record_bytes;
+    kvq_prefetch_once(next + end, next + sd->record_bytes);
+    return next + (from - end);
 }
 
 /* Runs of keys are at most one attention chunk (ATTN_RUN_KEYS), within
@@ -333,7 +350,8 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, k->kv_head, tile, s);
         const kvq_kvarn_meta m = kvq_kvarn_meta_of(sd->tile, rec);
-        prefetch_next_run(sd, rec, t0, nk);
+        const uintptr_t ahead = lanes ? next_run_ahead(sd, rec, t0, nk) : 0;
+        if (!lanes) prefetch_next_run(sd, rec, t0, nk);
         if (memo) {
             if (memo->k_rec != rec || memo->k_heads != G) {   /* (one job: one query rounding) */
                 u.halves(m.S, w, S);
@@ -350,7 +368,7 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
             const float *Ot = memo->k_o + t0;
             if (lanes)
                 blk->kvarn->scores_lanes(bits, rec, w, t0, nk, memo->qi, bytes ? memo->qb : NULL, memo->qscale,
-                                         memo->qsub, memo->qz, Ot, G, wts, w_stride);
+                                         memo->qsub, memo->qz, Ot, G, wts, w_stride, ahead);
             else
                 blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, memo->qi, memo->qscale, memo->qsub,
                                    memo->qz, Ot, G, wts, w_stride);
@@ -365,7 +383,7 @@ static void kvq_tiles_score(const attn_block_kernels *blk, const attn_block_rows
                                    bits, lanes, q8, qi, bytes ? qb : NULL, qscale, qsub, qz);
             if (lanes)
                 blk->kvarn->scores_lanes(bits, rec, w, t0, nk, qi, bytes ? qb : NULL, qscale, qsub, qz, O, hg,
-                                         wts + (size_t)j0 * w_stride, w_stride);
+                                         wts + (size_t)j0 * w_stride, w_stride, j0 ? 0 : ahead);
             else
                 blk->kvarn->scores(bits, rec + (size_t)t0 * tok_bytes, w, nk, qi, qscale, qsub, qz, O, hg,
                                    wts + (size_t)j0 * w_stride, w_stride);
@@ -442,13 +460,14 @@ static v_scales v_record_scales(const tile_unpack *u, const kvq_cache_side *sd, 
  * (prefill) the later groups' weights are checked here first, so that no
  * group adds before a later one fails. */
 static bool values_in_pairs(const attn_block_kernels *blk, const kvq_cache_side *sd, const uint8_t *rec, int t0,
-                            int nk, v_scales sc, const float *wts, int w_stride, int G, float *acc, int acc_stride) {
+                            int nk, v_scales sc, const float *wts, int w_stride, int G, float *acc, int acc_stride,
+                            uintptr_t ahead) {
     for (int j = HEADS; j < G; j++)
         if (!keys_finite(wts + (size_t)j * w_stride, wts + (size_t)j * w_stride, nk)) return false;
     for (int j0 = 0; j0 < G; j0 += HEADS)
         if (!blk->kvarn->values_pairs(sd->tile.bits, rec, sd->tile.width, t0, nk, sc.S, sc.Z,
                                       wts + (size_t)j0 * w_stride, w_stride, KVQ_MIN(HEADS, G - j0), sc.O,
-                                      acc + (size_t)j0 * acc_stride, acc_stride))
+                                      acc + (size_t)j0 * acc_stride, acc_stride, j0 ? 0 : ahead))
             return false;
     return true;
 }
@@ -471,10 +490,12 @@ static void kvq_tiles_accumulate(const attn_block_kernels *blk, const attn_block
     uint8_t buf[RUN_CODE_BYTES];
     for (int s = 0; s < sd->n_slices; s++) {
         const uint8_t *rec = record_of(sd, v->kv_head, tile, s);
-        prefetch_next_run(sd, rec, t0, nk);
+        const bool pairs = sd->tile_layout;
+        const uintptr_t ahead = pairs ? next_run_ahead(sd, rec, t0, nk) : 0;
+        if (!pairs) prefetch_next_run(sd, rec, t0, nk);
         const v_scales sc = v_record_scales(&u, sd, rec, t0, nk, v->memo, S, Z, O);
-        if (sd->tile_layout && values_in_pairs(blk, sd, rec, t0, nk, sc, wts, w_stride, G, acc + (size_t)s * w,
-                                               acc_stride))
+        if (pairs && values_in_pairs(blk, sd, rec, t0, nk, sc, wts, w_stride, G, acc + (size_t)s * w,
+                                     acc_stride, ahead))
             continue;
         const uint8_t *rows[ATTN_RUN_KEYS], *row = run_tokens(sd, rec, t0, nk, buf);
         for (int t = 0; t < nk; t++, row += tok_bytes) rows[t] = live[t] ? row : NULL;
