@@ -315,7 +315,7 @@ static void prefetch_next_run(const kvq_cache_side *sd, const uint8_t *rec, int 
  * pairs_fetch_ahead, a group each): in this record, or the next tile's,
  * whose scales are fetched here.  A burst of a run's 64 lines before the
  * kernel waited for room among the fetches in flight (docs/performance.md,
- * "KVarN's next run fetched inside the kernels"). */
+ * "Prefetched into L2 again"). */
 static uintptr_t next_run_ahead(const kvq_cache_side *sd, const uint8_t *rec, int t0, int nk) {
     const uintptr_t tok = payload_bytes(sd) / T, end = payload_bytes(sd), from = (uintptr_t)(t0 + nk) * tok;
     if (from < end) return (uintptr_t)rec + from;
